@@ -1,0 +1,1 @@
+"""Cluster backends: stand up, inspect, break and tear down a real RocketMQ cluster."""

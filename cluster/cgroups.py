@@ -1,0 +1,165 @@
+"""One cgroup per node (memory, blkio/io, freezer, cpu), so a fault acts on exactly that process.
+
+cgroup v1 (what these machines mount: one hierarchy per controller under /sys/fs/cgroup/<ctrl>)
+and cgroup v2 (a unified hierarchy at /sys/fs/cgroup) are both supported; v1 wins when the
+per-controller hierarchies exist, since the v2 mount beside them has no controllers.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import time
+from pathlib import Path
+
+ROOT = Path(os.environ.get("RMQCHAOS_CGROUP_ROOT", "/sys/fs/cgroup"))
+PREFIX = "rmqchaos"
+V1_CONTROLLERS = ("memory", "blkio", "freezer", "cpu")
+
+
+def version() -> int:
+    if all((ROOT / c / "cgroup.procs").exists() for c in ("memory", "freezer")):
+        return 1
+    if (ROOT / "cgroup.controllers").exists():
+        return 2
+    return 0
+
+
+class Cgroup:
+    """A node's cgroup, identified by its relative path `rmqchaos/<run_id>/<node>`."""
+
+    def __init__(self, rel: str) -> None:
+        self.rel = rel
+        self.v = version()
+
+    def dirs(self) -> list[Path]:
+        if self.v == 1:
+            return [ROOT / c / self.rel for c in V1_CONTROLLERS if (ROOT / c).is_dir()]
+        if self.v == 2:
+            return [ROOT / self.rel]
+        return []
+
+    def create(self) -> None:
+        if self.v == 2:
+            _enable_v2_controllers(self.rel)
+        for d in self.dirs():
+            d.mkdir(parents=True, exist_ok=True)
+
+    def exists(self) -> bool:
+        return any(d.is_dir() for d in self.dirs())
+
+    def procs_files(self) -> list[str]:
+        """Files a child writes its pid into (from preexec_fn) to join this cgroup before exec."""
+        return [str(d / "cgroup.procs") for d in self.dirs()]
+
+    def pids(self) -> set[int]:
+        out: set[int] = set()
+        for d in self.dirs():
+            try:
+                out |= {int(x) for x in (d / "cgroup.procs").read_text().split()}
+            except OSError:
+                pass
+        return out
+
+    # ------------------------------------------------------------ memory
+    def _mem(self) -> Path:
+        return ROOT / "memory" / self.rel if self.v == 1 else ROOT / self.rel
+
+    def memory_usage(self) -> int | None:
+        f = self._mem() / ("memory.usage_in_bytes" if self.v == 1 else "memory.current")
+        try:
+            return int(f.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def oom_kills(self) -> int:
+        """The kernel's OOM-kill counter for this cgroup (v1 memory.oom_control, v2 memory.events)."""
+        f = self._mem() / ("memory.oom_control" if self.v == 1 else "memory.events")
+        try:
+            for line in f.read_text().splitlines():
+                k, _, v = line.partition(" ")
+                if k == "oom_kill":
+                    return int(v)
+        except OSError:
+            pass
+        return 0
+
+    # ------------------------------------------------------------ freezer
+    def freeze(self, frozen: bool, timeout: float = 10.0) -> None:
+        if self.v == 1:
+            f = ROOT / "freezer" / self.rel / "freezer.state"
+            want = "FROZEN" if frozen else "THAWED"
+            f.write_text(want)
+            deadline = time.monotonic() + timeout
+            while f.read_text().strip() != want:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"cgroup {self.rel} did not reach {want}")
+                time.sleep(0.01)
+        elif self.v == 2:
+            (ROOT / self.rel / "cgroup.freeze").write_text("1" if frozen else "0")
+            deadline = time.monotonic() + timeout
+            want = f"frozen {1 if frozen else 0}"
+            while want not in (ROOT / self.rel / "cgroup.events").read_text():
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"cgroup {self.rel} did not reach {want}")
+                time.sleep(0.01)
+        else:
+            raise OSError("no cgroup hierarchy with a freezer is mounted")
+
+    def frozen(self) -> bool:
+        try:
+            if self.v == 1:
+                return (ROOT / "freezer" / self.rel / "freezer.state").read_text().strip() != "THAWED"
+            if self.v == 2:
+                return "frozen 1" in (ROOT / self.rel / "cgroup.events").read_text()
+        except OSError:
+            pass
+        return False
+
+    def remove(self, timeout: float = 5.0) -> bool:
+        """rmdir every controller's directory (they must be empty of tasks). True when all gone."""
+        if self.frozen():
+            try:
+                self.freeze(False, timeout=2)
+            except (OSError, TimeoutError):
+                pass
+        ok = True
+        deadline = time.monotonic() + timeout
+        for d in self.dirs():
+            while d.is_dir():
+                try:
+                    d.rmdir()
+                except OSError as e:
+                    if e.errno == errno.ENOENT:
+                        break
+                    if time.monotonic() > deadline:
+                        ok = False
+                        break
+                    time.sleep(0.05)
+        return ok
+
+
+def _enable_v2_controllers(rel: str) -> None:
+    """v2 needs each controller enabled in every ancestor's cgroup.subtree_control."""
+    cur = ROOT
+    for part in Path(rel).parts[:-1]:
+        avail = (cur / "cgroup.controllers").read_text().split()
+        want = [c for c in ("memory", "io", "cpu") if c in avail]
+        if want:
+            try:
+                (cur / "cgroup.subtree_control").write_text(" ".join("+" + c for c in want))
+            except OSError:
+                pass
+        cur = cur / part
+        cur.mkdir(exist_ok=True)
+
+
+def remove_empty_parents(rel: str) -> None:
+    """Drop rmqchaos/<run_id> once its node groups are gone (never the shared rmqchaos/ root)."""
+    parent = str(Path(rel).parent)
+    if parent in (PREFIX, ".", ""):
+        return
+    for d in Cgroup(parent).dirs():
+        try:
+            d.rmdir()
+        except OSError:
+            pass

@@ -1,0 +1,32 @@
+"""Last-resort cleanup for a registered run whose run directory was deleted while its cluster ran:
+its cgroups (named after the run id) still hold its processes, which are ours to end."""
+from __future__ import annotations
+
+import signal
+
+from cluster import cgroups
+from cluster.cgroups import Cgroup
+from cluster.procs import send, wait_gone
+from rmqchaos.rundir import lost_run_ids, registry_dir
+
+
+def reap_lost_runs() -> list[str]:
+    done: list[str] = []
+    for run_id in lost_run_ids():
+        nodes: set[str] = set()
+        for d in Cgroup(f"{cgroups.PREFIX}/{run_id}").dirs():
+            if d.is_dir():
+                nodes |= {p.name for p in d.iterdir() if p.is_dir()}
+        for node in sorted(nodes):
+            cg = Cgroup(f"{cgroups.PREFIX}/{run_id}/{node}")
+            if cg.frozen():
+                cg.freeze(False)
+            pids = cg.pids()
+            for pid in pids:
+                send(pid, None, signal.SIGKILL)
+            wait_gone([(p, None) for p in pids], 10)
+            cg.remove()
+            done.append(f"run {run_id} (run directory gone): killed {len(pids)} process(es) in cgroup {cg.rel}")
+        cgroups.remove_empty_parents(f"{cgroups.PREFIX}/{run_id}/x")
+        (registry_dir() / run_id).unlink(missing_ok=True)
+    return done

@@ -1,0 +1,174 @@
+"""Processes the platform starts: spawn into a cgroup, record pid + start time, end by PID only.
+
+A pid alone can be reused by an unrelated process after ours exits; a pid together with its
+kernel start time (/proc/<pid>/stat field 22) cannot, so every check and every kill compares both.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+
+def starttime(pid: int) -> int | None:
+    """Kernel start time of `pid` in clock ticks, or None if there is no such (live) process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    rest = stat[stat.rindex(")") + 2:].split()  # fields after "pid (comm)"; comm may contain spaces
+    if rest[0] in ("Z", "X"):  # zombie or dead: the process has exited, only its entry remains
+        return None
+    return int(rest[19])
+
+
+def alive(pid: int, start: int | None) -> bool:
+    st = starttime(pid)
+    return st is not None and (start is None or st == start)
+
+
+def state_char(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2]
+
+
+@dataclass
+class ProcRecord:
+    """One started process, as appended to <run>/processes.jsonl."""
+    node: str
+    pid: int
+    starttime: int
+    cmd: list[str]
+    cgroup: str | None
+    ports: list[int]
+    started_ms: int
+    event: str = "start"
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+class ProcessLog:
+    """Append-only, fsync'd record of every process and cgroup a run started (the reaping contract)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def _append(self, rec: dict[str, object]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a") as f:
+            f.write(json.dumps(rec, separators=(",", ":")) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def record_start(self, rec: ProcRecord) -> None:
+        self._append(asdict(rec))
+
+    def record_cgroup(self, node: str, rel: str) -> None:
+        self._append({"event": "cgroup", "node": node, "cgroup": rel, "ts_ms": now_ms()})
+
+    def record_exit(self, node: str, pid: int, how: str) -> None:
+        self._append({"event": "exit", "node": node, "pid": pid, "how": how, "ts_ms": now_ms()})
+
+    def entries(self) -> list[dict[str, object]]:
+        if not self.path.exists():
+            return []
+        out = []
+        for line in self.path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue  # a torn last line after a crash: the complete records before it still count
+        return out
+
+    def starts(self) -> list[ProcRecord]:
+        fields = ProcRecord.__dataclass_fields__
+        return [ProcRecord(**{k: v for k, v in e.items() if k in fields})  # type: ignore[arg-type]
+                for e in self.entries() if e.get("event") == "start"]
+
+    def latest(self, node: str) -> ProcRecord | None:
+        recs = [r for r in self.starts() if r.node == node]
+        return recs[-1] if recs else None
+
+    def cgroups(self) -> list[str]:
+        seen: list[str] = []
+        for e in self.entries():
+            cg = e.get("cgroup")
+            if isinstance(cg, str) and cg not in seen:
+                seen.append(cg)
+        return seen
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def spawn(cmd: list[str], cwd: Path, env: dict[str, str], log_file: Path, cgroup_procs: list[str]) -> subprocess.Popen:
+    """Start `cmd` detached from our session (it must outlive `cluster up`), already inside its cgroup."""
+
+    def join_cgroup() -> None:  # runs in the child between fork and exec
+        pid = str(os.getpid())
+        for f in cgroup_procs:
+            with open(f, "w") as fh:
+                fh.write(pid)
+
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "ab") as out:
+        return subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=join_cgroup)
+
+
+def wait_gone(pids: Iterable[tuple[int, int | None]], timeout: float) -> bool:
+    pending = list(pids)
+    deadline = time.monotonic() + timeout
+    while pending:
+        _reap_children()
+        pending = [(p, s) for p, s in pending if alive(p, s)]
+        if not pending:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _reap_children() -> None:
+    """Collect exit statuses of our own children so they do not linger as zombies."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def send(pid: int, start: int | None, sig: int) -> bool:
+    """Signal `pid` only if it is still the process we started. True if the signal was sent."""
+    if not alive(pid, start):
+        return False
+    try:
+        os.kill(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def stop(pid: int, start: int | None, grace: float) -> str:
+    """SIGTERM (RocketMQ's shutdown hooks persist offsets and configs), then SIGKILL after `grace`."""
+    if not alive(pid, start):
+        return "already-exited"
+    if state_char(pid) == "T":  # stopped by SIGSTOP: SIGTERM would wait forever
+        send(pid, start, signal.SIGCONT)
+    send(pid, start, signal.SIGTERM)
+    if wait_gone([(pid, start)], grace):
+        return "terminated"
+    send(pid, start, signal.SIGKILL)
+    wait_gone([(pid, start)], 10)
+    return "killed"

@@ -1,0 +1,1 @@
+"""rmqchaos: chaos and load tests for Apache RocketMQ (CLI, scenario spec, run directory, stages)."""

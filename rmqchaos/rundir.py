@@ -1,0 +1,158 @@
+"""The run directory: all state of one run, so every stage can run on its own against it.
+
+Layout (documented in README.md):
+  scenario.yaml        resolved scenario (every default filled in)
+  scenario.src.yaml    the file as the user wrote it
+  state.json           run id, owner lease, cluster state, stage statuses (rewritten atomically)
+  processes.jsonl      append-only: every process and cgroup started (what `down` reaps)
+  timeline.jsonl       append-only: stage and cluster events with start/end ms
+  versions.json        RocketMQ, Java, Python versions
+  cluster/<node>/      rendered config, store/, logs/ (RocketMQ's own), stdout.log
+  checks/              outputs of checks; report.json / report.txt
+A run with live processes is registered in $RMQCHAOS_HOME/active/<run id> so that `down --all`
+and the next `up` can find it even after the platform itself was killed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+from cluster.procs import ProcessLog, alive, now_ms, starttime
+from rmqchaos import paths
+from rmqchaos.errors import UserError
+from rmqchaos.spec import Scenario, dump_scenario, parse_scenario
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class RunDir:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path).resolve()
+
+    # ------------------------------------------------------------ creation / loading
+    @classmethod
+    def create(cls, path: str | Path, scenario: Scenario, source_text: str, mode: str) -> "RunDir":
+        """mode 'owned': processes end with the CLI that started them (`run`);
+        'detached': they outlive it (`cluster up`, `stage up`) until `down`."""
+        rd = cls(path)
+        if (rd.path / "state.json").exists():
+            raise UserError(f"{rd.path} already holds a run", "choose a new --out directory or remove it")
+        rd.path.mkdir(parents=True, exist_ok=True)
+        (rd.path / "scenario.src.yaml").write_text(source_text)
+        _atomic_write(rd.path / "scenario.yaml", dump_scenario(scenario))
+        run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{scenario.name}-{secrets.token_hex(3)}"
+        rd.write_state({"run_id": run_id, "created_ms": now_ms(), "mode": mode, "owner": _me(),
+                        "cluster": "new", "stages": {}})
+        return rd
+
+    @classmethod
+    def open(cls, path: str | Path) -> "RunDir":
+        rd = cls(path)
+        if not (rd.path / "state.json").is_file():
+            raise UserError(f"{rd.path} is not a run directory (no state.json)",
+                            "pass the --out directory of `rmqchaos run` or `rmqchaos stage up`")
+        return rd
+
+    def scenario(self) -> Scenario:
+        f = self.path / "scenario.yaml"
+        return parse_scenario(f.read_text(), str(f))
+
+    # ------------------------------------------------------------ state
+    def state(self) -> dict[str, Any]:
+        return json.loads((self.path / "state.json").read_text())
+
+    def write_state(self, st: dict[str, Any]) -> None:
+        _atomic_write(self.path / "state.json", json.dumps(st, indent=2) + "\n")
+
+    def update_state(self, **kv: Any) -> dict[str, Any]:
+        st = self.state()
+        st.update(kv)
+        self.write_state(st)
+        return st
+
+    def take_ownership(self, mode: str) -> None:
+        self.update_state(owner=_me(), mode=mode)
+
+    @property
+    def run_id(self) -> str:
+        return str(self.state()["run_id"])
+
+    @property
+    def processes(self) -> ProcessLog:
+        return ProcessLog(self.path / "processes.jsonl")
+
+    def node_dir(self, node: str) -> Path:
+        return self.path / "cluster" / node
+
+    # ------------------------------------------------------------ timeline
+    def event(self, kind: str, target: str, start_ms: int, end_ms: int | None, outcome: str,
+              **params: Any) -> None:
+        rec = {"kind": kind, "target": target, "params": params, "start_ms": start_ms, "end_ms": end_ms,
+               "outcome": outcome}
+        with open(self.path / "timeline.jsonl", "a") as f:
+            f.write(json.dumps(rec, separators=(",", ":")) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def timeline(self) -> list[dict[str, Any]]:
+        f = self.path / "timeline.jsonl"
+        if not f.exists():
+            return []
+        return [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+
+    # ------------------------------------------------------------ registry of live runs
+    def register(self) -> None:
+        reg = registry_dir()
+        reg.mkdir(parents=True, exist_ok=True)
+        _atomic_write(reg / self.run_id, str(self.path) + "\n")
+
+    def unregister(self) -> None:
+        (registry_dir() / self.run_id).unlink(missing_ok=True)
+
+    def is_orphan(self) -> bool:
+        """Nobody will bring this run down: its owner died while owning it, or died mid-`up`."""
+        st = self.state()
+        o = st.get("owner") or {}
+        owner_alive = alive(int(o.get("pid", 0)), o.get("starttime")) if o.get("pid") else False
+        if owner_alive:
+            return False
+        return st.get("mode") == "owned" or st.get("cluster") not in ("ready",)
+
+
+def registry_dir() -> Path:
+    """$RMQCHAOS_HOME/active/<run id>: one file per run that may have live processes, holding its path."""
+    return paths.state_home() / "active"
+
+
+def registered_runs() -> list[RunDir]:
+    reg = registry_dir()
+    out = []
+    if reg.is_dir():
+        for entry in sorted(reg.iterdir()):
+            target = Path(entry.read_text().strip())
+            if (target / "state.json").is_file():
+                out.append(RunDir(target))
+    return out
+
+
+def lost_run_ids() -> list[str]:
+    """Registered runs whose run directory is gone: only their cgroups remain to find their processes."""
+    reg = registry_dir()
+    if not reg.is_dir():
+        return []
+    return [e.name for e in sorted(reg.iterdir()) if not (Path(e.read_text().strip()) / "state.json").is_file()]
+
+
+def _me() -> dict[str, Any]:
+    return {"pid": os.getpid(), "starttime": starttime(os.getpid())}

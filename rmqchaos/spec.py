@@ -1,0 +1,396 @@
+"""The scenario spec: one typed YAML document that drives a whole run.
+
+Validated on load. Every error names the file, the line, the dotted key and what is allowed;
+unknown keys are errors (a misspelt key silently ignored would make a run test something else).
+Later stages add sections (load, consumers, faults, noise, gates) as new fields of `Scenario`.
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt,
+                      ValidationError, model_validator)
+
+from rmqchaos import paths
+from rmqchaos.errors import UserError
+
+# ---------------------------------------------------------------- value types
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def _duration(v: Any) -> Any:
+    """'500ms', '30s', '2m', '1h' or a bare number of seconds -> float seconds."""
+    if isinstance(v, bool):
+        raise ValueError("expected a duration such as 30s, 500ms or 2m")
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        m = _DURATION.match(v)
+        if not m:
+            if v.strip().startswith("-"):
+                raise ValueError(f"duration must not be negative (got {v!r})")
+            raise ValueError(f"expected a duration such as 30s, 500ms or 2m (got {v!r})")
+        return float(m.group(1)) * _UNIT[m.group(2)]
+    raise ValueError("expected a duration such as 30s, 500ms or 2m")
+
+
+Duration = Annotated[float, BeforeValidator(_duration), Field(gt=0)]
+Port = Annotated[StrictInt, Field(ge=1024, le=65535)]
+ConfValue = Union[StrictBool, StrictInt, StrictFloat, str]
+NodeName = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,40}$")]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+# ---------------------------------------------------------------- cluster
+
+
+class Jvm(Strict):
+    heap_mb: Annotated[StrictInt, Field(ge=32, le=16384)]
+    max_direct_memory_mb: Annotated[StrictInt, Field(ge=16, le=65536)] | None = None
+    options: list[str] = []
+    system_properties: dict[str, ConfValue] = {}
+
+
+class Namesrv(Strict):
+    port: Port = 9876
+    jvm: Jvm = Jvm(heap_mb=128)
+    config: dict[str, ConfValue] = {}
+
+
+class BrokerDefaults(Strict):
+    """Applied to every broker; a broker's own `jvm` replaces it, its `config` keys override it."""
+    jvm: Jvm = Jvm(heap_mb=512, max_direct_memory_mb=512)
+    config: dict[str, ConfValue] = {}
+
+
+class Slave(Strict):
+    port: Port | None = None  # default: the master's port + 5
+
+
+class Broker(Strict):
+    name: NodeName
+    port: Port | None = None  # default: 10911 + 10 * index; also uses port-2 (fast) and port+1 (HA)
+    jvm: Jvm | None = None
+    config: dict[str, ConfValue] = {}
+    slave: Slave | None = None
+
+
+class Proxy(Strict):
+    enabled: bool = False
+    grpc_port: Port = 8081
+    remoting_port: Port = 8080
+    jvm: Jvm = Jvm(heap_mb=256)
+
+
+def _default_brokers() -> list[Broker]:
+    return [Broker(name="broker-a"), Broker(name="broker-b")]
+
+
+class Cluster(Strict):
+    backend: Literal["local"] = "local"
+    rocketmq_version: str = Field(default_factory=paths.pinned_rocketmq_version)
+    name: NodeName = "DefaultCluster"
+    namesrv: Namesrv = Namesrv()
+    broker_defaults: BrokerDefaults = BrokerDefaults()
+    brokers: Annotated[list[Broker], Field(min_length=1, max_length=8)] = Field(default_factory=_default_brokers)
+    proxy: Proxy = Proxy()
+    ready_timeout: Duration = 120.0
+    stop_timeout: Duration = 20.0  # SIGTERM grace: a broker's shutdown hooks take ~5-15 s here
+
+    @model_validator(mode="after")
+    def _assign_ports(self) -> "Cluster":
+        for i, b in enumerate(self.brokers):
+            if b.port is None:
+                b.port = 10911 + 10 * i
+            if b.slave is not None and b.slave.port is None:
+                b.slave.port = b.port + 5
+        return self
+
+    def broker(self, name: str) -> Broker:
+        for b in self.brokers:
+            if b.name == name:
+                return b
+        raise KeyError(name)
+
+    def node_names(self) -> list[str]:
+        names = ["namesrv"]
+        for b in self.brokers:
+            names.append(b.name)
+            if b.slave is not None:
+                names.append(f"{b.name}-s")
+        if self.proxy.enabled:
+            names.append("proxy")
+        return names
+
+
+# ---------------------------------------------------------------- checks
+
+
+class WitnessCheck(Strict):
+    """Round trip through RocketMQ's own tools: benchmark Producer sends, mqadmin reads back."""
+    messages: Annotated[StrictInt, Field(ge=1, le=100_000)] = 200
+    message_size: Annotated[StrictInt, Field(ge=1, le=4 * 1024 * 1024)] = 128
+    threads: Annotated[StrictInt, Field(ge=1, le=64)] = 2
+    topic: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,127}$")] = "RMQCHAOS_WITNESS"
+    timeout: Duration = 120.0
+
+
+class Checks(Strict):
+    witness: WitnessCheck | None = None
+
+
+class Scenario(Strict):
+    name: NodeName
+    description: str = ""
+    cluster: Cluster = Field(default_factory=Cluster)
+    checks: Checks = Checks()
+
+    def resolved(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+# ---------------------------------------------------------------- RocketMQ config keys
+
+# Keys the platform sets itself (addresses, identity, store location); overriding them would
+# break readiness, loopback-only listening or per-node isolation.
+PLATFORM_BROKER_KEYS = {
+    "brokerClusterName": "cluster.name", "brokerName": "brokers[].name", "brokerId": "brokers[].slave",
+    "listenPort": "brokers[].port", "haListenPort": "brokers[].port", "namesrvAddr": "cluster.namesrv.port",
+    "brokerIP1": "(always 127.0.0.1)", "brokerIP2": "(always 127.0.0.1)", "bindAddress": "(always 127.0.0.1)",
+    "storePathRootDir": "(the run directory)", "storePathCommitLog": "(the run directory)",
+    "rocketmqHome": "(the run directory)",
+}
+PLATFORM_NAMESRV_KEYS = {"listenPort": "cluster.namesrv.port", "bindAddress": "(always 127.0.0.1)",
+                         "rocketmqHome": "(the run directory)"}
+
+
+@lru_cache(maxsize=4)
+def config_keys(version: str) -> dict[str, dict[str, str]]:
+    """{'broker': {key: type}, 'namesrv': {...}} read by reflection from the jars at setup time."""
+    f = paths.rocketmq_home(version) / "config-keys.json"
+    if not f.is_file():
+        raise UserError(f"{f} is missing", f"run `make setup ROCKETMQ_VERSION={version}`")
+    return json.loads(f.read_text())
+
+
+def _check_conf(conf: dict[str, Any], known: dict[str, str], platform: dict[str, str],
+                where: tuple[Any, ...], what: str) -> list[tuple[tuple[Any, ...], str]]:
+    errs: list[tuple[tuple[Any, ...], str]] = []
+    for key, value in conf.items():
+        loc = where + (key,)
+        if key in platform:
+            errs.append((loc, f"{key} is set by the platform; use {platform[key]}"))
+        elif key not in known:
+            close = difflib.get_close_matches(key, list(known), n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            errs.append((loc, f"unknown {what} key {key!r}{hint}"))
+        else:
+            t = known[key]
+            ok = {"bool": isinstance(value, bool),
+                  "int": isinstance(value, int) and not isinstance(value, bool),
+                  "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+                  "str": isinstance(value, str)}[t]
+            if not ok:
+                errs.append((loc, f"{key} must be {'a ' + t if t != 'int' else 'an int'} (got {value!r})"))
+    return errs
+
+
+def semantic_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
+    """Checks that need more than field types: RocketMQ config keys, port collisions."""
+    keys = config_keys(s.cluster.rocketmq_version)
+    errs = _check_conf(s.cluster.namesrv.config, keys["namesrv"], PLATFORM_NAMESRV_KEYS,
+                       ("cluster", "namesrv", "config"), "namesrv")
+    errs += _check_conf(s.cluster.broker_defaults.config, keys["broker"], PLATFORM_BROKER_KEYS,
+                        ("cluster", "broker_defaults", "config"), "broker.conf")
+    used: dict[int, tuple[Any, ...]] = {s.cluster.namesrv.port: ("cluster", "namesrv", "port")}
+    names: set[str] = set()
+    for i, b in enumerate(s.cluster.brokers):
+        if b.name in names:
+            errs.append((("cluster", "brokers", i, "name"), f"broker name {b.name!r} is used twice"))
+        names.add(b.name)
+        errs += _check_conf(b.config, keys["broker"], PLATFORM_BROKER_KEYS, ("cluster", "brokers", i, "config"),
+                            "broker.conf")
+        nodes = [(b.port, ("cluster", "brokers", i, "port"))]
+        if b.slave is not None:
+            nodes.append((b.slave.port, ("cluster", "brokers", i, "slave", "port")))
+        for port, loc in nodes:
+            assert port is not None
+            for p in (port - 2, port, port + 1):  # fast remoting server, main, HA
+                if p in used:
+                    errs.append((loc, f"port {p} (from port {port}, which also uses port-2 and port+1) collides "
+                                      f"with {_dotted(used[p])}"))
+                used[p] = loc
+    if s.cluster.proxy.enabled:
+        for field in ("grpc_port", "remoting_port"):
+            p = getattr(s.cluster.proxy, field)
+            if p in used:
+                errs.append((("cluster", "proxy", field), f"port {p} collides with {_dotted(used[p])}"))
+            used[p] = ("cluster", "proxy", field)
+    return errs
+
+
+# ---------------------------------------------------------------- loading with line numbers
+
+
+class SpecError(UserError):
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__(lines[0])
+        self.lines = lines
+        self.detail = "\n".join(lines[1:])
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for p in loc:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "(top level)"
+
+
+def _node_at(root: yaml.Node | None, loc: tuple[Any, ...]) -> yaml.Node | None:
+    """The deepest YAML node along `loc` (keys for mappings, indexes for sequences)."""
+    node = root
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                if isinstance(k, yaml.ScalarNode) and k.value == str(part):
+                    node = v
+                    break
+            else:
+                return node
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+        else:
+            return node
+    return node
+
+
+def _key_node(root: yaml.Node | None, loc: tuple[Any, ...]) -> yaml.Node | None:
+    parent = _node_at(root, loc[:-1])
+    if isinstance(parent, yaml.MappingNode):
+        for k, _ in parent.value:
+            if isinstance(k, yaml.ScalarNode) and k.value == str(loc[-1]):
+                return k
+    return parent
+
+
+def _duplicate_keys(node: yaml.Node | None, loc: tuple[Any, ...] = ()) -> list[tuple[yaml.Node, str]]:
+    out: list[tuple[yaml.Node, str]] = []
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for k, v in node.value:
+            if isinstance(k, yaml.ScalarNode):
+                if k.value in seen:
+                    out.append((k, f"{_dotted(loc + (k.value,))}: key given twice"))
+                seen.add(k.value)
+                out += _duplicate_keys(v, loc + (k.value,))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, v in enumerate(node.value):
+            out += _duplicate_keys(v, loc + (i,))
+    return out
+
+
+def _pydantic_message(e: dict[str, Any]) -> str:
+    t = e["type"]
+    if t == "extra_forbidden":
+        return "unknown key (allowed here: see the spec reference in README.md)"
+    msg = e["msg"]
+    if t.startswith("value_error"):
+        msg = msg.removeprefix("Value error, ")
+    inp = e.get("input")
+    if t not in ("missing",) and not isinstance(inp, (dict, list)):
+        msg += f" (got {inp!r})"
+    return msg
+
+
+def _allowed_keys(model: type[BaseModel] | None) -> str:
+    return ", ".join(model.model_fields) if model else ""
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The spec model whose mapping contains the last key of `loc` (for 'allowed keys' hints)."""
+    model: Any = Scenario
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return None
+        ann = field.annotation
+        model = _inner_model(ann)
+        if model is None:
+            return None
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _inner_model(ann: Any) -> type[BaseModel] | None:
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ann
+    for a in getattr(ann, "__args__", ()) or ():
+        m = _inner_model(a)
+        if m is not None:
+            return m
+    meta = getattr(ann, "__origin__", None)
+    if meta is not None and isinstance(meta, type) and issubclass(meta, BaseModel):
+        return meta
+    return None
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise UserError(f"{p}: cannot read scenario: {e.strerror}", "check the path") from None
+    return parse_scenario(text, str(p))
+
+
+def parse_scenario(text: str, filename: str = "<scenario>") -> Scenario:
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{filename}:{mark.line + 1}" if mark else filename
+        raise SpecError([f"{where}: not valid YAML: {getattr(e, 'problem', None) or e}"]) from None
+    dups = _duplicate_keys(root)
+    if dups:
+        raise SpecError([f"{filename}:{n.start_mark.line + 1}: {m}" for n, m in dups])
+    if not isinstance(data, dict):
+        raise SpecError([f"{filename}:1: a scenario is a mapping with at least `name:`"])
+
+    def line(node: yaml.Node | None) -> int:
+        return node.start_mark.line + 1 if node is not None else 1
+
+    try:
+        s = Scenario.model_validate(data)
+    except ValidationError as ve:
+        lines = []
+        for e in ve.errors():
+            loc = tuple(e["loc"])
+            if e["type"] == "extra_forbidden":
+                allowed = _allowed_keys(_model_at(loc))
+                lines.append(f"{filename}:{line(_key_node(root, loc))}: {_dotted(loc)}: unknown key"
+                             + (f"; allowed: {allowed}" if allowed else ""))
+            else:
+                node = _node_at(root, loc)
+                lines.append(f"{filename}:{line(node)}: {_dotted(loc)}: {_pydantic_message(e)}")
+        raise SpecError(lines) from None
+    errs = semantic_errors(s)
+    if errs:
+        raise SpecError([f"{filename}:{line(_key_node(root, loc))}: {_dotted(loc)}: {msg}" for loc, msg in errs])
+    return s
+
+
+def dump_scenario(s: Scenario) -> str:
+    return yaml.safe_dump(s.resolved(), sort_keys=False)

@@ -1,0 +1,214 @@
+"""Blocking admin calls over the remoting protocol: namesrv cluster info, routes, topic creation.
+
+One request at a time per connection; responses are matched by the frame's opaque (request id).
+Request codes and header fields: rocketmq-remoting RequestCode.java and protocol/header/*.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import gevent.socket as socket  # cooperative under gevent (Locust), plain blocking calls elsewhere
+
+from rmqclient.frame import Frame, FrameError, FrameReader, encode_frame
+
+GET_ROUTEINFO_BY_TOPIC = 105
+GET_BROKER_CLUSTER_INFO = 106
+UPDATE_AND_CREATE_TOPIC = 17
+GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
+UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
+GET_CONSUMER_CONNECTION_LIST = 203
+DELETE_SUBSCRIPTIONGROUP = 207
+DELETE_TOPIC_IN_BROKER = 215
+DELETE_TOPIC_IN_NAMESRV = 216
+SUCCESS = 0
+TOPIC_NOT_EXIST = 17
+PERM_READ_WRITE = 6  # PermName.PERM_READ | PERM_WRITE
+
+
+class RemotingError(Exception):
+    """A request that got no usable answer: connection refused/closed, timeout, or an error code."""
+
+    def __init__(self, message: str, code: int | None = None, remark: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.remark = remark
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    cluster: str
+    name: str
+    addrs: dict[int, str]  # brokerId -> "host:port"; 0 is the master
+
+
+def _split_addr(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    return host, int(port)
+
+
+class Connection:
+    _opaque = itertools.count(1)
+
+    def __init__(self, addr: str, timeout: float = 3.0) -> None:
+        self.addr = addr
+        self.timeout = timeout
+        try:
+            self._sock = socket.create_connection(_split_addr(addr), timeout=timeout)
+        except OSError as e:
+            raise RemotingError(f"cannot connect to {addr}: {e.strerror or e}") from None
+        self._reader = FrameReader()
+        self._pending: list[Frame] = []
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def __enter__(self) -> "Connection":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request(self, code: int, ext: dict[str, Any] | None = None, body: bytes = b"",
+                timeout: float | None = None) -> Frame:
+        opaque = next(self._opaque)
+        req = Frame(code=code, opaque=opaque, ext={k: _str(v) for k, v in (ext or {}).items() if v is not None},
+                    body=body)
+        deadline = time.monotonic() + (timeout or self.timeout)
+        try:
+            self._sock.sendall(encode_frame(req))
+            while True:
+                for f in self._pending:
+                    if f.opaque == opaque and f.is_response:
+                        self._pending.remove(f)
+                        return f
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RemotingError(f"timeout waiting for {self.addr} (request code {code})")
+                self._sock.settimeout(left)
+                data = self._sock.recv(65536)
+                if not data:
+                    raise RemotingError(f"connection to {self.addr} closed (request code {code})")
+                self._pending.extend(self._reader.feed(data))
+        except socket.timeout:
+            raise RemotingError(f"timeout waiting for {self.addr} (request code {code})") from None
+        except FrameError as e:
+            raise RemotingError(f"bad frame from {self.addr}: {e}") from None
+        except OSError as e:
+            raise RemotingError(f"connection to {self.addr} failed: {e.strerror or e}") from None
+
+
+def _str(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+class AdminClient:
+    """Admin calls the platform needs. `namesrv` is "host:port" (several separated by ';')."""
+
+    def __init__(self, namesrv: str, timeout: float = 3.0) -> None:
+        self.namesrv_addrs = [a for a in namesrv.split(";") if a]
+        self.timeout = timeout
+
+    def _namesrv_request(self, code: int, ext: dict[str, Any] | None = None) -> Frame:
+        last: RemotingError | None = None
+        for addr in self.namesrv_addrs:
+            try:
+                with Connection(addr, self.timeout) as c:
+                    return c.request(code, ext)
+            except RemotingError as e:
+                last = e
+        assert last is not None
+        raise last
+
+    def cluster_info(self) -> list[BrokerInfo]:
+        resp = self._namesrv_request(GET_BROKER_CLUSTER_INFO)
+        _check(resp, "GET_BROKER_CLUSTER_INFO")
+        data = resp.body_json() if resp.body else {}
+        out = []
+        for name, bd in (data.get("brokerAddrTable") or {}).items():
+            out.append(BrokerInfo(cluster=bd.get("cluster", ""), name=name,
+                                  addrs={int(k): v for k, v in (bd.get("brokerAddrs") or {}).items()}))
+        return sorted(out, key=lambda b: b.name)
+
+    def topic_route(self, topic: str) -> dict[str, Any] | None:
+        """The route of a topic, or None when namesrv does not know it (code 17)."""
+        resp = self._namesrv_request(GET_ROUTEINFO_BY_TOPIC, {"topic": topic, "acceptStandardJsonOnly": True})
+        if resp.code == TOPIC_NOT_EXIST:
+            return None
+        _check(resp, "GET_ROUTEINFO_BY_TOPIC")
+        return resp.body_json()
+
+    def topic_list(self) -> list[str]:
+        resp = self._namesrv_request(GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+        _check(resp, "GET_ALL_TOPIC_LIST_FROM_NAMESERVER")
+        return sorted((resp.body_json() or {}).get("topicList") or [])
+
+    def master_addrs(self, cluster: str | None = None) -> dict[str, str]:
+        """brokerName -> master address, from namesrv's cluster info."""
+        return {b.name: b.addrs[0] for b in self.cluster_info() if 0 in b.addrs and (cluster is None or
+                                                                                    b.cluster == cluster)}
+
+    def _broker(self, addr: str, code: int, ext: dict[str, Any], what: str, body: bytes = b"") -> Frame:
+        with Connection(addr, self.timeout) as c:
+            resp = c.request(code, ext, body)
+        _check(resp, f"{what} on {addr}")
+        return resp
+
+    def create_topic(self, broker_addr: str, topic: str, queues: int = 4, perm: int = PERM_READ_WRITE) -> None:
+        ext = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues,
+               "perm": perm, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False}
+        self._broker(broker_addr, UPDATE_AND_CREATE_TOPIC, ext, f"UPDATE_AND_CREATE_TOPIC {topic}")
+
+    def create_topic_everywhere(self, topic: str, queues: int = 4, cluster: str | None = None) -> list[str]:
+        """Create `topic` on every master (as `mqadmin updateTopic -c`). Returns the broker names."""
+        masters = self.master_addrs(cluster)
+        for addr in masters.values():
+            self.create_topic(addr, topic, queues)
+        return sorted(masters)
+
+    def delete_topic(self, topic: str, cluster: str | None = None) -> None:
+        """Delete on every master, then from namesrv (as `mqadmin deleteTopic`)."""
+        for addr in self.master_addrs(cluster).values():
+            self._broker(addr, DELETE_TOPIC_IN_BROKER, {"topic": topic}, f"DELETE_TOPIC_IN_BROKER {topic}")
+        self._namesrv_checked(DELETE_TOPIC_IN_NAMESRV, {"topic": topic, "clusterName": cluster},
+                              f"DELETE_TOPIC_IN_NAMESRV {topic}")
+
+    def create_group(self, group: str, retry_max_times: int = 16, cluster: str | None = None) -> None:
+        """Create a subscription group on every master (SubscriptionGroupConfig as JSON body)."""
+        body = json.dumps({"groupName": group, "consumeEnable": True, "consumeFromMinEnable": True,
+                           "consumeBroadcastEnable": True, "retryQueueNums": 1, "retryMaxTimes": retry_max_times,
+                           "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1, "notifyConsumerIdsChangedEnable": True,
+                           "groupSysFlag": 0, "consumeTimeoutMinute": 15}).encode()
+        for addr in self.master_addrs(cluster).values():
+            self._broker(addr, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, f"create group {group}", body)
+
+    def delete_group(self, group: str, clean_offset: bool = True, cluster: str | None = None) -> None:
+        for addr in self.master_addrs(cluster).values():
+            self._broker(addr, DELETE_SUBSCRIPTIONGROUP, {"groupName": group, "cleanOffset": clean_offset},
+                         f"delete group {group}")
+
+    def consumer_connections(self, group: str) -> dict[str, list[dict[str, Any]]]:
+        """brokerName -> the group's client connections as that broker sees them (clientId, addr, ...).
+        A broker where the group has no live consumer answers code 206 and maps to []."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        for name, addr in self.master_addrs().items():
+            with Connection(addr, self.timeout) as c:
+                resp = c.request(GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
+            out[name] = list((resp.body_json() or {}).get("connectionSet") or []) if resp.code == SUCCESS and \
+                resp.body else []
+        return out
+
+    def _namesrv_checked(self, code: int, ext: dict[str, Any], what: str) -> Frame:
+        resp = self._namesrv_request(code, ext)
+        _check(resp, what)
+        return resp
+
+
+def _check(resp: Frame, what: str) -> None:
+    if resp.code != SUCCESS:
+        raise RemotingError(f"{what} failed: code {resp.code} {resp.remark or ''}".rstrip(), resp.code, resp.remark)

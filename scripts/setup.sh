@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# One idempotent setup behind `make run` and `make test`: Debian tools, Java, the Python venv
+# with the locked dependency set, the Maven-resolved RocketMQ jars and the platform's Java module.
+# Each step is skipped when its inputs are unchanged, so a second run takes seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+say() { printf '[setup] %s\n' "$*" >&2; }
+die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
+stamp_ok() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }
+
+# --- Debian tools the platform uses (cluster: java, mvn, gcc; noise: fio, redis; netns: ip) ---
+apt_updated=0
+need_pkgs=()
+for pair in fio:fio redis-server:redis-server ip:iproute2 gcc:gcc mvn:maven java:openjdk-17-jdk-headless javac:openjdk-17-jdk-headless ss:iproute2 pgrep:procps; do
+  cmd=${pair%%:*}; pkg=${pair#*:}
+  command -v "$cmd" >/dev/null 2>&1 || need_pkgs+=("$pkg")
+done
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  [ "$(id -u)" = 0 ] || die "missing tools (${need_pkgs[*]}); install them with apt-get as root"
+  say "installing Debian packages: ${need_pkgs[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && apt_updated=1
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+fi
+# Debian starts a redis-server service on install; the platform runs its own instances.
+if [ $apt_updated = 1 ] && command -v systemctl >/dev/null 2>&1; then systemctl disable --now redis-server >/dev/null 2>&1 || true; fi
+
+java_major=$(java -version 2>&1 | awk -F'"' '/version/ {print $2; exit}' | awk -F. '{print ($1 == 1) ? $2 : $1}')
+[ -n "$java_major" ] && [ "$java_major" -ge 11 ] || die "java ${java_major:-missing} found; RocketMQ here needs Java 11+ (apt-get install openjdk-17-jdk-headless)"
+
+# --- Python venv with the exact locked set ---
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+venv_key=$(cat requirements.lock pyproject.toml | sha256sum | cut -c1-16)
+if ! stamp_ok .venv/.setup-stamp "$venv_key" || [ ! -x .venv/bin/python ]; then
+  say "creating .venv (pinned dependencies from requirements.lock; first time takes a few minutes)"
+  [ -x .venv/bin/python ] || "$PY" -m venv .venv
+  .venv/bin/pip install -q --upgrade pip >/dev/null 2>&1 || true
+  .venv/bin/pip install -q -r requirements.lock
+  .venv/bin/pip install -q --no-deps -e .
+  echo "$venv_key" > .venv/.setup-stamp
+fi
+
+# --- RocketMQ jars (pinned in pom.xml) + the platform's Java module ---
+RMQ_VERSION=${ROCKETMQ_VERSION:-$(sed -n 's:.*<rocketmq.version>\(.*\)</rocketmq.version>.*:\1:p' pom.xml | head -1)}
+LIB=.cache/rocketmq-$RMQ_VERSION
+mvn_key=$( (cat pom.xml; find java/src -type f | sort | xargs cat; echo "$RMQ_VERSION") | sha256sum | cut -c1-16)
+if ! stamp_ok "$LIB/.setup-stamp" "$mvn_key" || [ ! -f "$LIB/rmqchaos-java.jar" ]; then
+  say "resolving RocketMQ $RMQ_VERSION jars with Maven into $LIB"
+  rm -rf "$LIB/lib"
+  mkdir -p "$LIB"
+  mvn -B -q -Drocketmq.version="$RMQ_VERSION" package dependency:copy-dependencies \
+      -DincludeScope=runtime -DoutputDirectory="$ROOT/$LIB/lib" -DskipTests >"$ROOT/.cache/mvn.log" 2>&1 \
+    || { tail -20 .cache/mvn.log >&2; die "Maven could not resolve RocketMQ $RMQ_VERSION (see .cache/mvn.log)"; }
+  cp target/rmqchaos-java-*.jar "$LIB/rmqchaos-java.jar"
+  java -cp "$LIB/rmqchaos-java.jar:$LIB/lib/*" io.rmqchaos.ConfigKeys > "$LIB/config-keys.json"
+  echo "$mvn_key" > "$LIB/.setup-stamp"
+fi
+
+# --- LD_PRELOAD shim that keeps every listener of our JVMs on loopback ---
+SHIM=.cache/native/libloopback_bind.so
+if [ ! -f "$SHIM" ] || [ cluster/native/loopback_bind.c -nt "$SHIM" ]; then
+  say "building $SHIM"
+  mkdir -p .cache/native
+  gcc -O2 -Wall -shared -fPIC -o "$SHIM" cluster/native/loopback_bind.c -ldl
+fi
+say "ready: RocketMQ $RMQ_VERSION, $(java -version 2>&1 | head -1), $(.venv/bin/python --version)"

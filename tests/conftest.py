@@ -1,0 +1,90 @@
+"""Shared fixtures. Tests run against a real RocketMQ (the jars `make setup` resolved).
+
+- `cluster`: one session-scoped cluster for tests that only read it.
+- `fresh_cluster`: a new cluster per test, for tests that break one.
+Each uses its own ports, so they can coexist; every test gets its own RMQCHAOS_HOME registry so
+nothing here touches a developer's own clusters.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+RMQCHAOS = [sys.executable, "-m", "rmqchaos.cli"]
+
+
+def scenario_dict(name: str, ns_port: int, broker_ports: list[int], **extra: object) -> dict:
+    d: dict = {
+        "name": name,
+        "cluster": {
+            "namesrv": {"port": ns_port},
+            "brokers": [{"name": f"broker-{chr(ord('a') + i)}", "port": p} for i, p in enumerate(broker_ports)],
+            "ready_timeout": "90s",
+            "stop_timeout": "10s",
+        },
+    }
+    for k, v in extra.items():
+        d[k] = v
+    return d
+
+
+def write_scenario(path: Path, d: dict) -> Path:
+    path.write_text(yaml.safe_dump(d, sort_keys=False))
+    return path
+
+
+def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([*RMQCHAOS, *args], cwd=REPO, env=env or os.environ.copy(), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path_factory.mktemp("rmqchaos-home")
+    monkeypatch.setenv("RMQCHAOS_HOME", str(home))
+    monkeypatch.setenv("RMQCHAOS_RUNS", str(home / "runs"))
+
+
+def _start(tmp: Path, d: dict):
+    from cluster.local import LocalCluster
+    from rmqchaos import stages
+    from rmqchaos.rundir import RunDir
+    from rmqchaos.spec import load_scenario
+
+    f = write_scenario(tmp / "scenario.yaml", d)
+    run = RunDir.create(tmp / "run", load_scenario(f), f.read_text(), mode="owned")
+    try:
+        stages.up(run)
+    except BaseException:
+        stages.down(run)
+        raise
+    return run, LocalCluster(run)
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """A shared 2-group cluster (namesrv 19876, brokers 19911/19921) for tests that only read."""
+    from rmqchaos import stages
+    mp = pytest.MonkeyPatch()
+    home = tmp_path_factory.mktemp("session-home")
+    mp.setenv("RMQCHAOS_HOME", str(home))
+    run, c = _start(tmp_path_factory.mktemp("session-cluster"), scenario_dict("session", 19876, [19911, 19921]))
+    yield c
+    stages.down(run)
+    mp.undo()
+
+
+@pytest.fixture
+def fresh_cluster(tmp_path: Path) -> Iterator:
+    """A cluster of its own (namesrv 29876, brokers 29911/29921) for a test that breaks it."""
+    from rmqchaos import stages
+    run, c = _start(tmp_path, scenario_dict("fresh", 29876, [29911, 29921]))
+    yield c
+    stages.down(run)

@@ -1,0 +1,96 @@
+"""The CLI as a user runs it: up/status/down, a whole run, and cleanup after the CLI was SIGKILLed."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from conftest import RMQCHAOS, REPO, cli, scenario_dict, write_scenario
+from helpers import assert_nothing_left, live, run_id
+
+
+def test_cluster_up_status_down_leaves_nothing(tmp_path: Path) -> None:
+    f = write_scenario(tmp_path / "s.yaml", scenario_dict("cli", 39876, [39911, 39921]))
+    rd = tmp_path / "cl"
+    r = cli("cluster", "up", "--scenario", str(f), "--run-dir", str(rd))
+    assert r.returncode == 0, r.stderr
+    assert "cluster ready" in r.stderr and "namesrv 127.0.0.1:39876" in r.stdout
+    assert len(live(rd)) == 3
+
+    r = cli("cluster", "status", "--run-dir", str(rd))
+    assert r.returncode == 0, r.stderr
+    rows = {line.split()[0]: line.split() for line in r.stdout.splitlines()[2:]}
+    assert set(rows) == {"namesrv", "broker-a", "broker-b"}
+    for name, port in (("broker-a", "39911"), ("broker-b", "39921")):
+        assert rows[name][2] == "running" and rows[name][3].isdigit()
+        assert rows[name][4].startswith(port) and rows[name][5] == "yes"
+    js = json.loads(cli("cluster", "status", "--run-dir", str(rd), "--json").stdout)
+    assert {s["name"]: s["pid"] for s in js} == {n: p for n, p in live(rd)}
+
+    r = cli("cluster", "down", "--run-dir", str(rd))
+    assert r.returncode == 0, r.stderr
+    assert_nothing_left(rd)
+    assert json.loads((rd / "state.json").read_text())["cluster"] == "down"
+
+
+def test_run_end_to_end_writes_report(tmp_path: Path) -> None:
+    d = scenario_dict("e2e", 39876, [39911, 39921],
+                      checks={"witness": {"messages": 200, "threads": 2, "topic": "T_E2E"}})
+    f = write_scenario(tmp_path / "s.yaml", d)
+    out = tmp_path / "run"
+    r = cli("run", str(f), "--out", str(out), timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"report: {out / 'report.txt'}" in r.stdout
+    rep = json.loads((out / "report.json").read_text())
+    assert [*rep["stages"]] == ["up", "check", "down", "report"]
+    assert all(s["status"] == "ok" for n, s in rep["stages"].items() if n != "report")
+    assert rep["witness"]["ok"] and rep["witness"]["read_back_total"] == 200
+    for name in ("scenario.yaml", "scenario.src.yaml", "timeline.jsonl", "processes.jsonl",
+                 "cluster/broker-a/broker.conf", "cluster/namesrv/namesrv.properties"):
+        assert (out / name).is_file(), name
+    assert "brokerName=broker-a" in (out / "cluster/broker-a/broker.conf").read_text()
+    assert_nothing_left(out)
+
+
+def _start_run_and_sigkill_it_once_up(tmp_path: Path, name: str) -> Path:
+    f = write_scenario(tmp_path / f"{name}.yaml",
+                       scenario_dict(name, 39876, [39911, 39921], checks={"witness": {"messages": 100000}}))
+    out = tmp_path / name
+    p = subprocess.Popen([*RMQCHAOS, "run", str(f), "--out", str(out)], cwd=REPO, env=os.environ.copy(),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while True:
+        st = out / "state.json"
+        if st.exists() and json.loads(st.read_text()).get("cluster") == "ready":
+            break
+        assert p.poll() is None, "run exited before the cluster was up"
+        assert time.monotonic() < deadline, "cluster never came up"
+        time.sleep(0.2)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    time.sleep(1)
+    assert len(live(out)) == 3, "the killed CLI should have left its JVMs behind (that is what is reaped)"
+    return out
+
+
+def test_cli_sigkilled_after_up_is_reaped_by_the_next_down(tmp_path: Path) -> None:
+    out = _start_run_and_sigkill_it_once_up(tmp_path, "killed1")
+    r = cli("cluster", "down", "--all")
+    assert r.returncode == 0, r.stderr
+    assert_nothing_left(out)
+
+
+def test_cli_sigkilled_after_up_is_reaped_by_the_next_up(tmp_path: Path) -> None:
+    out = _start_run_and_sigkill_it_once_up(tmp_path, "killed2")
+    # same ports: this `up` can only succeed if it reaped the orphaned cluster first
+    f = write_scenario(tmp_path / "s.yaml", scenario_dict("after", 39876, [39911, 39921]))
+    rd = tmp_path / "next"
+    r = cli("cluster", "up", "--scenario", str(f), "--run-dir", str(rd))
+    assert r.returncode == 0, r.stderr
+    assert "reaping leftovers of run" in r.stderr
+    assert_nothing_left(out)
+    assert cli("cluster", "down", "--run-dir", str(rd)).returncode == 0
+    assert_nothing_left(rd)
