@@ -1,0 +1,208 @@
+package io.rmqchaos;
+
+import java.io.FileOutputStream;
+import java.io.IOException;
+import java.io.OutputStreamWriter;
+import java.io.Writer;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.atomic.AtomicLong;
+
+import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyContext;
+import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.common.MixAll;
+import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
+import org.apache.rocketmq.common.message.MessageClientExt;
+import org.apache.rocketmq.common.message.MessageConst;
+import org.apache.rocketmq.common.message.MessageExt;
+
+/**
+ * The receive witness: a real DefaultMQPushConsumer that records every delivery as one JSON line
+ * and acks according to a mode.
+ *
+ *   all                 CONSUME_SUCCESS for the whole batch (a normal application)
+ *   ack_first_of_batch  CONSUME_SUCCESS with ackIndex 0: messages 2..n of each batch go back through
+ *                       %RETRY%<group> (the batch-consumer SDK bug of incident 004)
+ *
+ * Stops after --duration seconds, or --idle seconds without a delivery, or on SIGTERM; it then
+ * shuts the consumer down (persisting offsets) and fsyncs the output. Prints a JSON summary on stdout.
+ */
+public final class Consumer {
+    private static String arg(String[] a, String name, String def) {
+        for (int i = 0; i < a.length - 1; i++) {
+            if (a[i].equals(name)) {
+                return a[i + 1];
+            }
+        }
+        return def;
+    }
+
+    private static List<String> args(String[] a, String name) {
+        List<String> out = new ArrayList<>();
+        for (int i = 0; i < a.length - 1; i++) {
+            if (a[i].equals(name)) {
+                out.add(a[i + 1]);
+            }
+        }
+        return out;
+    }
+
+    static String esc(String s) {
+        if (s == null) {
+            return "null";
+        }
+        StringBuilder b = new StringBuilder(s.length() + 2).append('"');
+        for (int i = 0; i < s.length(); i++) {
+            char c = s.charAt(i);
+            if (c == '"' || c == '\\') {
+                b.append('\\').append(c);
+            } else if (c < 0x20) {
+                b.append(String.format("\\u%04x", (int) c));
+            } else {
+                b.append(c);
+            }
+        }
+        return b.append('"').toString();
+    }
+
+    public static void main(String[] a) throws Exception {
+        if (a.length == 0 || a[0].equals("--help")) {
+            System.out.println("usage: Consumer --namesrv H:P --group G --topic T [--topic T2 ...] --out FILE "
+                + "[--mode all|ack_first_of_batch] [--batch-size N] [--delay-ms MS] [--threads N] "
+                + "[--duration S] [--idle S] [--consumer-id ID] [--run-id ID]");
+            return;
+        }
+        final String namesrv = arg(a, "--namesrv", "127.0.0.1:9876");
+        final String group = arg(a, "--group", null);
+        final List<String> topics = args(a, "--topic");
+        final String out = arg(a, "--out", null);
+        final String mode = arg(a, "--mode", "all");
+        final int batch = Integer.parseInt(arg(a, "--batch-size", "1"));
+        final long delayMs = Long.parseLong(arg(a, "--delay-ms", "0"));
+        final int threads = Integer.parseInt(arg(a, "--threads", "8"));
+        final double duration = Double.parseDouble(arg(a, "--duration", "600"));
+        final double idle = Double.parseDouble(arg(a, "--idle", "0"));
+        final String consumerId = arg(a, "--consumer-id", "c0");
+        final String runId = arg(a, "--run-id", "");
+        if (group == null || topics.isEmpty() || out == null) {
+            System.err.println("error: --group, --topic and --out are required");
+            System.exit(2);
+        }
+        if (!mode.equals("all") && !mode.equals("ack_first_of_batch")) {
+            System.err.println("error: --mode must be all or ack_first_of_batch, not " + mode);
+            System.exit(2);
+        }
+        final String retryTopic = MixAll.getRetryTopic(group);
+        final FileOutputStream fos = new FileOutputStream(out, true);
+        final Writer w = new OutputStreamWriter(fos, StandardCharsets.UTF_8);
+        final AtomicLong deliveries = new AtomicLong();
+        final AtomicLong lastDelivery = new AtomicLong(System.currentTimeMillis());
+        final Object lock = new Object();
+
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer(group);
+        c.setNamesrvAddr(namesrv);
+        c.setInstanceName(consumerId);
+        c.setClientIP("127.0.0.1");
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        c.setConsumeMessageBatchMaxSize(batch);
+        c.setConsumeThreadMin(threads);
+        c.setConsumeThreadMax(threads);
+        for (String t : topics) {
+            c.subscribe(t, "*");
+        }
+        c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+            long now = System.currentTimeMillis();
+            StringBuilder sb = new StringBuilder(256 * msgs.size());
+            for (MessageExt m : msgs) {
+                // resetRetryAndNamespace() has already put the original topic back; the RETRY_TOPIC
+                // property tells that this delivery came through %RETRY%<group>.
+                boolean viaRetry = m.getProperty(MessageConst.PROPERTY_RETRY_TOPIC) != null;
+                String offsetMsgId = m instanceof MessageClientExt ? ((MessageClientExt) m).getOffsetMsgId() : null;
+                sb.append("{\"run_id\":").append(esc(runId))
+                    .append(",\"key\":").append(esc(m.getKeys()))
+                    .append(",\"msg_id\":").append(esc(m.getMsgId()))
+                    .append(",\"offset_msg_id\":").append(esc(offsetMsgId))
+                    .append(",\"topic\":").append(esc(viaRetry ? retryTopic : m.getTopic()))
+                    .append(",\"origin_topic\":").append(esc(m.getTopic()))
+                    .append(",\"broker\":").append(esc(m.getBrokerName()))
+                    .append(",\"queue_id\":").append(m.getQueueId())
+                    .append(",\"queue_offset\":").append(m.getQueueOffset())
+                    .append(",\"reconsume_times\":").append(m.getReconsumeTimes())
+                    .append(",\"consumer_id\":").append(esc(consumerId))
+                    .append(",\"batch_size\":").append(msgs.size())
+                    .append(",\"store_ms\":").append(m.getStoreTimestamp())
+                    .append(",\"receive_ms\":").append(now)
+                    .append("}\n");
+            }
+            synchronized (lock) {
+                try {
+                    w.write(sb.toString());
+                } catch (IOException e) {
+                    return ConsumeConcurrentlyStatus.RECONSUME_LATER; // not recorded: not acked
+                }
+            }
+            deliveries.addAndGet(msgs.size());
+            lastDelivery.set(System.currentTimeMillis());
+            if (delayMs > 0) {
+                try {
+                    Thread.sleep(delayMs * msgs.size());
+                } catch (InterruptedException ignored) {
+                    Thread.currentThread().interrupt();
+                }
+            }
+            if (mode.equals("ack_first_of_batch")) {
+                ctx.setAckIndex(0);
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+
+        final CountDownLatch stopped = new CountDownLatch(1);
+        final long start = System.currentTimeMillis();
+        Runnable stop = () -> {
+            c.shutdown(); // persists consumer offsets to the broker
+            synchronized (lock) {
+                try {
+                    w.flush();
+                    fos.getFD().sync();
+                    w.close();
+                } catch (IOException ignored) {
+                }
+            }
+            System.out.println("{\"deliveries\":" + deliveries.get() + ",\"elapsed_ms\":"
+                + (System.currentTimeMillis() - start) + "}");
+            System.out.flush();
+            stopped.countDown();
+        };
+        Thread hook = new Thread(stop, "rmqchaos-consumer-stop");
+        Runtime.getRuntime().addShutdownHook(hook);
+        c.start();
+        System.err.println("consumer " + consumerId + " started: group " + group + " topics " + topics + " mode " + mode);
+
+        long lastSync = System.currentTimeMillis();
+        while (true) {
+            Thread.sleep(100);
+            long now = System.currentTimeMillis();
+            if (now - lastSync >= 1000) { // bounded loss window on a crash: flush + fsync every second
+                synchronized (lock) {
+                    w.flush();
+                    fos.getFD().sync();
+                }
+                lastSync = now;
+            }
+            if (now - start >= duration * 1000) {
+                break;
+            }
+            if (idle > 0 && now - lastDelivery.get() >= idle * 1000) {
+                break;
+            }
+        }
+        Runtime.getRuntime().removeShutdownHook(hook);
+        stop.run();
+        stopped.await();
+        System.exit(0);
+    }
+}
