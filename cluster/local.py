@@ -18,7 +18,7 @@ from cluster import cgroups
 from cluster.backend import ClusterBackend, Node, NodeStatus
 from cluster.cgroups import Cgroup
 from cluster.java import find_java
-from cluster.procs import ProcRecord, alive, now_ms, send, spawn, starttime, stop, wait_gone
+from cluster.procs import ProcRecord, alive, now_ms, send, spawn, starttime, state_char, stop, wait_gone
 from rmqchaos import paths
 from rmqchaos.errors import UserError
 from rmqchaos.progress import say
@@ -427,9 +427,11 @@ class LocalNode(Node):
         if r is None or not alive(r.pid, r.starttime):
             raise UserError(f"{self.name} is not running", "start or restart it first")
         cg = self.cgroup
-        if sig in (signal.SIGKILL, signal.SIGTERM) and cg and cg.frozen():
-            cg.freeze(False)  # a frozen task cannot act on the signal until thawed
         send(r.pid, r.starttime, sig)
+        if sig in (signal.SIGKILL, signal.SIGTERM) and cg and cg.frozen():
+            # A frozen task acts on a signal only once thawed; signalling first means a SIGKILLed
+            # broker runs no code of its own after the thaw (it answers nothing more).
+            cg.freeze(False)
         if sig == signal.SIGKILL:
             wait_gone([(r.pid, r.starttime)], 10)
             self.c.run.processes.record_exit(self.name, r.pid, "SIGKILL")
@@ -502,6 +504,8 @@ def reap(run: RunDir, grace: float = 15.0) -> list[str]:
     for rel in cg_rels:
         cg = Cgroup(rel)
         for pid in cg.pids():  # anything a node forked: in our cgroup, hence ours
+            if state_char(pid) in (None, "Z", "X"):
+                continue  # already exiting (a node we just stopped, not yet gone from the cgroup)
             send(pid, None, signal.SIGKILL)
             done.append(f"killed pid {pid} left in cgroup {rel}")
         wait_gone([(p, None) for p in cg.pids()], 10)

@@ -225,6 +225,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--scenario", help="scenario file (stage up on a new run directory)")
     s.set_defaults(fn=cmd_stage)
 
+    from rmqchaos import bench, manual
+    manual.add_parsers(sub)
+    bench.add_parsers(sub)
+
     v = sub.add_parser("validate", help="validate a scenario file")
     v.add_argument("scenario")
     v.add_argument("--resolved", action="store_true", help="print the scenario with every default filled in")

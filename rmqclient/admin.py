@@ -135,11 +135,14 @@ class AdminClient:
                                   addrs={int(k): v for k, v in (bd.get("brokerAddrs") or {}).items()}))
         return sorted(out, key=lambda b: b.name)
 
-    def topic_route(self, topic: str) -> dict[str, Any] | None:
-        """The route of a topic, or None when namesrv does not know it (code 17)."""
+    def topic_route(self, topic: str, missing_ok: bool = True) -> dict[str, Any] | None:
+        """The route of a topic. When namesrv does not know it (code 17): None, or with
+        missing_ok=False a RemotingError carrying namesrv's code and remark verbatim."""
         resp = self._namesrv_request(GET_ROUTEINFO_BY_TOPIC, {"topic": topic, "acceptStandardJsonOnly": True})
         if resp.code == TOPIC_NOT_EXIST:
-            return None
+            if missing_ok:
+                return None
+            raise RemotingError(f"namesrv has no route for topic {topic}", resp.code, resp.remark)
         _check(resp, "GET_ROUTEINFO_BY_TOPIC")
         return resp.body_json()
 

@@ -29,7 +29,7 @@ import gevent.lock
 import gevent.socket
 from gevent.event import AsyncResult
 
-from rmqclient.admin import TOPIC_NOT_EXIST, AdminClient
+from rmqclient.admin import TOPIC_NOT_EXIST, AdminClient, RemotingError
 from rmqclient.frame import CLIENT_VERSION, FLAG_RESPONSE, Frame, FrameError, FrameReader
 
 SEND_MESSAGE_V2 = 310
@@ -175,13 +175,16 @@ class Producer:
     """
 
     def __init__(self, namesrv: str, group: str = "rmqchaos_producer", timeout: float = 3.0,
-                 connect_timeout: float = 3.0) -> None:
+                 connect_timeout: float = 3.0, route_ttl: float = 30.0) -> None:
+        """timeout: per attempt, from its start to the broker's answer. route_ttl: how long a topic
+        route is trusted before namesrv is asked again (DefaultMQProducer polls every 30 s)."""
         self.namesrv = namesrv
         self.group = group
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.admin = AdminClient(namesrv, timeout=connect_timeout)
-        self._routes: dict[str, list[MessageQueue]] = {}
+        self.route_ttl = route_ttl
+        self._routes: dict[str, tuple[float, list[MessageQueue]]] = {}
         self._rr: dict[str, itertools.count] = {}
         self._conns: dict[str, BrokerConnection] = {}
         self._connect_locks: dict[str, gevent.lock.Semaphore] = {}
@@ -189,16 +192,18 @@ class Producer:
 
     # ------------------------------------------------------------ routes
     def route(self, topic: str, refresh: bool = False) -> list[MessageQueue]:
-        """Writable queues of `topic` on every master, from namesrv (cached until refresh)."""
-        if refresh or topic not in self._routes:
-            r = self.admin.topic_route(topic) or {}
+        """Writable queues of `topic` on every master, from namesrv (cached for route_ttl).
+        Raises RemotingError (code 17 and namesrv's remark) for a topic namesrv does not know."""
+        cached = self._routes.get(topic)
+        if refresh or cached is None or time.monotonic() - cached[0] > self.route_ttl:
+            r = self.admin.topic_route(topic, missing_ok=False) or {}
             masters = {bd["brokerName"]: bd["brokerAddrs"].get("0") for bd in r.get("brokerDatas", [])}
             qs = [MessageQueue(q["brokerName"], masters[q["brokerName"]], i)
                   for q in sorted(r.get("queueDatas", []), key=lambda q: q["brokerName"])
                   if masters.get(q["brokerName"]) and q["perm"] & 2
                   for i in range(q["writeQueueNums"])]
-            self._routes[topic] = qs
-        return self._routes[topic]
+            self._routes[topic] = (time.monotonic(), qs)
+        return self._routes[topic][1]
 
     def select_queue(self, topic: str, exclude_broker: str | None = None,
                      broker: str | None = None) -> MessageQueue | None:
@@ -261,13 +266,8 @@ class Producer:
         start = _now_ms()
         uniq = self._uniq.next()
         res = SendResult(outcome="error", topic=topic, key=key, start_ms=start, end_ms=start, uniq_key=uniq)
-        try:
-            mq = queue or self.select_queue(topic, exclude_broker=exclude_broker)
-        except Exception as e:  # noqa: BLE001 - namesrv unreachable etc. is a result, not a crash
-            res.error, res.end_ms = f"route lookup failed: {e}", _now_ms()
-            return res
+        mq = queue or self._queue_or_fail(res, topic, exclude_broker)
         if mq is None:
-            res.code, res.error, res.end_ms = TOPIC_NOT_EXIST, f"no route for topic {topic}", _now_ms()
             return res
         props = self._properties(key, uniq, tags, properties)
         return self._attempt(res, SEND_MESSAGE_V2, topic, mq, props, body, False, timeout)
@@ -279,14 +279,29 @@ class Producer:
         start = _now_ms()
         res = SendResult(outcome="error", topic=topic, key=",".join(k or "" for k, _ in bodies), start_ms=start,
                          end_ms=start)
-        mq = queue or self.select_queue(topic)
+        mq = queue or self._queue_or_fail(res, topic, None)
         if mq is None:
-            res.code, res.error, res.end_ms = TOPIC_NOT_EXIST, f"no route for topic {topic}", _now_ms()
             return res
         uniqs = [self._uniq.next() for _ in bodies]
         res.uniq_key = ",".join(uniqs)
         body = b"".join(_encode_batch_item(b, self._properties(k, u, None, None)) for (k, b), u in zip(bodies, uniqs))
         return self._attempt(res, SEND_BATCH_MESSAGE, topic, mq, "", body, True, timeout)
+
+    def _queue_or_fail(self, res: SendResult, topic: str, exclude_broker: str | None) -> MessageQueue | None:
+        """The queue for this attempt, or None with `res` completed as an error that was never sent."""
+        try:
+            mq = self.select_queue(topic, exclude_broker=exclude_broker)
+        except RemotingError as e:  # namesrv's own answer (e.g. 17: no route) is kept verbatim
+            res.code, res.remark, res.error = e.code, e.remark, str(e)
+            mq = None
+        except Exception as e:  # noqa: BLE001 - namesrv unreachable etc. is a result, not a crash
+            res.error = f"route lookup failed: {e}"
+            mq = None
+        else:
+            if mq is None:
+                res.code, res.error = TOPIC_NOT_EXIST, f"topic {topic} has no writable queue"
+        res.end_ms = _now_ms()
+        return mq
 
     def _attempt(self, res: SendResult, code: int, topic: str, mq: MessageQueue, props: str, body: bytes,
                  batch: bool, timeout: float | None) -> SendResult:

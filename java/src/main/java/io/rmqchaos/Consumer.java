@@ -117,7 +117,8 @@ public final class Consumer {
         c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
             long now = System.currentTimeMillis();
             StringBuilder sb = new StringBuilder(256 * msgs.size());
-            for (MessageExt m : msgs) {
+            for (int idx = 0; idx < msgs.size(); idx++) {
+                MessageExt m = msgs.get(idx);
                 // resetRetryAndNamespace() has already put the original topic back; the RETRY_TOPIC
                 // property tells that this delivery came through %RETRY%<group>.
                 boolean viaRetry = m.getProperty(MessageConst.PROPERTY_RETRY_TOPIC) != null;
@@ -134,6 +135,7 @@ public final class Consumer {
                     .append(",\"reconsume_times\":").append(m.getReconsumeTimes())
                     .append(",\"consumer_id\":").append(esc(consumerId))
                     .append(",\"batch_size\":").append(msgs.size())
+                    .append(",\"batch_index\":").append(idx)
                     .append(",\"store_ms\":").append(m.getStoreTimestamp())
                     .append(",\"receive_ms\":").append(now)
                     .append("}\n");

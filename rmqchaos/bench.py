@@ -1,0 +1,179 @@
+"""`rmqchaos bench producer`: the platform's producer against RocketMQ's own benchmark Producer.
+
+Both run as child processes against the same cluster and topic, in interleaved rounds (ABBA order,
+so drift of this noisy machine falls on both sides), with the same concurrency, message size and
+count. For each process: acked messages, wall time from spawn to exit, and CPU-seconds (user + sys,
+from wait4's rusage) — whole-process numbers, JVM/interpreter start-up included on both sides.
+Only ratios measured side by side are meant to be compared across machines.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cluster.java import find_java
+from cluster.rocketmq_tools import BENCH_PRODUCER, _child_setup
+from rmqchaos import paths
+from rmqchaos.errors import UserError
+from rmqchaos.progress import say
+
+TOPIC = "RMQCHAOS_BENCH"
+# Send Total = successes + send failures; broker errors (MQBrokerException) count as Response Failed only.
+_COMPLETE = re.compile(r"\[Complete\] Send Total: (\d+).*?Send Failed: (\d+).*?Response Failed: (\d+)")
+
+
+@dataclass
+class Sample:
+    who: str  # "python" | "java"
+    acked: int
+    attempts: int
+    wall_s: float
+    cpu_s: float
+
+    @property
+    def rate(self) -> float:
+        return self.acked / self.wall_s if self.wall_s else 0.0
+
+    @property
+    def cpu_per_10k(self) -> float:
+        return self.cpu_s / self.acked * 10_000 if self.acked else float("inf")
+
+
+def _measure(cmd: list[str], env: dict[str, str] | None, timeout: float, workdir: Path) -> tuple[str, float, float, int]:
+    """Run cmd to completion: (stdout, wall s, cpu s of the child, exit code)."""
+    out_f = workdir / "out.txt"
+    with open(out_f, "wb") as out:
+        t0 = time.monotonic()
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                             cwd=workdir, preexec_fn=_child_setup([]))
+        deadline = t0 + timeout
+        while True:
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                p.kill()
+                os.wait4(p.pid, 0)
+                raise UserError(f"benchmark process {cmd[0]} did not finish within {timeout:.0f}s",
+                                "is the cluster healthy? (rmqchaos cluster status)")
+            time.sleep(0.01)
+        wall = time.monotonic() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return out_f.read_text(errors="replace"), wall, ru.ru_utime + ru.ru_stime, p.returncode
+
+
+def run_python(ns: str, count: int, size: int, conc: int, timeout: float, workdir: Path) -> Sample:
+    cmd = [sys.executable, "-m", "rmqclient.bench_worker", "--namesrv", ns, "--topic", TOPIC, "--count", str(count),
+           "--size", str(size), "--concurrency", str(conc)]
+    out, wall, cpu, rc = _measure(cmd, dict(os.environ), timeout, workdir)
+    res = next((json.loads(x) for x in reversed(out.splitlines()) if x.startswith("{")), None)
+    if rc != 0 or res is None:
+        raise UserError(f"the platform's benchmark producer failed (exit {rc})", out.strip()[-300:])
+    return Sample("python", res["acked"], res["attempts"], wall, cpu)
+
+
+def run_java(ns: str, count: int, size: int, conc: int, timeout: float, workdir: Path, heap_mb: int) -> Sample:
+    home = paths.rocketmq_home(paths.pinned_rocketmq_version())
+    cmd = [find_java()[0], f"-Xms{heap_mb}m", f"-Xmx{heap_mb}m", "-Djava.net.preferIPv4Stack=true",
+           f"-Duser.home={workdir}", "-cp", f"{home / 'lib'}/*", BENCH_PRODUCER,
+           "-n", ns, "-t", TOPIC, "-w", str(conc), "-s", str(size), "-q", str(count), "-k", "true", "-ri", "1000"]
+    out, wall, cpu, rc = _measure(cmd, dict(os.environ, ROCKETMQ_HOME=str(workdir)), timeout, workdir)
+    m = _COMPLETE.search(out)
+    if rc != 0 or not m:
+        raise UserError(f"RocketMQ's benchmark Producer failed (exit {rc})", out.strip()[-300:])
+    total, failed, resp_failed = int(m.group(1)), int(m.group(2)), int(m.group(3))
+    return Sample("java", total - failed, total + resp_failed, wall, cpu)
+
+
+def compare(samples: list[Sample]) -> dict[str, float]:
+    def tot(who: str) -> tuple[float, float, float]:
+        s = [x for x in samples if x.who == who]
+        return sum(x.acked for x in s), sum(x.wall_s for x in s), sum(x.cpu_s for x in s)
+    pa, pw, pc = tot("python")
+    ja, jw, jc = tot("java")
+    return {"python_rate": pa / pw, "java_rate": ja / jw, "python_cpu_per_10k": pc / pa * 1e4,
+            "java_cpu_per_10k": jc / ja * 1e4, "acked_per_cpu": (pa / pc) / (ja / jc), "acked_rate": (pa / pw) / (ja / jw)}
+
+
+def bench_producer(ns: str, rounds: int, count: int, size: int, conc: int, timeout: float,
+                   java_heap_mb: int = 256) -> list[Sample]:
+    from rmqclient.admin import AdminClient
+    AdminClient(ns).create_topic_everywhere(TOPIC, queues=4)
+    time.sleep(1.0)
+    samples: list[Sample] = []
+    with tempfile.TemporaryDirectory(prefix="rmqchaos-bench-") as td:
+        wd = Path(td)
+        warm = max(1000, count // 10)
+        say(f"warm-up: {warm} messages each (not counted)")
+        run_python(ns, warm, size, conc, timeout, wd)
+        run_java(ns, warm, size, conc, timeout, wd, java_heap_mb)
+        for i in range(rounds):
+            order = ("python", "java") if i % 2 == 0 else ("java", "python")
+            for who in order:
+                s = (run_python(ns, count, size, conc, timeout, wd) if who == "python"
+                     else run_java(ns, count, size, conc, timeout, wd, java_heap_mb))
+                samples.append(s)
+                say(f"round {i + 1}/{rounds} {who:6s}: {s.acked}/{s.attempts} acked in {s.wall_s:.1f}s "
+                    f"({s.rate:.0f} msg/s), {s.cpu_s:.2f} CPU-s ({s.cpu_per_10k:.2f} per 10k acked)")
+    return samples
+
+
+def cmd_bench_producer(a: argparse.Namespace) -> int:
+    from rmqchaos import stages
+    from rmqchaos.cli import _new_run, reap_orphans
+    from rmqchaos.manual import target
+
+    run = None
+    if a.namesrv or a.run_dir:
+        ns, _ = target(a)
+    else:
+        reap_orphans()
+        run = _new_run(a.scenario, None, mode="owned")
+        say(f"starting a cluster for the benchmark from {a.scenario} (run directory {run.path})")
+        stages.up(run)
+        ns = stages.backend(run).namesrv_addr
+    try:
+        samples = bench_producer(ns, a.rounds, a.messages, a.size, a.concurrency, a.timeout)
+    finally:
+        if run is not None:
+            stages.down(run)
+    r = compare(samples)
+    per_round = [(p.cpu_per_10k and j.cpu_per_10k / p.cpu_per_10k, p.rate / j.rate)
+                 for p, j in zip([s for s in samples if s.who == "python"], [s for s in samples if s.who == "java"])]
+    print(f"producer benchmark: {a.rounds} interleaved rounds x {a.messages} messages of {a.size} B, "
+          f"{a.concurrency} concurrent sends, topic {TOPIC} on every broker")
+    print(f"{'':8s} {'acked msg/s':>12s} {'CPU-s per 10k acked':>20s}")
+    print(f"{'python':8s} {r['python_rate']:12.0f} {r['python_cpu_per_10k']:20.3f}   (rmqclient.Producer, gevent)")
+    print(f"{'java':8s} {r['java_rate']:12.0f} {r['java_cpu_per_10k']:20.3f}   ({BENCH_PRODUCER})")
+    print("per-round ratios (python/java) acked_per_cpu: "
+          + ", ".join(f"{x:.2f}" for x, _ in per_round) + "; acked_rate: " + ", ".join(f"{y:.2f}" for _, y in per_round)
+          + f" (median {statistics.median(x for x, _ in per_round):.2f} / {statistics.median(y for _, y in per_round):.2f})")
+    print(f"ratio acked_per_cpu={r['acked_per_cpu']:.2f} acked_rate={r['acked_rate']:.2f}")
+    return 0
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    b = sub.add_parser("bench", help="benchmarks that print ratios measured side by side")
+    bsub = b.add_subparsers(dest="bench", required=True)
+    p = bsub.add_parser("producer", help="the platform's producer vs RocketMQ's benchmark Producer",
+                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=4, help="interleaved rounds (default 4)")
+    p.add_argument("--messages", type=int, default=20000, help="messages per process per round (default 20000)")
+    p.add_argument("--size", type=int, default=1024, help="message body bytes (default 1024)")
+    p.add_argument("--concurrency", type=int, default=32, help="sends in flight / Java threads (default 32)")
+    p.add_argument("--timeout", type=float, default=300.0, help="bound per process run (default 300 s)")
+    p.add_argument("--scenario", default=str(paths.REPO / "scenarios" / "smoke.yaml"),
+                   help="cluster to start for the benchmark (default scenarios/smoke.yaml)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--run-dir", help="use the running cluster of this run directory instead")
+    g.add_argument("--namesrv", help="use the running cluster with this namesrv (loopback) instead")
+    p.set_defaults(fn=cmd_bench_producer)

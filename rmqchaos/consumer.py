@@ -1,0 +1,190 @@
+"""Run the receive witness — the real Java DefaultMQPushConsumer of io.rmqchaos.Consumer — as a process.
+
+The platform starts it before the load and stops it after the drain. Each instance appends one JSON
+line per delivery to its output file (the receive ledger's rows; schema in docs/ledgers.md). It is
+recorded in the run's processes.jsonl and runs in the run's `tools` cgroup, so `down` reaps it even
+after the platform itself was killed; stopping it is SIGTERM, on which the Java side shuts the
+consumer down (persisting offsets) and fsyncs its output.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cluster.cgroups import Cgroup
+from cluster.java import find_java
+from cluster.procs import ProcessLog, ProcRecord, now_ms, starttime
+from cluster.rocketmq_tools import _child_setup
+from rmqchaos import paths
+from rmqchaos.errors import UserError
+
+MAIN = "io.rmqchaos.Consumer"
+MODES = ("all", "ack_first_of_batch")
+
+
+@dataclass
+class ConsumerOptions:
+    group: str
+    topics: list[str]
+    mode: str = "all"
+    batch_size: int = 1  # consumeMessageBatchMaxSize
+    delay_ms: int = 0  # processing time per message
+    threads: int = 8
+    duration_s: float = 600.0  # hard bound on the process's life
+    idle_s: float = 0.0  # stop by itself after this long without a delivery (0: never)
+    consumer_id: str = "c0"
+    heap_mb: int = 256
+    extra_jvm: list[str] = field(default_factory=list)
+
+
+class JavaConsumer:
+    """One consumer process. `start()` returns once the Java client has started."""
+
+    def __init__(self, namesrv: str, opts: ConsumerOptions, out: Path, workdir: Path, run_id: str = "",
+                 rocketmq_version: str | None = None, cgroup: Cgroup | None = None,
+                 proc_log: ProcessLog | None = None) -> None:
+        if opts.mode not in MODES:
+            raise UserError(f"consumer mode {opts.mode!r} is not known", f"use one of {', '.join(MODES)}")
+        self.namesrv, self.opts, self.out, self.workdir, self.run_id = namesrv, opts, Path(out), Path(workdir), run_id
+        self.version = rocketmq_version or paths.pinned_rocketmq_version()
+        self.cgroup, self.proc_log = cgroup, proc_log
+        self.proc: subprocess.Popen | None = None
+        self.log_file = self.workdir / f"consumer-{opts.consumer_id}.log"
+        self.summary: dict | None = None
+
+    @property
+    def node(self) -> str:
+        return f"consumer-{self.opts.consumer_id}"
+
+    def command(self) -> list[str]:
+        java = find_java()[0]
+        home = paths.rocketmq_home(self.version)
+        o = self.opts
+        cmd = [java, f"-Xms{min(64, o.heap_mb)}m", f"-Xmx{o.heap_mb}m", "-Djava.net.preferIPv4Stack=true",
+               f"-Duser.home={self.workdir}", *o.extra_jvm,
+               "-cp", f"{home / 'rmqchaos-java.jar'}:{home / 'lib'}/*", MAIN,
+               "--namesrv", self.namesrv, "--group", o.group, "--out", str(self.out), "--mode", o.mode,
+               "--batch-size", str(o.batch_size), "--delay-ms", str(o.delay_ms), "--threads", str(o.threads),
+               "--duration", str(o.duration_s), "--idle", str(o.idle_s), "--consumer-id", o.consumer_id,
+               "--run-id", self.run_id]
+        for t in o.topics:
+            cmd += ["--topic", t]
+        return cmd
+
+    def start(self, timeout: float = 60.0) -> "JavaConsumer":
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        cmd = self.command()
+        procs = self.cgroup.procs_files() if self.cgroup else []
+        log = open(self.log_file, "ab")
+        try:
+            self.proc = subprocess.Popen(cmd, cwd=self.workdir, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                         stderr=log, start_new_session=True, preexec_fn=_child_setup(procs))
+        finally:
+            log.close()
+        if self.proc_log is not None:
+            self.proc_log.record_start(ProcRecord(
+                node=self.node, pid=self.proc.pid, starttime=starttime(self.proc.pid) or 0, cmd=cmd,
+                cgroup=self.cgroup.rel if self.cgroup else None, ports=[], started_ms=now_ms()))
+        deadline = time.monotonic() + timeout
+        marker = f"consumer {self.opts.consumer_id} started".encode()
+        while True:
+            if self.log_file.exists() and marker in self.log_file.read_bytes():
+                return self
+            if self.proc.poll() is not None:
+                raise UserError(f"{self.node} exited with code {self.proc.returncode} before it started",
+                                f"see {self.log_file}", detail=self._tail())
+            if time.monotonic() > deadline:
+                self.kill()
+                raise UserError(f"{self.node} did not start within {timeout:.0f}s",
+                                f"is namesrv {self.namesrv} up? see {self.log_file}", detail=self._tail())
+            time.sleep(0.1)
+
+    def _tail(self, n: int = 10) -> str:
+        try:
+            return "\n".join("    " + x for x in self.log_file.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def deliveries(self) -> int:
+        """Deliveries recorded so far (complete lines of the output file)."""
+        try:
+            with open(self.out, "rb") as f:
+                return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+        except FileNotFoundError:
+            return 0
+
+    def wait_drained(self, expected: int | None = None, idle_s: float = 5.0, timeout: float = 120.0) -> int:
+        """Wait until `expected` deliveries are recorded, or none arrived for `idle_s` (after at least
+        one), or `timeout`; returns the count. The Java side fsyncs every second, so the count lags
+        by up to a second: idle_s should exceed that."""
+        deadline = time.monotonic() + timeout
+        last, last_change = -1, time.monotonic()
+        while True:
+            n = self.deliveries()
+            now = time.monotonic()
+            if n != last:
+                last, last_change = n, now
+            if expected is not None and n >= expected:
+                return n
+            if (n > 0 or expected is None) and now - last_change >= idle_s:
+                return n
+            if now > deadline or not self.running():
+                return n
+            time.sleep(0.2)
+
+    def stop(self, grace: float = 30.0) -> dict:
+        """SIGTERM, wait for the clean shutdown (offsets persisted, output fsync'd); SIGKILL after grace."""
+        if self.proc is None:
+            return {}
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        how = "terminated"
+        try:
+            out, _ = self.proc.communicate(timeout=grace)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            out, how = "", "killed"
+        if self.proc_log is not None:
+            self.proc_log.record_exit(self.node, self.proc.pid, how)
+        self.summary = _last_json(out or b"")
+        self.summary["how"] = how
+        return self.summary
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def _last_json(out: bytes) -> dict:
+    for line in reversed(out.decode(errors="replace").splitlines()):
+        try:
+            v = json.loads(line)
+            if isinstance(v, dict):
+                return v
+        except ValueError:
+            continue
+    return {}
+
+
+def read_deliveries(path: Path) -> list[dict]:
+    """The delivery records of one output file (a torn last line after a crash is skipped)."""
+    out = []
+    if not Path(path).exists():
+        return out
+    for line in Path(path).read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+

@@ -1,0 +1,197 @@
+"""The client layer against the real cluster: the Python remoting producer's per-attempt outcomes and
+the Java consumer (the receive witness)."""
+from __future__ import annotations
+
+import collections
+import time
+from pathlib import Path
+from typing import Iterator
+
+import gevent
+import pytest
+from gevent.pool import Pool
+
+from rmqchaos.consumer import ConsumerOptions, JavaConsumer, read_deliveries
+from rmqclient.admin import AdminClient
+from rmqclient.producer import Producer, SendResult, send_many
+from tests.conftest import _start, scenario_dict
+
+TIMEOUT_CLEAN_QUEUE = "[TIMEOUT_CLEAN_QUEUE]broker busy"
+
+
+def consume_all(cluster, tmp: Path, group: str, topics: list[str], expected: int, **opts) -> list[dict]:
+    out = tmp / f"{group}.jsonl"
+    c = JavaConsumer(cluster.namesrv_addr, ConsumerOptions(group=group, topics=topics, **opts), out, tmp / "cw",
+                     cgroup=cluster.tools_cgroup(), proc_log=cluster.run.processes)
+    c.start()
+    try:
+        c.wait_drained(expected=expected, idle_s=20, timeout=180)
+    finally:
+        summary = c.stop()
+    assert summary["how"] == "terminated", summary
+    return read_deliveries(out)
+
+
+def test_10k_messages_through_both_brokers_arrive_once_and_agree(cluster, tmp_path: Path) -> None:
+    topic = "T_CLIENT_10K"
+    assert AdminClient(cluster.namesrv_addr).create_topic_everywhere(topic, queues=4) == ["broker-a", "broker-b"]
+    prod = Producer(cluster.namesrv_addr, timeout=10)
+    results = send_many(prod, ((topic, b"m" * 256, f"k{i}") for i in range(10_000)), concurrency=64)
+    # A broker still warming up may shed load (code 2, busy: rejected before the append, so a resend
+    # cannot duplicate). Resending those is this test's policy; anything else is a failure.
+    for _ in range(5):
+        busy = [r for r in results if r.code == 2]
+        if not busy:
+            break
+        results = [r for r in results if r.code != 2] + send_many(
+            prod, ((topic, b"m" * 256, r.key) for r in busy), concurrency=8)
+    prod.close()
+    assert collections.Counter(r.outcome for r in results) == {"ok": 10_000}, \
+        collections.Counter((r.outcome, r.code, r.remark, r.error) for r in results if not r.ok)
+    assert {r.broker for r in results} == {"broker-a", "broker-b"}
+    sent = {r.key: r for r in results}
+
+    got = consume_all(cluster, tmp_path, "g_client_10k", [topic], 10_000, threads=8, batch_size=8)
+    keys = collections.Counter(d["key"] for d in got)
+    assert len(keys) == 10_000 and set(keys) == set(sent)
+    assert max(keys.values()) == 1, [k for k, n in keys.items() if n > 1][:5]
+    for d in got:
+        r = sent[d["key"]]
+        assert (d["msg_id"], d["offset_msg_id"], d["broker"], d["queue_id"], d["queue_offset"]) == \
+               (r.uniq_key, r.msg_id, r.broker, r.queue_id, r.queue_offset)
+        assert d["topic"] == topic and d["reconsume_times"] == 0
+
+
+def test_ack_first_of_batch_sends_the_rest_through_retry(cluster, tmp_path: Path) -> None:
+    topic, group, n = "T_CLIENT_ACK0", "g_client_ack0", 40
+    AdminClient(cluster.namesrv_addr).create_topic_everywhere(topic, queues=1)
+    prod = Producer(cluster.namesrv_addr)
+    assert all(r.ok for r in send_many(prod, ((topic, b"x", f"a{i}") for i in range(n)), concurrency=1))
+    prod.close()
+    # First deliveries come in batches of up to 4; messages 2..n of each go back with delay level 3
+    # (10 s). Wait for at least one redelivery per sent-back message.
+    out = tmp_path / "ack0.jsonl"
+    c = JavaConsumer(cluster.namesrv_addr, ConsumerOptions(group=group, topics=[topic], mode="ack_first_of_batch",
+                                                           batch_size=4), out, tmp_path / "cw",
+                     cgroup=cluster.tools_cgroup(), proc_log=cluster.run.processes)
+    c.start()
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            got = read_deliveries(out)
+            first = {}
+            for d in got:
+                first.setdefault(d["key"], d)
+            sent_back = {k for k, d in first.items() if d["batch_index"] > 0}
+            retried = {d["key"] for d in got if d["reconsume_times"] > 0}
+            if len(first) == n and sent_back and sent_back <= retried:
+                break
+            time.sleep(1)
+    finally:
+        c.stop()
+    got = read_deliveries(out)
+    first = {}
+    for d in got:
+        first.setdefault(d["key"], d)
+    assert len(first) == n
+    sent_back = {k for k, d in first.items() if d["batch_index"] > 0}
+    assert any(d["batch_size"] > 1 for d in got), "no batch was delivered with more than one message"
+    retry = [d for d in got if d["reconsume_times"] > 0]
+    assert sent_back and {d["key"] for d in retry} >= sent_back
+    assert all(d["topic"] == f"%RETRY%{group}" and d["origin_topic"] == topic for d in retry)
+    acked_first = set(first) - sent_back  # index 0 of a first batch: acked, never redelivered
+    assert not acked_first & {d["key"] for d in retry}
+    assert all(d["reconsume_times"] == 0 for d in got if d["topic"] == topic)
+
+
+# ---------------------------------------------------------------- a cluster that answers with errors
+
+@pytest.fixture(scope="module")
+def strict_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """Auto-create off, a 64 KiB message limit, and one send thread that fails fast on any wait in its
+    queue (waitTimeMillsInSendQueue 0: BrokerFastFailure rejects every queued request every 10 ms)."""
+    from rmqchaos import stages
+    mp = pytest.MonkeyPatch()
+    mp.setenv("RMQCHAOS_HOME", str(tmp_path_factory.mktemp("strict-home")))
+    d = scenario_dict("strict", 23876, [23911, 23921])
+    d["cluster"]["broker_defaults"] = {"config": {"autoCreateTopicEnable": False, "maxMessageSize": 65536,
+                                                  "sendMessageThreadPoolNums": 1, "waitTimeMillsInSendQueue": 0}}
+    run, c = _start(tmp_path_factory.mktemp("strict-cluster"), d)
+    AdminClient(c.namesrv_addr).create_topic_everywhere("T_STRICT", queues=4)
+    yield c
+    stages.down(run)
+    mp.undo()
+
+
+def test_broker_errors_surface_verbatim(strict_cluster) -> None:
+    prod = Producer(strict_cluster.namesrv_addr)
+    mq = prod.select_queue("T_STRICT", broker="broker-a")
+    # a topic the broker does not have (auto-create off), sent straight to its queue
+    r = prod.send("T_NOT_THERE", b"x", key="e1", queue=mq)
+    assert (r.outcome, r.code, r.sent) == ("error", 17, True)
+    assert r.remark.startswith("topic[T_NOT_THERE] not exist, apply first please!")
+    # the same through namesrv: its own code 17 and remark, nothing sent
+    r = prod.send("T_NOT_THERE", b"x", key="e2")
+    assert (r.outcome, r.code, r.sent) == ("error", 17, False)
+    assert r.remark.startswith("No topic route info in name server for the topic: T_NOT_THERE")
+    # over maxMessageSize (64 KiB here)
+    r = prod.send("T_STRICT", b"x" * 70_000, key="e3")
+    assert (r.outcome, r.code) == ("error", 13)
+    assert r.remark.startswith("the message is illegal, maybe msg body or properties length not matched. "
+                               "msg body length limit 65536B")
+    ok = prod.send("T_STRICT", b"x" * 1000, key="e4")
+    assert ok.ok and ok.status == "SEND_OK" and ok.queue_offset is not None
+    prod.close()
+
+
+def test_broker_busy_answer_is_code_2_with_its_remark(strict_cluster) -> None:
+    # One send thread, fail-fast on any queueing: a burst of concurrent sends queues behind it.
+    prod = Producer(strict_cluster.namesrv_addr, timeout=10)
+    results = send_many(prod, (("T_STRICT", b"b" * 512, f"busy{i}") for i in range(3000)), concurrency=1000)
+    prod.close()
+    busy = [r for r in results if r.code == 2]
+    assert busy, collections.Counter((r.outcome, r.code) for r in results)
+    assert all(r.outcome == "error" and r.remark.startswith(TIMEOUT_CLEAN_QUEUE) for r in busy)
+    assert "period in queue" in busy[0].remark and "size of queue" in busy[0].remark
+    assert all(r.outcome in ("ok", "error") for r in results)  # answered, none timed out
+
+
+def test_paused_broker_times_out_within_the_timeout(strict_cluster) -> None:
+    prod = Producer(strict_cluster.namesrv_addr, timeout=1.0)
+    mq = prod.select_queue("T_STRICT", broker="broker-a")
+    assert prod.send("T_STRICT", b"warm", queue=mq).ok  # connection is up before the pause
+    node = strict_cluster.node("broker-a")
+    node.pause()
+    try:
+        t0 = time.monotonic()
+        rs = Pool(20).map(lambda i: prod.send("T_STRICT", b"p", key=f"p{i}", queue=mq), range(20))
+        took = time.monotonic() - t0
+    finally:
+        node.resume()
+    assert [r.outcome for r in rs] == ["timeout"] * 20
+    assert all(900 <= r.end_ms - r.start_ms <= 1600 for r in rs), [r.end_ms - r.start_ms for r in rs]
+    assert took < 3.0
+    other = prod.send("T_STRICT", b"b", queue=prod.select_queue("T_STRICT", broker="broker-b"))
+    assert other.ok
+    prod.close()
+
+
+def test_killed_broker_fails_every_request_in_flight(strict_cluster) -> None:
+    prod = Producer(strict_cluster.namesrv_addr, timeout=30.0)
+    mq = prod.select_queue("T_STRICT", broker="broker-a")
+    assert prod.send("T_STRICT", b"warm", queue=mq).ok
+    node = strict_cluster.node("broker-a")
+    node.pause()  # requests pile up unanswered on the open connection ...
+    in_flight = [gevent.spawn(prod.send, "T_STRICT", b"f", f"f{i}", None, mq) for i in range(50)]
+    gevent.sleep(0.5)
+    assert not any(g.ready() for g in in_flight)
+    t0 = time.monotonic()
+    node.kill()  # ... then the broker dies (kill thaws it first): the kernel closes the connection
+    gevent.joinall(in_flight, timeout=10)
+    rs: list[SendResult] = [g.value for g in in_flight]
+    assert all(g.ready() for g in in_flight) and time.monotonic() - t0 < 10
+    assert {r.outcome for r in rs} == {"error"}, collections.Counter((r.outcome, r.error) for r in rs)
+    assert all(r.sent and r.code is None and "connection" in r.error for r in rs)
+    after = prod.send("T_STRICT", b"a", queue=mq)  # a new attempt to the dead broker: refused
+    assert after.outcome == "error" and not after.sent and "connect" in after.error
+    prod.close()
