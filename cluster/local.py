@@ -175,6 +175,7 @@ class LocalCluster(ClusterBackend):
     def up(self) -> None:
         t0 = now_ms()
         java, home, shim = self.preflight()
+        self.run.write_versions(self.scenario.cluster.rocketmq_version, find_java()[2])
         self.run.update_state(cluster="starting")
         self.run.register()
         try:

@@ -61,6 +61,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     try:
         stages.up(run)
         stages.check(run)
+        stages.load(run)
     except BaseException as e:  # noqa: BLE001 - down must run whatever happened
         failed = e
     finally:
@@ -160,6 +161,8 @@ def cmd_stage(a: argparse.Namespace) -> int:
         run = RunDir.open(a.run_dir)
         if a.stage == "check":
             stages.check(run)
+        elif a.stage == "load":
+            stages.load(run)
         elif a.stage == "down":
             stages.down(run)
         elif a.stage == "report":
@@ -184,7 +187,7 @@ def parser() -> argparse.ArgumentParser:
                                 "cluster on this machine.")
     sub = p.add_subparsers(dest="cmd", required=True)
 
-    r = sub.add_parser("run", help="run a scenario end to end (up, checks, down, report)",
+    r = sub.add_parser("run", help="run a scenario end to end (up, checks, load, down, report)",
                        description="Run SCENARIO end to end: start the cluster, run its checks, stop it, "
                                    "write the report. All state lands in the run directory.")
     r.add_argument("scenario", help="scenario YAML file, e.g. scenarios/smoke.yaml")
@@ -218,9 +221,9 @@ def parser() -> argparse.ArgumentParser:
         n.set_defaults(fn=cmd_node, action=act)
 
     s = sub.add_parser("stage", help="run one pipeline stage against a run directory (as the DAG tasks do)",
-                       description="Stages: up (needs --scenario the first time), check, down, report. "
+                       description="Stages: up (needs --scenario the first time), check, load, down, report. "
                                    "Each reads and writes only the run directory; down always cleans up.")
-    s.add_argument("stage", choices=["up", "check", "down", "report"])
+    s.add_argument("stage", choices=["up", "check", "load", "down", "report"])
     s.add_argument("run_dir", help="run directory")
     s.add_argument("--scenario", help="scenario file (stage up on a new run directory)")
     s.set_defaults(fn=cmd_stage)

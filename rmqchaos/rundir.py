@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,33 @@ class RunDir:
 
     def node_dir(self, node: str) -> Path:
         return self.path / "cluster" / node
+
+    def write_versions(self, rocketmq: str, java: str) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+        def v(pkg: str) -> str | None:
+            try:
+                return version(pkg)
+            except PackageNotFoundError:
+                return None
+        _atomic_write(self.path / "versions.json", json.dumps(
+            {"rocketmq": rocketmq, "java": java, "python": sys.version.split()[0],
+             **{p: v(p) for p in ("locust", "pyspark", "apache-airflow", "gevent")}}, indent=2) + "\n")
+
+    def versions(self) -> dict[str, Any]:
+        f = self.path / "versions.json"
+        return json.loads(f.read_text()) if f.exists() else {}
+
+    def broker_configs(self) -> dict[str, dict[str, str]]:
+        """The effective broker.conf of every broker node, as rendered into cluster/<node>/."""
+        out = {}
+        for f in sorted((self.path / "cluster").glob("*/broker.conf")):
+            kv = {}
+            for line in f.read_text().splitlines():
+                if "=" in line and not line.lstrip().startswith("#"):
+                    k, _, val = line.partition("=")
+                    kv[k.strip()] = val.strip()
+            out[f.parent.name] = kv
+        return out
 
     # ------------------------------------------------------------ timeline
     def event(self, kind: str, target: str, start_ms: int, end_ms: int | None, outcome: str,

@@ -150,11 +150,84 @@ class Checks(Strict):
     witness: WitnessCheck | None = None
 
 
+# ---------------------------------------------------------------- load and consumers
+
+TopicName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,120}$")]
+GroupName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,120}$")]
+RetryOn = Annotated[str, Field(pattern=r"^(timeout|transport|busy|weak|code:\d{1,5})$")]
+
+
+class Policy(Strict):
+    """What the application does after an attempt (loadgen/policies.py has the exact rules)."""
+    kind: Literal["no_retry", "retry", "java_default", "resend_to_backup_topic", "ignore_send_status"] = "no_retry"
+    attempts: Annotated[StrictInt, Field(ge=1, le=16)] = 3  # retry: attempts in all
+    another_broker: StrictBool = True  # retry: next attempt avoids the broker of the last one
+    # retry: which results are retried. timeout | transport (no answer: connection refused/closed) |
+    # busy (code 2) | weak (stored with a status other than SEND_OK) | code:<n>
+    retry_on: list[RetryOn] = ["timeout", "transport", "busy"]
+    resend_on: list[RetryOn] = ["busy", "timeout"]  # resend_to_backup_topic: what triggers the resend
+    backup_topic: TopicName | None = None  # resend_to_backup_topic: default <topic>_bak
+    send_msg_timeout: Duration = 3.0  # java_default: budget for all attempts (sendMsgTimeout)
+
+
+class Load(Strict):
+    """Locust load: `users` producers at `rate` messages/s in total, for `duration` or `messages`."""
+    topic: TopicName = "RMQCHAOS_LOAD"
+    queues: Annotated[StrictInt, Field(ge=1, le=64)] = 4  # per broker, for the topics the load creates
+    users: Annotated[StrictInt, Field(ge=1, le=2000)] = 8
+    spawn_rate: Annotated[float, Field(gt=0, le=10000)] = 100.0
+    rate: Annotated[float, Field(gt=0, le=200_000)] = 200.0  # messages/s, all users together
+    duration: Annotated[float, BeforeValidator(_duration), Field(gt=0, le=6 * 3600)] = 30.0
+    messages: Annotated[StrictInt, Field(ge=1, le=100_000_000)] | None = None  # stop after this many
+    message_size: Annotated[StrictInt, Field(ge=1, le=4 * 1024 * 1024)] = 1024
+    tags: str | None = None
+    key_prefix: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{0,40}$")] = ""
+    timeout: Duration = 3.0  # per attempt
+    policy: Policy = Policy()
+    workers: Annotated[StrictInt, Field(ge=0, le=16)] = 0  # 0: one process; N: Locust master + N workers
+    ledger: StrictBool = True  # off only to measure the ledger's cost
+
+    def backup_topic(self) -> str | None:
+        if self.policy.kind != "resend_to_backup_topic":
+            return None
+        return self.policy.backup_topic or f"{self.topic}_bak"
+
+    def topics(self) -> list[str]:
+        return [self.topic] + ([b] if (b := self.backup_topic()) else [])
+
+
+class ConsumerInstance(Strict):
+    id: NodeName = "c0"
+    group: GroupName = "rmqchaos_consumer"
+    topics: list[TopicName] | None = None  # default: every topic of the load (incl. the backup topic)
+    mode: Literal["all", "ack_first_of_batch"] = "all"
+    batch_size: Annotated[StrictInt, Field(ge=1, le=1024)] = 1
+    delay_ms: Annotated[StrictInt, Field(ge=0, le=60_000)] = 0
+    threads: Annotated[StrictInt, Field(ge=1, le=256)] = 8
+    heap_mb: Annotated[StrictInt, Field(ge=64, le=4096)] = 256
+
+
+class Consumers(Strict):
+    """Real Java consumers, started before the load and stopped after the drain: once the load has
+    stopped, they run until no new delivery arrived for `settle` (at most `drain_timeout`)."""
+    instances: list[ConsumerInstance] = Field(default_factory=lambda: [ConsumerInstance()])
+    settle: Duration = 10.0
+    drain_timeout: Duration = 300.0
+
+
 class Scenario(Strict):
     name: NodeName
     description: str = ""
     cluster: Cluster = Field(default_factory=Cluster)
     checks: Checks = Checks()
+    load: Load | None = None
+    consumers: Consumers | None = None  # default with a load: one consumer `c0` acking everything
+
+    @model_validator(mode="after")
+    def _default_consumers(self) -> "Scenario":
+        if self.load is not None and self.consumers is None:
+            self.consumers = Consumers()
+        return self
 
     def resolved(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -231,6 +304,16 @@ def semantic_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
                     errs.append((loc, f"port {p} (from port {port}, which also uses port-2 and port+1) collides "
                                       f"with {_dotted(used[p])}"))
                 used[p] = loc
+    if s.consumers is not None:
+        ids: set[str] = set()
+        for i, c in enumerate(s.consumers.instances):
+            if c.id in ids:
+                errs.append((("consumers", "instances", i, "id"), f"consumer id {c.id!r} is used twice"))
+            ids.add(c.id)
+        if s.load is None and s.consumers.instances and any(c.topics is None for c in s.consumers.instances):
+            errs.append((("consumers",), "consumers without `topics` need a `load` section to take them from"))
+    if s.load is not None and s.load.backup_topic() == s.load.topic:
+        errs.append((("load", "policy", "backup_topic"), "the backup topic must differ from load.topic"))
     if s.cluster.proxy.enabled:
         for field in ("grpc_port", "remoting_port"):
             p = getattr(s.cluster.proxy, field)

@@ -64,6 +64,13 @@ def check(run: RunDir) -> None:
                               f"details in {run.path / 'checks' / f'witness-{w.topic}.json'}")
 
 
+def load(run: RunDir, ledger: bool | None = None) -> None:
+    """Consumers up, Locust load, drain, consumers down (rmqchaos/load_stage.py)."""
+    from rmqchaos.load_stage import run_load_stage
+    with stage(run, "load"):
+        run_load_stage(run, backend(run), ledger)
+
+
 def down(run: RunDir) -> list[str]:
     with stage(run, "down"):
         say("stopping the cluster")

@@ -88,3 +88,43 @@ def fresh_cluster(tmp_path: Path) -> Iterator:
     run, c = _start(tmp_path, scenario_dict("fresh", 29876, [29911, 29921]))
     yield c
     stages.down(run)
+
+
+@pytest.fixture(scope="session")
+def strict_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """A cluster that answers with errors (ports 23876/23911/23921): auto-create off, a 64 KiB message
+    limit, one send thread failing fast on any wait in its queue (waitTimeMillsInSendQueue 0:
+    BrokerFastFailure rejects every queued request every 10 ms), and SYNC_FLUSH with a 1 ms
+    syncFlushTimeout, so stored messages are answered FLUSH_DISK_TIMEOUT. Tests may pause and
+    resume its brokers, never kill them."""
+    from rmqchaos import stages
+    from rmqclient.admin import AdminClient
+    mp = pytest.MonkeyPatch()
+    mp.setenv("RMQCHAOS_HOME", str(tmp_path_factory.mktemp("strict-home")))
+    d = scenario_dict("strict", 23876, [23911, 23921])
+    d["cluster"]["broker_defaults"] = {"config": STRICT_BROKER_CONFIG}
+    run, c = _start(tmp_path_factory.mktemp("strict-cluster"), d)
+    AdminClient(c.namesrv_addr).create_topic_everywhere("T_STRICT", queues=4)
+    yield c
+    stages.down(run)
+    mp.undo()
+
+
+STRICT_BROKER_CONFIG = {"autoCreateTopicEnable": False, "maxMessageSize": 65536, "sendMessageThreadPoolNums": 1,
+                        "waitTimeMillsInSendQueue": 0, "flushDiskType": "SYNC_FLUSH", "syncFlushTimeout": 1}
+
+
+def load_run(tmp: Path, cluster, load: dict, consumers: dict | None = None, name: str = "load"):
+    """A run directory whose scenario drives `load` through an already running cluster fixture."""
+    from rmqchaos.rundir import RunDir
+    from rmqchaos.spec import load_scenario
+    d = yaml.safe_load((cluster.run.path / "scenario.yaml").read_text())
+    d["name"] = name
+    d["checks"] = {}
+    d["load"] = load
+    if consumers is not None:
+        d["consumers"] = consumers
+    else:
+        d.pop("consumers", None)  # the default: one consumer acking everything
+    f = write_scenario(tmp / f"{name}.yaml", d)
+    return RunDir.create(tmp / f"run-{name}", load_scenario(f), f.read_text(), mode="owned")

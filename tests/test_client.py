@@ -5,16 +5,13 @@ from __future__ import annotations
 import collections
 import time
 from pathlib import Path
-from typing import Iterator
 
 import gevent
-import pytest
 from gevent.pool import Pool
 
 from rmqchaos.consumer import ConsumerOptions, JavaConsumer, read_deliveries
 from rmqclient.admin import AdminClient
 from rmqclient.producer import Producer, SendResult, send_many
-from tests.conftest import _start, scenario_dict
 
 TIMEOUT_CLEAN_QUEUE = "[TIMEOUT_CLEAN_QUEUE]broker busy"
 
@@ -106,23 +103,6 @@ def test_ack_first_of_batch_sends_the_rest_through_retry(cluster, tmp_path: Path
 
 # ---------------------------------------------------------------- a cluster that answers with errors
 
-@pytest.fixture(scope="module")
-def strict_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
-    """Auto-create off, a 64 KiB message limit, and one send thread that fails fast on any wait in its
-    queue (waitTimeMillsInSendQueue 0: BrokerFastFailure rejects every queued request every 10 ms)."""
-    from rmqchaos import stages
-    mp = pytest.MonkeyPatch()
-    mp.setenv("RMQCHAOS_HOME", str(tmp_path_factory.mktemp("strict-home")))
-    d = scenario_dict("strict", 23876, [23911, 23921])
-    d["cluster"]["broker_defaults"] = {"config": {"autoCreateTopicEnable": False, "maxMessageSize": 65536,
-                                                  "sendMessageThreadPoolNums": 1, "waitTimeMillsInSendQueue": 0}}
-    run, c = _start(tmp_path_factory.mktemp("strict-cluster"), d)
-    AdminClient(c.namesrv_addr).create_topic_everywhere("T_STRICT", queues=4)
-    yield c
-    stages.down(run)
-    mp.undo()
-
-
 def test_broker_errors_surface_verbatim(strict_cluster) -> None:
     prod = Producer(strict_cluster.namesrv_addr)
     mq = prod.select_queue("T_STRICT", broker="broker-a")
@@ -139,8 +119,8 @@ def test_broker_errors_surface_verbatim(strict_cluster) -> None:
     assert (r.outcome, r.code) == ("error", 13)
     assert r.remark.startswith("the message is illegal, maybe msg body or properties length not matched. "
                                "msg body length limit 65536B")
-    ok = prod.send("T_STRICT", b"x" * 1000, key="e4")
-    assert ok.ok and ok.status == "SEND_OK" and ok.queue_offset is not None
+    ok = prod.send("T_STRICT", b"x" * 1000, key="e4")  # stored; SYNC_FLUSH with a 1 ms flush timeout
+    assert ok.ok and ok.status == "FLUSH_DISK_TIMEOUT" and ok.code == 10 and ok.queue_offset is not None
     prod.close()
 
 
@@ -176,13 +156,14 @@ def test_paused_broker_times_out_within_the_timeout(strict_cluster) -> None:
     prod.close()
 
 
-def test_killed_broker_fails_every_request_in_flight(strict_cluster) -> None:
-    prod = Producer(strict_cluster.namesrv_addr, timeout=30.0)
-    mq = prod.select_queue("T_STRICT", broker="broker-a")
-    assert prod.send("T_STRICT", b"warm", queue=mq).ok
-    node = strict_cluster.node("broker-a")
+def test_killed_broker_fails_every_request_in_flight(fresh_cluster) -> None:
+    AdminClient(fresh_cluster.namesrv_addr).create_topic_everywhere("T_KILL", queues=4)
+    prod = Producer(fresh_cluster.namesrv_addr, timeout=30.0)
+    mq = prod.select_queue("T_KILL", broker="broker-a")
+    assert prod.send("T_KILL", b"warm", queue=mq).ok
+    node = fresh_cluster.node("broker-a")
     node.pause()  # requests pile up unanswered on the open connection ...
-    in_flight = [gevent.spawn(prod.send, "T_STRICT", b"f", f"f{i}", None, mq) for i in range(50)]
+    in_flight = [gevent.spawn(prod.send, "T_KILL", b"f", f"f{i}", None, mq) for i in range(50)]
     gevent.sleep(0.5)
     assert not any(g.ready() for g in in_flight)
     t0 = time.monotonic()
@@ -192,6 +173,6 @@ def test_killed_broker_fails_every_request_in_flight(strict_cluster) -> None:
     assert all(g.ready() for g in in_flight) and time.monotonic() - t0 < 10
     assert {r.outcome for r in rs} == {"error"}, collections.Counter((r.outcome, r.error) for r in rs)
     assert all(r.sent and r.code is None and "connection" in r.error for r in rs)
-    after = prod.send("T_STRICT", b"a", queue=mq)  # a new attempt to the dead broker: refused
+    after = prod.send("T_KILL", b"a", queue=mq)  # a new attempt to the dead broker: refused
     assert after.outcome == "error" and not after.sent and "connect" in after.error
     prod.close()

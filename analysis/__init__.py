@@ -1,0 +1,1 @@
+"""PySpark reconciliation of the send ledger against the receive ledger, and the report."""

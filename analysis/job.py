@@ -1,0 +1,55 @@
+"""`analyze`: a run directory's ledgers and timeline → analysis/summary.json (+ keys.parquet,
+series.parquet). Also a spark-submit entry point: `spark-submit analysis/job.py RUN_DIR`."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -> dict[str, Any]:
+    from analysis.reconcile import analyze_ledgers, spark_session
+    from rmqchaos.ledgers import ledger_files
+    from rmqchaos.progress import say
+    from rmqchaos.rundir import RunDir
+
+    run = RunDir.open(run_dir)
+    out = run.path / "analysis"
+    t0 = time.time()
+    send, recv = ledger_files(run.path, "send"), ledger_files(run.path, "receive")
+    say(f"analyze: {len(send)} send and {len(recv)} receive ledger file(s) with Spark")
+    own = spark is None
+    spark = spark or spark_session(master)
+    try:
+        events = [e for e in run.timeline()]
+        res = analyze_ledgers(spark, send, recv, events, out)
+    finally:
+        if own:
+            spark.stop()
+    s = run.scenario()
+    summary = {"schema_version": SCHEMA_VERSION, "run_id": run.run_id, "scenario": s.name,
+               "run_dir": str(run.path), "analyzed_ms": int(time.time() * 1000),
+               "versions": run.versions(), "cluster": {"brokers": run.broker_configs()},
+               "load": s.load.model_dump(mode="json") if s.load else None,
+               **{k: res[k] for k in ("counts", "duplicates_by_cause", "duplicated_keys_by_send_outcome", "errors",
+                                      "latency_ms", "windows", "warnings")},
+               "events": events, "series": res["series"]}
+    out.mkdir(exist_ok=True)
+    tmp = out / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=1) + "\n")
+    tmp.replace(out / "summary.json")
+    c = summary["counts"]
+    say(f"analyze: {c['keys']} keys: ok {c['ok']}, lost {c['lost']}, duplicated {c['duplicated']}, recovered "
+        f"{c['recovered']}, failed {c['failed']}, indeterminate {c['indeterminate']}, unexpected {c['unexpected']} "
+        f"({time.time() - t0:.1f}s)")
+    for w in summary["warnings"]:
+        say(f"analyze: warning: {w}")
+    return summary
+
+
+if __name__ == "__main__":  # spark-submit analysis/job.py RUN_DIR [MASTER]
+    analyze(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)

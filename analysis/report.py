@@ -1,0 +1,189 @@
+"""The loss/duplication report: one self-contained HTML file (inline SVG plots, no scripts, no
+network) from one or more analysis/summary.json files; several runs are shown side by side."""
+from __future__ import annotations
+
+import html
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from analysis.rules import CLASSES  # noqa: E402
+from rmqchaos.errors import UserError  # noqa: E402
+
+COLORS = {"ok": "#4caf50", "lost": "#d32f2f", "duplicated": "#ff9800", "recovered": "#2196f3",
+          "failed": "#9e9e9e", "indeterminate": "#9c27b0"}
+SHADE = {"fault": "#ffcdd2", "load": "#e3f2fd", "drain": "#f1f8e9"}
+
+
+def load_summary(run_or_file: str | Path) -> dict[str, Any]:
+    p = Path(run_or_file)
+    f = p / "analysis" / "summary.json" if p.is_dir() else p
+    if not f.is_file():
+        raise UserError(f"{f} does not exist", f"run `rmqchaos analyze {p}` first")
+    return json.loads(f.read_text())
+
+
+def _svg(fig: Any) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def _shade(ax: Any, s: dict[str, Any], t0: float) -> None:
+    for w in s.get("windows", []):
+        kind = w["kind"] if w["kind"] in SHADE else "fault"
+        ax.axvspan((w["start_ms"] / 1000) - t0, max(w["end_ms"], w["start_ms"] + 300) / 1000 - t0,
+                   color=SHADE[kind], alpha=0.6, lw=0)
+        if kind == "fault":
+            ax.text((w["start_ms"] / 1000) - t0, ax.get_ylim()[1] * 0.95, w["id"], fontsize=7, va="top", color="#b71c1c")
+
+
+def plot_throughput(s: dict[str, Any]) -> str:
+    ser = s["series"]
+    fig, ax = plt.subplots(figsize=(9, 3))
+    if ser:
+        t0 = ser[0]["t"]
+        xs = [r["t"] - t0 for r in ser]
+        ax.plot(xs, [r["acked"] for r in ser], label="acked/s", color="#2e7d32")
+        ax.plot(xs, [r["deliveries"] for r in ser], label="delivered/s", color="#1565c0", lw=1)
+        ax.plot(xs, [r["errors"] + r["timeouts"] for r in ser], label="errors+timeouts/s", color="#c62828")
+        _shade(ax, s, t0)
+    ax.set_xlabel("seconds since first attempt")
+    ax.set_ylabel("messages / s")
+    ax.set_title("Throughput and error rate (shaded: load, drain and fault windows)")
+    ax.legend(fontsize=8, loc="upper right")
+    return _svg(fig)
+
+
+def plot_latency(s: dict[str, Any]) -> str:
+    ser = [r for r in s["series"] if r["send_p50_ms"] is not None]
+    fig, ax = plt.subplots(figsize=(9, 3))
+    if ser:
+        t0 = s["series"][0]["t"]
+        xs = [r["t"] - t0 for r in ser]
+        ax.plot(xs, [r["send_p50_ms"] for r in ser], label="send p50", color="#455a64")
+        ax.plot(xs, [r["send_p99_ms"] for r in ser], label="send p99", color="#f57c00")
+        ax.plot(xs, [r["intended_p99_ms"] for r in ser], label="p99 from intended time", color="#6a1b9a", ls="--")
+        _shade(ax, s, t0)
+        ax.set_yscale("symlog")
+    ax.set_xlabel("seconds since first attempt")
+    ax.set_ylabel("ms")
+    ax.set_title("Send latency over time (acknowledged attempts)")
+    ax.legend(fontsize=8, loc="upper right")
+    return _svg(fig)
+
+
+def plot_lost_dup(s: dict[str, Any]) -> str:
+    ser = s["series"]
+    fig, ax = plt.subplots(figsize=(9, 2.6))
+    if ser:
+        t0 = ser[0]["t"]
+        xs = [r["t"] - t0 for r in ser]
+        ax.bar(xs, [r["lost"] for r in ser], color=COLORS["lost"], label="lost", width=1.0)
+        ax.bar(xs, [r["duplicated"] for r in ser], bottom=[r["lost"] for r in ser], color=COLORS["duplicated"],
+               label="duplicated", width=1.0)
+        ax.bar(xs, [r["indeterminate"] for r in ser], bottom=[r["lost"] + r["duplicated"] for r in ser],
+               color=COLORS["indeterminate"], label="indeterminate", width=1.0)
+        _shade(ax, s, t0)
+    ax.set_xlabel("second the message was meant to be sent")
+    ax.set_ylabel("keys")
+    ax.set_title("Lost / duplicated / indeterminate keys over time")
+    ax.legend(fontsize=8, loc="upper right")
+    return _svg(fig)
+
+
+def plot_errors(s: dict[str, Any]) -> str:
+    e = s["errors"]
+    items = [(f"status {k}", v) for k, v in e["by_status"].items()]
+    items += [(f"code {k}", v) for k, v in e["by_code"].items() if k != "0"]
+    items += [(k, v) for k, v in e["by_remark_prefix"].items()]
+    items += [(k, v) for k, v in e["by_outcome"].items() if k in ("timeout", "no_outcome")]
+    fig, ax = plt.subplots(figsize=(9, 0.5 + 0.3 * max(1, len(items))))
+    if items:
+        ax.barh([k for k, _ in items][::-1], [v for _, v in items][::-1], color="#78909c")
+        ax.set_xscale("log")
+    ax.set_title("Attempts by send status, response code, busy text and outcome")
+    return _svg(fig)
+
+
+def plot_compare(sums: list[dict[str, Any]]) -> str:
+    fig, ax = plt.subplots(figsize=(9, 3))
+    names = [f"{s['scenario']}\n{s['run_id'][-6:]}" for s in sums]
+    bottom = [0] * len(sums)
+    for c in CLASSES:
+        vals = [s["counts"][c] for s in sums]
+        ax.bar(names, vals, bottom=bottom, color=COLORS[c], label=c)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_ylabel("keys")
+    ax.set_title("Keys by class, per run")
+    ax.legend(fontsize=8, ncol=3)
+    return _svg(fig)
+
+
+def _table(rows: list[list[Any]], head: list[str]) -> str:
+    h = "".join(f"<th>{html.escape(str(x))}</th>" for x in head)
+    b = "".join("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in r) + "</tr>" for r in rows)
+    return f"<table><tr>{h}</tr>{b}</table>"
+
+
+def _run_section(s: dict[str, Any]) -> str:
+    c = s["counts"]
+    lat = s["latency_ms"]
+    load = s.get("load") or {}
+    tsp = {b: conf.get("transientStorePoolEnable", "false") for b, conf in s["cluster"]["brokers"].items()}
+    parts = [f"<h2>{html.escape(s['scenario'])} <small>{html.escape(s['run_id'])}</small></h2>",
+             f"<p>RocketMQ {html.escape(str(s['versions'].get('rocketmq', '?')))}; policy "
+             f"{html.escape(str((load.get('policy') or {}).get('kind', '-')))}; transientStorePoolEnable "
+             f"{html.escape(json.dumps(tsp))}; run directory <code>{html.escape(s['run_dir'])}</code></p>"]
+    for w in s.get("warnings", []):
+        parts.append(f"<p class=warn>warning: {html.escape(w)}</p>")
+    parts.append(_table([[c["keys"], c["attempts"], c["acked"], c["acked_weak"], c["ok"], c["lost"], c["duplicated"],
+                          c["duplicate_deliveries"], c["recovered"], c["failed"], c["indeterminate"], c["unexpected"]]],
+                        ["keys", "attempts", "acked", "acked weak", "ok", "LOST", "DUPLICATED", "extra deliveries",
+                         "recovered", "failed", "indeterminate", "unexpected"]))
+    parts.append("<h3>Duplicates by cause</h3>" + _table([list(s["duplicates_by_cause"].values())],
+                                                          list(s["duplicates_by_cause"])))
+    parts.append("<h3>Latency (ms)</h3>" + _table(
+        [[k, v["n"], v["p50"], v["p95"], v["p99"], v["max"]] for k, v in lat.items()],
+        ["measure", "n", "p50", "p95", "p99", "max"]))
+    if s.get("windows"):
+        parts.append("<h3>Event windows</h3>" + _table(
+            [[w["id"], w["kind"], w["target"], round((w["end_ms"] - w["start_ms"]) / 1000, 1),
+              ", ".join(f"{k} {v}" for k, v in sorted(w["keys_by_class"].items())),
+              w["latency_from_intended_ms"]["p99"], w["throughput_drop"], w["rto_s"]] for w in s["windows"]],
+            ["id", "kind", "target", "seconds", "keys meant to be sent inside", "p99 from intended (ms)",
+             "throughput drop", "RTO (s)"]))
+    parts += [f"<div class=plot>{plot_throughput(s)}</div>", f"<div class=plot>{plot_lost_dup(s)}</div>",
+              f"<div class=plot>{plot_errors(s)}</div>", f"<div class=plot>{plot_latency(s)}</div>"]
+    return "<section>" + "\n".join(parts) + "</section>"
+
+
+def render(summaries: list[dict[str, Any]], title: str = "RocketMQ loss and duplication report") -> str:
+    body = [f"<h1>{html.escape(title)}</h1>"]
+    if len(summaries) > 1:
+        body.append("<h2>Side by side</h2>")
+        body.append(_table([[s["scenario"], s["run_id"], s["counts"]["acked"]] + [s["counts"][c] for c in CLASSES]
+                            for s in summaries], ["scenario", "run", "acked", *CLASSES]))
+        body.append(f"<div class=plot>{plot_compare(summaries)}</div>")
+    body += [_run_section(s) for s in summaries]
+    style = ("body{font-family:sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse;margin:.5em 0}"
+             "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}th{background:#eceff1}"
+             ".warn{color:#b71c1c}.plot svg{max-width:100%;height:auto}section{margin-top:2em}")
+    return (f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title>"
+            f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")
+
+
+def write_report(runs: list[str | Path], out: str | Path) -> Path:
+    sums = [load_summary(r) for r in runs]
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render(sums))
+    return out

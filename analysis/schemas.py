@@ -1,0 +1,26 @@
+"""Spark schemas of the ledgers (docs/ledgers.md). Explicit, so reading needs no inference pass; the
+`_corrupt` column catches malformed records, which the job reports with file and position."""
+from __future__ import annotations
+
+from pyspark.sql.types import BooleanType, IntegerType, LongType, StringType, StructField, StructType
+
+CORRUPT = "_corrupt"
+
+
+def _s(*fields: tuple[str, object]) -> StructType:
+    return StructType([StructField(n, t, True) for n, t in fields] + [StructField(CORRUPT, StringType(), True)])
+
+
+SEND = _s(("rec", StringType()), ("run_id", StringType()), ("producer_id", StringType()),
+          ("attempt_id", LongType()), ("key", StringType()), ("attempt", IntegerType()), ("topic", StringType()),
+          ("policy", StringType()), ("intended_ms", LongType()), ("start_ms", LongType()), ("end_ms", LongType()),
+          ("outcome", StringType()), ("status", StringType()), ("code", IntegerType()), ("remark", StringType()),
+          ("error", StringType()), ("sent", BooleanType()), ("msg_id", StringType()),
+          ("offset_msg_id", StringType()), ("broker", StringType()), ("queue_id", IntegerType()),
+          ("queue_offset", LongType()), ("app_ok", BooleanType()))
+
+RECEIVE = _s(("run_id", StringType()), ("key", StringType()), ("msg_id", StringType()),
+             ("offset_msg_id", StringType()), ("topic", StringType()), ("origin_topic", StringType()),
+             ("broker", StringType()), ("queue_id", IntegerType()), ("queue_offset", LongType()),
+             ("reconsume_times", IntegerType()), ("consumer_id", StringType()), ("batch_size", IntegerType()),
+             ("batch_index", IntegerType()), ("store_ms", LongType()), ("receive_ms", LongType()))

@@ -1,0 +1,1 @@
+"""Fault injectors acting on one named node of a running cluster."""

@@ -1,0 +1,127 @@
+"""Per-process load state: the producer, the send ledger, the message quota and deadline, and the
+one place where an attempt is written to the ledger, sent, and reported to Locust."""
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gevent
+
+from loadgen.policies import accepted, run_policy
+from rmqchaos.ledgers import LedgerWriter, send_ledger_path
+from rmqchaos.spec import Load
+from rmqclient.producer import Producer, SendResult
+
+
+class SendFailed(Exception):
+    """What Locust records as the failure of one attempt: the broker's code and remark verbatim."""
+
+
+def failure_text(r: SendResult) -> str:
+    if r.outcome == "timeout":
+        return f"timeout: {r.error}"
+    if r.outcome == "ok":  # stored, but not accepted by the policy (a weak status)
+        return f"status {r.status}"
+    if r.code is not None:
+        return f"code {r.code}: {(r.remark or '').splitlines()[0] if r.remark else ''}"
+    return f"transport: {r.error}"
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """What one load process needs; the same in every worker but for `worker`."""
+    run_dir: str
+    run_id: str
+    namesrv: str
+    load: Load
+    worker: int  # 0-based process index
+    workers: int  # processes producing (1 with the local runner)
+    deadline: float  # wall clock (time.time()): no message starts after it
+    ledger: bool
+
+
+class LoadContext:
+    def __init__(self, plan: LoadPlan, events: Any) -> None:
+        self.plan, self.load, self.events = plan, plan.load, events
+        self.producer_id = f"w{plan.worker}-{os.getpid()}"
+        self.producer = Producer(plan.namesrv, group=f"rmqchaos_{plan.run_id[-6:]}", timeout=self.load.timeout)
+        self.ledger = LedgerWriter(send_ledger_path(Path(plan.run_dir), self.producer_id)) if plan.ledger else None
+        total = self.load.messages
+        self.quota: int | None = None if total is None else (
+            total // plan.workers + (1 if plan.worker < total % plan.workers else 0))
+        self.taken = 0
+        self.inflight = 0
+        self.attempts = 0
+        self.accepted = 0
+        self._attempt_ids = itertools.count(1)
+        self.body = os.urandom(self.load.message_size // 2 + 1).hex()[: self.load.message_size].encode()
+        self.backup_topic = self.load.backup_topic()
+        self.key_base = f"{self.load.key_prefix}{plan.run_id[-6:]}-{self.producer_id}-"
+        self._flusher = gevent.spawn(self._flush_loop) if self.ledger else None
+
+    # ------------------------------------------------------------ quota and deadline
+    def take(self) -> int | None:
+        """The next message sequence number of this process, or None when the load is over."""
+        if time.time() >= self.plan.deadline or (self.quota is not None and self.taken >= self.quota):
+            return None
+        self.taken += 1
+        return self.taken
+
+    @property
+    def finished(self) -> bool:
+        return self.inflight == 0 and (time.time() >= self.plan.deadline or
+                                       (self.quota is not None and self.taken >= self.quota))
+
+    # ------------------------------------------------------------ one business message
+    def send_message(self, seq: int, intended_s: float) -> list[SendResult]:
+        key = f"{self.key_base}{seq}"
+        intended_ms = int(intended_s * 1000)
+        n = itertools.count(1)
+        self.inflight += 1
+        try:
+            return run_policy(self.load.policy, self.load.topic, self.backup_topic, self.load.timeout,
+                              lambda topic, excl, tmo: self._attempt(key, next(n), topic, excl, tmo, intended_ms))
+        finally:
+            self.inflight -= 1
+
+    def _attempt(self, key: str, attempt: int, topic: str, exclude: str | None, timeout: float,
+                 intended_ms: int) -> SendResult:
+        aid = next(self._attempt_ids)
+        base = {"run_id": self.plan.run_id, "producer_id": self.producer_id, "attempt_id": aid, "key": key,
+                "attempt": attempt, "topic": topic, "policy": self.load.policy.kind}
+        if self.ledger:
+            self.ledger.write_through({"rec": "intent", **base, "intended_ms": intended_ms,
+                                       "start_ms": int(time.time() * 1000)})
+        r = self.producer.send(topic, self.body, key=key, tags=self.load.tags, exclude_broker=exclude,
+                               timeout=timeout)
+        ok = accepted(self.load.policy, r)
+        self.attempts += 1
+        self.accepted += ok
+        if self.ledger:
+            self.ledger.append({"rec": "outcome", **base, "intended_ms": intended_ms, "start_ms": r.start_ms,
+                                "end_ms": r.end_ms, "outcome": r.outcome, "status": r.status, "code": r.code,
+                                "remark": r.remark, "error": r.error, "sent": r.sent, "msg_id": r.uniq_key,
+                                "offset_msg_id": r.msg_id, "broker": r.broker, "queue_id": r.queue_id,
+                                "queue_offset": r.queue_offset, "app_ok": ok})
+        self.events.request.fire(request_type="SEND", name=f"{topic} [{self.load.policy.kind}]",
+                                 response_time=r.end_ms - r.start_ms, response_length=len(self.body),
+                                 exception=None if ok else SendFailed(failure_text(r)), context={})
+        return r
+
+    # ------------------------------------------------------------ ledger
+    def _flush_loop(self) -> None:
+        while True:
+            gevent.sleep(0.1)
+            if self.ledger:
+                self.ledger.tick()
+
+    def close(self) -> None:
+        if self._flusher is not None:
+            self._flusher.kill()
+        if self.ledger:
+            self.ledger.close()
+        self.producer.close()

@@ -1,0 +1,131 @@
+"""The load stage: create the load's topics, start the consumers, run the Locust load in a process
+of its own, let the consumers drain until nothing new arrives for `settle`, stop them."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from cluster.local import LocalCluster
+from cluster.procs import ProcRecord, now_ms, starttime
+from cluster.rocketmq_tools import _child_setup
+from rmqchaos import paths
+from rmqchaos.consumer import ConsumerOptions, JavaConsumer
+from rmqchaos.errors import UserError
+from rmqchaos.ledgers import receive_ledger_path
+from rmqchaos.progress import say
+from rmqchaos.rundir import RunDir
+from rmqchaos.spec import Scenario
+
+
+def create_topics(c: LocalCluster, topics: list[str], queues: int, timeout: float = 30.0) -> None:
+    admin = c.admin()
+    masters = set(admin.master_addrs())
+    for t in topics:
+        admin.create_topic_everywhere(t, queues=queues)
+    deadline = time.monotonic() + timeout
+    for t in topics:  # brokers register new topics with namesrv at once; wait until they route
+        while {q["brokerName"] for q in (admin.topic_route(t) or {}).get("queueDatas", [])} < masters:
+            if time.monotonic() > deadline:
+                raise UserError(f"topic {t} does not route to every broker after {timeout:.0f}s",
+                                "check `rmqchaos cluster status`")
+            time.sleep(0.25)
+
+
+def start_consumers(run: RunDir, c: LocalCluster, s: Scenario) -> list[JavaConsumer]:
+    assert s.consumers is not None
+    out: list[JavaConsumer] = []
+    default_topics = s.load.topics() if s.load else []
+    try:
+        for inst in s.consumers.instances:
+            topics = inst.topics or default_topics
+            opts = ConsumerOptions(group=inst.group, topics=topics, mode=inst.mode, batch_size=inst.batch_size,
+                                   delay_ms=inst.delay_ms, threads=inst.threads, consumer_id=inst.id,
+                                   heap_mb=inst.heap_mb,
+                                   duration_s=(s.load.duration if s.load else 0) + s.consumers.drain_timeout + 600)
+            jc = JavaConsumer(c.namesrv_addr, opts, receive_ledger_path(run.path, inst.id), run.path / "consumers",
+                              run_id=run.run_id, rocketmq_version=s.cluster.rocketmq_version,
+                              cgroup=c.tools_cgroup(), proc_log=run.processes)
+            say(f"consumer {inst.id}: group {inst.group}, topics {', '.join(topics)}, mode {inst.mode}")
+            out.append(jc.start())
+    except BaseException:
+        stop_consumers(out)
+        raise
+    return out
+
+
+def drain(consumers: list[JavaConsumer], settle: float, timeout: float) -> int:
+    """Wait until no consumer records a new delivery for `settle` seconds (at most `timeout`)."""
+    t0 = time.monotonic()
+    last, last_change, last_say = -1, t0, t0
+    while True:
+        n = sum(c.deliveries() for c in consumers)
+        now = time.monotonic()
+        if n != last:
+            last, last_change = n, now
+        if now - last_change >= settle:
+            say(f"drain: no new delivery for {settle:g}s; {n} deliveries recorded")
+            return n
+        if now - t0 > timeout:
+            say(f"drain: still receiving after {timeout:g}s; stopping the consumers with {n} deliveries")
+            return n
+        if now - last_say >= 5:
+            say(f"drain: {n} deliveries so far")
+            last_say = now
+        time.sleep(0.25)
+
+
+def stop_consumers(consumers: list[JavaConsumer]) -> None:
+    for jc in consumers:
+        if jc.running():
+            jc.stop()
+
+
+def run_loadgen(run: RunDir, c: LocalCluster, ledger: bool | None = None) -> None:
+    """`python -m loadgen RUN_DIR` as a child in the run's tools cgroup, recorded for reaping."""
+    s = run.scenario()
+    assert s.load is not None
+    cmd = [sys.executable, "-m", "loadgen", str(run.path)]
+    if ledger is not None:
+        cmd += ["--ledger", "on" if ledger else "off"]
+    cg = c.tools_cgroup()
+    env = dict(os.environ, PYTHONPATH=str(paths.REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, env=env, preexec_fn=_child_setup(cg.procs_files()))
+    run.processes.record_start(ProcRecord(node="loadgen", pid=p.pid, starttime=starttime(p.pid) or 0, cmd=cmd,
+                                          cgroup=cg.rel, ports=[], started_ms=now_ms()))
+    bound = s.load.duration + s.load.timeout * 4 + 120
+    try:
+        rc = p.wait(timeout=bound)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        raise UserError(f"the load process did not end within {bound:.0f}s", "see its output above") from None
+    finally:
+        run.processes.record_exit("loadgen", p.pid, f"exit {p.returncode}")
+    if rc != 0:
+        raise UserError(f"the load process failed (exit {rc})", "see its output above")
+
+
+def run_load_stage(run: RunDir, c: LocalCluster, ledger: bool | None = None) -> None:
+    s = run.scenario()
+    if s.load is None:
+        say("no load configured")
+        return
+    create_topics(c, s.load.topics(), s.load.queues)
+    (run.path / "ledgers").mkdir(exist_ok=True)
+    consumers = start_consumers(run, c, s) if s.consumers else []
+    try:
+        t0 = now_ms()
+        try:
+            run_loadgen(run, c, ledger)
+        finally:
+            run.event("load", s.load.topic, t0, now_ms(), "done", rate=s.load.rate, users=s.load.users,
+                      policy=s.load.policy.kind)
+        if consumers:
+            t1 = now_ms()
+            n = drain(consumers, s.consumers.settle, s.consumers.drain_timeout)  # type: ignore[union-attr]
+            run.event("drain", "consumers", t1, now_ms(), "done", deliveries=n)
+    finally:
+        stop_consumers(consumers)
+
