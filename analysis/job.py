@@ -22,7 +22,8 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
     t0 = time.time()
     send, recv = ledger_files(run.path, "send"), ledger_files(run.path, "receive")
     say(f"analyze: {len(send)} send and {len(recv)} receive ledger file(s) with Spark")
-    own = spark is None
+    from pyspark.sql import SparkSession
+    own = spark is None and SparkSession.getActiveSession() is None  # never stop a caller's session
     spark = spark or spark_session(master)
     try:
         events = [e for e in run.timeline()]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -43,26 +45,25 @@ def spark_session(master: str | None = None, shuffle_partitions: int | None = No
 
 # ---------------------------------------------------------------- reading, with malformed-record checks
 
-def read(spark: SparkSession, files: list[Path], schema: Any, warnings: list[str]) -> DataFrame:
+def read(spark: SparkSession, files: list[Path], schema: Any, warnings: list[str], staging: Path) -> DataFrame:
+    """Parse the JSON once into Parquet under `staging` (every later pass reads columns, not JSON),
+    checking for malformed records on the way."""
     if not files:
         return spark.createDataFrame([], schema).drop(schemas.CORRUPT)
-    df = (spark.read.schema(schema).option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", schemas.CORRUPT)
-          .json([str(f) for f in files]).withColumn("_file", F.input_file_name()))
-    df = df.cache()
-    bad = {r["_file"]: r["n"] for r in df.where(F.col(schemas.CORRUPT).isNotNull())
-           .groupBy("_file").agg(F.count("*").alias("n")).collect()}
-    for f in files:
-        n = next((v for k, v in bad.items() if k.endswith(str(f))), 0)
-        if n == 0:
-            continue
-        torn = _torn_tail(f)
-        if torn is not None and n == 1:
-            warnings.append(f"{f}: torn last record at byte {torn} (crash mid-write); not counted")
-            continue
-        off = _first_bad_offset(f)
-        raise LedgerError(f"{f}: malformed record at byte {off}",
-                          "a ledger must be complete JSON lines; fix or remove the record and analyze again")
-    return df.where(F.col(schemas.CORRUPT).isNull()).drop(schemas.CORRUPT, "_file")
+    (spark.read.schema(schema).option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", schemas.CORRUPT)
+     .json([str(f) for f in files]).write.mode("overwrite").parquet(str(staging)))
+    df = spark.read.parquet(str(staging))
+    if df.where(F.col(schemas.CORRUPT).isNotNull()).limit(1).count():
+        # rare path: find the files and positions (a torn last record is a warning, anything else an error)
+        for f in files:
+            torn = _torn_tail(f)
+            off = _first_bad_offset(f, stop=torn)
+            if off is not None:
+                raise LedgerError(f"{f}: malformed record at byte {off}",
+                                  "a ledger must be complete JSON lines; fix or remove the record and analyze again")
+            if torn is not None and _is_bad(f, torn):
+                warnings.append(f"{f}: torn last record at byte {torn} (crash mid-write); not counted")
+    return df.where(F.col(schemas.CORRUPT).isNull()).drop(schemas.CORRUPT)
 
 
 def _torn_tail(f: Path) -> int | None:
@@ -86,17 +87,30 @@ def _torn_tail(f: Path) -> int | None:
         return 0
 
 
-def _first_bad_offset(f: Path) -> int:
+def _first_bad_offset(f: Path, stop: int | None = None) -> int | None:
+    """Offset of the first unparsable complete line before `stop` (the torn tail), or None."""
     off = 0
     with open(f, "rb") as fh:
         for line in fh:
+            if stop is not None and off >= stop:
+                return None
             if line.strip():
                 try:
                     json.loads(line)
                 except ValueError:
                     return off
             off += len(line)
-    return off
+    return None
+
+
+def _is_bad(f: Path, off: int) -> bool:
+    with open(f, "rb") as fh:
+        fh.seek(off)
+        try:
+            json.loads(fh.read())
+            return False
+        except ValueError:
+            return True
 
 
 # ---------------------------------------------------------------- classification
@@ -128,15 +142,20 @@ def key_table(att: DataFrame, recv: DataFrame) -> DataFrame:
         F.min((F.col("aclass") == "rejected").cast("int")).alias("all_rejected"),
         F.min("intended_ms").alias("first_intended_ms"),
         F.min("start_ms").alias("first_start_ms"))
+    # Distinct copies and topics per key by aggregating twice (cheaper than countDistinct's expand):
+    # first per (key, stored copy), then per key. Retry deliveries are copies of their own (%RETRY%).
     nonretry = F.col("reconsume_times") == 0
-    copy = F.concat_ws("/", "origin_topic", "broker", "queue_id", "queue_offset")
-    got = recv.groupBy("key").agg(
-        F.count("*").alias("deliveries"),
-        F.sum((~nonretry).cast("int")).alias("retry_deliveries"),
-        F.sum(nonretry.cast("int")).alias("first_deliveries"),
-        F.countDistinct(F.when(nonretry, F.col("origin_topic"))).alias("topics_received"),
-        F.countDistinct(F.when(nonretry, copy)).alias("copies"),
-        F.min("receive_ms").alias("first_receive_ms"))
+    per_copy = recv.groupBy("key", "origin_topic", "broker", "queue_id", "queue_offset", nonretry.alias("nr")).agg(
+        F.count("*").alias("n"), F.min("receive_ms").alias("rm"))
+    per_topic = per_copy.groupBy("key", "origin_topic", "nr").agg(
+        F.sum("n").alias("n"), F.count("*").alias("copies"), F.min("rm").alias("rm"))
+    got = per_topic.groupBy("key").agg(
+        F.sum("n").alias("deliveries"),
+        F.sum(F.when(~F.col("nr"), F.col("n")).otherwise(0)).alias("retry_deliveries"),
+        F.sum(F.when(F.col("nr"), F.col("n")).otherwise(0)).alias("first_deliveries"),
+        F.sum(F.col("nr").cast("int")).alias("topics_received"),
+        F.sum(F.when(F.col("nr"), F.col("copies")).otherwise(0)).alias("copies"),
+        F.min("rm").alias("first_receive_ms"))
     k = sent.join(got, "key", "full_outer").fillna(0, subset=["deliveries", "retry_deliveries", "first_deliveries",
                                                               "topics_received", "copies"])
     d = F.col("deliveries")
@@ -179,10 +198,30 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
     """The reconciliation proper; returns the `counts`, `errors`, `latency_ms`, `series`, `windows`
     parts of summary.json. With out_dir, writes keys.parquet and series.parquet there."""
     warnings: list[str] = []
-    send = read(spark, send_files, schemas.SEND, warnings)
-    recv = read(spark, recv_files, schemas.RECEIVE, warnings)
-    att = attempts(send).cache()
-    keys = key_table(att, recv).cache()
+    own_tmp = out_dir is None
+    work = Path(tempfile.mkdtemp(prefix="rmqchaos-analyze-")) if own_tmp else out_dir
+    assert work is not None
+    work.mkdir(parents=True, exist_ok=True)
+    stg = work / "_staging"
+    try:
+        send = read(spark, send_files, schemas.SEND, warnings, stg / "send")
+        recv = read(spark, recv_files, schemas.RECEIVE, warnings, stg / "receive")
+        attempts(send).write.mode("overwrite").parquet(str(stg / "attempts"))
+        att = spark.read.parquet(str(stg / "attempts"))
+        key_table(att, recv).write.mode("overwrite").parquet(str(work / "keys.parquet"))
+        keys = spark.read.parquet(str(work / "keys.parquet"))
+        res = _aggregate(spark, att, keys, events, warnings)
+        if res["series"] and not own_tmp:
+            spark.createDataFrame(res["series"]).write.mode("overwrite").parquet(str(work / "series.parquet"))
+        return res
+    finally:
+        shutil.rmtree(stg, ignore_errors=True)
+        if own_tmp:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _aggregate(spark: SparkSession, att: DataFrame, keys: DataFrame, events: list[dict[str, Any]],
+               warnings: list[str]) -> dict[str, Any]:
 
     agg = keys.agg(
         F.sum((F.col("class") != "unexpected").cast("long")).alias("keys"),
@@ -228,15 +267,8 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
                                               .isNotNull()).withColumn("l", F.col("first_receive_ms")
                                                                        - F.col("first_intended_ms")), "l"),
     }
-    series = _series(att, recv, keys)
+    series = _series(att, keys)
     windows = _windows(spark, att, keys, events, series)
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        keys.write.mode("overwrite").parquet(str(out_dir / "keys.parquet"))
-        if series:
-            spark.createDataFrame(series).write.mode("overwrite").parquet(str(out_dir / "series.parquet"))
-    att.unpersist()
-    keys.unpersist()
     return {"counts": counts, "duplicates_by_cause": dup_causes, "duplicated_keys_by_send_outcome": dup_by_send,
             "errors": errors, "latency_ms": latency, "series": series, "windows": windows, "warnings": warnings}
 
@@ -246,7 +278,7 @@ def _count_map(df: DataFrame, col: Any) -> dict[str, int]:
             .orderBy(F.desc("n")).limit(200).collect()}
 
 
-def _series(att: DataFrame, recv: DataFrame, keys: DataFrame) -> list[dict[str, Any]]:
+def _series(att: DataFrame, keys: DataFrame) -> list[dict[str, Any]]:
     """Per 1 s bucket (epoch seconds): attempts by outcome, busy, deliveries, latency p50/p99,
     and keys lost / duplicated by the second they were meant to be sent."""
     sec = (F.col("start_ms") / 1000).cast("long")
@@ -259,7 +291,8 @@ def _series(att: DataFrame, recv: DataFrame, keys: DataFrame) -> list[dict[str, 
         .alias("lat"),
         F.percentile_approx(F.when(F.col("outcome") == "ok", F.col("end_ms") - F.col("intended_ms")), [0.5, 0.99],
                             1000).alias("lat_i"))
-    r = recv.groupBy((F.col("receive_ms") / 1000).cast("long").alias("t")).agg(F.count("*").alias("deliveries"))
+    r = keys.where(F.col("first_receive_ms").isNotNull()).groupBy(
+        (F.col("first_receive_ms") / 1000).cast("long").alias("t")).agg(F.count("*").alias("deliveries"))
     k = keys.where(F.col("first_intended_ms").isNotNull()).groupBy(
         (F.col("first_intended_ms") / 1000).cast("long").alias("t")).agg(
         F.sum((F.col("class") == "lost").cast("int")).alias("lost"),

@@ -31,7 +31,7 @@ def load_summary(run_or_file: str | Path) -> dict[str, Any]:
 
 def _svg(fig: Any) -> str:
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight")
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
     text = buf.getvalue()
     return text[text.index("<svg"):]
@@ -53,7 +53,7 @@ def plot_throughput(s: dict[str, Any]) -> str:
         t0 = ser[0]["t"]
         xs = [r["t"] - t0 for r in ser]
         ax.plot(xs, [r["acked"] for r in ser], label="acked/s", color="#2e7d32")
-        ax.plot(xs, [r["deliveries"] for r in ser], label="delivered/s", color="#1565c0", lw=1)
+        ax.plot(xs, [r["deliveries"] for r in ser], label="received/s (first delivery)", color="#1565c0", lw=1)
         ax.plot(xs, [r["errors"] + r["timeouts"] for r in ser], label="errors+timeouts/s", color="#c62828")
         _shade(ax, s, t0)
     ax.set_xlabel("seconds since first attempt")
@@ -73,7 +73,8 @@ def plot_latency(s: dict[str, Any]) -> str:
         ax.plot(xs, [r["send_p99_ms"] for r in ser], label="send p99", color="#f57c00")
         ax.plot(xs, [r["intended_p99_ms"] for r in ser], label="p99 from intended time", color="#6a1b9a", ls="--")
         _shade(ax, s, t0)
-        ax.set_yscale("symlog")
+        ax.set_yscale("symlog", linthresh=1)
+        ax.set_ylim(bottom=0)
     ax.set_xlabel("seconds since first attempt")
     ax.set_ylabel("ms")
     ax.set_title("Send latency over time (acknowledged attempts)")

@@ -161,6 +161,189 @@ def cmd_bench_producer(a: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- load benchmarks (Locust)
+
+def _load_run_dir(base: Path, cluster_scenario: Path, i: int, messages: int, users: int, size: int):
+    """A throw-away run directory whose scenario drives an unpaced Locust load through the cluster."""
+    import yaml
+
+    from rmqchaos.rundir import RunDir
+    from rmqchaos.spec import parse_scenario
+    d = yaml.safe_load(cluster_scenario.read_text())
+    d.update(name=f"bench{i}", checks={}, consumers=None,
+             load={"topic": TOPIC, "users": users, "spawn_rate": 10000, "rate": 200000, "duration": "300s",
+                   "messages": messages, "message_size": size})
+    text = yaml.safe_dump(d, sort_keys=False)
+    return RunDir.create(base / f"r{i}", parse_scenario(text), text, mode="owned")
+
+
+def run_locust(run, ledger: bool, timeout: float, workdir: Path) -> Sample:
+    cmd = [sys.executable, "-m", "loadgen", str(run.path), "--ledger", "on" if ledger else "off"]
+    env = dict(os.environ, RMQCHAOS_QUIET="1", PYTHONPATH=str(paths.REPO))
+    out, wall, cpu, rc = _measure(cmd, env, timeout, workdir)
+    if rc != 0:
+        raise UserError(f"the Locust load process failed (exit {rc})", out.strip()[-300:])
+    summ = json.loads((run.path / "load" / "summary.json").read_text())
+    acked = summ["locust_requests"] - summ["locust_failures"]
+    # rate over the load itself (start-up excluded on both sides: the same code path)
+    return Sample("ledger" if ledger else "no-ledger", acked, summ["locust_requests"],
+                  summ["end_s"] - summ["start_s"], cpu)
+
+
+def _with_cluster(a: argparse.Namespace, fn):  # type: ignore[no-untyped-def]
+    from rmqchaos import stages
+    from rmqchaos.cli import _cluster_run, _new_run, reap_orphans
+    if a.run_dir:
+        run = _cluster_run(a)
+        return fn(run)
+    reap_orphans()
+    run = _new_run(a.scenario, None, mode="owned")
+    say(f"starting a cluster for the benchmark from {a.scenario} (run directory {run.path})")
+    stages.up(run)
+    try:
+        return fn(run)
+    finally:
+        stages.down(run)
+
+
+def cmd_bench_ledger(a: argparse.Namespace) -> int:
+    from rmqclient.admin import AdminClient
+
+    def body(cluster_run):  # type: ignore[no-untyped-def]
+        from rmqchaos import stages
+        ns = stages.backend(cluster_run).namesrv_addr
+        AdminClient(ns).create_topic_everywhere(TOPIC, queues=4)
+        time.sleep(1)
+        samples: list[Sample] = []
+        with tempfile.TemporaryDirectory(prefix="rmqchaos-bench-") as td:
+            base = Path(td)
+            i = 0
+            for r in range(a.rounds):
+                for ledger in ((True, False) if r % 2 == 0 else (False, True)):
+                    run = _load_run_dir(base, cluster_run.path / "scenario.yaml", i, a.messages, a.users, a.size)
+                    i += 1
+                    s = run_locust(run, ledger, a.timeout, base)
+                    samples.append(s)
+                    say(f"round {r + 1}/{a.rounds} ledger {'on ' if ledger else 'off'}: {s.acked}/{s.attempts} acked "
+                        f"in {s.wall_s:.1f}s ({s.rate:.0f} msg/s), {s.cpu_s:.2f} CPU-s")
+        return samples
+
+    samples = _with_cluster(a, body)
+    on = [s for s in samples if s.who == "ledger"]
+    off = [s for s in samples if s.who == "no-ledger"]
+    rate_on = sum(s.acked for s in on) / sum(s.wall_s for s in on)
+    rate_off = sum(s.acked for s in off) / sum(s.wall_s for s in off)
+    cpu_on = sum(s.cpu_s for s in on) / sum(s.acked for s in on) * 1e4
+    cpu_off = sum(s.cpu_s for s in off) / sum(s.acked for s in off) * 1e4
+    print(f"ledger benchmark: {a.rounds} interleaved rounds x {a.messages} messages, {a.users} Locust users, unpaced")
+    print(f"ledger on : {rate_on:8.0f} acked msg/s  {cpu_on:.3f} CPU-s per 10k acked")
+    print(f"ledger off: {rate_off:8.0f} acked msg/s  {cpu_off:.3f} CPU-s per 10k acked")
+    print("per-round overhead: " + ", ".join(f"{1 - x.rate / y.rate:+.3f}" for x, y in zip(on, off)))
+    print(f"ledger_overhead={1 - rate_on / rate_off:.3f}")
+    return 0
+
+
+def cmd_bench_locust(a: argparse.Namespace) -> int:
+    from rmqclient.admin import AdminClient
+
+    def body(cluster_run):  # type: ignore[no-untyped-def]
+        from rmqchaos import stages
+        ns = stages.backend(cluster_run).namesrv_addr
+        AdminClient(ns).create_topic_everywhere(TOPIC, queues=4)
+        time.sleep(1)
+        samples: list[Sample] = []
+        with tempfile.TemporaryDirectory(prefix="rmqchaos-bench-") as td:
+            base = Path(td)
+            for r in range(a.rounds):
+                for who in (("locust", "bare") if r % 2 == 0 else ("bare", "locust")):
+                    if who == "locust":
+                        run = _load_run_dir(base, cluster_run.path / "scenario.yaml", r, a.messages, a.users, a.size)
+                        s = run_locust(run, False, a.timeout, base)
+                        # whole process, as for the bare producer
+                        s = Sample("locust", s.acked, s.attempts, s.wall_s, s.cpu_s)
+                    else:
+                        s = run_python(ns, a.messages, a.size, a.users, a.timeout, base)
+                        s = Sample("bare", s.acked, s.attempts, s.wall_s, s.cpu_s)
+                    samples.append(s)
+                    say(f"round {r + 1}/{a.rounds} {who:6s}: {s.acked}/{s.attempts} acked in {s.wall_s:.1f}s "
+                        f"({s.rate:.0f} msg/s), {s.cpu_s:.2f} CPU-s")
+        return samples
+
+    samples = _with_cluster(a, body)
+    lo = [s for s in samples if s.who == "locust"]
+    ba = [s for s in samples if s.who == "bare"]
+    rl, rb = sum(s.acked for s in lo) / sum(s.wall_s for s in lo), sum(s.acked for s in ba) / sum(s.wall_s for s in ba)
+    cl, cb = (sum(s.cpu_s for s in lo) / sum(s.acked for s in lo) * 1e4,
+              sum(s.cpu_s for s in ba) / sum(s.acked for s in ba) * 1e4)
+    print(f"Locust cost: {a.rounds} interleaved rounds x {a.messages} messages, {a.users} users / concurrent sends, "
+          "no ledger, unpaced")
+    print(f"locust-driven : {rl:8.0f} acked msg/s (load phase)  {cl:.3f} CPU-s per 10k acked (whole process)")
+    print(f"bare producer : {rb:8.0f} acked msg/s (whole process)  {cb:.3f} CPU-s per 10k acked (whole process)")
+    print(f"ratio locust_vs_bare acked_rate={rl / rb:.2f} acked_per_cpu={cb / cl:.2f}")
+    return 0
+
+
+# ---------------------------------------------------------------- analysis benchmark
+
+def cmd_bench_analyze(a: argparse.Namespace) -> int:
+    """Synthetic ledgers with planted classes; Spark `analyze` (full, and classification only) vs the
+    DuckDB reference classification, side by side, per size."""
+    from analysis import duckdb_ref, synthetic
+    from analysis.reconcile import analyze_ledgers, attempts, key_table, read, spark_session
+    from analysis import schemas
+
+    spark = spark_session(a.master)
+    last = None
+    base = Path(a.dir) if a.dir else Path(tempfile.mkdtemp(prefix="rmqchaos-bench-analyze-"))
+    try:
+        print(f"analysis benchmark: Spark {spark.version} ({spark.sparkContext.master}) vs DuckDB, same machine, "
+              "same files, one size at a time")
+        for n in a.rows:
+            d = base / f"n{n}"
+            say(f"writing synthetic ledgers for {n} keys")
+            synthetic.write(d, n)
+            send, recv = sorted(d.glob("send-*.jsonl")), sorted(d.glob("receive-*.jsonl"))
+            rows = _count_lines(send + recv)
+            t = time.monotonic()
+            ref = duckdb_ref.classify(send, recv)
+            t_duck = time.monotonic() - t
+            t = time.monotonic()
+            res = analyze_ledgers(spark, send, recv, [])
+            t_full = time.monotonic() - t
+            t = time.monotonic()  # classification only: parse, attempts, keys, class counts
+            w: list[str] = []
+            stg = d / "_cls"
+            s_df = read(spark, send, schemas.SEND, w, stg / "s")
+            r_df = read(spark, recv, schemas.RECEIVE, w, stg / "r")
+            key_table(attempts(s_df), r_df).groupBy("class").count().collect()
+            t_cls = time.monotonic() - t
+            truth = synthetic.truth(n)
+            keys = ("keys", "ok", "lost", "duplicated", "recovered", "failed", "indeterminate", "unexpected",
+                    "acked", "acked_weak", "attempts", "duplicate_deliveries")
+            agree = all(res["counts"][k] == ref[k] == truth[k] for k in keys) and \
+                res["duplicates_by_cause"] == ref["duplicates_by_cause"] == truth["duplicates_by_cause"]
+            print(f"rows {rows:>11,}: duckdb {t_duck:7.1f}s ({rows / t_duck:>10,.0f} rows/s) | spark analyze "
+                  f"{t_full:7.1f}s ({rows / t_full:>9,.0f} rows/s) | spark classify only {t_cls:7.1f}s "
+                  f"({rows / t_cls:>9,.0f} rows/s) | agree={str(agree).lower()}")
+            last = (t_duck / t_full, rows, agree)
+            if not a.keep:
+                import shutil
+                shutil.rmtree(d, ignore_errors=True)
+    finally:
+        spark.stop()
+    assert last is not None
+    print(f"spark_vs_duckdb={last[0]:.3f} rows={last[1]} agree={str(last[2]).lower()}")
+    return 0 if last[2] else 1
+
+
+def _count_lines(files: list[Path]) -> int:
+    n = 0
+    for f in files:
+        with open(f, "rb") as fh:
+            n += sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 22), b""))
+    return n
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     b = sub.add_parser("bench", help="benchmarks that print ratios measured side by side")
     bsub = b.add_subparsers(dest="bench", required=True)
@@ -177,3 +360,24 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--run-dir", help="use the running cluster of this run directory instead")
     g.add_argument("--namesrv", help="use the running cluster with this namesrv (loopback) instead")
     p.set_defaults(fn=cmd_bench_producer)
+    an = bsub.add_parser("analyze", help="Spark analyze vs a DuckDB reference on synthetic ledgers",
+                         description=cmd_bench_analyze.__doc__)
+    an.add_argument("--rows", type=lambda v: [int(x) for x in v.split(",")], default=[1_000_000, 10_000_000, 50_000_000],
+                    help="comma-separated numbers of keys (default 1000000,10000000,50000000; each key is "
+                         "~3 ledger rows; 50M keys need ~55 GB of disk)")
+    an.add_argument("--dir", help="where to write the synthetic ledgers (default: a temp dir)")
+    an.add_argument("--keep", action="store_true", help="keep the synthetic ledgers")
+    an.add_argument("--master", help="Spark master (default local[*])")
+    an.set_defaults(fn=cmd_bench_analyze)
+    for name, fn, hlp in (("ledger", cmd_bench_ledger, "the same Locust load with the send ledger on and off"),
+                          ("locust", cmd_bench_locust, "Locust-driven producer vs the bare producer")):
+        q = bsub.add_parser(name, help=hlp, description=hlp + ", interleaved in one run.")
+        q.add_argument("--rounds", type=int, default=4, help="interleaved rounds (default 4)")
+        q.add_argument("--messages", type=int, default=20000, help="messages per load (default 20000)")
+        q.add_argument("--users", type=int, default=32, help="Locust users / concurrent sends (default 32)")
+        q.add_argument("--size", type=int, default=1024, help="message body bytes (default 1024)")
+        q.add_argument("--timeout", type=float, default=300.0, help="bound per load process (default 300 s)")
+        q.add_argument("--scenario", default=str(paths.REPO / "scenarios" / "smoke.yaml"),
+                       help="cluster to start for the benchmark (default scenarios/smoke.yaml)")
+        q.add_argument("--run-dir", help="use the running cluster of this run directory instead")
+        q.set_defaults(fn=fn)

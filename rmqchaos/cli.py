@@ -66,9 +66,15 @@ def cmd_run(a: argparse.Namespace) -> int:
         failed = e
     finally:
         stages.down(run)
+    if failed is None or isinstance(failed, UserError):
+        try:  # whatever was written to the ledgers is reconciled, also after a failed stage
+            stages.analyze(run)
+        except UserError as e:
+            failed = failed or e
     rep = stages.report(run)
     print(rep.read_text(), end="")
-    print(f"report: {rep}")
+    html = run.path / "report.html"
+    print(f"report: {html if html.exists() else rep}")
     if failed is not None:
         raise failed
     return 0
@@ -163,10 +169,29 @@ def cmd_stage(a: argparse.Namespace) -> int:
             stages.check(run)
         elif a.stage == "load":
             stages.load(run)
+        elif a.stage == "analyze":
+            stages.analyze(run)
         elif a.stage == "down":
             stages.down(run)
         elif a.stage == "report":
             print(stages.report(run).read_text(), end="")
+    return 0
+
+
+def cmd_analyze(a: argparse.Namespace) -> int:
+    run = RunDir.open(a.run_dir)
+    summ = stages.analyze(run, a.master)
+    if summ is None:
+        raise UserError(f"{run.path} has no ledgers", "run a scenario with a `load:` section")
+    print(json.dumps(summ["counts"], indent=1))
+    print(f"summary: {run.path / 'analysis' / 'summary.json'}")
+    return 0
+
+
+def cmd_report(a: argparse.Namespace) -> int:
+    from analysis.report import write_report
+    out = write_report(a.run_dirs, a.out)
+    print(f"report: {out}")
     return 0
 
 
@@ -221,12 +246,25 @@ def parser() -> argparse.ArgumentParser:
         n.set_defaults(fn=cmd_node, action=act)
 
     s = sub.add_parser("stage", help="run one pipeline stage against a run directory (as the DAG tasks do)",
-                       description="Stages: up (needs --scenario the first time), check, load, down, report. "
+                       description="Stages: up (needs --scenario the first time), check, load, down, analyze, report. "
                                    "Each reads and writes only the run directory; down always cleans up.")
-    s.add_argument("stage", choices=["up", "check", "load", "down", "report"])
+    s.add_argument("stage", choices=["up", "check", "load", "down", "analyze", "report"])
     s.add_argument("run_dir", help="run directory")
     s.add_argument("--scenario", help="scenario file (stage up on a new run directory)")
     s.set_defaults(fn=cmd_stage)
+
+    an = sub.add_parser("analyze", help="reconcile a run's ledgers with PySpark (analysis/summary.json)",
+                        description="Classify every business key (ok, lost, duplicated, recovered, failed, "
+                                    "indeterminate) and write RUN_DIR/analysis/summary.json, keys.parquet and "
+                                    "series.parquet. Spark runs local[*] unless --master says otherwise.")
+    an.add_argument("run_dir")
+    an.add_argument("--master", help="Spark master URL (default local[*], or $RMQCHAOS_SPARK_MASTER)")
+    an.set_defaults(fn=cmd_analyze)
+    rp = sub.add_parser("report", help="one self-contained HTML report from one or more analyzed runs",
+                        description="Several runs are shown side by side (e.g. transientStorePoolEnable on vs off).")
+    rp.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    rp.add_argument("--out", required=True, help="HTML file to write")
+    rp.set_defaults(fn=cmd_report)
 
     from rmqchaos import bench, manual
     manual.add_parsers(sub)

@@ -144,9 +144,24 @@ def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.25)
 
 
+def analyze(run: RunDir, master: str | None = None) -> dict[str, Any] | None:
+    """The PySpark reconciliation of the run's ledgers (analysis/job.py) -> analysis/summary.json."""
+    from rmqchaos.ledgers import ledger_files
+    with stage(run, "analyze"):
+        if not ledger_files(run.path, "send") and not ledger_files(run.path, "receive"):
+            say("analyze: no ledgers in this run (no load ran)")
+            return None
+        from analysis.job import analyze as job
+        return job(run.path, master)
+
+
 def report(run: RunDir) -> Path:
-    """A plain summary of the run (the PySpark loss/duplication report replaces it in a later stage)."""
+    """report.txt (stages, witness, counts) and, when the run was analyzed, report.html."""
     with stage(run, "report"):
+        summary_f = run.path / "analysis" / "summary.json"
+        if summary_f.exists():
+            from analysis.report import write_report
+            write_report([run.path], run.path / "report.html")
         st = run.state()
         tl = run.timeline()
         up_ev = next((e for e in tl if e["kind"] == "cluster_up"), None)
@@ -169,5 +184,21 @@ def report(run: RunDir) -> Path:
             lines.append(f"witness ({wres['topic']}): sent {wres['sent']}, stored per broker "
                          f"{wres['stored_per_broker']}, read back {wres['read_back_total']} -> "
                          + ("OK" if wres["ok"] else "FAILED: " + "; ".join(wres["problems"])))
+        if summary_f.exists():
+            summ = json.loads(summary_f.read_text())
+            c = summ["counts"]
+            lines.append(f"keys {c['keys']} (attempts {c['attempts']}, acked {c['acked']}, acked weak "
+                         f"{c['acked_weak']}): ok {c['ok']}, LOST {c['lost']}, DUPLICATED {c['duplicated']} "
+                         f"(+{c['duplicate_deliveries']} deliveries), recovered {c['recovered']}, failed "
+                         f"{c['failed']}, indeterminate {c['indeterminate']}; unexpected {c['unexpected']}")
+            causes = {k: v for k, v in summ["duplicates_by_cause"].items() if v}
+            if causes:
+                lines.append("extra deliveries by cause: " + ", ".join(f"{k} {v}" for k, v in causes.items()))
+            prefixes = summ["errors"]["by_remark_prefix"]
+            if prefixes:
+                lines.append("broker busy texts: " + ", ".join(f"{k} {v}" for k, v in prefixes.items()))
+            for w in summ["warnings"]:
+                lines.append(f"warning: {w}")
+            lines.append(f"html report: {run.path / 'report.html'}")
         (run.path / "report.txt").write_text("\n".join(lines) + "\n")
         return run.path / "report.txt"

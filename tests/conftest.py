@@ -8,6 +8,7 @@ nothing here touches a developer's own clusters.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -127,4 +128,10 @@ def load_run(tmp: Path, cluster, load: dict, consumers: dict | None = None, name
     else:
         d.pop("consumers", None)  # the default: one consumer acking everything
     f = write_scenario(tmp / f"{name}.yaml", d)
-    return RunDir.create(tmp / f"run-{name}", load_scenario(f), f.read_text(), mode="owned")
+    run = RunDir.create(tmp / f"run-{name}", load_scenario(f), f.read_text(), mode="owned")
+    # what `up` would have written: versions and the effective broker.conf files
+    shutil.copy(cluster.run.path / "versions.json", run.path / "versions.json")
+    for conf in cluster.run.path.glob("cluster/*/broker.conf"):
+        (run.path / "cluster" / conf.parent.name).mkdir(parents=True, exist_ok=True)
+        shutil.copy(conf, run.path / "cluster" / conf.parent.name / "broker.conf")
+    return run

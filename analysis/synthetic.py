@@ -1,0 +1,85 @@
+"""Synthetic ledgers with a known truth, written fast by DuckDB (tests and `bench analyze` only).
+
+Key i gets a fate from i % 100:
+  0-89 ok | 90 lost (SEND_OK) | 91 lost (FLUSH_DISK_TIMEOUT: acked weak) |
+  92 duplicated: timeout, resent to the same topic and stored twice (producer_resend) |
+  93 duplicated: timeout, resent to the backup topic, both stored (backup_topic) |
+  94 duplicated: redelivered through %RETRY% (consumer_retry) |
+  95 duplicated: the same copy delivered twice (consumer_repull) |
+  96 recovered: timed out yet stored and delivered once | 97 failed: [TIMEOUT_CLEAN_QUEUE] busy |
+  98 indeterminate: intent without outcome | 99 indeterminate: timeout, never delivered
+plus n // 1000 deliveries of keys never attempted (unexpected).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def truth(n: int) -> dict[str, Any]:
+    per = {m: len(range(m, n, 100)) for m in range(100)}
+    ok = sum(per[m] for m in range(90))
+    dup_keys = per[92] + per[93] + per[94] + per[95]
+    return {"keys": n, "ok": ok, "lost": per[90] + per[91], "duplicated": dup_keys, "recovered": per[96],
+            "failed": per[97], "indeterminate": per[98] + per[99], "unexpected": n // 1000,
+            "acked": ok + per[90] + per[91] + dup_keys, "acked_weak": per[91], "acked_weak_lost": per[91],
+            "attempts": n + per[92] + per[93], "duplicate_deliveries": dup_keys,
+            "duplicates_by_cause": {"consumer_retry": per[94], "backup_topic": per[93], "producer_resend": per[92],
+                                    "consumer_repull": per[95], "unexplained": 0}}
+
+
+def write(run_ledgers: Path, n: int, files: int = 4, run_id: str = "synthetic") -> None:
+    """Write send-w<j>.jsonl and receive-c<j>.jsonl (j < files) into `run_ledgers`."""
+    import duckdb
+    run_ledgers.mkdir(parents=True, exist_ok=True)
+    con = duckdb.connect()
+    con.execute("SET preserve_insertion_order = false")
+    t0 = 1_800_000_000_000
+    con.execute(f"""
+    CREATE TEMP VIEW k AS SELECT i, i % 100 AS m, 'k' || i AS key, i % {files} AS f,
+        {t0} + i // 10 AS t FROM range({n}) r(i);
+    CREATE TEMP VIEW a AS
+      SELECT i, m, key, f, t, 1 AS attempt, 'T' AS topic FROM k
+      UNION ALL SELECT i, m, key, f, t + 1000, 2, CASE WHEN m = 93 THEN 'T_bak' ELSE 'T' END FROM k WHERE m IN (92, 93);
+    CREATE TEMP VIEW o AS SELECT *,
+        CASE WHEN attempt = 2 OR m < 92 OR m IN (94, 95) THEN 'ok' WHEN m = 97 THEN 'error' ELSE 'timeout' END AS outcome,
+        CASE WHEN attempt = 1 AND m = 91 THEN 'FLUSH_DISK_TIMEOUT'
+             WHEN attempt = 2 OR m < 92 OR m IN (94, 95) THEN 'SEND_OK' END AS status,
+        CASE WHEN attempt = 1 AND m = 91 THEN 10 WHEN m = 97 THEN 2
+             WHEN attempt = 2 OR m < 92 OR m IN (94, 95) THEN 0 END AS code,
+        CASE WHEN m = 97 THEN '[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: 201ms, size of queue: 7' END AS remark
+      FROM a;
+    """)
+    for j in range(files):
+        pid = f"w{j}-1"
+        con.execute(f"""COPY (
+          SELECT * EXCLUDE (ord, sub) FROM (
+            SELECT 'intent' AS rec, '{run_id}' AS run_id, '{pid}' AS producer_id, i * 2 + attempt AS attempt_id, key,
+                   attempt, topic, 'resend_to_backup_topic' AS policy, t AS intended_ms, t AS start_ms,
+                   NULL::BIGINT AS end_ms, NULL AS outcome, NULL AS status, NULL::INT AS code, NULL AS remark,
+                   NULL AS error, NULL::BOOLEAN AS sent, NULL AS msg_id, NULL AS offset_msg_id, NULL AS broker,
+                   NULL::INT AS queue_id, NULL::BIGINT AS queue_offset, NULL::BOOLEAN AS app_ok, i AS ord, 0 AS sub
+              FROM o WHERE f = {j}
+            UNION ALL
+            SELECT 'outcome', '{run_id}', '{pid}', i * 2 + attempt, key, attempt, topic, 'resend_to_backup_topic', t, t,
+                   t + 5, outcome, status, code, remark,
+                   CASE WHEN outcome = 'timeout' THEN 'no response within 3s' END, true, 'U' || i, NULL,
+                   CASE WHEN outcome = 'ok' THEN 'broker-' || (i % 2) END, i % 4,
+                   CASE WHEN outcome = 'ok' THEN i * 2 + attempt END, outcome = 'ok' AND status = 'SEND_OK', i, 1
+              FROM o WHERE f = {j} AND m <> 98)
+          ORDER BY ord, attempt_id, sub) TO '{run_ledgers}/send-w{j}-1.jsonl' (FORMAT JSON)""")
+        con.execute(f"""COPY (
+          WITH d AS (
+            SELECT key, i, 'T' AS topic, 'T' AS origin_topic, i * 2 + 1 AS off, 0 AS rt FROM k
+              WHERE f = {j} AND (m < 90 OR m IN (92, 94, 95, 96))
+            UNION ALL SELECT key, i, 'T', 'T', i * 2 + 2, 0 FROM k WHERE f = {j} AND m IN (92, 93)
+            UNION ALL SELECT key, i, 'T_bak', 'T_bak', i * 2 + 2, 0 FROM k WHERE f = {j} AND m = 93
+            UNION ALL SELECT key, i, '%RETRY%g', 'T', i * 2 + 9, 1 FROM k WHERE f = {j} AND m = 94
+            UNION ALL SELECT key, i, 'T', 'T', i * 2 + 1, 0 FROM k WHERE f = {j} AND m = 95
+            UNION ALL SELECT 'u' || i, i, 'T', 'T', -1 - i, 0 FROM range({n // 1000}) r(i) WHERE i % {files} = {j})
+          SELECT '{run_id}' AS run_id, key, 'U' || i AS msg_id, NULL AS offset_msg_id, topic, origin_topic,
+                 'broker-' || (i % 2) AS broker, i % 4 AS queue_id, off AS queue_offset, rt AS reconsume_times,
+                 'c{j}' AS consumer_id, 1 AS batch_size, 0 AS batch_index, {t0} AS store_ms,
+                 {t0} + i // 10 + 50 AS receive_ms FROM d)
+          TO '{run_ledgers}/receive-c{j}.jsonl' (FORMAT JSON)""")
+    con.close()

@@ -1,0 +1,135 @@
+"""The PySpark reconciliation: exact on planted truth, exact on a real fault-free run, strict about
+malformed ledgers, and a report a person can open."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Iterator
+
+import jsonschema
+import pytest
+
+from analysis import duckdb_ref, synthetic
+from analysis.reconcile import LedgerError, analyze_ledgers, spark_session
+from tests.conftest import REPO, load_run
+
+SCHEMA = json.loads((REPO / "analysis" / "summary.schema.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator:
+    s = spark_session()
+    yield s
+    s.stop()
+
+
+def _files(d: Path) -> tuple[list[Path], list[Path]]:
+    return sorted(d.glob("send-*.jsonl")), sorted(d.glob("receive-*.jsonl"))
+
+
+def test_synthetic_truth_is_found_exactly_by_spark_and_duckdb(spark, tmp_path: Path) -> None:
+    n = 20_000
+    synthetic.write(tmp_path, n)
+    send, recv = _files(tmp_path)
+    truth = synthetic.truth(n)
+    res = analyze_ledgers(spark, send, recv, [])
+    ref = duckdb_ref.classify(send, recv)
+    for k in ("keys", "ok", "lost", "duplicated", "recovered", "failed", "indeterminate", "unexpected", "acked",
+              "acked_weak", "acked_weak_lost", "attempts", "duplicate_deliveries"):
+        assert res["counts"][k] == ref[k] == truth[k], k
+    assert res["duplicates_by_cause"] == ref["duplicates_by_cause"] == truth["duplicates_by_cause"]
+    assert res["counts"]["no_outcome"] == truth["indeterminate"] // 2  # the intent-only keys (i % 100 == 98)
+    assert res["errors"]["by_remark_prefix"] == {"[TIMEOUT_CLEAN_QUEUE]": truth["failed"]}
+    assert res["errors"]["by_status"]["FLUSH_DISK_TIMEOUT"] == truth["acked_weak"]
+
+
+def test_malformed_record_fails_with_file_and_position(spark, tmp_path: Path) -> None:
+    synthetic.write(tmp_path, 1000, files=1)
+    send, recv = _files(tmp_path)
+    data = send[0].read_bytes()
+    cut = data.index(b"\n", len(data) // 2) + 1
+    send[0].write_bytes(data[:cut] + b'{"rec":"intent","key":\n' + data[cut:])
+    with pytest.raises(LedgerError) as e:
+        analyze_ledgers(spark, send, recv, [])
+    assert str(e.value).startswith(f"{send[0]}: malformed record at byte {cut}")
+
+
+def test_torn_tail_is_a_warning_and_its_record_is_not_counted(spark, tmp_path: Path) -> None:
+    synthetic.write(tmp_path, 1000, files=1)
+    send, recv = _files(tmp_path)
+    size = send[0].stat().st_size
+    with open(send[0], "ab") as f:
+        f.write(b'{"rec":"intent","run_id":"synthetic","producer_id":"w0-1","attem')
+    res = analyze_ledgers(spark, send, recv, [])
+    assert res["warnings"] == [f"{send[0]}: torn last record at byte {size} (crash mid-write); not counted"]
+    assert res["counts"]["keys"] == 1000
+
+
+@pytest.fixture(scope="module")
+def real_run(cluster, tmp_path_factory: pytest.TempPathFactory):
+    """A small fault-free load through the real cluster, analyzed, with its HTML report."""
+    from rmqchaos import stages
+    from rmqchaos.load_stage import run_load_stage
+    tmp = tmp_path_factory.mktemp("analysis-run")
+    run = load_run(tmp, cluster, {"topic": "T_ANALYZE", "users": 10, "rate": 500, "duration": "30s",
+                                  "messages": 3000},
+                   {"settle": "5s", "instances": [{"id": "c0", "group": "g_analyze"}]}, name="analyzed")
+    run_load_stage(run, cluster)
+    stages.analyze(run)
+    stages.report(run)
+    return run
+
+
+def test_fault_free_real_run_reports_zero_lost_zero_duplicated(real_run) -> None:
+    s = json.loads((real_run.path / "analysis" / "summary.json").read_text())
+    jsonschema.validate(s, SCHEMA)
+    c = s["counts"]
+    assert c["keys"] == 3000 and c["attempts"] >= 3000
+    assert (c["lost"], c["duplicated"], c["unexpected"], c["indeterminate"], c["no_outcome"]) == (0, 0, 0, 0, 0)
+    assert c["ok"] + c["failed"] == c["keys"] == sum(c[k] for k in ("ok", "lost", "duplicated", "recovered",
+                                                                     "failed", "indeterminate"))
+    assert s["versions"]["rocketmq"] and set(s["cluster"]["brokers"]) >= {"broker-a", "broker-b"}
+    assert (real_run.path / "analysis" / "keys.parquet").is_dir()
+    assert any(w["kind"] == "load" and w["keys_by_class"].get("ok") for w in s["windows"])
+
+
+def test_withheld_deliveries_are_reported_lost_exactly(real_run, spark, tmp_path: Path) -> None:
+    """N deliveries removed from a copy of the receive ledger: exactly N keys lost."""
+    d = tmp_path / "ledgers"
+    shutil.copytree(real_run.path / "ledgers", d)
+    [recv] = sorted(d.glob("receive-*.jsonl"))
+    lines = recv.read_bytes().splitlines(keepends=True)
+    withheld = lines[100:107]
+    recv.write_bytes(b"".join(lines[:100] + lines[107:]))
+    res = analyze_ledgers(spark, *_files(d), [])
+    assert res["counts"]["lost"] == len(withheld) == 7
+    assert res["counts"]["duplicated"] == res["counts"]["unexpected"] == 0
+
+
+def test_html_report_renders_with_its_plots_in_headless_chromium(real_run, tmp_path: Path) -> None:
+    from PIL import Image
+    html = real_run.path / "report.html"
+    text = html.read_text()
+    assert text.count("<svg") == 4
+    for external in ("<script", "<link", "src=", "url(http", 'href="http'):  # self-contained: nothing to fetch
+        assert external not in text, external
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "Debian's chromium is installed by `make setup`"
+
+    def inked(page: Path) -> int:  # sampled pixels that are not background white
+        png = page.with_suffix(".png")
+        subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                        f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,3200", f"--screenshot={png}",
+                        page.as_uri()], capture_output=True, timeout=120, check=True)
+        img = Image.open(png).convert("RGB")
+        return sum(1 for y in range(0, img.height, 3) for x in range(0, img.width, 3)
+                   if sum(img.getpixel((x, y))) < 700)
+
+    bare = tmp_path / "no-plots.html"  # the same page with every plot removed
+    bare.write_text(re.sub(r"<svg.*?</svg>", "", text, flags=re.S))
+    with_plots, without = inked(html), inked(bare)
+    assert with_plots > without + 5000, (with_plots, without)
