@@ -1,7 +1,8 @@
 # The two commands of the README: `make run` and `make test`. Both set up what they need first.
 ROCKETMQ_VERSION ?=
 export ROCKETMQ_VERSION
-SCENARIO ?= scenarios/smoke.yaml
+# The headline experiment: the same OOM kill of broker-a with transientStorePoolEnable on and off.
+SCENARIO ?= scenarios/oom-tsp-on.yaml scenarios/oom-tsp-off.yaml
 
 .PHONY: setup run test lock clean
 setup:

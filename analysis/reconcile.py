@@ -21,7 +21,7 @@ from analysis import rules, schemas
 from rmqchaos.errors import UserError
 
 
-NOT_WINDOWS = ("stage", "cluster_up", "check")  # bookkeeping events, not windows of the load
+NOT_WINDOWS = ("stage", "cluster_up", "check", "restart")  # bookkeeping (a fault restart has its own event)
 
 
 class LedgerError(UserError):

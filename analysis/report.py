@@ -116,7 +116,7 @@ def plot_errors(s: dict[str, Any]) -> str:
 
 
 def plot_compare(sums: list[dict[str, Any]]) -> str:
-    fig, ax = plt.subplots(figsize=(9, 3))
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 3.2), gridspec_kw={"width_ratios": [1, 1]})
     names = [f"{s['scenario']}\n{s['run_id'][-6:]}" for s in sums]
     bottom = [0] * len(sums)
     for c in CLASSES:
@@ -125,7 +125,17 @@ def plot_compare(sums: list[dict[str, Any]]) -> str:
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax.set_ylabel("keys")
     ax.set_title("Keys by class, per run")
-    ax.legend(fontsize=8, ncol=3)
+    ax.legend(fontsize=7, ncol=3)
+    # the classes that matter, on their own scale (a handful of lost keys vanish next to the ok ones)
+    width = 0.8 / 4
+    for i, c in enumerate(("lost", "duplicated", "recovered", "indeterminate")):
+        xs = [k + (i - 1.5) * width for k in range(len(sums))]
+        vals = [s["counts"][c] for s in sums]
+        bars = ax2.bar(xs, vals, width=width, color=COLORS[c], label=c)
+        ax2.bar_label(bars, fontsize=7)
+    ax2.set_xticks(range(len(sums)), names)
+    ax2.set_title("Lost, duplicated, recovered, indeterminate")
+    ax2.legend(fontsize=7)
     return _svg(fig)
 
 
@@ -167,12 +177,39 @@ def _run_section(s: dict[str, Any]) -> str:
     return "<section>" + "\n".join(parts) + "</section>"
 
 
+def kills(s: dict[str, Any]) -> int:
+    """Process-ending faults applied in the run (oom_kill, jvm_oom, kill)."""
+    return sum(1 for e in s.get("events", []) if e.get("kind") == "fault" and e.get("outcome") == "ok"
+               and e.get("params", {}).get("fault_kind") in ("oom_kill", "jvm_oom", "kill"))
+
+
+def spread(summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per scenario: runs, and min / median / max of lost, lost per kill and duplicated."""
+    import statistics
+    out = []
+    for name in dict.fromkeys(s["scenario"] for s in summaries):
+        ss = [s for s in summaries if s["scenario"] == name]
+        lost = [s["counts"]["lost"] for s in ss]
+        per_kill = [s["counts"]["lost"] / kills(s) for s in ss if kills(s)]
+        dup = [s["counts"]["duplicated"] for s in ss]
+
+        def mmm(v: list[float]) -> str:
+            return f"{min(v):g} / {statistics.median(v):g} / {max(v):g}" if v else "-"
+        out.append({"scenario": name, "runs": len(ss), "lost": mmm(lost), "lost_per_kill": mmm(per_kill),
+                    "duplicated": mmm(dup), "acked": mmm([s["counts"]["acked"] for s in ss])})
+    return out
+
+
 def render(summaries: list[dict[str, Any]], title: str = "RocketMQ loss and duplication report") -> str:
     body = [f"<h1>{html.escape(title)}</h1>"]
     if len(summaries) > 1:
+        body.append("<h2>Spread per scenario (min / median / max)</h2>")
+        body.append(_table([[r["scenario"], r["runs"], r["acked"], r["lost"], r["lost_per_kill"], r["duplicated"]]
+                            for r in spread(summaries)],
+                           ["scenario", "runs", "acked", "lost", "lost per kill", "duplicated"]))
         body.append("<h2>Side by side</h2>")
         body.append(_table([[s["scenario"], s["run_id"], s["counts"]["acked"]] + [s["counts"][c] for c in CLASSES]
-                            for s in summaries], ["scenario", "run", "acked", *CLASSES]))
+                            + [kills(s)] for s in summaries], ["scenario", "run", "acked", *CLASSES, "kills"]))
         body.append(f"<div class=plot>{plot_compare(summaries)}</div>")
     body += [_run_section(s) for s in summaries]
     style = ("body{font-family:sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse;margin:.5em 0}"

@@ -83,6 +83,44 @@ class Cgroup:
             pass
         return 0
 
+    def _write(self, name: str, value: str) -> None:
+        fd = os.open(self._mem() / name, os.O_WRONLY)  # unbuffered: the kernel's EBUSY reaches us
+        try:
+            os.write(fd, value.encode())
+        finally:
+            os.close(fd)
+
+    def squeeze_memory(self, step: int = 8 << 20) -> int:
+        """Lower the memory limit (and memory+swap, so nothing escapes to swap) step by step until
+        the kernel refuses (EBUSY: nothing more it can reclaim). Returns the limit set: the next
+        charge beyond it ends in the kernel's OOM killer, exactly as a container's memory limit."""
+        usage = self.memory_usage()
+        if usage is None:
+            raise OSError(f"no memory controller for cgroup {self.rel}")
+        limit = usage
+        while limit - step > 0:
+            try:
+                if self.v == 1:
+                    self._write("memory.limit_in_bytes", str(limit - step))  # memory first: it must stay <= memsw
+                    self._write("memory.memsw.limit_in_bytes", str(limit - step))
+                else:
+                    self._write("memory.swap.max", "0")
+                    self._write("memory.max", str(limit - step))  # v2 OOM-kills here if it cannot reclaim
+            except OSError as e:
+                if e.errno in (errno.EBUSY, errno.EINVAL):
+                    break
+                raise
+            limit -= step
+        return limit
+
+    def clear_memory_limit(self) -> None:
+        if self.v == 1:
+            self._write("memory.memsw.limit_in_bytes", "-1")  # memsw first: it must stay >= memory
+            self._write("memory.limit_in_bytes", "-1")
+        elif self.v == 2:
+            self._write("memory.max", "max")
+            self._write("memory.swap.max", "max")
+
     # ------------------------------------------------------------ freezer
     def freeze(self, frozen: bool, timeout: float = 10.0) -> None:
         if self.v == 1:

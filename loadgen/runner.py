@@ -100,6 +100,7 @@ def run_load(run_dir: str | Path, ledger: bool | None = None) -> dict[str, Any]:
     csvw = StatsCSVFileWriter(env, PERCENTILES_TO_REPORT, str(out / "locust"), full_history=False)
     side = [gevent.spawn(csvw.stats_writer), gevent.spawn(stats_history, runner),
             gevent.spawn(_progress, env, t0, load.duration)]
+    (out / "started").write_text(json.dumps({"start_s": time.time()}))  # the faults' clock starts here
     runner.start(load.users, load.spawn_rate)
     ctx: LoadContext | None = getattr(env, "rmq_ctx", None)
     if ctx is not None:

@@ -52,10 +52,9 @@ def _on_sigterm(signum: int, _frame: Any) -> None:
 
 # ---------------------------------------------------------------- commands
 
-def cmd_run(a: argparse.Namespace) -> int:
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    reap_orphans()
-    run = _new_run(a.scenario, a.out, mode="owned")
+def _run_one(scenario_file: str, out: str | None) -> tuple[RunDir, BaseException | None]:
+    """up → check → load (with faults) → down → analyze → report, for one scenario."""
+    run = _new_run(scenario_file, out, mode="owned")
     say(f"run directory: {run.path}")
     failed: BaseException | None = None
     try:
@@ -73,10 +72,41 @@ def cmd_run(a: argparse.Namespace) -> int:
             failed = failed or e
     rep = stages.report(run)
     print(rep.read_text(), end="")
-    html = run.path / "report.html"
-    print(f"report: {html if html.exists() else rep}")
-    if failed is not None:
-        raise failed
+    return run, failed
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    for f in a.scenario:  # every scenario is valid before anything starts
+        load_scenario(f)
+    if a.repeat < 1 or a.repeat > 100:
+        raise UserError(f"--repeat {a.repeat} is out of range", "use 1..100")
+    if a.out and (len(a.scenario) > 1 or a.repeat > 1):
+        raise UserError("--out names one run directory", "leave it out with several scenarios or --repeat")
+    reap_orphans()
+    done: list[RunDir] = []
+    first_failure: BaseException | None = None
+    for f in a.scenario:
+        for k in range(a.repeat):
+            if a.repeat > 1:
+                say(f"{f}: repeat {k + 1}/{a.repeat}")
+            run, failed = _run_one(f, a.out)
+            done.append(run)
+            if failed is not None:
+                say(f"{f}: failed: {failed}")
+                first_failure = first_failure or failed
+                if not isinstance(failed, UserError):
+                    raise failed  # interrupted: stop here
+    analyzed = [r for r in done if (r.path / "analysis" / "summary.json").exists()]
+    if len(done) == 1:
+        html = done[0].path / "report.html"
+        print(f"report: {html if html.exists() else done[0].path / 'report.txt'}")
+    elif analyzed:
+        from analysis.report import write_report
+        out = Path(a.report) if a.report else paths.runs_dir() / f"{time.strftime('%Y%m%d-%H%M%S')}-report.html"
+        print(f"report: {write_report([r.path for r in analyzed], out)}")
+    if first_failure is not None:
+        raise first_failure
     return 0
 
 
@@ -213,10 +243,14 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
 
     r = sub.add_parser("run", help="run a scenario end to end (up, checks, load, down, report)",
-                       description="Run SCENARIO end to end: start the cluster, run its checks, stop it, "
+                       description="Run each SCENARIO end to end: start the cluster, run its checks, the load with its "
+                                   "faults and consumers, stop it, reconcile the ledgers (PySpark) and "
                                    "write the report. All state lands in the run directory.")
-    r.add_argument("scenario", help="scenario YAML file, e.g. scenarios/smoke.yaml")
-    r.add_argument("--out", help="run directory to create (default: runs/<time>-<scenario name>)")
+    r.add_argument("scenario", nargs="+", help="scenario YAML file(s), e.g. scenarios/smoke.yaml; several are "
+                                               "run one after another and reported side by side")
+    r.add_argument("--out", help="run directory to create, for a single run (default: runs/<time>-<scenario name>)")
+    r.add_argument("--repeat", type=int, default=1, help="run each scenario N times; the report shows the spread")
+    r.add_argument("--report", help="HTML report of several runs (default: runs/<time>-report.html)")
     r.set_defaults(fn=cmd_run)
 
     c = sub.add_parser("cluster", help="start, inspect, break and stop a cluster by hand")

@@ -115,11 +115,21 @@ def run_load_stage(run: RunDir, c: LocalCluster, ledger: bool | None = None) -> 
     create_topics(c, s.load.topics(), s.load.queues)
     (run.path / "ledgers").mkdir(exist_ok=True)
     consumers = start_consumers(run, c, s) if s.consumers else []
+    faults = None
     try:
         t0 = now_ms()
+        (run.path / "load").mkdir(exist_ok=True)
+        (run.path / "load" / "started").unlink(missing_ok=True)
+        if s.faults:
+            from chaos.scheduler import FaultScheduler
+            faults = FaultScheduler(run, c, s.faults)
+            faults.start()
         try:
             run_loadgen(run, c, ledger)
         finally:
+            if faults is not None:
+                faults.stop()
+                faults.join(timeout=max(f.timeout for f in s.faults) + 60)
             run.event("load", s.load.topic, t0, now_ms(), "done", rate=s.load.rate, users=s.load.users,
                       policy=s.load.policy.kind)
         if consumers:
@@ -128,4 +138,6 @@ def run_load_stage(run: RunDir, c: LocalCluster, ledger: bool | None = None) -> 
             run.event("drain", "consumers", t1, now_ms(), "done", deliveries=n)
     finally:
         stop_consumers(consumers)
+    if faults is not None:
+        faults.check()  # after the drain: what the ledgers hold is complete either way
 

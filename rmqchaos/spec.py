@@ -22,6 +22,8 @@ from rmqchaos.errors import UserError
 
 # ---------------------------------------------------------------- value types
 
+_SIGNALS = {sig.name.removeprefix("SIG") for sig in __import__("signal").Signals}
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
@@ -215,6 +217,34 @@ class Consumers(Strict):
     drain_timeout: Duration = 300.0
 
 
+# ---------------------------------------------------------------- faults
+
+NonNegDuration = Annotated[float, BeforeValidator(_duration), Field(ge=0)]
+
+
+class Repeat(Strict):
+    every: Duration
+    times: Annotated[StrictInt, Field(ge=2, le=100)]
+
+
+class Fault(Strict):
+    """One fault on one node, on the load's clock (`at` from the load's start). chaos/faults.py."""
+    id: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,40}$")] | None = None  # default <kind>-<target>-<n>
+    kind: Literal["oom_kill", "jvm_oom", "kill", "pause", "restart"]
+    target: NodeName
+    at: NonNegDuration
+    duration: Duration | None = None  # pause: how long (default 5s)
+    signal: str = "SIGKILL"  # kill
+    restart_after: Duration | None = None  # oom_kill, jvm_oom, kill: restart the node this long after
+    repeat: Repeat | None = None
+    timeout: Duration = 60.0  # how long the fault may take to act (an OOM kill: 0.1 s to tens of s)
+
+    def span(self) -> float:
+        """Seconds from `at` until this fault's last occurrence has done everything it schedules."""
+        one = (self.duration or (5.0 if self.kind == "pause" else 0.0)) + (self.restart_after or 0.0)
+        return (self.repeat.every * (self.repeat.times - 1) if self.repeat else 0.0) + one
+
+
 class Scenario(Strict):
     name: NodeName
     description: str = ""
@@ -222,6 +252,7 @@ class Scenario(Strict):
     checks: Checks = Checks()
     load: Load | None = None
     consumers: Consumers | None = None  # default with a load: one consumer `c0` acking everything
+    faults: list[Fault] = []
 
     @model_validator(mode="after")
     def _default_consumers(self) -> "Scenario":
@@ -312,6 +343,29 @@ def semantic_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
             ids.add(c.id)
         if s.load is None and s.consumers.instances and any(c.topics is None for c in s.consumers.instances):
             errs.append((("consumers",), "consumers without `topics` need a `load` section to take them from"))
+    nodes = s.cluster.node_names()
+    for i, f in enumerate(s.faults):
+        if f.target not in nodes:
+            errs.append((("faults", i, "target"), f"no node {f.target!r} in this cluster; nodes: {', '.join(nodes)}"))
+        if s.load is None:
+            errs.append((("faults", i), "faults run on the load's clock: add a `load:` section"))
+        elif f.at + f.span() > s.load.duration:
+            errs.append((("faults", i, "at"), f"the fault (at {f.at:g}s, lasting {f.span():g}s) ends after the "
+                                              f"load's duration {s.load.duration:g}s"))
+        if f.kind == "kill" and f.signal.upper().removeprefix("SIG") not in _SIGNALS:
+            errs.append((("faults", i, "signal"), f"unknown signal {f.signal!r}; e.g. SIGKILL, SIGTERM, SIGSTOP"))
+        if f.kind == "jvm_oom" and f.target in [b.name for b in s.cluster.brokers]:
+            b = s.cluster.broker(f.target)
+            opts = (b.jvm or s.cluster.broker_defaults.jvm).options
+            if "-XX:+ExitOnOutOfMemoryError" not in opts:
+                errs.append((("faults", i, "kind"), f"jvm_oom needs -XX:+ExitOnOutOfMemoryError in {f.target}'s "
+                                                    "jvm.options (else the OutOfMemoryError does not end the JVM)"))
+        if f.kind in ("pause", "restart") and f.restart_after is not None:
+            errs.append((("faults", i, "restart_after"), f"restart_after applies to oom_kill, jvm_oom and kill"))
+    ids = [f.id for f in s.faults if f.id]
+    for i, f in enumerate(s.faults):
+        if f.id and ids.count(f.id) > 1:
+            errs.append((("faults", i, "id"), f"fault id {f.id!r} is used twice"))
     if s.load is not None and s.load.backup_topic() == s.load.topic:
         errs.append((("load", "policy", "backup_topic"), "the backup topic must differ from load.topic"))
     if s.cluster.proxy.enabled:

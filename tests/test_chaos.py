@@ -1,0 +1,118 @@
+"""Faults on a real cluster under load, and the headline experiment (TSP on vs off)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import yaml
+
+from cluster.procs import alive
+from rmqchaos.load_stage import run_load_stage
+from tests.conftest import REPO, cli, load_run, write_scenario
+from tests.test_load import ledgers
+
+
+def fault_events(run_dir: Path) -> list[dict]:
+    return [json.loads(x) for x in (run_dir / "timeline.jsonl").read_text().splitlines()
+            if json.loads(x)["kind"] == "fault"]
+
+
+def test_pause_then_oom_kill_act_on_their_target_only(fresh_cluster, tmp_path: Path) -> None:
+    c = fresh_cluster
+    namesrv_pid = c.node("namesrv").pid
+    run = load_run(tmp_path, c, {"topic": "T_CHAOS", "users": 10, "rate": 300, "duration": "22s", "timeout": "1s"},
+                   {"settle": "5s", "instances": [{"id": "c0", "group": "g_chaos"}]}, name="chaos")
+    d = yaml.safe_load((run.path / "scenario.yaml").read_text())
+    d["faults"] = [{"id": "pause-b", "kind": "pause", "target": "broker-b", "at": "3s", "duration": "5s"},
+                   {"id": "oom-a", "kind": "oom_kill", "target": "broker-a", "at": "12s"}]
+    (run.path / "scenario.yaml").write_text(yaml.safe_dump(d, sort_keys=False))
+    b_pid = c.node("broker-b").pid
+    run_load_stage(run, c)
+
+    pause, oom = fault_events(run.path)
+    assert (pause["params"]["fault_id"], pause["outcome"]) == ("pause-b", "ok")
+    assert 4.9 <= pause["params"]["evidence"]["frozen_s"] <= 6.0
+    assert (oom["params"]["fault_id"], oom["outcome"]) == ("oom-a", "ok")
+    ev = oom["params"]["evidence"]
+    before, after = ev["oom_kill_counter"]
+    assert after == before + 1 and ev["limit"] < ev["usage_before"]  # the kernel's OOM killer, in its cgroup
+    assert not c.node("broker-a").running()
+    assert c.node("broker-b").pid == b_pid and c.node("namesrv").pid == namesrv_pid  # nobody else
+    assert alive(b_pid, None)
+
+    _, outcomes, recv = ledgers(run.path)
+    # the pause: broker-b's sends inside the window time out, and broker-b answers again afterwards
+    in_pause = [r for r in outcomes if r["broker"] == "broker-b"
+                and pause["start_ms"] + 200 <= r["start_ms"] <= pause["end_ms"] - 1500]
+    assert in_pause and all(r["outcome"] == "timeout" for r in in_pause)
+    assert any(r["broker"] == "broker-b" and r["outcome"] == "ok" and r["start_ms"] > pause["end_ms"] + 500
+               for r in outcomes)
+    # the load kept running on broker-b after broker-a died
+    assert any(r["broker"] == "broker-b" and r["outcome"] == "ok" and r["start_ms"] > oom["end_ms"] + 1000
+               for r in outcomes)
+    assert any(r["broker"] == "broker-a" and r["outcome"] == "error" and r["start_ms"] > oom["end_ms"]
+               for r in outcomes)
+
+
+def test_bad_fault_settings_fail_before_anything_starts(tmp_path: Path) -> None:
+    cases = [({"kind": "oom_kill", "target": "broker-z", "at": "5s"}, "faults[0].target: no node 'broker-z'"),
+             ({"kind": "pause", "target": "broker-a", "at": "28s"},
+              "faults[0].at: the fault (at 28s, lasting 5s) ends after the load's duration 30s"),
+             ({"kind": "jvm_oom", "target": "broker-a", "at": "5s"}, "jvm_oom needs -XX:+ExitOnOutOfMemoryError"),
+             ({"kind": "explode", "target": "broker-a", "at": "5s"}, "faults[0].kind: Input should be")]
+    for fault, expect in cases:
+        f = write_scenario(tmp_path / "bad.yaml", {"name": "bad", "load": {"duration": "30s"}, "faults": [fault]})
+        r = cli("run", str(f), "--out", str(tmp_path / "never"))
+        assert r.returncode == 1 and expect in r.stderr and r.stderr.startswith(f"rmqchaos: error: {f}:"), r.stderr
+        assert not (tmp_path / "never").exists()
+
+
+# ---------------------------------------------------------------- the headline pair
+
+@pytest.fixture(scope="module")
+def spark_session_for_module() -> Iterator:
+    from analysis.reconcile import spark_session
+    s = spark_session()
+    yield s
+    s.stop()
+
+
+def _experiment(tmp: Path, scenario: str, ports: tuple[int, int, int]) -> dict:
+    """One scenario of the pair, shortened for CI, on ports of its own; returns its summary."""
+    from rmqchaos import stages
+    from rmqchaos.rundir import RunDir
+    from rmqchaos.spec import load_scenario
+    d = yaml.safe_load((REPO / "scenarios" / scenario).read_text())
+    d["cluster"]["namesrv"] = {"port": ports[0]}
+    d["cluster"]["brokers"] = [{"name": "broker-a", "port": ports[1]}, {"name": "broker-b", "port": ports[2]}]
+    d["cluster"]["stop_timeout"] = "10s"
+    d["load"].update(duration="24s", rate=800)
+    d["consumers"] = {"settle": "10s"}
+    d["faults"] = [{"id": "oom-broker-a", "kind": "oom_kill", "target": "broker-a", "at": "8s", "restart_after": "6s"}]
+    tmp.mkdir(parents=True, exist_ok=True)
+    f = write_scenario(tmp / scenario, d)
+    run = RunDir.create(tmp / "run", load_scenario(f), f.read_text(), mode="owned")
+    try:
+        stages.up(run)
+        stages.load(run)
+    finally:
+        stages.down(run)
+    stages.analyze(run)
+    return json.loads((run.path / "analysis" / "summary.json").read_text())
+
+
+def test_oom_kill_loses_acked_messages_with_tsp_on_and_none_with_tsp_off(spark_session_for_module,
+                                                                         tmp_path: Path) -> None:
+    on = _experiment(tmp_path / "on", "oom-tsp-on.yaml", (27876, 27911, 27921))
+    off = _experiment(tmp_path / "off", "oom-tsp-off.yaml", (27876, 27911, 27921))
+    for s in (on, off):
+        [kill] = [e for e in s["events"] if e["kind"] == "fault" and e["params"]["fault_kind"] == "oom_kill"]
+        assert kill["outcome"] == "ok"
+        c = s["counts"]
+        assert c["acked"] > 5000 and c["duplicated"] == 0 and c["unexpected"] == 0
+    assert on["cluster"]["brokers"]["broker-a"]["transientStorePoolEnable"] == "true"
+    assert off["cluster"]["brokers"]["broker-a"]["transientStorePoolEnable"] == "false"
+    assert on["counts"]["lost"] > 0, on["counts"]  # acked in the off-heap buffer, died with the JVM
+    assert off["counts"]["lost"] == 0, off["counts"]  # the page cache outlives the process
