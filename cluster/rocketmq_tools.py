@@ -62,6 +62,17 @@ def run_tool(version: str, workdir: Path, main: str, args: list[str], timeout: f
     return ToolResult(args, p.returncode, out)
 
 
+# The benchmark Producer's last line. Send Total = successes + send failures; broker errors
+# (MQBrokerException) count only as Response Failed.
+_COMPLETE = re.compile(r"\[Complete\] Send Total: (\d+).*?Send Failed: (\d+)\s*\|?\s*Response Failed: (\d+)")
+
+
+def bench_complete(out: str) -> tuple[int, int, int] | None:
+    """(send total, send failed, response failed) from the benchmark Producer's output."""
+    m = _COMPLETE.search(out)
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
+
+
 def bench_produce(version: str, workdir: Path, ns: str, topic: str, count: int, size: int, threads: int,
                   timeout: float, cgroup_procs: list[str] | None = None) -> ToolResult:
     """RocketMQ's benchmark Producer, bounded by -q (messages in total, split over the threads)."""

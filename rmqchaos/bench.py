@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -21,14 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cluster.java import find_java
-from cluster.rocketmq_tools import BENCH_PRODUCER, _child_setup
+from cluster.rocketmq_tools import BENCH_PRODUCER, _child_setup, bench_complete
 from rmqchaos import paths
 from rmqchaos.errors import UserError
 from rmqchaos.progress import say
 
 TOPIC = "RMQCHAOS_BENCH"
-# Send Total = successes + send failures; broker errors (MQBrokerException) count as Response Failed only.
-_COMPLETE = re.compile(r"\[Complete\] Send Total: (\d+).*?Send Failed: (\d+).*?Response Failed: (\d+)")
 
 
 @dataclass
@@ -87,10 +84,10 @@ def run_java(ns: str, count: int, size: int, conc: int, timeout: float, workdir:
            f"-Duser.home={workdir}", "-cp", f"{home / 'lib'}/*", BENCH_PRODUCER,
            "-n", ns, "-t", TOPIC, "-w", str(conc), "-s", str(size), "-q", str(count), "-k", "true", "-ri", "1000"]
     out, wall, cpu, rc = _measure(cmd, dict(os.environ, ROCKETMQ_HOME=str(workdir)), timeout, workdir)
-    m = _COMPLETE.search(out)
-    if rc != 0 or not m:
+    done = bench_complete(out)
+    if rc != 0 or done is None:
         raise UserError(f"RocketMQ's benchmark Producer failed (exit {rc})", out.strip()[-300:])
-    total, failed, resp_failed = int(m.group(1)), int(m.group(2)), int(m.group(3))
+    total, failed, resp_failed = done
     return Sample("java", total - failed, total + resp_failed, wall, cpu)
 
 

@@ -4,7 +4,6 @@ in the run directory. `down` works whatever happened before it."""
 from __future__ import annotations
 
 import json
-import re
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -80,9 +79,6 @@ def down(run: RunDir) -> list[str]:
         return done
 
 
-_COMPLETE = re.compile(r"\[Complete\] Send Total: (\d+).*?Send Failed: (\d+)\s*\|?\s*Response Failed: (\d+)")
-
-
 def witness(run: RunDir, cluster: LocalCluster, w: WitnessCheck) -> dict[str, Any]:
     """Send with RocketMQ's benchmark Producer, count what each broker stored with mqadmin
     topicStatus, read everything back with mqadmin printMsg (a real pull consumer)."""
@@ -103,8 +99,8 @@ def witness(run: RunDir, cluster: LocalCluster, w: WitnessCheck) -> dict[str, An
     before = tools.topic_offsets(v, out / "tools", ns, topic, **tw)
     prod = tools.bench_produce(v, out / "tools", ns, topic, w.messages, w.message_size, w.threads, w.timeout, **tw)
     (out / f"witness-{topic}-producer.log").write_text(prod.out)
-    m = _COMPLETE.search(prod.out)
-    sent, send_failed = (int(m.group(1)), int(m.group(2)) + int(m.group(3))) if m else (0, w.messages)
+    done = tools.bench_complete(prod.out)
+    sent, send_failed = (done[0], done[1] + done[2]) if done else (0, w.messages)
     stored_after = tools.topic_offsets(v, out / "tools", ns, topic, **tw)
     stored = {b: stored_after.get(b, 0) - before.get(b, 0) for b in stored_after}
     say(f"witness: stored per broker {stored}; reading everything back with mqadmin printMsg")
