@@ -98,19 +98,20 @@ class Cgroup:
         if usage is None:
             raise OSError(f"no memory controller for cgroup {self.rel}")
         limit = usage
-        while limit - step > 0:
-            try:
-                if self.v == 1:
-                    self._write("memory.limit_in_bytes", str(limit - step))  # memory first: it must stay <= memsw
-                    self._write("memory.memsw.limit_in_bytes", str(limit - step))
-                else:
-                    self._write("memory.swap.max", "0")
-                    self._write("memory.max", str(limit - step))  # v2 OOM-kills here if it cannot reclaim
-            except OSError as e:
-                if e.errno in (errno.EBUSY, errno.EINVAL):
-                    break
-                raise
-            limit -= step
+        for stride in (step, 1 << 20):  # coarse, then 1 MiB: the less slack, the sooner the kill
+            while limit - stride > 0:
+                try:
+                    if self.v == 1:
+                        self._write("memory.limit_in_bytes", str(limit - stride))  # first: it must stay <= memsw
+                        self._write("memory.memsw.limit_in_bytes", str(limit - stride))
+                    else:
+                        self._write("memory.swap.max", "0")
+                        self._write("memory.max", str(limit - stride))  # v2 OOM-kills here if it cannot reclaim
+                except OSError as e:
+                    if e.errno in (errno.EBUSY, errno.EINVAL):
+                        break
+                    raise
+                limit -= stride
         return limit
 
     def clear_memory_limit(self) -> None:
