@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import Callable
 
 from cluster.local import LocalCluster
 from cluster.procs import ProcRecord, now_ms, starttime
@@ -55,25 +56,46 @@ def start_consumers(run: RunDir, c: LocalCluster, s: Scenario) -> list[JavaConsu
     return out
 
 
-def drain(consumers: list[JavaConsumer], settle: float, timeout: float) -> int:
-    """Wait until no consumer records a new delivery for `settle` seconds (at most `timeout`)."""
+def drain(consumers: list[JavaConsumer], settle: float, timeout: float,
+          lag: Callable[[], int | None] | None = None) -> int:
+    """Wait until every consumer group has consumed everything the brokers hold (lag 0: a restarted
+    broker's queues come back to a consumer only after its next route poll and rebalance, up to
+    ~50 s) and no new delivery was recorded for `settle` seconds; at most `timeout`."""
     t0 = time.monotonic()
-    last, last_change, last_say = -1, t0, t0
+    last, last_change, last_say, left = -1, t0, t0, None
     while True:
         n = sum(c.deliveries() for c in consumers)
         now = time.monotonic()
         if n != last:
             last, last_change = n, now
         if now - last_change >= settle:
-            say(f"drain: no new delivery for {settle:g}s; {n} deliveries recorded")
-            return n
+            left = lag() if lag else 0
+            if left == 0:
+                say(f"drain: nothing left to consume and no new delivery for {settle:g}s; {n} deliveries")
+                return n
         if now - t0 > timeout:
-            say(f"drain: still receiving after {timeout:g}s; stopping the consumers with {n} deliveries")
+            say(f"drain: not drained after {timeout:g}s (lag {left}); stopping the consumers with {n} deliveries")
             return n
         if now - last_say >= 5:
-            say(f"drain: {n} deliveries so far")
+            say(f"drain: {n} deliveries so far" + (f", {left} stored messages not consumed yet" if left else ""))
             last_say = now
         time.sleep(0.25)
+
+
+def group_lag(c: LocalCluster, s: Scenario) -> Callable[[], int | None]:
+    """Total lag of every consumer instance's group on its topics; None while a broker does not answer."""
+    from rmqclient.admin import RemotingError
+    assert s.consumers is not None
+    default_topics = s.load.topics() if s.load else []
+
+    def total() -> int | None:
+        try:
+            admin = c.admin()
+            return sum(sum(admin.consumer_lag(i.group, i.topics or default_topics).values())
+                       for i in s.consumers.instances)  # type: ignore[union-attr]
+        except (RemotingError, OSError):
+            return None
+    return total
 
 
 def stop_consumers(consumers: list[JavaConsumer]) -> None:
@@ -134,7 +156,8 @@ def run_load_stage(run: RunDir, c: LocalCluster, ledger: bool | None = None) -> 
                       policy=s.load.policy.kind)
         if consumers:
             t1 = now_ms()
-            n = drain(consumers, s.consumers.settle, s.consumers.drain_timeout)  # type: ignore[union-attr]
+            n = drain(consumers, s.consumers.settle, s.consumers.drain_timeout,  # type: ignore[union-attr]
+                      group_lag(c, s))
             run.event("drain", "consumers", t1, now_ms(), "done", deliveries=n)
     finally:
         stop_consumers(consumers)

@@ -24,6 +24,9 @@ GET_CONSUMER_CONNECTION_LIST = 203
 DELETE_SUBSCRIPTIONGROUP = 207
 DELETE_TOPIC_IN_BROKER = 215
 DELETE_TOPIC_IN_NAMESRV = 216
+QUERY_CONSUMER_OFFSET = 14
+GET_MAX_OFFSET = 30
+QUERY_NOT_FOUND = 22
 SUCCESS = 0
 TOPIC_NOT_EXIST = 17
 PERM_READ_WRITE = 6  # PermName.PERM_READ | PERM_WRITE
@@ -204,6 +207,29 @@ class AdminClient:
                 resp = c.request(GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
             out[name] = list((resp.body_json() or {}).get("connectionSet") or []) if resp.code == SUCCESS and \
                 resp.body else []
+        return out
+
+    def consumer_lag(self, group: str, topics: list[str]) -> dict[str, int]:
+        """"broker/topic/queue" -> messages stored but not yet consumed by `group` (the broker's max
+        offset minus the group's committed offset; the Java consumer commits every 5 s), for every
+        readable queue that namesrv routes now. Raises RemotingError if a broker does not answer."""
+        out: dict[str, int] = {}
+        for topic in topics:
+            route = self.topic_route(topic) or {}
+            masters = {bd["brokerName"]: bd["brokerAddrs"].get("0") for bd in route.get("brokerDatas", [])}
+            for q in route.get("queueDatas", []):
+                addr = masters.get(q["brokerName"])
+                if not addr:
+                    continue
+                with Connection(addr, self.timeout) as c:
+                    for qid in range(q["readQueueNums"]):
+                        mx = c.request(GET_MAX_OFFSET, {"topic": topic, "queueId": qid})
+                        _check(mx, f"GET_MAX_OFFSET {topic}/{qid} on {addr}")
+                        co = c.request(QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": qid})
+                        if co.code not in (SUCCESS, QUERY_NOT_FOUND):
+                            _check(co, f"QUERY_CONSUMER_OFFSET {topic}/{qid} on {addr}")
+                        consumed = int(co.ext.get("offset", 0)) if co.code == SUCCESS else 0
+                        out[f"{q['brokerName']}/{topic}/{qid}"] = max(0, int(mx.ext.get("offset", 0)) - consumed)
         return out
 
     def _namesrv_checked(self, code: int, ext: dict[str, Any], what: str) -> Frame:
