@@ -37,7 +37,7 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
                "versions": run.versions(), "cluster": {"brokers": run.broker_configs()},
                "load": s.load.model_dump(mode="json") if s.load else None,
                **{k: res[k] for k in ("counts", "duplicates_by_cause", "duplicated_keys_by_send_outcome", "errors",
-                                      "latency_ms", "windows", "warnings")},
+                                      "latency_ms", "windows", "warnings", "corrupted")},
                "events": events, "series": res["series"]}
     out.mkdir(exist_ok=True)
     tmp = out / "summary.json.tmp"
@@ -46,6 +46,7 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
     c = summary["counts"]
     say(f"analyze: {c['keys']} keys: ok {c['ok']}, lost {c['lost']}, duplicated {c['duplicated']}, recovered "
         f"{c['recovered']}, failed {c['failed']}, indeterminate {c['indeterminate']}, unexpected {c['unexpected']} "
+        f"(of which corrupted copies of sent messages {c['corrupted_deliveries']}) "
         f"({time.time() - t0:.1f}s)")
     for w in summary["warnings"]:
         say(f"analyze: warning: {w}")

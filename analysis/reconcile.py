@@ -121,7 +121,7 @@ def attempts(send: DataFrame) -> DataFrame:
                                                           "intended_ms", "start_ms")
     outs = send.where(F.col("rec") == "outcome").select(
         "producer_id", "attempt_id", F.col("start_ms").alias("o_start_ms"), "end_ms", "outcome", "status", "code",
-        "remark", "sent", "broker", "queue_id", "queue_offset")
+        "remark", "sent", "broker", "queue_id", "queue_offset", "msg_id")
     a = intents.join(outs, ["producer_id", "attempt_id"], "left")
     outcome = F.coalesce(F.col("outcome"), F.lit("no_outcome"))
     cls = (F.when(outcome == "ok", "acked")
@@ -211,6 +211,7 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
         key_table(att, recv).write.mode("overwrite").parquet(str(work / "keys.parquet"))
         keys = spark.read.parquet(str(work / "keys.parquet"))
         res = _aggregate(spark, att, keys, events, warnings)
+        res["counts"]["corrupted_deliveries"], res["corrupted"] = _corrupted(att, keys, recv)
         if res["series"] and not own_tmp:
             spark.createDataFrame(res["series"]).write.mode("overwrite").parquet(str(work / "series.parquet"))
         return res
@@ -271,6 +272,19 @@ def _aggregate(spark: SparkSession, att: DataFrame, keys: DataFrame, events: lis
     windows = _windows(spark, att, keys, events, series)
     return {"counts": counts, "duplicates_by_cause": dup_causes, "duplicated_keys_by_send_outcome": dup_by_send,
             "errors": errors, "latency_ms": latency, "series": series, "windows": windows, "warnings": warnings}
+
+
+def _corrupted(att: DataFrame, keys: DataFrame, recv: DataFrame) -> tuple[int, list[dict[str, Any]]]:
+    """Deliveries of a key never attempted whose msgId (UNIQ_KEY) is that of a sent message: the
+    broker served a damaged copy (seen after an OOM kill with transientStorePoolEnable: a commit
+    cut mid-write leaves a message whose tail is zeros). Count, and up to 20 examples."""
+    sent = att.where(F.col("msg_id").isNotNull()).select("msg_id", F.col("key").alias("sent_key"),
+                                                         F.col("outcome").alias("sent_outcome")).dropDuplicates(["msg_id"])
+    unexpected = keys.where(F.col("class") == "unexpected").select("key")
+    bad = recv.join(unexpected, "key").join(sent, "msg_id")
+    n = bad.count()
+    rows = bad.select("msg_id", "sent_key", "sent_outcome", "key", "broker", "queue_id", "queue_offset").limit(20).collect()
+    return int(n), [{**r.asDict(), "key": repr(r["key"])} for r in rows]
 
 
 def _count_map(df: DataFrame, col: Any) -> dict[str, int]:

@@ -157,9 +157,15 @@ def _run_section(s: dict[str, Any]) -> str:
     for w in s.get("warnings", []):
         parts.append(f"<p class=warn>warning: {html.escape(w)}</p>")
     parts.append(_table([[c["keys"], c["attempts"], c["acked"], c["acked_weak"], c["ok"], c["lost"], c["duplicated"],
-                          c["duplicate_deliveries"], c["recovered"], c["failed"], c["indeterminate"], c["unexpected"]]],
+                          c["duplicate_deliveries"], c["recovered"], c["failed"], c["indeterminate"], c["unexpected"],
+                          c.get("corrupted_deliveries", 0)]],
                         ["keys", "attempts", "acked", "acked weak", "ok", "LOST", "DUPLICATED", "extra deliveries",
-                         "recovered", "failed", "indeterminate", "unexpected"]))
+                         "recovered", "failed", "indeterminate", "unexpected", "CORRUPTED copies"]))
+    for x in s.get("corrupted", []):
+        parts.append(f"<p class=warn>corrupted delivery: msgId {html.escape(x['msg_id'])} was sent as key "
+                     f"{html.escape(x['sent_key'])} ({html.escape(str(x['sent_outcome']))}) and delivered from "
+                     f"{html.escape(str(x['broker']))} queue {x['queue_id']} offset {x['queue_offset']} with key "
+                     f"{html.escape(x['key'][:80])}</p>")
     parts.append("<h3>Duplicates by cause</h3>" + _table([list(s["duplicates_by_cause"].values())],
                                                           list(s["duplicates_by_cause"])))
     parts.append("<h3>Latency (ms)</h3>" + _table(

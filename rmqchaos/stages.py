@@ -187,6 +187,10 @@ def report(run: RunDir) -> Path:
                          f"{c['acked_weak']}): ok {c['ok']}, LOST {c['lost']}, DUPLICATED {c['duplicated']} "
                          f"(+{c['duplicate_deliveries']} deliveries), recovered {c['recovered']}, failed "
                          f"{c['failed']}, indeterminate {c['indeterminate']}; unexpected {c['unexpected']}")
+            if c.get("corrupted_deliveries"):
+                lines.append(f"CORRUPTED: {c['corrupted_deliveries']} deliveries carried the msgId of a sent message "
+                             f"with a damaged key (e.g. {summ['corrupted'][0]['sent_key']} came back as "
+                             f"{summ['corrupted'][0]['key'][:40]})")
             causes = {k: v for k, v in summ["duplicates_by_cause"].items() if v}
             if causes:
                 lines.append("extra deliveries by cause: " + ", ".join(f"{k} {v}" for k, v in causes.items()))

@@ -112,7 +112,13 @@ def test_oom_kill_loses_acked_messages_with_tsp_on_and_none_with_tsp_off(spark_s
         [kill] = [e for e in s["events"] if e["kind"] == "fault" and e["params"]["fault_kind"] == "oom_kill"]
         assert kill["outcome"] == "ok"
         c = s["counts"]
-        assert c["acked"] > 5000 and c["duplicated"] == 0 and c["unexpected"] == 0
+        assert c["acked"] > 5000 and c["duplicated"] == 0
+    # With TSP an OOM kill can also cut a commit mid-write: the restarted broker then serves a message
+    # whose tail is zeros (seen: its KEYS property "9\x00\x00..." under the original msgId). Such
+    # deliveries are the only unexpected ones allowed, and each names the message it damaged.
+    assert on["counts"]["unexpected"] == on["counts"]["corrupted_deliveries"]
+    assert all(x["sent_outcome"] == "ok" for x in on["corrupted"])
+    assert off["counts"]["unexpected"] == off["counts"]["corrupted_deliveries"] == 0
     assert on["cluster"]["brokers"]["broker-a"]["transientStorePoolEnable"] == "true"
     assert off["cluster"]["brokers"]["broker-a"]["transientStorePoolEnable"] == "false"
     assert on["counts"]["lost"] > 0, on["counts"]  # acked in the off-heap buffer, died with the JVM
