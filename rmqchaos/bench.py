@@ -18,6 +18,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 from cluster.java import find_java
 from cluster.rocketmq_tools import BENCH_PRODUCER, _child_setup, bench_complete
@@ -203,35 +204,47 @@ def _with_cluster(a: argparse.Namespace, fn):  # type: ignore[no-untyped-def]
         stages.down(run)
 
 
-def cmd_bench_ledger(a: argparse.Namespace) -> int:
+def _interleaved(a: argparse.Namespace, kinds: tuple[str, str],
+                 one: Callable[[Any, Path, str, int], Sample]) -> list[Sample]:
+    """`a.rounds` rounds of both kinds in ABBA order against the benchmark cluster; one(cluster run,
+    scratch dir, kind, index) runs one measurement."""
     from rmqclient.admin import AdminClient
 
-    def body(cluster_run):  # type: ignore[no-untyped-def]
+    def body(cluster_run: Any) -> list[Sample]:
         from rmqchaos import stages
-        ns = stages.backend(cluster_run).namesrv_addr
-        AdminClient(ns).create_topic_everywhere(TOPIC, queues=4)
+        AdminClient(stages.backend(cluster_run).namesrv_addr).create_topic_everywhere(TOPIC, queues=4)
         time.sleep(1)
         samples: list[Sample] = []
         with tempfile.TemporaryDirectory(prefix="rmqchaos-bench-") as td:
-            base = Path(td)
+            say("warm-up: one run of each kind (not counted; a fresh broker is slow at first)")
+            for i, who in enumerate(kinds):
+                one(cluster_run, Path(td), who, 1000 + i)
             i = 0
             for r in range(a.rounds):
-                for ledger in ((True, False) if r % 2 == 0 else (False, True)):
-                    run = _load_run_dir(base, cluster_run.path / "scenario.yaml", i, a.messages, a.users, a.size)
+                for who in (kinds if r % 2 == 0 else kinds[::-1]):
+                    s = one(cluster_run, Path(td), who, i)
                     i += 1
-                    s = run_locust(run, ledger, a.timeout, base)
                     samples.append(s)
-                    say(f"round {r + 1}/{a.rounds} ledger {'on ' if ledger else 'off'}: {s.acked}/{s.attempts} acked "
-                        f"in {s.wall_s:.1f}s ({s.rate:.0f} msg/s), {s.cpu_s:.2f} CPU-s")
+                    say(f"round {r + 1}/{a.rounds} {who:9s}: {s.acked}/{s.attempts} acked in {s.wall_s:.1f}s "
+                        f"({s.rate:.0f} msg/s), {s.cpu_s:.2f} CPU-s")
         return samples
+    return _with_cluster(a, body)
 
-    samples = _with_cluster(a, body)
-    on = [s for s in samples if s.who == "ledger"]
-    off = [s for s in samples if s.who == "no-ledger"]
-    rate_on = sum(s.acked for s in on) / sum(s.wall_s for s in on)
-    rate_off = sum(s.acked for s in off) / sum(s.wall_s for s in off)
-    cpu_on = sum(s.cpu_s for s in on) / sum(s.acked for s in on) * 1e4
-    cpu_off = sum(s.cpu_s for s in off) / sum(s.acked for s in off) * 1e4
+
+def _totals(samples: list[Sample], who: str) -> tuple[float, float]:
+    """(acked msg/s, CPU-s per 10k acked) over every sample of `who`."""
+    s = [x for x in samples if x.who == who]
+    return sum(x.acked for x in s) / sum(x.wall_s for x in s), sum(x.cpu_s for x in s) / sum(x.acked for x in s) * 1e4
+
+
+def cmd_bench_ledger(a: argparse.Namespace) -> int:
+    def one(cluster_run: Any, base: Path, who: str, i: int) -> Sample:
+        run = _load_run_dir(base, cluster_run.path / "scenario.yaml", i, a.messages, a.users, a.size)
+        return run_locust(run, who == "ledger", a.timeout, base)
+
+    samples = _interleaved(a, ("ledger", "no-ledger"), one)
+    (rate_on, cpu_on), (rate_off, cpu_off) = _totals(samples, "ledger"), _totals(samples, "no-ledger")
+    on, off = [s for s in samples if s.who == "ledger"], [s for s in samples if s.who == "no-ledger"]
     print(f"ledger benchmark: {a.rounds} interleaved rounds x {a.messages} messages, {a.users} Locust users, unpaced")
     print(f"ledger on : {rate_on:8.0f} acked msg/s  {cpu_on:.3f} CPU-s per 10k acked")
     print(f"ledger off: {rate_off:8.0f} acked msg/s  {cpu_off:.3f} CPU-s per 10k acked")
@@ -241,37 +254,17 @@ def cmd_bench_ledger(a: argparse.Namespace) -> int:
 
 
 def cmd_bench_locust(a: argparse.Namespace) -> int:
-    from rmqclient.admin import AdminClient
+    def one(cluster_run: Any, base: Path, who: str, i: int) -> Sample:
+        if who == "locust":
+            run = _load_run_dir(base, cluster_run.path / "scenario.yaml", i, a.messages, a.users, a.size)
+            s = run_locust(run, False, a.timeout, base)
+        else:
+            from rmqchaos import stages
+            s = run_python(stages.backend(cluster_run).namesrv_addr, a.messages, a.size, a.users, a.timeout, base)
+        return Sample(who, s.acked, s.attempts, s.wall_s, s.cpu_s)
 
-    def body(cluster_run):  # type: ignore[no-untyped-def]
-        from rmqchaos import stages
-        ns = stages.backend(cluster_run).namesrv_addr
-        AdminClient(ns).create_topic_everywhere(TOPIC, queues=4)
-        time.sleep(1)
-        samples: list[Sample] = []
-        with tempfile.TemporaryDirectory(prefix="rmqchaos-bench-") as td:
-            base = Path(td)
-            for r in range(a.rounds):
-                for who in (("locust", "bare") if r % 2 == 0 else ("bare", "locust")):
-                    if who == "locust":
-                        run = _load_run_dir(base, cluster_run.path / "scenario.yaml", r, a.messages, a.users, a.size)
-                        s = run_locust(run, False, a.timeout, base)
-                        # whole process, as for the bare producer
-                        s = Sample("locust", s.acked, s.attempts, s.wall_s, s.cpu_s)
-                    else:
-                        s = run_python(ns, a.messages, a.size, a.users, a.timeout, base)
-                        s = Sample("bare", s.acked, s.attempts, s.wall_s, s.cpu_s)
-                    samples.append(s)
-                    say(f"round {r + 1}/{a.rounds} {who:6s}: {s.acked}/{s.attempts} acked in {s.wall_s:.1f}s "
-                        f"({s.rate:.0f} msg/s), {s.cpu_s:.2f} CPU-s")
-        return samples
-
-    samples = _with_cluster(a, body)
-    lo = [s for s in samples if s.who == "locust"]
-    ba = [s for s in samples if s.who == "bare"]
-    rl, rb = sum(s.acked for s in lo) / sum(s.wall_s for s in lo), sum(s.acked for s in ba) / sum(s.wall_s for s in ba)
-    cl, cb = (sum(s.cpu_s for s in lo) / sum(s.acked for s in lo) * 1e4,
-              sum(s.cpu_s for s in ba) / sum(s.acked for s in ba) * 1e4)
+    samples = _interleaved(a, ("locust", "bare"), one)
+    (rl, cl), (rb, cb) = _totals(samples, "locust"), _totals(samples, "bare")
     print(f"Locust cost: {a.rounds} interleaved rounds x {a.messages} messages, {a.users} users / concurrent sends, "
           "no ledger, unpaced")
     print(f"locust-driven : {rl:8.0f} acked msg/s (load phase)  {cl:.3f} CPU-s per 10k acked (whole process)")
