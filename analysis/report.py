@@ -6,7 +6,7 @@ import html
 import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import matplotlib
 
@@ -46,59 +46,53 @@ def _shade(ax: Any, s: dict[str, Any], t0: float) -> None:
             ax.text((w["start_ms"] / 1000) - t0, ax.get_ylim()[1] * 0.95, w["id"], fontsize=7, va="top", color="#b71c1c")
 
 
-def plot_throughput(s: dict[str, Any]) -> str:
-    ser = s["series"]
-    fig, ax = plt.subplots(figsize=(9, 3))
+def _series_plot(s: dict[str, Any], title: str, xlabel: str, ylabel: str, height: float,
+                 draw: Callable[[Any, list[int], list[dict[str, Any]]], None],
+                 rows: Callable[[dict[str, Any]], bool] = lambda r: True) -> str:
+    """One plot over the run's per-second series (x = seconds since the first attempt), with the
+    event windows shaded; `draw(ax, xs, rows)` draws the lines or bars."""
+    ser = [r for r in s["series"] if rows(r)]
+    fig, ax = plt.subplots(figsize=(9, height))
     if ser:
-        t0 = ser[0]["t"]
-        xs = [r["t"] - t0 for r in ser]
+        t0 = s["series"][0]["t"]
+        draw(ax, [r["t"] - t0 for r in ser], ser)
+        _shade(ax, s, t0)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="upper right")
+    return _svg(fig)
+
+
+def plot_throughput(s: dict[str, Any]) -> str:
+    def draw(ax: Any, xs: list[int], ser: list[dict[str, Any]]) -> None:
         ax.plot(xs, [r["acked"] for r in ser], label="acked/s", color="#2e7d32")
         ax.plot(xs, [r["deliveries"] for r in ser], label="received/s (first delivery)", color="#1565c0", lw=1)
         ax.plot(xs, [r["errors"] + r["timeouts"] for r in ser], label="errors+timeouts/s", color="#c62828")
-        _shade(ax, s, t0)
-    ax.set_xlabel("seconds since first attempt")
-    ax.set_ylabel("messages / s")
-    ax.set_title("Throughput and error rate (shaded: load, drain and fault windows)")
-    ax.legend(fontsize=8, loc="upper right")
-    return _svg(fig)
+    return _series_plot(s, "Throughput and error rate (shaded: load, drain and fault windows)",
+                        "seconds since first attempt", "messages / s", 3, draw)
 
 
 def plot_latency(s: dict[str, Any]) -> str:
-    ser = [r for r in s["series"] if r["send_p50_ms"] is not None]
-    fig, ax = plt.subplots(figsize=(9, 3))
-    if ser:
-        t0 = s["series"][0]["t"]
-        xs = [r["t"] - t0 for r in ser]
+    def draw(ax: Any, xs: list[int], ser: list[dict[str, Any]]) -> None:
         ax.plot(xs, [r["send_p50_ms"] for r in ser], label="send p50", color="#455a64")
         ax.plot(xs, [r["send_p99_ms"] for r in ser], label="send p99", color="#f57c00")
         ax.plot(xs, [r["intended_p99_ms"] for r in ser], label="p99 from intended time", color="#6a1b9a", ls="--")
-        _shade(ax, s, t0)
         ax.set_yscale("symlog", linthresh=1)
         ax.set_ylim(bottom=0)
-    ax.set_xlabel("seconds since first attempt")
-    ax.set_ylabel("ms")
-    ax.set_title("Send latency over time (acknowledged attempts)")
-    ax.legend(fontsize=8, loc="upper right")
-    return _svg(fig)
+    return _series_plot(s, "Send latency over time (acknowledged attempts)", "seconds since first attempt", "ms",
+                        3, draw, rows=lambda r: r["send_p50_ms"] is not None)
 
 
 def plot_lost_dup(s: dict[str, Any]) -> str:
-    ser = s["series"]
-    fig, ax = plt.subplots(figsize=(9, 2.6))
-    if ser:
-        t0 = ser[0]["t"]
-        xs = [r["t"] - t0 for r in ser]
-        ax.bar(xs, [r["lost"] for r in ser], color=COLORS["lost"], label="lost", width=1.0)
-        ax.bar(xs, [r["duplicated"] for r in ser], bottom=[r["lost"] for r in ser], color=COLORS["duplicated"],
-               label="duplicated", width=1.0)
-        ax.bar(xs, [r["indeterminate"] for r in ser], bottom=[r["lost"] + r["duplicated"] for r in ser],
-               color=COLORS["indeterminate"], label="indeterminate", width=1.0)
-        _shade(ax, s, t0)
-    ax.set_xlabel("second the message was meant to be sent")
-    ax.set_ylabel("keys")
-    ax.set_title("Lost / duplicated / indeterminate keys over time")
-    ax.legend(fontsize=8, loc="upper right")
-    return _svg(fig)
+    def draw(ax: Any, xs: list[int], ser: list[dict[str, Any]]) -> None:
+        bottom = [0] * len(ser)
+        for c in ("lost", "duplicated", "indeterminate"):  # stacked
+            vals = [r[c] for r in ser]
+            ax.bar(xs, vals, bottom=bottom, color=COLORS[c], label=c, width=1.0)
+            bottom = [b + v for b, v in zip(bottom, vals)]
+    return _series_plot(s, "Lost / duplicated / indeterminate keys over time",
+                        "second the message was meant to be sent", "keys", 2.6, draw)
 
 
 def plot_errors(s: dict[str, Any]) -> str:

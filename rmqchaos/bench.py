@@ -334,6 +334,15 @@ def _count_lines(files: list[Path]) -> int:
     return n
 
 
+def _cluster_args(p: argparse.ArgumentParser) -> argparse._MutuallyExclusiveGroup:
+    """Which cluster a benchmark measures: one it starts from --scenario, or a running one."""
+    p.add_argument("--scenario", default=str(paths.REPO / "scenarios" / "smoke.yaml"),
+                   help="cluster to start for the benchmark (default scenarios/smoke.yaml)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--run-dir", help="use the running cluster of this run directory instead")
+    return g
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     b = sub.add_parser("bench", help="benchmarks that print ratios measured side by side")
     bsub = b.add_subparsers(dest="bench", required=True)
@@ -344,11 +353,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--size", type=int, default=1024, help="message body bytes (default 1024)")
     p.add_argument("--concurrency", type=int, default=32, help="sends in flight / Java threads (default 32)")
     p.add_argument("--timeout", type=float, default=300.0, help="bound per process run (default 300 s)")
-    p.add_argument("--scenario", default=str(paths.REPO / "scenarios" / "smoke.yaml"),
-                   help="cluster to start for the benchmark (default scenarios/smoke.yaml)")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--run-dir", help="use the running cluster of this run directory instead")
-    g.add_argument("--namesrv", help="use the running cluster with this namesrv (loopback) instead")
+    _cluster_args(p).add_argument("--namesrv", help="use the running cluster with this namesrv (loopback) instead")
     p.set_defaults(fn=cmd_bench_producer)
     an = bsub.add_parser("analyze", help="Spark analyze vs a DuckDB reference on synthetic ledgers",
                          description=cmd_bench_analyze.__doc__)
@@ -367,7 +372,5 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         q.add_argument("--users", type=int, default=32, help="Locust users / concurrent sends (default 32)")
         q.add_argument("--size", type=int, default=1024, help="message body bytes (default 1024)")
         q.add_argument("--timeout", type=float, default=300.0, help="bound per load process (default 300 s)")
-        q.add_argument("--scenario", default=str(paths.REPO / "scenarios" / "smoke.yaml"),
-                       help="cluster to start for the benchmark (default scenarios/smoke.yaml)")
-        q.add_argument("--run-dir", help="use the running cluster of this run directory instead")
+        _cluster_args(q)
         q.set_defaults(fn=fn)
