@@ -24,3 +24,15 @@ RECEIVE = _s(("run_id", StringType()), ("key", StringType()), ("msg_id", StringT
              ("broker", StringType()), ("queue_id", IntegerType()), ("queue_offset", LongType()),
              ("reconsume_times", IntegerType()), ("consumer_id", StringType()), ("batch_size", IntegerType()),
              ("batch_index", IntegerType()), ("store_ms", LongType()), ("receive_ms", LongType()))
+
+
+def used(schema: StructType, *names: str) -> StructType:
+    """`schema` cut to the fields the analysis reads (plus `_corrupt`): the JSON reader then skips the
+    rest without converting it."""
+    return StructType([f for f in schema.fields if f.name in names or f.name == CORRUPT])
+
+
+SEND_USED = used(SEND, "rec", "producer_id", "attempt_id", "key", "attempt", "topic", "intended_ms", "start_ms",
+                 "end_ms", "outcome", "status", "code", "remark", "sent", "broker", "msg_id")
+RECEIVE_USED = used(RECEIVE, "key", "msg_id", "origin_topic", "broker", "queue_id", "queue_offset",
+                    "reconsume_times", "receive_ms")

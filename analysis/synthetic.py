@@ -8,7 +8,8 @@ Key i gets a fate from i % 100:
   95 duplicated: the same copy delivered twice (consumer_repull) |
   96 recovered: timed out yet stored and delivered once | 97 failed: [TIMEOUT_CLEAN_QUEUE] busy |
   98 indeterminate: intent without outcome | 99 indeterminate: timeout, never delivered
-plus n // 1000 deliveries of keys never attempted (unexpected).
+plus n // 1000 deliveries of keys never attempted (unexpected); the even ones carry the msgId of a
+sent message (a damaged copy: `corrupted_deliveries`), the odd ones a msgId never sent.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ def truth(n: int) -> dict[str, Any]:
             "failed": per[97], "indeterminate": per[98] + per[99], "unexpected": n // 1000,
             "acked": ok + per[90] + per[91] + dup_keys, "acked_weak": per[91], "acked_weak_lost": per[91],
             "attempts": n + per[92] + per[93], "duplicate_deliveries": dup_keys,
+            "corrupted_deliveries": len(range(0, n // 1000, 2)),
             "duplicates_by_cause": {"consumer_retry": per[94], "backup_topic": per[93], "producer_resend": per[92],
                                     "consumer_repull": per[95], "unexplained": 0}}
 
@@ -70,14 +72,15 @@ def write(run_ledgers: Path, n: int, files: int = 4, run_id: str = "synthetic") 
           ORDER BY ord, attempt_id, sub) TO '{run_ledgers}/send-w{j}-1.jsonl' (FORMAT JSON)""")
         con.execute(f"""COPY (
           WITH d AS (
-            SELECT key, i, 'T' AS topic, 'T' AS origin_topic, i * 2 + 1 AS off, 0 AS rt FROM k
+            SELECT key, i, 'T' AS topic, 'T' AS origin_topic, i * 2 + 1 AS off, 0 AS rt, 'U' AS mp FROM k
               WHERE f = {j} AND (m < 90 OR m IN (92, 94, 95, 96))
-            UNION ALL SELECT key, i, 'T', 'T', i * 2 + 2, 0 FROM k WHERE f = {j} AND m IN (92, 93)
-            UNION ALL SELECT key, i, 'T_bak', 'T_bak', i * 2 + 2, 0 FROM k WHERE f = {j} AND m = 93
-            UNION ALL SELECT key, i, '%RETRY%g', 'T', i * 2 + 9, 1 FROM k WHERE f = {j} AND m = 94
-            UNION ALL SELECT key, i, 'T', 'T', i * 2 + 1, 0 FROM k WHERE f = {j} AND m = 95
-            UNION ALL SELECT 'u' || i, i, 'T', 'T', -1 - i, 0 FROM range({n // 1000}) r(i) WHERE i % {files} = {j})
-          SELECT '{run_id}' AS run_id, key, 'U' || i AS msg_id, NULL AS offset_msg_id, topic, origin_topic,
+            UNION ALL SELECT key, i, 'T', 'T', i * 2 + 2, 0, 'U' FROM k WHERE f = {j} AND m IN (92, 93)
+            UNION ALL SELECT key, i, 'T_bak', 'T_bak', i * 2 + 2, 0, 'U' FROM k WHERE f = {j} AND m = 93
+            UNION ALL SELECT key, i, '%RETRY%g', 'T', i * 2 + 9, 1, 'U' FROM k WHERE f = {j} AND m = 94
+            UNION ALL SELECT key, i, 'T', 'T', i * 2 + 1, 0, 'U' FROM k WHERE f = {j} AND m = 95
+            UNION ALL SELECT 'u' || i, i, 'T', 'T', -1 - i, 0, CASE WHEN i % 2 = 0 THEN 'U' ELSE 'X' END
+              FROM range({n // 1000}) r(i) WHERE i % {files} = {j})
+          SELECT '{run_id}' AS run_id, key, mp || i AS msg_id, NULL AS offset_msg_id, topic, origin_topic,
                  'broker-' || (i % 2) AS broker, i % 4 AS queue_id, off AS queue_offset, rt AS reconsume_times,
                  'c{j}' AS consumer_id, 1 AS batch_size, 0 AS batch_index, {t0} AS store_ms,
                  {t0} + i // 10 + 50 AS receive_ms FROM d)

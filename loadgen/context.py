@@ -93,16 +93,18 @@ class LoadContext:
         aid = next(self._attempt_ids)
         base = {"run_id": self.plan.run_id, "producer_id": self.producer_id, "attempt_id": aid, "key": key,
                 "attempt": attempt, "topic": topic, "policy": self.load.policy.kind}
+        # One start time in both records: the analysis counts an attempt's missing outcome per
+        # second without pairing the two records.
+        start_ms = int(time.time() * 1000)
         if self.ledger:
-            self.ledger.write_through({"rec": "intent", **base, "intended_ms": intended_ms,
-                                       "start_ms": int(time.time() * 1000)})
+            self.ledger.write_through({"rec": "intent", **base, "intended_ms": intended_ms, "start_ms": start_ms})
         r = self.producer.send(topic, self.body, key=key, tags=self.load.tags, exclude_broker=exclude,
                                timeout=timeout)
         ok = accepted(self.load.policy, r)
         self.attempts += 1
         self.accepted += ok
         if self.ledger:
-            self.ledger.append({"rec": "outcome", **base, "intended_ms": intended_ms, "start_ms": r.start_ms,
+            self.ledger.append({"rec": "outcome", **base, "intended_ms": intended_ms, "start_ms": start_ms,
                                 "end_ms": r.end_ms, "outcome": r.outcome, "status": r.status, "code": r.code,
                                 "remark": r.remark, "error": r.error, "sent": r.sent, "msg_id": r.uniq_key,
                                 "offset_msg_id": r.msg_id, "broker": r.broker, "queue_id": r.queue_id,

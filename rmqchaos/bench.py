@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -279,8 +280,7 @@ def cmd_bench_analyze(a: argparse.Namespace) -> int:
     """Synthetic ledgers with planted classes; Spark `analyze` (full, and classification only) vs the
     DuckDB reference classification, side by side, per size."""
     from analysis import duckdb_ref, synthetic
-    from analysis.reconcile import analyze_ledgers, attempts, key_table, read, spark_session
-    from analysis import schemas
+    from analysis.reconcile import analyze_ledgers, key_table, read_receive, read_send, spark_session
 
     spark = spark_session(a.master)
     last = None
@@ -288,6 +288,14 @@ def cmd_bench_analyze(a: argparse.Namespace) -> int:
     try:
         print(f"analysis benchmark: Spark {spark.version} ({spark.sparkContext.master}) vs DuckDB, same machine, "
               "same files, one size at a time")
+        if a.warmup:  # uncounted: the first Spark job in a JVM runs interpreted until the JIT catches up
+            d = base / "warmup"
+            say(f"warm-up on {a.warmup} keys (not counted)")
+            synthetic.write(d, a.warmup)
+            send, recv = sorted(d.glob("send-*.jsonl")), sorted(d.glob("receive-*.jsonl"))
+            duckdb_ref.classify(send, recv)
+            analyze_ledgers(spark, send, recv, [])
+            shutil.rmtree(d, ignore_errors=True)
         for n in a.rows:
             d = base / f"n{n}"
             say(f"writing synthetic ledgers for {n} keys")
@@ -303,9 +311,8 @@ def cmd_bench_analyze(a: argparse.Namespace) -> int:
             t = time.monotonic()  # classification only: parse, attempts, keys, class counts
             w: list[str] = []
             stg = d / "_cls"
-            s_df = read(spark, send, schemas.SEND, w, stg / "s")
-            r_df = read(spark, recv, schemas.RECEIVE, w, stg / "r")
-            key_table(attempts(s_df), r_df).groupBy("class").count().collect()
+            key_table(read_send(spark, send, w, stg / "s"), read_receive(spark, recv, w, stg / "r")) \
+                .groupBy("class").count().collect()
             t_cls = time.monotonic() - t
             truth = synthetic.truth(n)
             keys = ("keys", "ok", "lost", "duplicated", "recovered", "failed", "indeterminate", "unexpected",
@@ -317,7 +324,6 @@ def cmd_bench_analyze(a: argparse.Namespace) -> int:
                   f"({rows / t_cls:>9,.0f} rows/s) | agree={str(agree).lower()}")
             last = (t_duck / t_full, rows, agree)
             if not a.keep:
-                import shutil
                 shutil.rmtree(d, ignore_errors=True)
     finally:
         spark.stop()
@@ -361,6 +367,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                     help="comma-separated numbers of keys (default 1000000,10000000,50000000; each key is "
                          "~3 ledger rows; 50M keys need ~55 GB of disk)")
     an.add_argument("--dir", help="where to write the synthetic ledgers (default: a temp dir)")
+    an.add_argument("--warmup", type=int, default=200_000,
+                    help="keys of an uncounted first round of both engines (default 200000; 0: none)")
     an.add_argument("--keep", action="store_true", help="keep the synthetic ledgers")
     an.add_argument("--master", help="Spark master (default local[*])")
     an.set_defaults(fn=cmd_bench_analyze)

@@ -44,6 +44,10 @@ def test_synthetic_truth_is_found_exactly_by_spark_and_duckdb(spark, tmp_path: P
     assert res["counts"]["no_outcome"] == truth["indeterminate"] // 2  # the intent-only keys (i % 100 == 98)
     assert res["errors"]["by_remark_prefix"] == {"[TIMEOUT_CLEAN_QUEUE]": truth["failed"]}
     assert res["errors"]["by_status"]["FLUSH_DISK_TIMEOUT"] == truth["acked_weak"]
+    assert res["errors"]["by_outcome"]["no_outcome"] == truth["indeterminate"] // 2
+    assert res["counts"]["corrupted_deliveries"] == truth["corrupted_deliveries"] == 10
+    assert all(c["sent_key"] == "k" + c["msg_id"][1:] and c["key"] == repr("u" + c["msg_id"][1:])
+               for c in res["corrupted"])
 
 
 def test_malformed_record_fails_with_file_and_position(spark, tmp_path: Path) -> None:
@@ -55,6 +59,24 @@ def test_malformed_record_fails_with_file_and_position(spark, tmp_path: Path) ->
     with pytest.raises(LedgerError) as e:
         analyze_ledgers(spark, send, recv, [])
     assert str(e.value).startswith(f"{send[0]}: malformed record at byte {cut}")
+
+
+@pytest.mark.parametrize("kind, line", [
+    ("send", b'{"rec":"intent","producer_id":"w0-1","attempt_id":"seven","key":"k1"}\n'),  # a wrong type
+    ("send", b'{"rec":"outcome","producer_id":"w0-1","attempt_id":7,"outcome":"ok"}\n'),  # no key
+    ("send", b'{"rec":"retry","producer_id":"w0-1","attempt_id":7,"key":"k1"}\n'),  # no such record kind
+    ("receive", b'{"key":"k1","queue_offset":\n'),                                      # not JSON
+])
+def test_bad_record_of_either_ledger_names_file_and_position(spark, tmp_path: Path, kind: str, line: bytes) -> None:
+    synthetic.write(tmp_path, 1000, files=1)
+    send, recv = _files(tmp_path)
+    f = (send if kind == "send" else recv)[0]
+    data = f.read_bytes()
+    cut = data.index(b"\n", len(data) // 3) + 1
+    f.write_bytes(data[:cut] + line + data[cut:])
+    with pytest.raises(LedgerError) as e:
+        analyze_ledgers(spark, send, recv, [])
+    assert str(e.value).startswith(f"{f}: malformed record at byte {cut}")
 
 
 def test_torn_tail_is_a_warning_and_its_record_is_not_counted(spark, tmp_path: Path) -> None:

@@ -38,6 +38,10 @@ def test_fault_free_10k_at_a_fixed_rate_every_acked_key_received_once(cluster, t
     assert len(intents) == len(outcomes) == locust_requests(run.path) == 10_000
     assert {(r["producer_id"], r["attempt_id"]) for r in intents} == \
            {(r["producer_id"], r["attempt_id"]) for r in outcomes}  # no intent without an outcome
+    # what the analysis relies on instead of pairing the records (docs/ledgers.md)
+    same = ("key", "topic", "start_ms", "intended_ms")
+    assert {tuple(r[k] for k in ("producer_id", "attempt_id") + same) for r in intents} == \
+           {tuple(r[k] for k in ("producer_id", "attempt_id") + same) for r in outcomes}
     acked = {r["key"] for r in outcomes if r["outcome"] == "ok"}
     # A freshly started broker may shed a few sends as busy (code 2, rejected before the append);
     # with no_retry those are final. Anything else unacknowledged is a failure.
