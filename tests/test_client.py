@@ -143,8 +143,12 @@ def test_broker_busy_answer_is_code_2_with_its_remark(strict_cluster) -> None:
     prod.close()
     busy = [r for r in results if r.code == 2]
     assert busy, collections.Counter((r.outcome, r.code) for r in results)
-    assert all(r.outcome == "error" and r.remark.startswith(TIMEOUT_CLEAN_QUEUE) for r in busy)
-    assert "period in queue" in busy[0].remark and "size of queue" in busy[0].remark
+    # Every code 2 carries one of the broker's busy texts verbatim; the one provoked here is the
+    # send queue's fail-fast (a loaded host may add [PCBUSY_CLEAN_QUEUE] or [REJECTREQUEST]).
+    assert all(r.outcome == "error" and r.remark.startswith(BUSY_PREFIXES) for r in busy), \
+        collections.Counter(r.remark[:40] for r in busy)
+    queued = [r for r in busy if r.remark.startswith(TIMEOUT_CLEAN_QUEUE)]
+    assert queued and "period in queue" in queued[0].remark and "size of queue" in queued[0].remark
     assert all(r.outcome in ("ok", "error") for r in results)  # answered, none timed out
 
 
@@ -164,8 +168,8 @@ def test_paused_broker_times_out_within_the_timeout(strict_cluster) -> None:
     assert [r.outcome for r in rs] == ["timeout"] * 20
     assert all(900 <= r.end_ms - r.start_ms <= 1600 for r in rs), [r.end_ms - r.start_ms for r in rs]
     assert took < 3.0
-    other = prod.send("T_STRICT", b"b", queue=prod.select_queue("T_STRICT", broker="broker-b"))
-    assert other.ok
+    other = send_unshed(prod, "T_STRICT", b"b", "p-other", queue=prod.select_queue("T_STRICT", broker="broker-b"))
+    assert other.ok, other
     prod.close()
 
 
