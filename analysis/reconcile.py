@@ -32,14 +32,13 @@ class LedgerError(UserError):
     pass
 
 
-def spark_session(master: str | None = None, shuffle_partitions: int | None = None) -> SparkSession:
+def spark_session(master: str | None = None) -> SparkSession:
     master = master or os.environ.get("RMQCHAOS_SPARK_MASTER", "local[*]")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # the driver listens on loopback only
     b = (SparkSession.builder.appName("rmqchaos-analyze").master(master)
          .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
          .config("spark.sql.session.timeZone", "UTC")
          .config("spark.driver.memory", os.environ.get("RMQCHAOS_SPARK_DRIVER_MEMORY", "1g"))
-         .config("spark.sql.shuffle.partitions", str(shuffle_partitions or (8 if master.startswith("local") else 200)))
          .config("spark.driver.extraJavaOptions", "-Djava.net.preferIPv4Stack=true")
          # the key join's sides are co-partitioned, each partition from ~128 MiB of ledger: hashing
          # the smaller side beats sorting both (measured ~1.2x on the key table)
@@ -67,7 +66,7 @@ def _check_files(files: list[Path], schema: Any, required: tuple[str, ...], malf
     torn_tails = 0
     for f in files:
         torn = _torn_tail(f)
-        off = _first_bad_offset(f, schema, required, allowed or {}, stop=torn)
+        off = _first_bad_offset(f, schema, required, allowed, stop=torn)
         if off is not None:
             raise LedgerError(f"{f}: malformed record at byte {off}",
                               "a ledger must be complete JSON lines; fix or remove the record and analyze again")
@@ -79,35 +78,40 @@ def _check_files(files: list[Path], schema: Any, required: tuple[str, ...], malf
                           "a ledger must be complete JSON lines of the documented schema (docs/ledgers.md)")
 
 
+def _stage(spark: SparkSession, files: list[Path], schema: Any, staging: Path, warnings: list[str],
+           columns: list[Any], required: tuple[str, ...] = (),
+           allowed: dict[str, tuple[str, ...]] | None = None) -> DataFrame:
+    """Parse `files` once with `schema` and write `columns` to Parquet under `staging` (every later
+    pass reads columns, not JSON). A record that is malformed, lacks a `required` field or holds a
+    value outside `allowed` fails the job with its file and position (`_check_files`)."""
+    df = _json(spark, files, schema) if files else spark.createDataFrame([], schema)
+    good = F.col(schemas.CORRUPT).isNull()
+    for c in required:
+        good = good & F.col(c).isNotNull()
+    for c, values in (allowed or {}).items():
+        good = good & F.col(c).isin(*values)
+    df.select(good.alias("good"), *columns).write.mode("overwrite").parquet(str(staging))
+    staged = spark.read.parquet(str(staging))
+    bad = staged.where(~F.col("good")).count()
+    if bad:
+        _check_files(files, schema, required, bad, warnings, allowed)
+    return staged.where(F.col("good")).drop("good")
+
+
 def read_receive(spark: SparkSession, files: list[Path], warnings: list[str], staging: Path) -> DataFrame:
     """The receive ledger's used columns, parsed once into Parquet under `staging`."""
-    if not files:
-        return spark.createDataFrame([], schemas.RECEIVE_USED).drop(schemas.CORRUPT)
-    _json(spark, files, schemas.RECEIVE_USED).write.mode("overwrite").parquet(str(staging))
-    df = spark.read.parquet(str(staging))
-    bad = df.where(F.col(schemas.CORRUPT).isNotNull()).count()
-    if bad:
-        _check_files(files, schemas.RECEIVE_USED, (), bad, warnings)
-    return df.where(F.col(schemas.CORRUPT).isNull()).drop(schemas.CORRUPT)
+    return _stage(spark, files, schemas.RECEIVE_USED, staging, warnings,
+                  [f.name for f in schemas.RECEIVE_USED.fields if f.name != schemas.CORRUPT])
 
 
 def read_send(spark: SparkSession, files: list[Path], warnings: list[str], staging: Path) -> DataFrame:
     """The send ledger's columns that the classification and the aggregates use (the remark cut to
-    its `[PREFIX]`), parsed once into Parquet under `staging`. A record that is malformed or lacks
-    an id (rec, key, producer_id, attempt_id) fails the job with its file and position. The
-    attempt ids are not kept: nothing here pairs records."""
-    df = _json(spark, files, schemas.SEND_USED) if files else spark.createDataFrame([], schemas.SEND_USED)
-    good = F.col(schemas.CORRUPT).isNull() & F.col("rec").isin(*SEND_RECS)
-    for c in SEND_REQUIRED:
-        good = good & F.col(c).isNotNull()
+    its `[PREFIX]`), parsed once into Parquet under `staging`. A record that is malformed, lacks
+    an id (rec, key, producer_id, attempt_id) or is neither intent nor outcome fails the job with
+    its file and position. The attempt ids are not kept: nothing here pairs records."""
     prefix = F.nullif(F.regexp_extract(F.coalesce("remark", F.lit("")), rules.REMARK_PREFIX_REGEX, 1), F.lit(""))
-    (df.select(good.alias("good"), *STAGED_SEND, prefix.alias("remark_prefix"))
-     .write.mode("overwrite").parquet(str(staging)))
-    df = spark.read.parquet(str(staging))
-    bad = df.where(~F.col("good")).count()
-    if bad:
-        _check_files(files, schemas.SEND_USED, SEND_REQUIRED, bad, warnings, {"rec": SEND_RECS})
-    return df.where(F.col("good")).drop("good")
+    return _stage(spark, files, schemas.SEND_USED, staging, warnings, [*STAGED_SEND, prefix.alias("remark_prefix")],
+                  SEND_REQUIRED, {"rec": SEND_RECS})
 
 
 def _torn_tail(f: Path) -> int | None:
