@@ -131,8 +131,11 @@ def test_broker_errors_surface_verbatim(strict_cluster) -> None:
     assert (r.outcome, r.code) == ("error", 13), (r.code, r.remark)
     assert r.remark.startswith("the message is illegal, maybe msg body or properties length not matched. "
                                "msg body length limit 65536B")
-    ok = send_unshed(prod, "T_STRICT", b"x" * 1000, "e4")  # stored; SYNC_FLUSH with a 1 ms flush timeout
-    assert ok.ok and ok.status == "FLUSH_DISK_TIMEOUT" and ok.code == 10 and ok.queue_offset is not None
+    # stored; SYNC_FLUSH with a 1 ms flush timeout: FLUSH_DISK_TIMEOUT unless the flush made it in time
+    stored = [send_unshed(prod, "T_STRICT", b"x" * 1000, f"e4-{i}") for i in range(20)]
+    assert all(r.ok and r.status in ("SEND_OK", "FLUSH_DISK_TIMEOUT") for r in stored), stored
+    weak = [r for r in stored if r.status == "FLUSH_DISK_TIMEOUT"]
+    assert weak and all(r.code == 10 and r.queue_offset is not None for r in weak)
     prod.close()
 
 
