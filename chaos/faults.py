@@ -1,10 +1,16 @@
 """Fault injectors. Each acts on one named node of the running cluster and returns its evidence;
 a fault that cannot be applied raises FaultError (the run then fails: never a silent no-op).
 
-- oom_kill: a real kernel OOM kill. The node's memory cgroup limit (and memory+swap) is lowered
-  step by step until the kernel refuses to reclaim more; the broker's next allocation then makes
-  the kernel's OOM killer SIGKILL it, exactly as a container runtime's memory limit does. We wait on
-  the cgroup's oom_kill counter and the process's exit, then lift the limit.
+- oom_kill: a real kernel OOM kill. The node's memory cgroup limit (and memory+swap) is set to its
+  usage, and a small "balloon" process that we start in that cgroup allocates past the page cache
+  there: the kernel reclaims the cache, then its OOM killer SIGKILLs the broker, exactly as when a
+  container's memory limit is reached. The broker's oom_score_adj is raised to 1000 first so that it,
+  not the balloon, is the victim (lowering the balloon's would need CAP_SYS_RESOURCE, which these
+  machines' root lacks). We wait on the cgroup's oom_kill counter and the process's exit, then end the balloon and
+  lift the limit. Why a balloon: lowering the limit step by step until the kernel refuses (the
+  first design) left the broker thrashing on its own evicted code pages for up to 19 s before the
+  kill; acks stopped and its commit thread sometimes caught up first, so what died depended on that
+  stall, not on the broker's configuration. The balloon ends it within a fraction of a second.
 - jvm_oom: an OutOfMemoryError inside the broker JVM: io.rmqchaos.OomAgent is loaded through the
   Attach API and fills the heap; with -XX:+ExitOnOutOfMemoryError (required by the spec) the JVM
   exits at once.
@@ -15,9 +21,12 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
+from cluster.cgroups import Cgroup
 from cluster.java import find_java
 from cluster.local import LocalCluster, LocalNode
 from cluster.procs import alive, wait_gone
@@ -49,6 +58,37 @@ def _dmesg_line(pid: int) -> str | None:
     return lines[-1].strip() if lines else None
 
 
+# The balloon: waits for its go (after being moved into the cgroup), then maps and touches memory in
+# 8 MiB steps up to its cap; bounded in size and time, and ended by us as soon as the kill is counted.
+_BALLOON = """
+import mmap, sys, time
+cap, until = int(sys.argv[1]), time.monotonic() + float(sys.argv[2])
+sys.stdin.readline()
+held, step = [], 8 << 20
+flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
+while len(held) * step < cap and time.monotonic() < until:
+    m = mmap.mmap(-1, step, flags=flags)
+    m[::4096] = b"x" * (step // 4096)
+    held.append(m)
+time.sleep(max(0.0, until - time.monotonic()))
+"""
+
+
+def _start_balloon(cg: Cgroup, cap: int, timeout: float) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, "-c", _BALLOON, str(cap), str(timeout)], stdin=subprocess.PIPE,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        cg.join_memory(p.pid)
+        assert p.stdin is not None
+        p.stdin.write(b"go\n")
+        p.stdin.close()
+    except BaseException:
+        p.kill()
+        p.wait()
+        raise
+    return p
+
+
 def oom_kill(c: LocalCluster, node: LocalNode, timeout: float) -> dict[str, Any]:
     pid, start = _running(node, "oom_kill")
     cg = node.cgroup
@@ -56,25 +96,35 @@ def oom_kill(c: LocalCluster, node: LocalNode, timeout: float) -> dict[str, Any]
         raise FaultError(f"oom_kill {node.name}: it has no memory cgroup", "the local backend creates one per node")
     before = cg.oom_kills()
     usage = cg.memory_usage()
+    cache = cg.file_cache()
     t0 = time.monotonic()
+    balloon: subprocess.Popen | None = None
     try:
-        limit = cg.squeeze_memory()
+        Path(f"/proc/{pid}/oom_score_adj").write_text("1000")  # the victim is the broker, never the balloon
+        limit = cg.cap_memory()
+        # past the cache (reclaimable) by 256 MiB; the broker's heap and direct memory are larger, so
+        # once it is dead the balloon fits and cannot cause a second kill
+        balloon = _start_balloon(cg, cache + (256 << 20), timeout)
         deadline = t0 + timeout
         while cg.oom_kills() == before:
             if time.monotonic() > deadline:
                 raise FaultError(f"oom_kill {node.name}: no OOM kill within {timeout:g}s (limit {limit} bytes)",
                                  "raise faults[].timeout or put load on the broker")
-            time.sleep(0.02)
+            time.sleep(0.005)
         killed_after = time.monotonic() - t0
         gone = _exit_evidence(pid, start, 30)
     finally:
+        if balloon is not None:
+            balloon.kill()  # ours, by PID
+            balloon.wait()
         cg.clear_memory_limit()
     if not gone:
         raise FaultError(f"oom_kill {node.name}: the kernel counted an OOM kill but pid {pid} is still alive",
                          "see dmesg")
     c.run.processes.record_exit(node.name, pid, "oom-kill")
-    return {"pid": pid, "usage_before": usage, "limit": limit, "oom_kill_counter": [before, cg.oom_kills()],
-            "kill_after_s": round(killed_after, 3), "dmesg": _dmesg_line(pid)}
+    return {"pid": pid, "usage_before": usage, "page_cache_before": cache, "limit": limit,
+            "oom_kill_counter": [before, cg.oom_kills()], "kill_after_s": round(killed_after, 3),
+            "dmesg": _dmesg_line(pid)}
 
 
 def jvm_oom(c: LocalCluster, node: LocalNode, timeout: float) -> dict[str, Any]:

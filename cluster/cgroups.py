@@ -90,29 +90,39 @@ class Cgroup:
         finally:
             os.close(fd)
 
-    def squeeze_memory(self, step: int = 8 << 20) -> int:
-        """Lower the memory limit (and memory+swap, so nothing escapes to swap) step by step until
-        the kernel refuses (EBUSY: nothing more it can reclaim). Returns the limit set: the next
-        charge beyond it ends in the kernel's OOM killer, exactly as a container's memory limit."""
-        usage = self.memory_usage()
-        if usage is None:
-            raise OSError(f"no memory controller for cgroup {self.rel}")
-        limit = usage
-        for stride in (step, 1 << 20):  # coarse, then 1 MiB: the less slack, the sooner the kill
-            while limit - stride > 0:
-                try:
-                    if self.v == 1:
-                        self._write("memory.limit_in_bytes", str(limit - stride))  # first: it must stay <= memsw
-                        self._write("memory.memsw.limit_in_bytes", str(limit - stride))
-                    else:
-                        self._write("memory.swap.max", "0")
-                        self._write("memory.max", str(limit - stride))  # v2 OOM-kills here if it cannot reclaim
-                except OSError as e:
-                    if e.errno in (errno.EBUSY, errno.EINVAL):
-                        break
+    def file_cache(self) -> int:
+        """Bytes of file pages (page cache) charged to this cgroup: what reclaim can take back."""
+        names = ("total_active_file", "total_inactive_file") if self.v == 1 else ("active_file", "inactive_file")
+        try:
+            stat = dict(line.split() for line in (self._mem() / "memory.stat").read_text().splitlines())
+        except (OSError, ValueError):
+            return 0
+        return sum(int(stat.get(n, 0)) for n in names)
+
+    def cap_memory(self, attempts: int = 20) -> int:
+        """Set the memory limit (and memory+swap, so nothing escapes to swap) to the current usage:
+        no slack left, so the cgroup's next charges reclaim its page cache and, once that is gone,
+        end in the kernel's OOM killer. Returns the limit set."""
+        for _ in range(attempts):
+            usage = self.memory_usage()
+            if usage is None:
+                raise OSError(f"no memory controller for cgroup {self.rel}")
+            try:
+                if self.v == 1:
+                    self._write("memory.limit_in_bytes", str(usage))  # first: it must stay <= memsw
+                    self._write("memory.memsw.limit_in_bytes", str(usage))
+                else:
+                    self._write("memory.swap.max", "0")
+                    self._write("memory.max", str(usage))
+                return usage
+            except OSError as e:
+                if e.errno != errno.EBUSY:  # EBUSY: usage grew past it and could not be reclaimed; re-read
                     raise
-                limit -= stride
-        return limit
+        raise OSError(f"cgroup {self.rel}: could not set its memory limit to its usage")
+
+    def join_memory(self, pid: int) -> None:
+        """Move a process into this cgroup's memory controller only (its later charges count here)."""
+        self._write("cgroup.procs", str(pid))
 
     def clear_memory_limit(self) -> None:
         if self.v == 1:

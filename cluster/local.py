@@ -370,6 +370,10 @@ class LocalNode(Node):
         cmd = [java, "-server", f"-Xms{j.heap_mb}m", f"-Xmx{j.heap_mb}m"]
         if j.max_direct_memory_mb:
             cmd.append(f"-XX:MaxDirectMemorySize={j.max_direct_memory_mb}m")
+        if self.role in ("master", "slave"):
+            # as RocketMQ's runbroker.sh: the whole heap is touched (and charged to the broker's cgroup)
+            # at start, so a memory squeeze does not stall the send path on first-touch heap faults
+            cmd.append("-XX:+AlwaysPreTouch")
         cmd += ["-XX:+UseG1GC", "-XX:-OmitStackTraceInFastThrow",
                 f"-Xlog:gc*:file={self.dir / 'logs' / 'gc.log'}:time,tags:filecount=2,filesize=10M",
                 "-Djava.net.preferIPv4Stack=true",  # IPv4 sockets, so the bind() shim maps 0.0.0.0 -> 127.0.0.1
@@ -461,6 +465,8 @@ class LocalNode(Node):
     def restart(self) -> None:
         t0 = now_ms()
         self.stop()
+        if self.role in ("master", "slave"):
+            self._wait_dropped()
         say(f"restarting {self.name}")
         self.start()
         if self.role in ("master", "slave"):
@@ -470,6 +476,18 @@ class LocalNode(Node):
         else:
             self.wait_port()
         self.c.run.event("restart", self.name, t0, now_ms(), "ok", pid=self.pid)
+
+
+    def _wait_dropped(self, timeout: float = 10.0) -> None:
+        """Wait until namesrv has dropped this (stopped) broker, which it does when the connection
+        closes: otherwise the restart's registration check could pass on the dead process's entry.
+        Bounded: a namesrv that keeps the entry longer only costs the check its precision."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            reg = self.c.registered()
+            if reg is not None and reg.get(self.plan.broker_name or "", {}).get(self.plan.broker_id or 0) != self.plan.addr:
+                return
+            time.sleep(0.1)
 
 
 def reap(run: RunDir, grace: float = 15.0) -> list[str]:

@@ -21,7 +21,7 @@ from rmqchaos.spec import Scenario
 
 
 def create_topics(c: LocalCluster, topics: list[str], queues: int, timeout: float = 30.0) -> None:
-    admin = c.admin()
+    admin = c.admin(timeout=15)  # a just-started broker on a starved 2-core host took >3 s to read one
     masters = set(admin.master_addrs())
     for t in topics:
         admin.create_topic_everywhere(t, queues=queues)

@@ -22,7 +22,7 @@ def fault_events(run_dir: Path) -> list[dict]:
 def test_pause_then_oom_kill_act_on_their_target_only(fresh_cluster, tmp_path: Path) -> None:
     c = fresh_cluster
     namesrv_pid = c.node("namesrv").pid
-    # the kernel's kill takes 0.1 s to tens of seconds (page-cache thrash first): room for it in the load
+    # the kernel's kill takes ~0.5-1.5 s under load (reclaim first): room for it in the load
     run = load_run(tmp_path, c, {"topic": "T_CHAOS", "users": 10, "rate": 300, "duration": "45s", "timeout": "1s"},
                    {"settle": "5s", "instances": [{"id": "c0", "group": "g_chaos"}]}, name="chaos")
     d = yaml.safe_load((run.path / "scenario.yaml").read_text())
@@ -38,7 +38,8 @@ def test_pause_then_oom_kill_act_on_their_target_only(fresh_cluster, tmp_path: P
     assert (oom["params"]["fault_id"], oom["outcome"]) == ("oom-a", "ok")
     ev = oom["params"]["evidence"]
     before, after = ev["oom_kill_counter"]
-    assert after == before + 1 and ev["limit"] < ev["usage_before"]  # the kernel's OOM killer, in its cgroup
+    assert after == before + 1 and ev["limit"] > 0  # the kernel's OOM killer, in its cgroup, killed the broker
+    assert f"Memory cgroup out of memory: Killed process {ev['pid']} (java)" in ev["dmesg"]
     assert not c.node("broker-a").running()
     assert c.node("broker-b").pid == b_pid and c.node("namesrv").pid == namesrv_pid  # nobody else
     assert alive(b_pid, None)
@@ -80,8 +81,9 @@ def spark_session_for_module() -> Iterator:
     s.stop()
 
 
-def _experiment(tmp: Path, scenario: str, ports: tuple[int, int, int]) -> dict:
-    """One scenario of the pair, shortened for CI, on ports of its own; returns its summary."""
+def _experiment(tmp: Path, scenario: str, ports: tuple[int, int, int], config: dict | None = None) -> dict:
+    """One scenario of the pair, shortened for CI, on ports of its own, with `config` over its broker
+    config: broker-a is OOM-killed and restarted 6 s later; returns its summary."""
     from rmqchaos import stages
     from rmqchaos.rundir import RunDir
     from rmqchaos.spec import load_scenario
@@ -89,7 +91,8 @@ def _experiment(tmp: Path, scenario: str, ports: tuple[int, int, int]) -> dict:
     d["cluster"]["namesrv"] = {"port": ports[0]}
     d["cluster"]["brokers"] = [{"name": "broker-a", "port": ports[1]}, {"name": "broker-b", "port": ports[2]}]
     d["cluster"]["stop_timeout"] = "10s"
-    # room after the restart: a kernel OOM kill has taken up to 19 s here (a starved broker allocates slowly)
+    d["cluster"]["broker_defaults"]["config"].update(config or {})
+    # a kill takes ~1 s and a restart up to ~16 s until re-registered: room for both in the load
     d["load"].update(duration="36s", rate=800)
     d["consumers"] = {"settle": "10s"}
     d["faults"] = [{"id": "oom-broker-a", "kind": "oom_kill", "target": "broker-a", "at": "8s", "restart_after": "6s"}]
@@ -107,7 +110,16 @@ def _experiment(tmp: Path, scenario: str, ports: tuple[int, int, int]) -> dict:
 
 def test_oom_kill_loses_acked_messages_with_tsp_on_and_none_with_tsp_off(spark_session_for_module,
                                                                          tmp_path: Path) -> None:
-    on = _experiment(tmp_path / "on", "oom-tsp-on.yaml", (27876, 27911, 27921))
+    # What a kill loses with TSP is what was acked since the last commit. At the memory limit every
+    # allocation of the broker reclaims first, so it stalls for ~0.1 s before the kernel kills it; a
+    # commit that finishes inside that stall leaves nothing to lose. With the shipped 200 ms commit
+    # interval single kills lost 16, 48, 39 and 5 here (and 0 once under the earlier step-by-step
+    # squeeze, whose stall was longer). The test widens the interval to 1 s, so that "nothing lost"
+    # would be a finding, not a coin toss. Only the first kill of a broker is a TSP sample: a
+    # restarted broker loads its last commit-log file without a TSP buffer (MappedFileQueue.doLoad)
+    # and writes it through the page cache until it rolls over (second kills here lost 0, 0).
+    on = _experiment(tmp_path / "on", "oom-tsp-on.yaml", (27876, 27911, 27921),
+                     config={"commitCommitLogThoroughInterval": 1000})
     off = _experiment(tmp_path / "off", "oom-tsp-off.yaml", (27876, 27911, 27921))
     for s in (on, off):
         [kill] = [e for e in s["events"] if e["kind"] == "fault" and e["params"]["fault_kind"] == "oom_kill"]
