@@ -125,7 +125,12 @@ def test_oom_kill_loses_acked_messages_with_tsp_on_and_none_with_tsp_off(spark_s
         [kill] = [e for e in s["events"] if e["kind"] == "fault" and e["params"]["fault_kind"] == "oom_kill"]
         assert kill["outcome"] == "ok"
         c = s["counts"]
-        assert c["acked"] > 5000 and c["duplicated"] == 0
+        assert c["acked"] > 5000
+        # a killed broker loses the consumer offsets it had not persisted; if the consumer's route
+        # refresh saw it gone, it re-pulls from them after the restart (at-least-once): the only
+        # duplicates allowed, since no_retry never resends
+        causes = s["duplicates_by_cause"]
+        assert c["duplicate_deliveries"] == causes["consumer_repull"], causes
     # With TSP an OOM kill can also cut a commit mid-write: the restarted broker then serves a message
     # whose tail is zeros (seen: its KEYS property "9\x00\x00..." under the original msgId). Such
     # deliveries are the only unexpected ones allowed, and each names the message it damaged.
