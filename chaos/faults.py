@@ -4,10 +4,10 @@ a fault that cannot be applied raises FaultError (the run then fails: never a si
 - oom_kill: a real kernel OOM kill. The node's memory cgroup limit (and memory+swap) is set to its
   usage, and a small "balloon" process that we start in that cgroup allocates past the page cache
   there: the kernel reclaims the cache, then its OOM killer SIGKILLs the broker, exactly as when a
-  container's memory limit is reached. The broker's oom_score_adj is raised to 1000 first so that it,
-  not the balloon, is the victim (lowering the balloon's would need CAP_SYS_RESOURCE, which these
-  machines' root lacks). We wait on the cgroup's oom_kill counter and the process's exit, then end the balloon and
-  lift the limit. Why a balloon: lowering the limit step by step until the kernel refuses (the
+  container's memory limit is reached. The broker's oom_score_adj is raised to 1000 first so that
+  it, not the balloon, is the victim (lowering the balloon's would need CAP_SYS_RESOURCE, which
+  these machines' root lacks). We wait on the cgroup's oom_kill counter and the process's exit,
+  then end the balloon and lift the limit. Why a balloon: lowering the limit step by step until the kernel refuses (the
   first design) left the broker thrashing on its own evicted code pages for up to 19 s before the
   kill; acks stopped and its commit thread sometimes caught up first, so what died depended on that
   stall, not on the broker's configuration. The balloon ends it within a fraction of a second.

@@ -47,6 +47,14 @@ class NodePlan:
     def addr(self) -> str:
         return f"{HOST}:{self.ports[0]}"
 
+    @property
+    def is_broker(self) -> bool:
+        return self.role in ("master", "slave")
+
+    def listed_in(self, reg: dict[str, dict[int, str]]) -> bool:
+        """Whether namesrv's registrations (`LocalCluster.registered()`) list this broker at its address."""
+        return reg.get(self.broker_name or "", {}).get(self.broker_id or 0) == self.addr
+
 
 class ClusterStartError(UserError):
     pass
@@ -182,7 +190,7 @@ class LocalCluster(ClusterBackend):
             say(f"starting namesrv on {self.namesrv_addr} (RocketMQ {self.scenario.cluster.rocketmq_version})")
             self.node("namesrv").start(java, home, shim)
             self._wait_namesrv()
-            brokers = [n for n in self.nodes() if n.plan.role in ("master", "slave")]
+            brokers = [n for n in self.nodes() if n.plan.is_broker]
             say(f"starting {len(brokers)} broker(s): {', '.join(n.name for n in brokers)}")
             for n in brokers:
                 n.start(java, home, shim)
@@ -201,7 +209,7 @@ class LocalCluster(ClusterBackend):
         self.run.update_state(cluster="ready")
         self.run.event("cluster_up", "cluster", t0, now_ms(), "ok", nodes=list(self.plans))
         say(f"cluster ready in {(now_ms() - t0) / 1000:.1f}s: namesrv {self.namesrv_addr}, brokers "
-            + ", ".join(f"{p.name}@{p.addr}" for p in self.plans.values() if p.role in ("master", "slave")))
+            + ", ".join(f"{p.name}@{p.addr}" for p in self.plans.values() if p.is_broker))
 
     def _deadline(self) -> float:
         return time.monotonic() + self.scenario.cluster.ready_timeout
@@ -247,9 +255,7 @@ class LocalCluster(ClusterBackend):
         while pending:
             self._check_alive(pending, "registration in namesrv")
             reg = self.registered() or {}
-            pending = [n for n in pending
-                       if reg.get(self.plans[n].broker_name or "", {}).get(self.plans[n].broker_id or 0)
-                       != self.plans[n].addr]
+            pending = [n for n in pending if not self.plans[n].listed_in(reg)]
             if not pending:
                 return
             if time.monotonic() > deadline:
@@ -303,8 +309,8 @@ class LocalCluster(ClusterBackend):
             state = "not-started" if rec is None else ("down" if not running else
                                                        ("paused" if (cg and cg.frozen()) else "running"))
             registered = None
-            if n.plan.role in ("master", "slave") and reg is not None:
-                registered = reg.get(n.plan.broker_name or "", {}).get(n.plan.broker_id or 0) == n.plan.addr
+            if n.plan.is_broker and reg is not None:
+                registered = n.plan.listed_in(reg)
             out.append(NodeStatus(
                 name=n.name, role=n.plan.role, state=state, pid=rec.pid if running and rec else None,
                 ports=n.plan.ports, addr=n.plan.addr, registered=registered,
@@ -341,7 +347,7 @@ class LocalNode(Node):
 
     @property
     def store_dir(self) -> Path | None:
-        return self.dir / "store" if self.role in ("master", "slave") else None
+        return self.dir / "store" if self.plan.is_broker else None
 
     @property
     def log_file(self) -> Path:
@@ -370,7 +376,7 @@ class LocalNode(Node):
         cmd = [java, "-server", f"-Xms{j.heap_mb}m", f"-Xmx{j.heap_mb}m"]
         if j.max_direct_memory_mb:
             cmd.append(f"-XX:MaxDirectMemorySize={j.max_direct_memory_mb}m")
-        if self.role in ("master", "slave"):
+        if self.plan.is_broker:
             # as RocketMQ's runbroker.sh: the whole heap is touched (and charged to the broker's cgroup)
             # at start, so a memory squeeze does not stall the send path on first-touch heap faults
             cmd.append("-XX:+AlwaysPreTouch")
@@ -465,18 +471,17 @@ class LocalNode(Node):
     def restart(self) -> None:
         t0 = now_ms()
         self.stop()
-        if self.role in ("master", "slave"):
+        if self.plan.is_broker:
             self._wait_dropped()
         say(f"restarting {self.name}")
         self.start()
-        if self.role in ("master", "slave"):
+        if self.plan.is_broker:
             self.c.wait_registered([self.name])
         elif self.role == "namesrv":
             self.c._wait_namesrv()
         else:
             self.wait_port()
         self.c.run.event("restart", self.name, t0, now_ms(), "ok", pid=self.pid)
-
 
     def _wait_dropped(self, timeout: float = 10.0) -> None:
         """Wait until namesrv has dropped this (stopped) broker, which it does when the connection
@@ -485,7 +490,7 @@ class LocalNode(Node):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             reg = self.c.registered()
-            if reg is not None and reg.get(self.plan.broker_name or "", {}).get(self.plan.broker_id or 0) != self.plan.addr:
+            if reg is not None and not self.plan.listed_in(reg):
                 return
             time.sleep(0.1)
 
