@@ -4,15 +4,25 @@ export ROCKETMQ_VERSION
 # The headline experiment: the same OOM kill of broker-a with transientStorePoolEnable on and off.
 SCENARIO ?= scenarios/oom-tsp-on.yaml scenarios/oom-tsp-off.yaml
 
-.PHONY: setup run test lock clean
+.PHONY: setup run test test-fast lint lock clean
 setup:
 	@scripts/setup.sh
 
 run: setup
 	@.venv/bin/rmqchaos run $(SCENARIO)
 
-test: setup
+# The whole suite: the layering contracts, then every test (the fast tier first, then the ones that
+# run RocketMQ JVMs; tests/conftest.py orders them).
+test: setup lint
 	@.venv/bin/python -m pytest -q tests
+
+# The fast tier: pure logic, no JVM (about a minute).
+test-fast: setup lint
+	@.venv/bin/python -m pytest -q -m fast tests
+
+# Layers import only downward, no cycles between a package's modules (pyproject.toml [tool.importlinter]).
+lint:
+	@.venv/bin/lint-imports --no-logo --no-cache
 
 # Re-resolve the locked Python set from requirements.txt (needs PyPI).
 lock:

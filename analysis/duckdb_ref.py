@@ -7,11 +7,21 @@ from typing import Any
 
 from analysis import rules
 
-_SEND_COLS = ("{'rec':'VARCHAR','producer_id':'VARCHAR','attempt_id':'BIGINT','key':'VARCHAR','attempt':'INTEGER',"
-              "'topic':'VARCHAR','intended_ms':'BIGINT','start_ms':'BIGINT','end_ms':'BIGINT','outcome':'VARCHAR',"
-              "'status':'VARCHAR','code':'INTEGER','sent':'BOOLEAN'}")
-_RECV_COLS = ("{'key':'VARCHAR','topic':'VARCHAR','origin_topic':'VARCHAR','broker':'VARCHAR','queue_id':'INTEGER',"
-              "'queue_offset':'BIGINT','reconsume_times':'INTEGER'}")
+from rmqchaos.ledgers import RECEIVE_FIELDS, SEND_FIELDS
+
+_DUCK = {"string": "VARCHAR", "int": "INTEGER", "long": "BIGINT", "bool": "BOOLEAN"}
+
+
+def _columns(fields: tuple[tuple[str, str], ...], *names: str) -> str:
+    """A DuckDB read_json `columns=` struct of `names`, typed from the one ledger schema."""
+    types = dict(fields)
+    return "{" + ",".join(f"'{n}':'{_DUCK[types[n]]}'" for n in names) + "}"
+
+
+_SEND_COLS = _columns(SEND_FIELDS, "rec", "producer_id", "attempt_id", "key", "attempt", "topic", "intended_ms",
+                      "start_ms", "end_ms", "outcome", "status", "code", "sent")
+_RECV_COLS = _columns(RECEIVE_FIELDS, "key", "topic", "origin_topic", "broker", "queue_id", "queue_offset",
+                      "reconsume_times")
 
 
 def classify(send_files: list[Path], recv_files: list[Path], threads: int | None = None) -> dict[str, Any]:

@@ -1,34 +1,30 @@
-"""Spark schemas of the ledgers (docs/ledgers.md). Explicit, so reading needs no inference pass; the
-`_corrupt` column catches malformed records, which the job reports with file and position."""
+"""Spark schemas of the ledgers, derived from the one schema source (rmqchaos/ledgers.py). Explicit,
+so reading needs no inference pass; the `_corrupt` column catches malformed records, which the job
+reports with file and position."""
 from __future__ import annotations
 
 from pyspark.sql.types import BooleanType, IntegerType, LongType, StringType, StructField, StructType
 
+from rmqchaos.ledgers import RECEIVE_FIELDS, SEND_FIELDS
+
 CORRUPT = "_corrupt"
+_SPARK = {"string": StringType(), "int": IntegerType(), "long": LongType(), "bool": BooleanType()}
 
 
-def _s(*fields: tuple[str, object]) -> StructType:
-    return StructType([StructField(n, t, True) for n, t in fields] + [StructField(CORRUPT, StringType(), True)])
+def _s(fields: tuple[tuple[str, str], ...]) -> StructType:
+    return StructType([StructField(n, _SPARK[t], True) for n, t in fields] + [StructField(CORRUPT, StringType(), True)])
 
 
-SEND = _s(("rec", StringType()), ("run_id", StringType()), ("producer_id", StringType()),
-          ("attempt_id", LongType()), ("key", StringType()), ("attempt", IntegerType()), ("topic", StringType()),
-          ("policy", StringType()), ("intended_ms", LongType()), ("start_ms", LongType()), ("end_ms", LongType()),
-          ("outcome", StringType()), ("status", StringType()), ("code", IntegerType()), ("remark", StringType()),
-          ("error", StringType()), ("sent", BooleanType()), ("msg_id", StringType()),
-          ("offset_msg_id", StringType()), ("broker", StringType()), ("queue_id", IntegerType()),
-          ("queue_offset", LongType()), ("app_ok", BooleanType()))
-
-RECEIVE = _s(("run_id", StringType()), ("key", StringType()), ("msg_id", StringType()),
-             ("offset_msg_id", StringType()), ("topic", StringType()), ("origin_topic", StringType()),
-             ("broker", StringType()), ("queue_id", IntegerType()), ("queue_offset", LongType()),
-             ("reconsume_times", IntegerType()), ("consumer_id", StringType()), ("batch_size", IntegerType()),
-             ("batch_index", IntegerType()), ("store_ms", LongType()), ("receive_ms", LongType()))
+SEND = _s(SEND_FIELDS)
+RECEIVE = _s(RECEIVE_FIELDS)
 
 
 def used(schema: StructType, *names: str) -> StructType:
     """`schema` cut to the fields the analysis reads (plus `_corrupt`): the JSON reader then skips the
     rest without converting it."""
+    missing = set(names) - {f.name for f in schema.fields}
+    if missing:
+        raise KeyError(f"not in the ledger schema: {sorted(missing)}")
     return StructType([f for f in schema.fields if f.name in names or f.name == CORRUPT])
 
 

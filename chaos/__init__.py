@@ -1,1 +1,2 @@
-"""Fault injectors acting on one named node of a running cluster."""
+"""Faults: the protocol and registry (protocol.py), one module per kind (kinds/), and the scheduler
+that runs every occurrence on the load's clock (scheduler.py)."""

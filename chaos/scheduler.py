@@ -1,88 +1,116 @@
 """Run the scenario's faults on the load's clock, beside the load, each written to the timeline.
 
 `at` counts from the moment the load process starts sending (it writes load/started). Every
-occurrence is recorded as a `fault` event: fault id, kind, target, parameters, start and end ms,
-outcome and evidence. A fault that cannot be applied is recorded as failed and fails the stage.
+occurrence runs on its own worker (at most MAX_CONCURRENT at once), so a long pause does not hold
+back the next fault: wait until its time, `start`, wait its `span` (or until the load ends), `stop`.
+Each is recorded as a `fault` event: fault id, kind, target, parameters, start and end ms, outcome
+and evidence. A fault that cannot be applied is recorded as failed and fails the stage.
 """
 from __future__ import annotations
 
 import json
 import threading
 import time
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NamedTuple
 
-from chaos.faults import apply
-from cluster.local import LocalCluster
-from cluster.procs import now_ms
+from chaos.kinds import registry
+from chaos.protocol import FaultContext, FaultKind
+from cluster.backend import ClusterBackend
 from rmqchaos.errors import UserError
+from rmqchaos.procs import now_ms
 from rmqchaos.progress import say
 from rmqchaos.rundir import RunDir
 from rmqchaos.spec import Fault
 
+MAX_CONCURRENT = 16
 
-def occurrences(faults: list[Fault]) -> list[tuple[float, str, Fault]]:
-    """(seconds after load start, fault id, fault) for every occurrence, in time order."""
-    out = []
+
+class Occurrence(NamedTuple):
+    at: float  # seconds after the load's start
+    fault_id: str
+    fault: Fault
+
+
+def occurrences(faults: list[Fault]) -> list[Occurrence]:
+    """Every occurrence (repeats expanded, `restart_after` as a restart occurrence), in time order."""
+    out: list[Occurrence] = []
     counts: dict[str, int] = {}
     for f in faults:
-        base = f.id or f"{f.kind}-{f.target}"
+        base = f.id or (f"{f.kind}-{f.target}" if f.target else f.kind)
         counts[base] = counts.get(base, 0) + 1
         fid = f.id or (base if counts[base] == 1 else f"{base}-{counts[base]}")
         times = [f.at + k * f.repeat.every for k in range(f.repeat.times)] if f.repeat else [f.at]
         for k, t in enumerate(times):
-            out.append((t, fid if len(times) == 1 else f"{fid}#{k + 1}", f))
+            one = fid if len(times) == 1 else f"{fid}#{k + 1}"
+            out.append(Occurrence(t, one, f))
             if f.restart_after is not None:
-                out.append((t + f.restart_after, f"{fid}-restart" if len(times) == 1 else f"{fid}#{k + 1}-restart",
-                            Fault(kind="restart", target=f.target, at=t + f.restart_after)))
-    return sorted(out, key=lambda x: x[0])
+                out.append(Occurrence(t + f.restart_after, f"{one}-restart",
+                                      Fault(kind="restart", target=f.target, at=t + f.restart_after)))
+    return sorted(out, key=lambda o: o.at)
 
 
 class FaultScheduler(threading.Thread):
-    def __init__(self, run: RunDir, c: LocalCluster, faults: list[Fault], wait_start_s: float = 120) -> None:
+    def __init__(self, run: RunDir, c: ClusterBackend, faults: list[Fault], wait_start_s: float = 120) -> None:
         super().__init__(name="rmqchaos-faults", daemon=True)
-        self.rd, self.c, self.plan, self.wait_start_s = run, c, occurrences(faults), wait_start_s
-        self.started_file = run.path / "load" / "started"
+        self.ctx = FaultContext(run, c)
+        self.rd, self.plan, self.wait_start_s = run, occurrences(faults), wait_start_s
         self.errors: list[str] = []
         self.results: list[dict[str, Any]] = []
-        self._halt = threading.Event()
+        self._lock = threading.Lock()
 
     def stop(self) -> None:
-        self._halt.set()
+        """The load has ended: occurrences not yet due are not applied, long-lived ones stop now."""
+        self.ctx.halt.set()
+
+    def _error(self, msg: str) -> None:
+        with self._lock:
+            self.errors.append(msg)
 
     def run(self) -> None:
         try:
             self._run()
         except Exception as e:  # noqa: BLE001 - a scheduler bug must fail the stage, not vanish
-            self.errors.append(f"fault scheduler failed: {type(e).__name__}: {e}")
+            self._error(f"fault scheduler failed: {type(e).__name__}: {e}")
 
     def _run(self) -> None:
+        started = self.rd.load_started_file
         deadline = time.time() + self.wait_start_s
-        while not self.started_file.exists():
-            if self._halt.wait(0.05) or time.time() > deadline:
-                if not self._halt.is_set():
-                    self.errors.append("the load never started: no fault was applied")
+        while not started.exists():
+            if self.ctx.halt.wait(0.05) or time.time() > deadline:
+                if not self.ctx.halt.is_set():
+                    self._error("the load never started: no fault was applied")
                 return
-        t0 = json.loads(self.started_file.read_text())["start_s"]
-        for at, fid, f in self.plan:
-            if self._halt.wait(max(0.0, t0 + at - time.time())):
-                self.errors.append(f"fault {fid} not applied: the load ended first")
-                return
-            start = now_ms()
-            say(f"fault {fid}: {f.kind} {f.target}")
-            params = {"fault_id": fid, "fault_kind": f.kind, "at_s": at}
-            if f.duration is not None:
-                params["duration_s"] = f.duration
-            if f.kind == "kill":
-                params["signal"] = f.signal
-            try:
-                ev = apply(self.c, f.kind, f.target, f.duration, f.signal, f.timeout)
-                outcome = "ok"
-            except Exception as e:  # noqa: BLE001 - recorded, then fails the stage
-                ev, outcome = {"error": e.line() if isinstance(e, UserError) else f"{type(e).__name__}: {e}"}, "failed"
-                self.errors.append(f"fault {fid} ({f.kind} {f.target}) failed: {ev['error']}")
-            self.rd.event("fault", f.target, start, now_ms(), outcome, **params, evidence=ev)
-            self.results.append({**params, "outcome": outcome, "evidence": ev})
-            say(f"fault {fid}: {outcome} {json.dumps(ev)[:200]}")
+        t0 = json.loads(started.read_text())["start_s"]
+        with ThreadPoolExecutor(max_workers=min(MAX_CONCURRENT, max(1, len(self.plan))),
+                                thread_name_prefix="rmqchaos-fault") as pool:
+            for occ in self.plan:
+                pool.submit(self._one, t0, occ)
+
+    def _one(self, t0: float, occ: Occurrence) -> None:
+        f, fid = occ.fault, occ.fault_id
+        if self.ctx.halt.wait(max(0.0, t0 + occ.at - time.time())):
+            self._error(f"fault {fid} not applied: the load ended first")
+            return
+        k = registry()[f.kind]
+        params = k.Params.model_validate(f.params)
+        start = now_ms()
+        say(f"fault {fid}: {f.kind}" + (f" {f.target}" if f.target else ""))
+        rec: dict[str, Any] = {"fault_id": fid, "fault_kind": f.kind, "at_s": occ.at, **params.model_dump(mode="json")}
+        h: FaultKind = k(self.ctx, f, params)
+        try:
+            h.start()  # a start that fails undoes its own partial work (e.g. oom_kill lifts the limit)
+            span = k.span(params)
+            if span:
+                self.ctx.halt.wait(max(0.0, start / 1000 + span - time.time()))
+            ev, outcome = h.stop(), "ok"
+        except Exception as e:  # noqa: BLE001 - recorded, then fails the stage
+            ev, outcome = {"error": e.line() if isinstance(e, UserError) else f"{type(e).__name__}: {e}"}, "failed"
+            self._error(f"fault {fid} ({f.kind} {f.target or ''}) failed: {ev['error']}")
+        self.rd.event("fault", f.target or "cluster", start, now_ms(), outcome, **rec, evidence=ev)
+        with self._lock:
+            self.results.append({**rec, "outcome": outcome, "evidence": ev})
+        say(f"fault {fid}: {outcome} {json.dumps(ev)[:200]}")
 
     def check(self) -> None:
         if self.errors:

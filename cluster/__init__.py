@@ -1,1 +1,26 @@
-"""Cluster backends: stand up, inspect, break and tear down a real RocketMQ cluster."""
+"""Cluster backends: stand up, inspect, break and tear down a real RocketMQ cluster.
+
+`get_backend(run)` is the only way in: it picks the implementation the run's scenario names
+(`cluster.backend`). Everything above this package sees only `cluster.backend`'s interface.
+"""
+from __future__ import annotations
+
+from cluster.backend import ClusterBackend, Node, NodeStatus
+from rmqchaos.errors import UserError
+from rmqchaos.rundir import RunDir
+
+__all__ = ["ClusterBackend", "Node", "NodeStatus", "get_backend", "reap_lost_runs"]
+
+
+def get_backend(run: RunDir) -> ClusterBackend:
+    kind = run.scenario().cluster.backend
+    if kind == "local":
+        from cluster.local import LocalCluster
+        return LocalCluster(run)
+    raise UserError(f"cluster backend {kind!r} is not available", "use cluster.backend: local")
+
+
+def reap_lost_runs() -> list[str]:
+    """End what registered runs whose run directory was deleted left running (every backend)."""
+    from cluster.local.orphans import reap_lost_runs as local_lost
+    return local_lost()

@@ -1,12 +1,27 @@
-"""The cluster backend interface. `local` (JVMs from the Maven jars) is the first implementation."""
+"""The cluster backend interface: everything above the cluster layer (pipeline, chaos, loadgen,
+benchmarks) goes through it, so a backend (local JVMs today, containers next) is one implementation
+and no caller sees cgroups, pids files or a backend's own paths.
+
+What a backend records about what it started (processes, cgroups, later containers) lives in the
+run directory, so `down` of a fresh backend object on the same run directory reaps it, also after
+the platform itself was killed.
+"""
 from __future__ import annotations
 
 import signal
+import subprocess
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Mapping, Sequence
 
-from cluster.cgroups import Cgroup
+from cluster.plan import NodePlan, plan
+from cluster.tools import ToolResult
+from rmqchaos.errors import UserError
+from rmqchaos.rundir import RunDir
+from rmqchaos.spec import Scenario
+from rmqchaos.wait import poll_until
+from rmqclient.admin import AdminClient, RemotingError
 
 
 @dataclass
@@ -18,21 +33,54 @@ class NodeStatus:
     ports: list[int]
     addr: str | None
     registered: bool | None  # brokers: present in namesrv's cluster info; None when not applicable/unknown
-    cgroup: str | None
     memory_bytes: int | None
-    store_dir: str | None
     log_file: str
     broker_name: str | None = None
-    extra: dict[str, object] = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)  # backend-specific facts, for people
+
+
+class NodeMemory(ABC):
+    """A node's memory accounting domain (a memory cgroup, a container's limit)."""
+
+    @abstractmethod
+    def usage(self) -> int | None: ...
+
+    @abstractmethod
+    def page_cache(self) -> int:
+        """Bytes of file pages charged to the node: what reclaim can take back."""
+
+    @abstractmethod
+    def oom_kills(self) -> int:
+        """The kernel's OOM-kill counter for the node's domain."""
+
+    @abstractmethod
+    def cap(self) -> int:
+        """Set the limit (memory and memory+swap) to the current usage; returns the limit."""
+
+    @abstractmethod
+    def clear_limit(self) -> None: ...
 
 
 class Node(ABC):
     name: str
     role: str
+    plan: NodePlan
 
     @property
     @abstractmethod
-    def pid(self) -> int | None: ...
+    def pid(self) -> int | None:
+        """The running process's host pid (None when not running); for evidence."""
+
+    def running(self) -> bool:
+        return self.pid is not None
+
+    @abstractmethod
+    def start(self) -> None:
+        """Start the node (on its existing store); recorded in the run before it can fail."""
+
+    @abstractmethod
+    def stop(self) -> str:
+        """SIGTERM, SIGKILL after the scenario's stop_timeout; returns how it ended."""
 
     @abstractmethod
     def kill(self, sig: int = signal.SIGKILL) -> None: ...
@@ -44,30 +92,62 @@ class Node(ABC):
     def resume(self) -> None: ...
 
     @abstractmethod
+    def paused(self) -> bool: ...
+
+    @abstractmethod
     def restart(self) -> None:
-        """Stop if running, start again on the same store, return once re-registered (brokers)."""
+        """Stop if running, start again on the same store, return once ready (brokers: registered)."""
 
     @property
     @abstractmethod
-    def cgroup(self) -> Cgroup | None: ...
+    def memory(self) -> NodeMemory: ...
+
+    @abstractmethod
+    def exec(self, cmd: Sequence[str]) -> subprocess.Popen:
+        """Start a helper process inside the node's memory domain (stdin a pipe, output discarded).
+        The caller ends it."""
+
+    @abstractmethod
+    def make_oom_victim(self) -> None:
+        """Make the node's process the kernel's first choice when its domain runs out of memory."""
+
+    @abstractmethod
+    def wait_exit(self, pid: int, timeout: float) -> bool:
+        """Wait until the process `pid` of this node has exited; True if it did within `timeout`."""
+
+    @abstractmethod
+    def mark_exited(self, pid: int, how: str) -> None:
+        """Record in the run that the node's process ended (by a fault, not by `down`)."""
 
     @property
     @abstractmethod
-    def store_dir(self) -> Path | None: ...
+    def log_file(self) -> Path:
+        """RocketMQ's own main log of the node, inside the run directory."""
 
     @property
     @abstractmethod
-    def log_file(self) -> Path: ...
+    def stdout_file(self) -> Path:
+        """The node's stdout/stderr, inside the run directory."""
 
 
 class ClusterBackend(ABC):
+    """One cluster of one run. Backend-neutral helpers (admin calls, topics, routes) live here."""
+
+    def __init__(self, run: RunDir, scenario: Scenario | None = None) -> None:
+        self.run = run
+        self.scenario = scenario or run.scenario()
+        self.plans: dict[str, NodePlan] = {p.name: p for p in plan(self.scenario)}
+
+    # ------------------------------------------------------------ lifecycle (per backend)
     @abstractmethod
     def up(self) -> None:
-        """Start every node; return only when every broker is registered and routable."""
+        """Start every node; return only when every broker is registered and routable. On failure
+        everything started is stopped before the error propagates."""
 
     @abstractmethod
     def down(self) -> list[str]:
-        """Stop every process and remove every cgroup this run started; returns what was done."""
+        """Stop everything this run started, as recorded in its run directory; returns what was done.
+        Safe to call repeatedly, on a cluster that never came up, and after the platform was killed."""
 
     @abstractmethod
     def status(self) -> list[NodeStatus]: ...
@@ -75,6 +155,59 @@ class ClusterBackend(ABC):
     @abstractmethod
     def node(self, name: str) -> Node: ...
 
-    @property
+    def nodes(self) -> list[Node]:
+        return [self.node(n) for n in self.plans]
+
     @abstractmethod
-    def namesrv_addr(self) -> str: ...
+    def spawn_client(self, name: str, cmd: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None,
+                     log_file: Path | None = None, stdout: object = None, stderr: object = None,
+                     new_session: bool = False) -> subprocess.Popen:
+        """Start a client-side process of this run (consumer, load process), recorded so `down`
+        reaps it; it dies with the calling thread's process (PDEATHSIG)."""
+
+    @abstractmethod
+    def run_tool(self, main: str, args: list[str], timeout: float, workdir: Path) -> ToolResult:
+        """One bounded run of a RocketMQ tool (mqadmin, the benchmark Producer) against this cluster."""
+
+    # ------------------------------------------------------------ neutral helpers
+    @property
+    def namesrv_addr(self) -> str:
+        return self.plans["namesrv"].addr
+
+    def admin(self, timeout: float = 3.0) -> AdminClient:
+        return AdminClient(self.namesrv_addr, timeout)
+
+    def masters(self) -> list[NodePlan]:
+        return [p for p in self.plans.values() if p.role == "master"]
+
+    def registered(self) -> dict[str, dict[int, str]] | None:
+        """brokerName -> {brokerId: addr} from namesrv, or None if namesrv does not answer."""
+        try:
+            return {b.name: b.addrs for b in self.admin(timeout=2).cluster_info()}
+        except RemotingError:
+            return None
+
+    def routed_groups(self, topic: str) -> set[str]:
+        """The broker groups namesrv routes `topic` to (empty when namesrv does not answer)."""
+        try:
+            return {q["brokerName"] for q in (self.admin(timeout=2).topic_route(topic) or {}).get("queueDatas", [])}
+        except RemotingError:
+            return set()
+
+    def wait_routed(self, topic: str, timeout: float, check: object = None) -> None:
+        """The one "wait until `topic` routes to every master" loop."""
+        want = {p.broker_name for p in self.masters()}
+        poll_until(lambda: self.routed_groups(topic) >= want, timeout,
+                   f"topic {topic} to route to every broker group", check=check)  # type: ignore[arg-type]
+
+    def create_topics(self, topics: list[str], queues: int, timeout: float = 30.0) -> None:
+        """Create (or update) `topics` on every master and wait until they route to every group."""
+        admin = self.admin(timeout=15)  # a just-started broker on a starved 2-core host took >3 s to read one
+        for t in topics:
+            try:
+                admin.create_topic_everywhere(t, queues=queues)
+            except RemotingError as e:
+                raise UserError(f"cannot create topic {t}: {e}", "is the cluster up? (rmqchaos cluster status)") from None
+        for t in topics:
+            self.wait_routed(t, timeout)
+

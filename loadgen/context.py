@@ -12,7 +12,7 @@ from typing import Any
 import gevent
 
 from loadgen.policies import accepted, run_policy
-from rmqchaos.ledgers import LedgerWriter, send_ledger_path
+from rmqchaos.ledgers import LedgerWriter, intent_record, outcome_record, send_ledger_path
 from rmqchaos.spec import Load
 from rmqclient.producer import Producer, SendResult
 
@@ -91,24 +91,23 @@ class LoadContext:
     def _attempt(self, key: str, attempt: int, topic: str, exclude: str | None, timeout: float,
                  intended_ms: int) -> SendResult:
         aid = next(self._attempt_ids)
-        base = {"run_id": self.plan.run_id, "producer_id": self.producer_id, "attempt_id": aid, "key": key,
-                "attempt": attempt, "topic": topic, "policy": self.load.policy.kind}
+        policy = self.load.policy.kind
         # One start time in both records: the analysis counts an attempt's missing outcome per
         # second without pairing the two records.
         start_ms = int(time.time() * 1000)
         if self.ledger:
-            self.ledger.write_through({"rec": "intent", **base, "intended_ms": intended_ms, "start_ms": start_ms})
+            self.ledger.write_through(intent_record("intent", self.plan.run_id, self.producer_id, aid, key, attempt,
+                                                    topic, policy, intended_ms, start_ms))
         r = self.producer.send(topic, self.body, key=key, tags=self.load.tags, exclude_broker=exclude,
                                timeout=timeout)
         ok = accepted(self.load.policy, r)
         self.attempts += 1
         self.accepted += ok
         if self.ledger:
-            self.ledger.append({"rec": "outcome", **base, "intended_ms": intended_ms, "start_ms": start_ms,
-                                "end_ms": r.end_ms, "outcome": r.outcome, "status": r.status, "code": r.code,
-                                "remark": r.remark, "error": r.error, "sent": r.sent, "msg_id": r.uniq_key,
-                                "offset_msg_id": r.msg_id, "broker": r.broker, "queue_id": r.queue_id,
-                                "queue_offset": r.queue_offset, "app_ok": ok})
+            self.ledger.append(outcome_record("outcome", self.plan.run_id, self.producer_id, aid, key, attempt, topic,
+                                              policy, intended_ms, start_ms, r.end_ms, r.outcome, r.status, r.code,
+                                              r.remark, r.error, r.sent, r.uniq_key, r.msg_id, r.broker, r.queue_id,
+                                              r.queue_offset, ok))
         self.events.request.fire(request_type="SEND", name=f"{topic} [{self.load.policy.kind}]",
                                  response_time=r.end_ms - r.start_ms, response_length=len(self.body),
                                  exception=None if ok else SendFailed(failure_text(r)), context={})

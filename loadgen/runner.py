@@ -1,7 +1,7 @@
 """Run the scenario's load with Locust, headless, as a library: in this process (`workers: 0`) or as a
 Locust master with N worker processes. Importing this module imports Locust, which monkey-patches
 the process for gevent: the platform therefore runs it in a process of its own
-(`python -m loadgen RUN_DIR`, see rmqchaos/stages.py), but any Python program may call
+(`python -m loadgen RUN_DIR`, see loadgen/drain.py run_loadgen), but any Python program may call
 `run_load(run_dir)` directly.
 
 Locust's stats CSV (`load/locust_stats.csv`, `_stats_history.csv`, `_failures.csv`) and HTML report
@@ -25,22 +25,23 @@ from locust.env import Environment
 from locust.html import get_html_report
 from locust.stats import CSV_STATS_INTERVAL_SEC, PERCENTILES_TO_REPORT, StatsCSVFileWriter, stats_history
 
-from cluster.rocketmq_tools import _child_setup
+from cluster import get_backend
 from loadgen.context import LoadContext, LoadPlan
 from loadgen.user import ProducerUser
 from rmqchaos.errors import UserError
 from rmqchaos.progress import say
+from rmqchaos.procs import spawn
 from rmqchaos.rundir import RunDir
+from rmqchaos.wait import poll_until
 
 STOP_GRACE_S = 30.0  # after the deadline: in-flight attempts end within their timeouts
 
 
 def plan_for(run: RunDir, worker: int, workers: int, deadline: float, ledger: bool | None) -> LoadPlan:
-    from cluster.local import LocalCluster
     s = run.scenario()
     if s.load is None:
         raise UserError(f"{run.path}: the scenario has no `load:` section", "add one (see scenarios/load-smoke.yaml)")
-    return LoadPlan(run_dir=str(run.path), run_id=run.run_id, namesrv=LocalCluster(run).namesrv_addr, load=s.load,
+    return LoadPlan(run_dir=str(run.path), run_id=run.run_id, namesrv=get_backend(run).namesrv_addr, load=s.load,
                     worker=worker, workers=workers, deadline=deadline,
                     ledger=s.load.ledger if ledger is None else ledger)
 
@@ -96,7 +97,8 @@ def run_load(run_dir: str | Path, ledger: bool | None = None) -> dict[str, Any]:
         port = _free_port()
         runner = env.create_master_runner(master_bind_host="127.0.0.1", master_bind_port=port)
         procs = [_spawn_worker(run, i, workers, port, deadline, ledger) for i in range(workers)]
-        _wait(lambda: runner.worker_count >= workers, 60, f"{workers} Locust workers to connect")
+        poll_until(lambda: runner.worker_count >= workers, 60, f"{workers} Locust workers to connect",
+                   interval=0.2, hint="see load/worker-*.log")
     csvw = StatsCSVFileWriter(env, PERCENTILES_TO_REPORT, str(out / "locust"), full_history=False)
     side = [gevent.spawn(csvw.stats_writer), gevent.spawn(stats_history, runner),
             gevent.spawn(_progress, env, t0, load.duration)]
@@ -152,23 +154,11 @@ def _spawn_worker(run: RunDir, i: int, workers: int, port: int, deadline: float,
            "--master-port", str(port), "--deadline", repr(deadline)]
     if ledger is not None:
         cmd += ["--ledger", "on" if ledger else "off"]
-    log = open(run.path / "load" / f"worker-{i}.log", "ab")
-    try:
-        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=dict(os.environ),
-                                preexec_fn=_child_setup([]))
-    finally:
-        log.close()
+    # dies with this process; gevent-patched threads are greenlets, so PDEATHSIG holds
+    return spawn(cmd, log_file=run.load_dir / f"worker-{i}.log", env=dict(os.environ), die_with_parent=True)
 
 
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _wait(cond, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    end = time.time() + timeout
-    while not cond():
-        if time.time() > end:
-            raise UserError(f"timed out after {timeout:.0f}s waiting for {what}", "see load/worker-*.log")
-        gevent.sleep(0.2)

@@ -1,5 +1,9 @@
 """The ledgers: the contract between the load, the consumers and the analysis (docs/ledgers.md).
 
+The record schemas below are the one source: the load builds its records from them, the Spark
+schemas and the DuckDB reference are derived from them, and a test holds the Java consumer's
+records to them.
+
 Format: JSON Lines, one file per writing process, append-only.
 - Crash safety: a record is one line; a crash can only tear the last line, which the reader detects
   (no trailing newline or unparsable) and reports with file and byte offset — never drops silently.
@@ -17,6 +21,47 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
+
+# ---------------------------------------------------------------- the schema (one source)
+# Field types: "string" | "int" (32 bit) | "long" (64 bit) | "bool". Every field may be null.
+
+#: the fields of a send attempt's `intent` record, in the order written
+SEND_INTENT = (("rec", "string"), ("run_id", "string"), ("producer_id", "string"), ("attempt_id", "long"),
+               ("key", "string"), ("attempt", "int"), ("topic", "string"), ("policy", "string"),
+               ("intended_ms", "long"), ("start_ms", "long"))
+#: the fields of its `outcome` record: the intent's, then the answer
+SEND_OUTCOME = SEND_INTENT + (
+    ("end_ms", "long"), ("outcome", "string"), ("status", "string"), ("code", "int"), ("remark", "string"),
+    ("error", "string"), ("sent", "bool"), ("msg_id", "string"), ("offset_msg_id", "string"), ("broker", "string"),
+    ("queue_id", "int"), ("queue_offset", "long"), ("app_ok", "bool"))
+#: every field a send ledger line may carry (intent lines carry a prefix of them)
+SEND_FIELDS = SEND_OUTCOME
+#: one delivery, as io.rmqchaos.Consumer writes it
+RECEIVE_FIELDS = (("run_id", "string"), ("key", "string"), ("msg_id", "string"), ("offset_msg_id", "string"),
+                  ("topic", "string"), ("origin_topic", "string"), ("broker", "string"), ("queue_id", "int"),
+                  ("queue_offset", "long"), ("reconsume_times", "int"), ("consumer_id", "string"),
+                  ("batch_size", "int"), ("batch_index", "int"), ("store_ms", "long"), ("receive_ms", "long"))
+
+INTENT_KEYS = tuple(n for n, _ in SEND_INTENT)
+OUTCOME_KEYS = tuple(n for n, _ in SEND_OUTCOME)
+RECEIVE_KEYS = tuple(n for n, _ in RECEIVE_FIELDS)
+
+
+def intent_record(*values: Any) -> dict[str, Any]:
+    """An intent record from its values in INTENT_KEYS order (the writer cannot drift from the schema)."""
+    if len(values) != len(INTENT_KEYS):
+        raise TypeError(f"an intent has {len(INTENT_KEYS)} fields, got {len(values)}")
+    return dict(zip(INTENT_KEYS, values))
+
+
+def outcome_record(*values: Any) -> dict[str, Any]:
+    """An outcome record from its values in OUTCOME_KEYS order."""
+    if len(values) != len(OUTCOME_KEYS):
+        raise TypeError(f"an outcome has {len(OUTCOME_KEYS)} fields, got {len(values)}")
+    return dict(zip(OUTCOME_KEYS, values))
+
+
+# ---------------------------------------------------------------- files
 
 FLUSH_S = 0.2
 FSYNC_S = 1.0

@@ -14,16 +14,19 @@ and the next `up` can find it even after the platform itself was killed.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import secrets
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
-from cluster.procs import ProcessLog, alive, now_ms, starttime
 from rmqchaos import paths
+from rmqchaos.ledgers import LEDGER_DIR
+from rmqchaos.procs import ProcessLog, alive, now_ms, starttime
 from rmqchaos.errors import UserError
 from rmqchaos.spec import Scenario, dump_scenario, parse_scenario
 
@@ -53,8 +56,8 @@ class RunDir:
         (rd.path / "scenario.src.yaml").write_text(source_text)
         _atomic_write(rd.path / "scenario.yaml", dump_scenario(scenario))
         run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{scenario.name}-{secrets.token_hex(3)}"
-        rd.write_state({"run_id": run_id, "created_ms": now_ms(), "mode": mode, "owner": _me(),
-                        "cluster": "new", "stages": {}})
+        _atomic_write(rd.path / "state.json", json.dumps({"run_id": run_id, "created_ms": now_ms(), "mode": mode, "owner": _me(),
+                        "cluster": "new", "stages": {}}, indent=2) + "\n")
         return rd
 
     @classmethod
@@ -69,18 +72,83 @@ class RunDir:
         f = self.path / "scenario.yaml"
         return parse_scenario(f.read_text(), str(f))
 
+    # ------------------------------------------------------------ named paths (the layout above)
+    @property
+    def ledgers_dir(self) -> Path:
+        return self.path / LEDGER_DIR
+
+    @property
+    def load_dir(self) -> Path:
+        return self.path / "load"
+
+    @property
+    def load_started_file(self) -> Path:
+        """Written by the load process when it starts sending: the faults' clock starts there."""
+        return self.load_dir / "started"
+
+    @property
+    def analysis_dir(self) -> Path:
+        return self.path / "analysis"
+
+    @property
+    def summary_file(self) -> Path:
+        return self.analysis_dir / "summary.json"
+
+    @property
+    def checks_dir(self) -> Path:
+        return self.path / "checks"
+
+    @property
+    def consumers_dir(self) -> Path:
+        return self.path / "consumers"
+
+    @property
+    def report_html(self) -> Path:
+        return self.path / "report.html"
+
+    @property
+    def report_txt(self) -> Path:
+        return self.path / "report.txt"
+
+    @property
+    def report_json(self) -> Path:
+        return self.path / "report.json"
+
+    def node_dir(self, node: str) -> Path:
+        return self.path / "cluster" / node
+
     # ------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:
         return json.loads((self.path / "state.json").read_text())
 
     def write_state(self, st: dict[str, Any]) -> None:
-        _atomic_write(self.path / "state.json", json.dumps(st, indent=2) + "\n")
+        with self.state_lock():
+            _atomic_write(self.path / "state.json", json.dumps(st, indent=2) + "\n")
+
+    @contextmanager
+    def state_lock(self) -> Iterator[None]:
+        """Exclusive across threads and processes (flock on state.lock): read-modify-write of
+        state.json by a stage and, say, a fault thread or a second CLI never loses an update."""
+        fd = os.open(self.path / "state.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing drops the lock
 
     def update_state(self, **kv: Any) -> dict[str, Any]:
-        st = self.state()
-        st.update(kv)
-        self.write_state(st)
+        with self.state_lock():
+            st = self.state()
+            st.update(kv)
+            _atomic_write(self.path / "state.json", json.dumps(st, indent=2) + "\n")
         return st
+
+    def set_stage(self, name: str, rec: dict[str, Any]) -> None:
+        """state.json's `stages[name]`, under the lock."""
+        with self.state_lock():
+            st = self.state()
+            st.setdefault("stages", {})[name] = rec
+            _atomic_write(self.path / "state.json", json.dumps(st, indent=2) + "\n")
 
     def take_ownership(self, mode: str) -> None:
         self.update_state(owner=_me(), mode=mode)
@@ -92,9 +160,6 @@ class RunDir:
     @property
     def processes(self) -> ProcessLog:
         return ProcessLog(self.path / "processes.jsonl")
-
-    def node_dir(self, node: str) -> Path:
-        return self.path / "cluster" / node
 
     def write_versions(self, rocketmq: str, java: str) -> None:
         from importlib.metadata import PackageNotFoundError, version
@@ -144,6 +209,9 @@ class RunDir:
         reg = registry_dir()
         reg.mkdir(parents=True, exist_ok=True)
         _atomic_write(reg / self.run_id, str(self.path) + "\n")
+
+    def is_registered(self) -> bool:
+        return (registry_dir() / self.run_id).is_file()
 
     def unregister(self) -> None:
         (registry_dir() / self.run_id).unlink(missing_ok=True)

@@ -11,7 +11,7 @@ import json
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Mapping, Protocol, Union
 
 import yaml
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt,
@@ -21,8 +21,6 @@ from rmqchaos import paths
 from rmqchaos.errors import UserError
 
 # ---------------------------------------------------------------- value types
-
-_SIGNALS = {sig.name.removeprefix("SIG") for sig in __import__("signal").Signals}
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -227,26 +225,38 @@ class Repeat(Strict):
     times: Annotated[StrictInt, Field(ge=2, le=100)]
 
 
-class Fault(Strict):
-    """One fault on one node, on the load's clock (`at` from the load's start). chaos/faults.py."""
+class Fault(BaseModel):
+    """One fault on the load's clock (`at` from the load's start). The keys here are common to every
+    kind; any other key is a parameter of the kind (chaos/kinds/), validated against the kind's own
+    model when the scenario is loaded through the pipeline (which knows the registry)."""
+    model_config = ConfigDict(extra="allow", validate_default=True)
     id: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,40}$")] | None = None  # default <kind>-<target>-<n>
-    kind: Literal["oom_kill", "jvm_oom", "kill", "pause", "restart"]
-    target: NodeName
+    kind: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,40}$")]
+    target: NodeName | None = None  # a node; none for admin-level kinds
     at: NonNegDuration
-    duration: Duration | None = None  # pause: how long (default 5s)
-    signal: str = "SIGKILL"  # kill
-    restart_after: Duration | None = None  # oom_kill, jvm_oom, kill: restart the node this long after
+    restart_after: Duration | None = None  # kinds that end a node: restart it this long after
     repeat: Repeat | None = None
     timeout: Duration = 60.0  # how long the fault may take to act (an OOM kill: 0.1 s to tens of s)
 
-    def span(self) -> float:
-        """Seconds from `at` until this fault's last occurrence has done everything it schedules."""
-        one = (self.duration or (5.0 if self.kind == "pause" else 0.0)) + (self.restart_after or 0.0)
-        return (self.repeat.every * (self.repeat.times - 1) if self.repeat else 0.0) + one
+    @property
+    def params(self) -> dict[str, Any]:
+        """The kind's own parameters (every key not common to all kinds)."""
+        return dict(self.model_extra or {})
+
+
+class FaultKindSpec(Protocol):
+    """What the spec needs to know of a fault kind (chaos.protocol.FaultKind satisfies it)."""
+    Params: type[BaseModel]
+    target: str  # node | broker | none
+    ends_node: bool
+
+    def span(self, params: Any) -> float: ...
+
+    def check(self, params: Any, fault: "Fault", scenario: "Scenario") -> list[tuple[tuple[Any, ...], str]]: ...
 
 
 class Scenario(Strict):
-    name: NodeName
+    name: NodeName  # default: the file's name without .yaml (never inherited through `extends`)
     description: str = ""
     cluster: Cluster = Field(default_factory=Cluster)
     checks: Checks = Checks()
@@ -310,8 +320,55 @@ def _check_conf(conf: dict[str, Any], known: dict[str, str], platform: dict[str,
     return errs
 
 
-def semantic_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
-    """Checks that need more than field types: RocketMQ config keys, port collisions."""
+def fault_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec]) -> list[tuple[tuple[Any, ...], str]]:
+    """Each fault against its kind: a known kind, its own parameters (defaults filled in, in place),
+    its target, and whether it ends within the load."""
+    errs: list[tuple[tuple[Any, ...], str]] = []
+    nodes = s.cluster.node_names()
+    brokers = [n for n in nodes if n not in ("namesrv", "proxy")]
+    for i, f in enumerate(s.faults):
+        kind = fault_kinds.get(f.kind)
+        if kind is None:
+            errs.append((("faults", i, "kind"), f"unknown fault kind {f.kind!r}; known: {', '.join(sorted(fault_kinds))}"))
+            continue
+        try:
+            params = kind.Params.model_validate(f.params)
+        except ValidationError as ve:
+            for e in ve.errors():
+                loc = ("faults", i, *e["loc"])
+                if e["type"] == "extra_forbidden":
+                    allowed = ", ".join([*Fault.model_fields, *kind.Params.model_fields])
+                    errs.append((loc, f"unknown key for a {f.kind} fault; allowed: {allowed}"))
+                else:
+                    errs.append((loc, _pydantic_message(e)))
+            continue
+        f.__pydantic_extra__ = params.model_dump(mode="json")  # the resolved scenario shows every default
+        if kind.target == "none":
+            if f.target is not None:
+                errs.append((("faults", i, "target"), f"a {f.kind} fault acts on the cluster, not on a node: drop target"))
+        elif f.target is None:
+            errs.append((("faults", i), f"a {f.kind} fault needs `target:` (one of {', '.join(nodes)})"))
+        elif f.target not in (brokers if kind.target == "broker" else nodes):
+            allowed = brokers if kind.target == "broker" else nodes
+            errs.append((("faults", i, "target"), f"no {'broker' if kind.target == 'broker' else 'node'} "
+                                                  f"{f.target!r} in this cluster; {kind.target}s: {', '.join(allowed)}"))
+        if f.restart_after is not None and not kind.ends_node:
+            ending = ", ".join(sorted(k for k, v in fault_kinds.items() if v.ends_node))
+            errs.append((("faults", i, "restart_after"), f"restart_after applies to {ending}"))
+        span = (f.repeat.every * (f.repeat.times - 1) if f.repeat else 0.0) + kind.span(params) + (f.restart_after or 0.0)
+        if s.load is None:
+            errs.append((("faults", i), "faults run on the load's clock: add a `load:` section"))
+        elif f.at + span > s.load.duration:
+            errs.append((("faults", i, "at"), f"the fault (at {f.at:g}s, lasting {span:g}s) ends after the "
+                                              f"load's duration {s.load.duration:g}s"))
+        errs += [(("faults", i, *loc), msg) for loc, msg in kind.check(params, f, s)]
+    return errs
+
+
+def semantic_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec] | None = None
+                    ) -> list[tuple[tuple[Any, ...], str]]:
+    """Checks that need more than field types: RocketMQ config keys, port collisions, and (given
+    the registry of fault kinds) every fault against its kind."""
     keys = config_keys(s.cluster.rocketmq_version)
     errs = _check_conf(s.cluster.namesrv.config, keys["namesrv"], PLATFORM_NAMESRV_KEYS,
                        ("cluster", "namesrv", "config"), "namesrv")
@@ -343,25 +400,8 @@ def semantic_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
             ids.add(c.id)
         if s.load is None and s.consumers.instances and any(c.topics is None for c in s.consumers.instances):
             errs.append((("consumers",), "consumers without `topics` need a `load` section to take them from"))
-    nodes = s.cluster.node_names()
-    for i, f in enumerate(s.faults):
-        if f.target not in nodes:
-            errs.append((("faults", i, "target"), f"no node {f.target!r} in this cluster; nodes: {', '.join(nodes)}"))
-        if s.load is None:
-            errs.append((("faults", i), "faults run on the load's clock: add a `load:` section"))
-        elif f.at + f.span() > s.load.duration:
-            errs.append((("faults", i, "at"), f"the fault (at {f.at:g}s, lasting {f.span():g}s) ends after the "
-                                              f"load's duration {s.load.duration:g}s"))
-        if f.kind == "kill" and f.signal.upper().removeprefix("SIG") not in _SIGNALS:
-            errs.append((("faults", i, "signal"), f"unknown signal {f.signal!r}; e.g. SIGKILL, SIGTERM, SIGSTOP"))
-        if f.kind == "jvm_oom" and f.target in [b.name for b in s.cluster.brokers]:
-            b = s.cluster.broker(f.target)
-            opts = (b.jvm or s.cluster.broker_defaults.jvm).options
-            if "-XX:+ExitOnOutOfMemoryError" not in opts:
-                errs.append((("faults", i, "kind"), f"jvm_oom needs -XX:+ExitOnOutOfMemoryError in {f.target}'s "
-                                                    "jvm.options (else the OutOfMemoryError does not end the JVM)"))
-        if f.kind in ("pause", "restart") and f.restart_after is not None:
-            errs.append((("faults", i, "restart_after"), f"restart_after applies to oom_kill, jvm_oom and kill"))
+    if fault_kinds is not None:
+        errs += fault_errors(s, fault_kinds)
     ids = [f.id for f in s.faults if f.id]
     for i, f in enumerate(s.faults):
         if f.id and ids.count(f.id) > 1:
@@ -483,31 +523,141 @@ def _inner_model(ann: Any) -> type[BaseModel] | None:
     return None
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise UserError(f"{p}: cannot read scenario: {e.strerror}", "check the path") from None
-    return parse_scenario(text, str(p))
+MAX_EXTENDS = 8  # overlay depth
+MAX_NODES = 100_000  # YAML nodes after alias expansion (an alias bomb stops here, at once)
+MAX_DEPTH = 64
 
 
-def parse_scenario(text: str, filename: str = "<scenario>") -> Scenario:
+def _compose(text: str, filename: str) -> yaml.Node | None:
+    """The YAML node tree of one document; every node's mark carries `filename`, so errors name the
+    file a value came from even after overlays are merged."""
+    import io
+    stream = io.StringIO(text)
+    stream.name = filename  # type: ignore[attr-defined]  (yaml's Reader takes the mark's name from it)
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        root = yaml.compose(stream, Loader=yaml.SafeLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{filename}:{mark.line + 1}" if mark else filename
         raise SpecError([f"{where}: not valid YAML: {getattr(e, 'problem', None) or e}"]) from None
+    _check_size(root, filename)
     dups = _duplicate_keys(root)
     if dups:
-        raise SpecError([f"{filename}:{n.start_mark.line + 1}: {m}" for n, m in dups])
-    if not isinstance(data, dict):
-        raise SpecError([f"{filename}:1: a scenario is a mapping with at least `name:`"])
+        raise SpecError([f"{_where(n)}: {m}" for n, m in dups])
+    return root
 
-    def line(node: yaml.Node | None) -> int:
-        return node.start_mark.line + 1 if node is not None else 1
+
+def _check_size(root: yaml.Node | None, filename: str) -> None:
+    """Refuse recursive aliases, alias bombs and absurd nesting before anything expands them."""
+    count = 0
+    stack: list[tuple[yaml.Node, int, frozenset[int]]] = [(root, 0, frozenset())] if root is not None else []
+    while stack:
+        node, depth, path = stack.pop()
+        count += 1
+        if count > MAX_NODES:
+            raise SpecError([f"{filename}: the scenario expands to more than {MAX_NODES} YAML values "
+                             "(an alias bomb?): write it out without nested aliases"])
+        if depth > MAX_DEPTH:
+            raise SpecError([f"{_where(node)}: nested more than {MAX_DEPTH} levels deep"])
+        if id(node) in path:
+            raise SpecError([f"{_where(node)}: a YAML alias refers to itself (recursive alias)"])
+        if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+            inner = path | {id(node)}
+            children = [x for kv in node.value for x in kv] if isinstance(node, yaml.MappingNode) else node.value
+            stack.extend((c, depth + 1, inner) for c in children)
+
+
+def _where(node: yaml.Node | None, default: str = "<scenario>") -> str:
+    if node is None:
+        return f"{default}:1"
+    return f"{node.start_mark.name}:{node.start_mark.line + 1}"
+
+
+def _mapping_get(node: yaml.MappingNode, key: str) -> yaml.Node | None:
+    for k, v in node.value:
+        if isinstance(k, yaml.ScalarNode) and k.value == key:
+            return v
+    return None
+
+
+def _without(node: yaml.MappingNode, *keys: str) -> yaml.MappingNode:
+    return yaml.MappingNode(node.tag, [(k, v) for k, v in node.value
+                                       if not (isinstance(k, yaml.ScalarNode) and k.value in keys)],
+                            node.start_mark, node.end_mark, node.flow_style)
+
+
+def _merge(base: yaml.Node, over: yaml.Node) -> yaml.Node:
+    """An overlay over its base: mappings merge key by key (recursively), anything else is replaced."""
+    if not (isinstance(base, yaml.MappingNode) and isinstance(over, yaml.MappingNode)):
+        return over
+    out: list[tuple[yaml.Node, yaml.Node]] = []
+    over_keys = {k.value: (k, v) for k, v in over.value if isinstance(k, yaml.ScalarNode)}
+    for k, v in base.value:
+        if isinstance(k, yaml.ScalarNode) and k.value in over_keys:
+            ok, ov = over_keys.pop(k.value)
+            out.append((ok, _merge(v, ov)))
+        else:
+            out.append((k, v))
+    out += [(k, v) for k, v in over.value if isinstance(k, yaml.ScalarNode) and k.value in over_keys]
+    return yaml.MappingNode(over.tag, out, over.start_mark, over.end_mark, over.flow_style)
+
+
+def _resolve(path: Path, chain: tuple[Path, ...] = ()) -> yaml.Node | None:
+    """The node tree of `path` with its `extends:` chain merged under it. `name` is never inherited:
+    a file without one is named after itself."""
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise UserError(f"{path}: cannot read scenario: {e.strerror}", "check the path") from None
+    root = _compose(text, str(path))
+    if not isinstance(root, yaml.MappingNode):
+        return root
+    ext = _mapping_get(root, "extends")
+    if ext is not None:
+        if not isinstance(ext, yaml.ScalarNode) or not ext.value:
+            raise SpecError([f"{_where(ext)}: extends: expected the path of a base scenario file"])
+        base_path = (path.parent / ext.value).resolve()
+        if base_path in chain or base_path == path.resolve():
+            raise SpecError([f"{_where(ext)}: extends: {ext.value} extends this file again (a cycle)"])
+        if len(chain) >= MAX_EXTENDS:
+            raise SpecError([f"{_where(ext)}: extends: more than {MAX_EXTENDS} levels of base files"])
+        if not base_path.is_file():
+            raise SpecError([f"{_where(ext)}: extends: no such file {base_path}"])
+        base = _resolve(base_path, chain + (path.resolve(),))
+        if not isinstance(base, yaml.MappingNode):
+            raise SpecError([f"{_where(ext)}: extends: {ext.value} is not a scenario mapping"])
+        root = _merge(_without(base, "name"), _without(root, "extends"))  # type: ignore[assignment]
+    assert isinstance(root, yaml.MappingNode)
+    if _mapping_get(root, "name") is None:
+        key = yaml.ScalarNode("tag:yaml.org,2002:str", "name", root.start_mark, root.start_mark)
+        val = yaml.ScalarNode("tag:yaml.org,2002:str", path.stem, root.start_mark, root.start_mark)
+        root = yaml.MappingNode(root.tag, [(key, val), *root.value], root.start_mark, root.end_mark, root.flow_style)
+    return root
+
+
+def load_scenario(path: str | Path, fault_kinds: Mapping[str, FaultKindSpec] | None = None) -> Scenario:
+    """A scenario file, its `extends:` bases merged under it, validated. With `fault_kinds` (the
+    pipeline passes chaos's registry) every fault is checked against its kind too."""
+    p = Path(path)
+    return _validate(_resolve(p), str(p), fault_kinds)
+
+
+def parse_scenario(text: str, filename: str = "<scenario>",
+                   fault_kinds: Mapping[str, FaultKindSpec] | None = None) -> Scenario:
+    """One scenario document (no `extends:`: that needs a file to resolve from)."""
+    root = _compose(text, filename)
+    if isinstance(root, yaml.MappingNode) and _mapping_get(root, "extends") is not None:
+        raise SpecError([f"{_where(_mapping_get(root, 'extends'))}: extends: only a scenario file can extend another"])
+    return _validate(root, filename, fault_kinds)
+
+
+def _validate(root: yaml.Node | None, filename: str, fault_kinds: Mapping[str, FaultKindSpec] | None) -> Scenario:
+    if not isinstance(root, yaml.MappingNode):
+        raise SpecError([f"{_where(root, filename)}: a scenario is a mapping with at least `name:`"])
+    data = yaml.SafeLoader("").construct_document(root)
+
+    def where(node: yaml.Node | None) -> str:
+        return _where(node, filename)
 
     try:
         s = Scenario.model_validate(data)
@@ -517,15 +667,14 @@ def parse_scenario(text: str, filename: str = "<scenario>") -> Scenario:
             loc = tuple(e["loc"])
             if e["type"] == "extra_forbidden":
                 allowed = _allowed_keys(_model_at(loc))
-                lines.append(f"{filename}:{line(_key_node(root, loc))}: {_dotted(loc)}: unknown key"
+                lines.append(f"{where(_key_node(root, loc))}: {_dotted(loc)}: unknown key"
                              + (f"; allowed: {allowed}" if allowed else ""))
             else:
-                node = _node_at(root, loc)
-                lines.append(f"{filename}:{line(node)}: {_dotted(loc)}: {_pydantic_message(e)}")
+                lines.append(f"{where(_node_at(root, loc))}: {_dotted(loc)}: {_pydantic_message(e)}")
         raise SpecError(lines) from None
-    errs = semantic_errors(s)
+    errs = semantic_errors(s, fault_kinds)
     if errs:
-        raise SpecError([f"{filename}:{line(_key_node(root, loc))}: {_dotted(loc)}: {msg}" for loc, msg in errs])
+        raise SpecError([f"{where(_key_node(root, loc))}: {_dotted(loc)}: {msg}" for loc, msg in errs])
     return s
 
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
-RMQCHAOS = [sys.executable, "-m", "rmqchaos.cli"]
+RMQCHAOS = [sys.executable, "-m", "cli"]
 
 
 def scenario_dict(name: str, ns_port: int, broker_ports: list[int], **extra: object) -> dict:
@@ -46,6 +46,11 @@ def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> 
                           text=True, timeout=timeout)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The fast tier (pure logic, no JVM) runs first: a broken spec or schema fails in seconds."""
+    items.sort(key=lambda it: it.get_closest_marker("fast") is None)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     home = tmp_path_factory.mktemp("rmqchaos-home")
@@ -54,41 +59,40 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
 
 
 def _start(tmp: Path, d: dict):
-    from cluster.local import LocalCluster
-    from rmqchaos import stages
-    from rmqchaos.rundir import RunDir
-    from rmqchaos.spec import load_scenario
+    from cluster import get_backend
+    from pipeline import down, up
+    from pipeline.runs import create_run
 
     f = write_scenario(tmp / "scenario.yaml", d)
-    run = RunDir.create(tmp / "run", load_scenario(f), f.read_text(), mode="owned")
+    run = create_run(f, tmp / "run", mode="owned")
     try:
-        stages.up(run)
+        up.run(run)
     except BaseException:
-        stages.down(run)
+        down.run(run)
         raise
-    return run, LocalCluster(run)
+    return run, get_backend(run)
 
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     """A shared 2-group cluster (namesrv 19876, brokers 19911/19921) for tests that only read."""
-    from rmqchaos import stages
+    from pipeline import down
     mp = pytest.MonkeyPatch()
     home = tmp_path_factory.mktemp("session-home")
     mp.setenv("RMQCHAOS_HOME", str(home))
     run, c = _start(tmp_path_factory.mktemp("session-cluster"), scenario_dict("session", 19876, [19911, 19921]))
     yield c
-    stages.down(run)
+    down.run(run)
     mp.undo()
 
 
 @pytest.fixture
 def fresh_cluster(tmp_path: Path) -> Iterator:
     """A cluster of its own (namesrv 29876, brokers 29911/29921) for a test that breaks it."""
-    from rmqchaos import stages
+    from pipeline import down
     run, c = _start(tmp_path, scenario_dict("fresh", 29876, [29911, 29921]))
     yield c
-    stages.down(run)
+    down.run(run)
 
 
 @pytest.fixture(scope="session")
@@ -98,7 +102,7 @@ def strict_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     BrokerFastFailure rejects every queued request every 10 ms), and SYNC_FLUSH with a 1 ms
     syncFlushTimeout, so stored messages are answered FLUSH_DISK_TIMEOUT. Tests may pause and
     resume its brokers, never kill them."""
-    from rmqchaos import stages
+    from pipeline import down
     from rmqclient.admin import AdminClient
     mp = pytest.MonkeyPatch()
     mp.setenv("RMQCHAOS_HOME", str(tmp_path_factory.mktemp("strict-home")))
@@ -107,7 +111,7 @@ def strict_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     run, c = _start(tmp_path_factory.mktemp("strict-cluster"), d)
     AdminClient(c.namesrv_addr).create_topic_everywhere("T_STRICT", queues=4)
     yield c
-    stages.down(run)
+    down.run(run)
     mp.undo()
 
 
@@ -117,8 +121,7 @@ STRICT_BROKER_CONFIG = {"autoCreateTopicEnable": False, "maxMessageSize": 65536,
 
 def load_run(tmp: Path, cluster, load: dict, consumers: dict | None = None, name: str = "load"):
     """A run directory whose scenario drives `load` through an already running cluster fixture."""
-    from rmqchaos.rundir import RunDir
-    from rmqchaos.spec import load_scenario
+    from pipeline.runs import create_run
     d = yaml.safe_load((cluster.run.path / "scenario.yaml").read_text())
     d["name"] = name
     d["checks"] = {}
@@ -128,7 +131,7 @@ def load_run(tmp: Path, cluster, load: dict, consumers: dict | None = None, name
     else:
         d.pop("consumers", None)  # the default: one consumer acking everything
     f = write_scenario(tmp / f"{name}.yaml", d)
-    run = RunDir.create(tmp / f"run-{name}", load_scenario(f), f.read_text(), mode="owned")
+    run = create_run(f, tmp / f"run-{name}", mode="owned")
     # what `up` would have written: versions and the effective broker.conf files
     shutil.copy(cluster.run.path / "versions.json", run.path / "versions.json")
     for conf in cluster.run.path.glob("cluster/*/broker.conf"):

@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cluster import cgroups
-from cluster.procs import alive
+from cluster.local import cgroups
+from rmqchaos.procs import alive
 
 
 def started(run_dir: Path) -> list[tuple[str, int, int]]:

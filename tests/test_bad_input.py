@@ -16,6 +16,7 @@ def _first_line(stderr: str) -> str:
     return next(line for line in stderr.splitlines() if line.startswith("rmqchaos: error:"))
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("body,where", [
     ("name: bad\ncluster:\n  namesrv:\n    prot: 9876\n", "bad.yaml:4: cluster.namesrv.prot: unknown key"),
     ("name: bad\ncluster:\n  brokers:\n    - name: broker-a\n      port: many\n", "bad.yaml:5: cluster.brokers[0].port:"),

@@ -10,7 +10,7 @@ import gevent
 from gevent.pool import Pool
 
 from analysis.rules import BUSY_PREFIXES
-from rmqchaos.consumer import ConsumerOptions, JavaConsumer, read_deliveries
+from loadgen.consumer import ConsumerOptions, JavaConsumer, read_deliveries
 from rmqclient.admin import AdminClient
 from rmqclient.producer import Producer, SendResult, send_many
 
@@ -20,7 +20,7 @@ TIMEOUT_CLEAN_QUEUE = "[TIMEOUT_CLEAN_QUEUE]broker busy"
 def consume_all(cluster, tmp: Path, group: str, topics: list[str], expected: int, **opts) -> list[dict]:
     out = tmp / f"{group}.jsonl"
     c = JavaConsumer(cluster.namesrv_addr, ConsumerOptions(group=group, topics=topics, **opts), out, tmp / "cw",
-                     cgroup=cluster.tools_cgroup(), proc_log=cluster.run.processes)
+                     launcher=cluster.spawn_client, proc_log=cluster.run.processes)
     c.start()
     try:
         c.wait_drained(expected=expected, idle_s=20, timeout=180)
@@ -71,7 +71,7 @@ def test_ack_first_of_batch_sends_the_rest_through_retry(cluster, tmp_path: Path
     out = tmp_path / "ack0.jsonl"
     c = JavaConsumer(cluster.namesrv_addr, ConsumerOptions(group=group, topics=[topic], mode="ack_first_of_batch",
                                                            batch_size=4), out, tmp_path / "cw",
-                     cgroup=cluster.tools_cgroup(), proc_log=cluster.run.processes)
+                     launcher=cluster.spawn_client, proc_log=cluster.run.processes)
     c.start()
     try:
         deadline = time.monotonic() + 90

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import subprocess
 
-from cluster.cgroups import Cgroup
-from rmqchaos import stages
+from cluster.local.cgroups import Cgroup
+from pipeline.check import witness
 from rmqchaos.spec import WitnessCheck
 
 
@@ -45,7 +45,7 @@ def test_every_listening_socket_is_on_loopback(cluster) -> None:
 
 
 def test_rocketmq_tools_send_through_both_groups_and_read_everything_back(cluster) -> None:
-    res = stages.witness(cluster.run, cluster, WitnessCheck(messages=400, message_size=256, threads=4,
+    res = witness(cluster.run, cluster, WitnessCheck(messages=400, message_size=256, threads=4,
                                                             topic="T_SESSION_WITNESS"))
     assert res["problems"] == []
     assert res["sent"] == 400 and res["send_failed"] == 0

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from cluster import rocketmq_tools as tools
-from rmqchaos import stages
+from cluster import tools
+from pipeline.check import witness
 from rmqchaos.spec import WitnessCheck
 from rmqclient.admin import AdminClient, RemotingError
 
@@ -24,9 +24,10 @@ def _wait_state(cluster, node: str, want: str, within: float) -> str:
 def test_sigkilled_broker_is_reported_down_and_keeps_its_messages_after_restart(fresh_cluster, tmp_path) -> None:
     c = fresh_cluster
     topic = "T_KILL_RESTART"
-    res = stages.witness(c.run, c, WitnessCheck(messages=300, threads=3, topic=topic))
+    tool: tools.Runner = lambda main, args, timeout: c.run_tool(main, args, timeout, tmp_path)  # noqa: E731
+    res = witness(c.run, c, WitnessCheck(messages=300, threads=3, topic=topic))
     assert res["ok"], res["problems"]
-    before = tools.topic_offsets(c.scenario.cluster.rocketmq_version, tmp_path, c.namesrv_addr, topic)
+    before = tools.topic_offsets(tool, c.namesrv_addr, topic)
     assert before["broker-a"] > 0
 
     old_pid = c.node("broker-a").pid
@@ -40,9 +41,9 @@ def test_sigkilled_broker_is_reported_down_and_keeps_its_messages_after_restart(
     st = {s.name: s for s in c.status()}
     assert st["broker-a"].state == "running" and st["broker-a"].registered is True
     assert st["broker-a"].pid not in (None, old_pid)
-    after = tools.topic_offsets(c.scenario.cluster.rocketmq_version, tmp_path, c.namesrv_addr, topic)
+    after = tools.topic_offsets(tool, c.namesrv_addr, topic)
     assert after == before
-    msgs = tools.read_back(c.scenario.cluster.rocketmq_version, tmp_path, c.namesrv_addr, topic)
+    msgs = tools.read_back(tool, c.namesrv_addr, topic)
     assert len({m[0] for m in msgs}) == 300
     assert sum(1 for m in msgs if m[1] == "broker-a") == before["broker-a"]
     assert any(e["kind"] == "restart" and e["target"] == "broker-a" for e in c.run.timeline())
@@ -52,7 +53,7 @@ def test_pause_freezes_a_broker_and_resume_thaws_it(fresh_cluster) -> None:
     c = fresh_cluster
     b = c.node("broker-b")
     b.pause()
-    assert b.cgroup.frozen()
+    assert b.paused()
     assert _wait_state(c, "broker-b", "paused", within=2) == "paused"
     # a frozen broker answers nothing: an admin request to it times out
     with pytest.raises(RemotingError, match="timeout"):

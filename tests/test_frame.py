@@ -15,6 +15,9 @@ frames = st.builds(
     body=st.binary(max_size=300))
 
 
+pytestmark = pytest.mark.fast
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(frames, min_size=1, max_size=6), st.data())
 def test_any_split_of_a_stream_decodes_to_the_same_frames(fs: list[Frame], data: st.DataObject) -> None:

@@ -11,8 +11,10 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
+from pipeline import load
 from rmqchaos.ledgers import check_run, ledger_files, read_ledger
-from rmqchaos.load_stage import run_load_stage
 from tests.conftest import REPO, cli, load_run, write_scenario
 
 
@@ -33,7 +35,7 @@ def test_fault_free_10k_at_a_fixed_rate_every_acked_key_received_once(cluster, t
     run = load_run(tmp_path, cluster, {"topic": "T_LOAD_10K", "users": 20, "rate": 1000, "duration": "60s",
                                        "messages": 10_000, "message_size": 512},
                    {"settle": "5s", "instances": [{"id": "c0", "group": "g_load_10k"}]})
-    run_load_stage(run, cluster)
+    load.run(run)
     intents, outcomes, recv = ledgers(run.path)
     assert len(intents) == len(outcomes) == locust_requests(run.path) == 10_000
     assert {(r["producer_id"], r["attempt_id"]) for r in intents} == \
@@ -59,7 +61,7 @@ def test_distributed_mode_two_workers_write_their_own_ledgers(cluster, tmp_path:
     run = load_run(tmp_path, cluster, {"topic": "T_LOAD_DIST", "users": 4, "rate": 400, "duration": "30s",
                                        "messages": 2000, "workers": 2},
                    {"settle": "5s", "instances": [{"id": "c0", "group": "g_load_dist"}]})
-    run_load_stage(run, cluster)
+    load.run(run)
     assert len(ledger_files(run.path, "send")) == 2
     intents, outcomes, recv = ledgers(run.path)
     assert len(intents) == len(outcomes) == locust_requests(run.path) == 2000
@@ -69,8 +71,7 @@ def test_distributed_mode_two_workers_write_their_own_ledgers(cluster, tmp_path:
 
 def test_sigkilled_producer_leaves_intents_and_parsable_ledgers(cluster, tmp_path: Path) -> None:
     run = load_run(tmp_path, cluster, {"topic": "T_LOAD_KILL", "users": 50, "rate": 3000, "duration": "30s"})
-    from rmqchaos.load_stage import create_topics
-    create_topics(cluster, ["T_LOAD_KILL"], 4)
+    cluster.create_topics(["T_LOAD_KILL"], 4)
     (run.path / "ledgers").mkdir()
     p = subprocess.Popen([sys.executable, "-m", "loadgen", str(run.path)], cwd=REPO, stderr=subprocess.DEVNULL)
     send_dir = run.path / "ledgers"
@@ -93,6 +94,7 @@ def test_sigkilled_producer_leaves_intents_and_parsable_ledgers(cluster, tmp_pat
     assert outcomes < intents, "a killed producer leaves intents without outcomes"
 
 
+@pytest.mark.fast
 def test_torn_last_record_is_reported_with_file_and_offset(tmp_path: Path) -> None:
     f = tmp_path / "send-w0-1.jsonl"
     whole = b'{"rec":"intent","attempt_id":1}\n{"rec":"outcome","attempt_id":1}\n'
@@ -111,7 +113,7 @@ def test_resend_to_backup_topic_on_busy_never_duplicates(strict_cluster, tmp_pat
                                               "duration": "20s", "messages": 3000, "timeout": "10s",
                                               "policy": {"kind": "resend_to_backup_topic", "resend_on": ["busy"]}},
                    {"settle": "5s", "instances": [{"id": "c0", "group": "g_busy"}]})
-    run_load_stage(run, strict_cluster)
+    load.run(run)
     intents, outcomes, recv = ledgers(run.path)
     busy_first = {r["key"] for r in outcomes if r["attempt"] == 1 and r["code"] == 2}
     assert busy_first, collections.Counter((r["outcome"], r["code"]) for r in outcomes)
@@ -147,7 +149,7 @@ def test_resend_to_backup_topic_on_timeout_duplicates_what_was_stored(fresh_clus
     t = threading.Thread(target=pause_window)
     t.start()
     try:
-        run_load_stage(run, fresh_cluster)
+        load.run(run)
     finally:
         t.join()
         node.resume()
@@ -169,7 +171,7 @@ def test_ignore_send_status_records_the_true_status_and_counts_it_as_success(str
     run = load_run(tmp_path, strict_cluster, {"topic": "T_IGN", "users": 2, "rate": 100, "duration": "20s",
                                               "messages": 200, "policy": {"kind": "ignore_send_status"}},
                    {"settle": "5s", "instances": [{"id": "c0", "group": "g_ign"}]})
-    run_load_stage(run, strict_cluster)
+    load.run(run)
     intents, outcomes, recv = ledgers(run.path)
     weak = [r for r in outcomes if r["status"] == "FLUSH_DISK_TIMEOUT"]
     assert weak and all(r["outcome"] == "ok" and r["code"] == 10 and r["app_ok"] for r in weak)
@@ -178,6 +180,7 @@ def test_ignore_send_status_records_the_true_status_and_counts_it_as_success(str
     assert {d["key"] for d in recv} >= {r["key"] for r in weak}  # stored, as the status says
 
 
+@pytest.mark.fast
 def test_bad_load_settings_fail_before_anything_starts(tmp_path: Path) -> None:
     for bad, expect in ((("rate", -5), "load.rate: Input should be greater than 0"),
                         (("duration", 0), "load.duration: Input should be greater than 0"),

@@ -1,10 +1,15 @@
 """Pure logic: the producer policies' decisions and the fault schedule (no broker involved)."""
 from __future__ import annotations
 
+import pytest
+
 from chaos.scheduler import occurrences
 from loadgen.policies import accepted, run_policy
 from rmqchaos.spec import Fault, Policy
 from rmqclient.producer import SendResult
+
+
+pytestmark = pytest.mark.fast
 
 
 def result(outcome: str, code: int | None = None, status: str | None = None, broker: str = "broker-a",

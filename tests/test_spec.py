@@ -8,6 +8,9 @@ import pytest
 from rmqchaos.errors import UserError
 from rmqchaos.spec import SpecError, load_scenario, parse_scenario
 
+pytestmark = pytest.mark.fast
+
+
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -10,40 +10,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rmqchaos import paths, stages
+from pipeline import analyze, check, down, load, report, up
+from pipeline.runs import cluster_run_dir, create_run, load_scenario, open_cluster_run, reap_orphans
+from pipeline.scenario import run_many
+from rmqchaos import paths
 from rmqchaos.errors import UserError
+from rmqchaos.procs import parse_signal
 from rmqchaos.progress import say
-from rmqchaos.rundir import RunDir, registered_runs
-from rmqchaos.spec import load_scenario
-
-SIGNALS = {s.name: s for s in signal.Signals}
-
-
-def _default_cluster_dir() -> Path:
-    return paths.state_home() / "default"
-
-
-def reap_orphans() -> None:
-    """Before starting anything: end what an earlier, killed invocation left running."""
-    from cluster.local import reap
-    from cluster.orphans import reap_lost_runs
-    for line in reap_lost_runs():
-        say(line)
-    for rd in registered_runs():
-        try:
-            if rd.is_orphan():
-                say(f"reaping leftovers of run {rd.run_id} ({rd.path}) whose owner is gone")
-                for d in reap(rd):
-                    say("  " + d)
-        except (OSError, ValueError, UserError) as e:
-            say(f"could not reap {rd.path}: {e}")
-
-
-def _new_run(scenario_file: str, out: str | None, mode: str) -> RunDir:
-    s = load_scenario(scenario_file)
-    if out is None:
-        out = str(paths.runs_dir() / f"{time.strftime('%Y%m%d-%H%M%S')}-{s.name}")
-    return RunDir.create(out, s, Path(scenario_file).read_text(), mode)
+from rmqchaos.rundir import RunDir
 
 
 def _on_sigterm(signum: int, _frame: Any) -> None:
@@ -52,91 +26,38 @@ def _on_sigterm(signum: int, _frame: Any) -> None:
 
 # ---------------------------------------------------------------- commands
 
-def _run_one(scenario_file: str, out: str | None) -> tuple[RunDir, BaseException | None]:
-    """up → check → load (with faults) → down → analyze → report, for one scenario."""
-    run = _new_run(scenario_file, out, mode="owned")
-    say(f"run directory: {run.path}")
-    failed: BaseException | None = None
-    try:
-        stages.up(run)
-        stages.check(run)
-        stages.load(run)
-    except BaseException as e:  # noqa: BLE001 - down must run whatever happened
-        failed = e
-    finally:
-        stages.down(run)
-    if failed is None or isinstance(failed, UserError):
-        try:  # whatever was written to the ledgers is reconciled, also after a failed stage
-            stages.analyze(run)
-        except UserError as e:
-            failed = failed or e
-    rep = stages.report(run)
-    print(rep.read_text(), end="")
-    return run, failed
-
-
 def cmd_run(a: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
-    for f in a.scenario:  # every scenario is valid before anything starts
-        load_scenario(f)
-    if a.repeat < 1 or a.repeat > 100:
-        raise UserError(f"--repeat {a.repeat} is out of range", "use 1..100")
-    if a.out and (len(a.scenario) > 1 or a.repeat > 1):
-        raise UserError("--out names one run directory", "leave it out with several scenarios or --repeat")
-    reap_orphans()
-    done: list[RunDir] = []
-    first_failure: BaseException | None = None
-    for f in a.scenario:
-        for k in range(a.repeat):
-            if a.repeat > 1:
-                say(f"{f}: repeat {k + 1}/{a.repeat}")
-            run, failed = _run_one(f, a.out)
-            done.append(run)
-            if failed is not None:
-                say(f"{f}: failed: {failed}")
-                first_failure = first_failure or failed
-                if not isinstance(failed, UserError):
-                    raise failed  # interrupted: stop here
-    analyzed = [r for r in done if (r.path / "analysis" / "summary.json").exists()]
-    if len(done) == 1:
-        html = done[0].path / "report.html"
-        print(f"report: {html if html.exists() else done[0].path / 'report.txt'}")
-    elif analyzed:
-        from analysis.report import write_report
-        out = Path(a.report) if a.report else paths.runs_dir() / f"{time.strftime('%Y%m%d-%H%M%S')}-report.html"
-        print(f"report: {write_report([r.path for r in analyzed], out)}")
-    if first_failure is not None:
-        raise first_failure
+    done, rep = run_many(a.scenario, a.repeat, a.out, a.report)
+    if rep:
+        print(f"report: {rep}")
+    failure = next((o.failure for o in done if o.failure is not None), None)
+    if failure is not None:
+        raise failure
     return 0
 
 
 def cmd_cluster_up(a: argparse.Namespace) -> int:
     reap_orphans()
-    d = Path(a.run_dir) if a.run_dir else _default_cluster_dir()
+    d = cluster_run_dir(a.run_dir)
     if (d / "state.json").exists():
         old = RunDir.open(d)
         if old.state().get("cluster") not in ("down", "failed", "new"):
             say(f"a cluster from {d} is still recorded as up; stopping it first")
-            stages.down(old)
+            down.run(old)
         shutil.rmtree(d)
-    run = _new_run(a.scenario, str(d), mode="detached")
-    stages.up(run)
-    print(f"cluster up: namesrv {stages.backend(run).namesrv_addr}; run directory {run.path}")
+    run = create_run(a.scenario, d, mode="detached")
+    res = up.run(run)
+    print(f"cluster up: namesrv {res['namesrv']}; run directory {run.path}")
     print("next: rmqchaos cluster status" + ("" if not a.run_dir else f" --run-dir {run.path}")
           + ", rmqchaos cluster down" + ("" if not a.run_dir else f" --run-dir {run.path}"))
     return 0
 
 
-def _cluster_run(a: argparse.Namespace) -> RunDir:
-    d = Path(a.run_dir) if getattr(a, "run_dir", None) else _default_cluster_dir()
-    if not (d / "state.json").exists():
-        raise UserError(f"no cluster run directory at {d}", "start one with `rmqchaos cluster up`")
-    return RunDir.open(d)
-
-
 def cmd_cluster_status(a: argparse.Namespace) -> int:
-    run = _cluster_run(a)
-    sts = stages.backend(run).status()
+    from cluster import get_backend
+    run = open_cluster_run(a.run_dir)
+    sts = get_backend(run).status()
     if a.json:
         print(json.dumps([s.__dict__ for s in sts], indent=2))
         return 0
@@ -151,26 +72,27 @@ def cmd_cluster_status(a: argparse.Namespace) -> int:
 
 
 def cmd_cluster_down(a: argparse.Namespace) -> int:
-    targets = registered_runs() if a.all else [_cluster_run(a)]
     if a.all:
-        from cluster.orphans import reap_lost_runs
-        for line in reap_lost_runs():
-            say(line)
+        targets = down.all_runs()
+    else:
+        targets = [open_cluster_run(a.run_dir)]
+        down.run(targets[0])
     if not targets:
         print("nothing to stop")
     for run in targets:
-        stages.down(run)
         print(f"down: {run.path}")
     return 0
 
 
 def cmd_node(a: argparse.Namespace) -> int:
-    run = _cluster_run(a)
-    node = stages.backend(run).node(a.node)
+    from cluster import get_backend
+    run = open_cluster_run(a.run_dir)
+    node = get_backend(run).node(a.node)
     if a.action == "kill":
-        sig = SIGNALS.get(a.signal.upper() if a.signal.upper().startswith("SIG") else "SIG" + a.signal.upper())
-        if sig is None:
-            raise UserError(f"unknown signal {a.signal!r}", "use a name such as SIGKILL, TERM or STOP")
+        try:
+            sig = parse_signal(a.signal)
+        except ValueError as e:
+            raise UserError(str(e), "use a name such as SIGKILL, TERM or STOP") from None
         node.kill(sig)
     elif a.action == "pause":
         node.pause()
@@ -190,38 +112,30 @@ def cmd_stage(a: argparse.Namespace) -> int:
         else:
             if not a.scenario:
                 raise UserError(f"{a.run_dir} is not a run directory yet", "pass --scenario FILE to create it")
-            run = _new_run(a.scenario, a.run_dir, mode="detached")
+            run = create_run(a.scenario, a.run_dir, mode="detached")
         reap_orphans()
-        stages.up(run)
+        res: Any = up.run(run)
+    elif a.stage == "report":
+        res = report.run(a.run_dir)
+        print(Path(res["txt"]).read_text(), end="")
+        return 0
     else:
-        run = RunDir.open(a.run_dir)
-        if a.stage == "check":
-            stages.check(run)
-        elif a.stage == "load":
-            stages.load(run)
-        elif a.stage == "analyze":
-            stages.analyze(run)
-        elif a.stage == "down":
-            stages.down(run)
-        elif a.stage == "report":
-            print(stages.report(run).read_text(), end="")
+        res = {"check": check.run, "load": load.run, "analyze": analyze.run, "down": down.run}[a.stage](a.run_dir)
+    print(json.dumps(res, default=str))
     return 0
 
 
 def cmd_analyze(a: argparse.Namespace) -> int:
-    run = RunDir.open(a.run_dir)
-    summ = stages.analyze(run, a.master)
-    if summ is None:
-        raise UserError(f"{run.path} has no ledgers", "run a scenario with a `load:` section")
-    print(json.dumps(summ["counts"], indent=1))
-    print(f"summary: {run.path / 'analysis' / 'summary.json'}")
+    res = analyze.run(a.run_dir, a.master)
+    if res["counts"] is None:
+        raise UserError(f"{a.run_dir} has no ledgers", "run a scenario with a `load:` section")
+    print(json.dumps(res["counts"], indent=1))
+    print(f"summary: {res['summary']}")
     return 0
 
 
 def cmd_report(a: argparse.Namespace) -> int:
-    from analysis.report import write_report
-    out = write_report(a.run_dirs, a.out)
-    print(f"report: {out}")
+    print(f"report: {report.combined(a.run_dirs, a.out)['html']}")
     return 0
 
 
@@ -300,7 +214,8 @@ def parser() -> argparse.ArgumentParser:
     rp.add_argument("--out", required=True, help="HTML file to write")
     rp.set_defaults(fn=cmd_report)
 
-    from rmqchaos import bench, manual
+    import bench
+    from cli import manual
     manual.add_parsers(sub)
     bench.add_parsers(sub)
 

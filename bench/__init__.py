@@ -21,10 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from cluster.java import find_java
-from cluster.rocketmq_tools import BENCH_PRODUCER, _child_setup, bench_complete
+from cluster import get_backend
+from cluster.jvm import classpath, jvm_command
+from cluster.tools import BENCH_PRODUCER, bench_args, bench_complete
+from pipeline import down, up
+from pipeline.runs import create_run, namesrv_target, open_cluster_run, reap_orphans
 from rmqchaos import paths
 from rmqchaos.errors import UserError
+from rmqchaos.procs import spawn
 from rmqchaos.progress import say
 
 TOPIC = "RMQCHAOS_BENCH"
@@ -52,8 +56,7 @@ def _measure(cmd: list[str], env: dict[str, str] | None, timeout: float, workdir
     out_f = workdir / "out.txt"
     with open(out_f, "wb") as out:
         t0 = time.monotonic()
-        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                             cwd=workdir, preexec_fn=_child_setup([]))
+        p = spawn(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=workdir, die_with_parent=True)
         deadline = t0 + timeout
         while True:
             pid, status, ru = os.wait4(p.pid, os.WNOHANG)
@@ -82,9 +85,8 @@ def run_python(ns: str, count: int, size: int, conc: int, timeout: float, workdi
 
 def run_java(ns: str, count: int, size: int, conc: int, timeout: float, workdir: Path, heap_mb: int) -> Sample:
     home = paths.rocketmq_home(paths.pinned_rocketmq_version())
-    cmd = [find_java()[0], f"-Xms{heap_mb}m", f"-Xmx{heap_mb}m", "-Djava.net.preferIPv4Stack=true",
-           f"-Duser.home={workdir}", "-cp", f"{home / 'lib'}/*", BENCH_PRODUCER,
-           "-n", ns, "-t", TOPIC, "-w", str(conc), "-s", str(size), "-q", str(count), "-k", "true", "-ri", "1000"]
+    cmd = jvm_command(BENCH_PRODUCER, bench_args(ns, TOPIC, count, size, conc), heap_mb=heap_mb,
+                      cp=classpath(paths.pinned_rocketmq_version()), user_home=workdir)
     out, wall, cpu, rc = _measure(cmd, dict(os.environ, ROCKETMQ_HOME=str(workdir)), timeout, workdir)
     done = bench_complete(out)
     if rc != 0 or done is None:
@@ -127,24 +129,19 @@ def bench_producer(ns: str, rounds: int, count: int, size: int, conc: int, timeo
 
 
 def cmd_bench_producer(a: argparse.Namespace) -> int:
-    from rmqchaos import stages
-    from rmqchaos.cli import _new_run, reap_orphans
-    from rmqchaos.manual import target
-
     run = None
     if a.namesrv or a.run_dir:
-        ns, _ = target(a)
+        ns, _ = namesrv_target(a.namesrv, a.run_dir)
     else:
         reap_orphans()
-        run = _new_run(a.scenario, None, mode="owned")
+        run = create_run(a.scenario, None, mode="owned")
         say(f"starting a cluster for the benchmark from {a.scenario} (run directory {run.path})")
-        stages.up(run)
-        ns = stages.backend(run).namesrv_addr
+        ns = up.run(run)["namesrv"]
     try:
         samples = bench_producer(ns, a.rounds, a.messages, a.size, a.concurrency, a.timeout)
     finally:
         if run is not None:
-            stages.down(run)
+            down.run(run)
     r = compare(samples)
     per_round = [(p.cpu_per_10k and j.cpu_per_10k / p.cpu_per_10k, p.rate / j.rate)
                  for p, j in zip([s for s in samples if s.who == "python"], [s for s in samples if s.who == "java"])]
@@ -190,19 +187,16 @@ def run_locust(run, ledger: bool, timeout: float, workdir: Path) -> Sample:
 
 
 def _with_cluster(a: argparse.Namespace, fn):  # type: ignore[no-untyped-def]
-    from rmqchaos import stages
-    from rmqchaos.cli import _cluster_run, _new_run, reap_orphans
     if a.run_dir:
-        run = _cluster_run(a)
-        return fn(run)
+        return fn(open_cluster_run(a.run_dir))
     reap_orphans()
-    run = _new_run(a.scenario, None, mode="owned")
+    run = create_run(a.scenario, None, mode="owned")
     say(f"starting a cluster for the benchmark from {a.scenario} (run directory {run.path})")
-    stages.up(run)
+    up.run(run)
     try:
         return fn(run)
     finally:
-        stages.down(run)
+        down.run(run)
 
 
 def _interleaved(a: argparse.Namespace, kinds: tuple[str, str],
@@ -212,8 +206,7 @@ def _interleaved(a: argparse.Namespace, kinds: tuple[str, str],
     from rmqclient.admin import AdminClient
 
     def body(cluster_run: Any) -> list[Sample]:
-        from rmqchaos import stages
-        AdminClient(stages.backend(cluster_run).namesrv_addr).create_topic_everywhere(TOPIC, queues=4)
+        AdminClient(get_backend(cluster_run).namesrv_addr).create_topic_everywhere(TOPIC, queues=4)
         time.sleep(1)
         samples: list[Sample] = []
         with tempfile.TemporaryDirectory(prefix="rmqchaos-bench-") as td:
@@ -260,8 +253,7 @@ def cmd_bench_locust(a: argparse.Namespace) -> int:
             run = _load_run_dir(base, cluster_run.path / "scenario.yaml", i, a.messages, a.users, a.size)
             s = run_locust(run, False, a.timeout, base)
         else:
-            from rmqchaos import stages
-            s = run_python(stages.backend(cluster_run).namesrv_addr, a.messages, a.size, a.users, a.timeout, base)
+            s = run_python(get_backend(cluster_run).namesrv_addr, a.messages, a.size, a.users, a.timeout, base)
         return Sample(who, s.acked, s.attempts, s.wall_s, s.cpu_s)
 
     samples = _interleaved(a, ("locust", "bare"), one)

@@ -1,10 +1,11 @@
-"""Processes the platform starts: spawn into a cgroup, record pid + start time, end by PID only.
+"""Processes the platform starts: one spawn helper, pid + start time records, end by PID only.
 
 A pid alone can be reused by an unrelated process after ours exits; a pid together with its
 kernel start time (/proc/<pid>/stat field 22) cannot, so every check and every kill compares both.
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -12,7 +13,7 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable, Mapping, Sequence
 
 
 def starttime(pid: int) -> int | None:
@@ -109,19 +110,55 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def spawn(cmd: list[str], cwd: Path, env: dict[str, str], log_file: Path, cgroup_procs: list[str]) -> subprocess.Popen:
-    """Start `cmd` detached from our session (it must outlive `cluster up`), already inside its cgroup."""
+_libc = ctypes.CDLL(None, use_errno=True)
+_PR_SET_PDEATHSIG = 1
 
-    def join_cgroup() -> None:  # runs in the child between fork and exec
+
+def spawn(cmd: Sequence[str], *, cwd: Path | str | None = None, env: Mapping[str, str] | None = None,
+          log_file: Path | None = None, stdin: Any = subprocess.DEVNULL, stdout: Any = None, stderr: Any = None,
+          join: Sequence[str] = (), new_session: bool = False, die_with_parent: bool = False,
+          text: bool = False) -> subprocess.Popen:
+    """The one way the platform starts a process.
+
+    join: cgroup.procs files the child writes its pid into between fork and exec, so it is inside
+    its cgroups before it runs a single instruction of its own (nothing escapes `down`).
+    new_session: detached from our terminal and session (cluster nodes outlive `cluster up`).
+    die_with_parent: PR_SET_PDEATHSIG=SIGKILL, so it dies with us even if we are SIGKILLed. The
+    kernel fires it when the forking *thread* ends: only for processes spawned and ended by the
+    same long-lived thread (never from a fault's worker thread).
+    log_file: stdout and stderr appended there (overrides stdout/stderr).
+    """
+    procs = list(join)
+
+    def setup() -> None:  # in the child, before exec
+        if die_with_parent:
+            _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         pid = str(os.getpid())
-        for f in cgroup_procs:
+        for f in procs:
             with open(f, "w") as fh:
                 fh.write(pid)
 
-    log_file.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_file, "ab") as out:
-        return subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=join_cgroup)
+    out = None
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        out = open(log_file, "ab")
+        stdout, stderr = out, subprocess.STDOUT
+    try:
+        return subprocess.Popen(list(cmd), cwd=cwd, env=dict(env) if env is not None else None, stdin=stdin,
+                                stdout=stdout, stderr=stderr, start_new_session=new_session, preexec_fn=setup,
+                                text=text)
+    finally:
+        if out is not None:
+            out.close()
+
+
+def record_spawn(log: ProcessLog, node: str, proc: subprocess.Popen, cmd: Sequence[str], cgroup: str | None = None,
+                 ports: Sequence[int] = ()) -> ProcRecord:
+    """Append the start record of a process just spawned (pid + kernel start time)."""
+    rec = ProcRecord(node=node, pid=proc.pid, starttime=starttime(proc.pid) or 0, cmd=list(cmd), cgroup=cgroup,
+                     ports=list(ports), started_ms=now_ms())
+    log.record_start(rec)
+    return rec
 
 
 def wait_gone(pids: Iterable[tuple[int, int | None]], timeout: float) -> bool:
@@ -172,3 +209,12 @@ def stop(pid: int, start: int | None, grace: float) -> str:
     send(pid, start, signal.SIGKILL)
     wait_gone([(pid, start)], 10)
     return "killed"
+
+
+def parse_signal(name: str) -> signal.Signals:
+    """'SIGKILL', 'kill', 'TERM' -> the signal; ValueError for anything else (the one parser of signal names)."""
+    n = name.strip().upper()
+    try:
+        return signal.Signals[n if n.startswith("SIG") else "SIG" + n]
+    except KeyError:
+        raise ValueError(f"unknown signal {name!r}; e.g. SIGKILL, SIGTERM, SIGSTOP") from None

@@ -2,7 +2,6 @@
 independent witnesses that the cluster is real and healthy, used by the `witness` check."""
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import signal
@@ -11,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from cluster.java import find_java
-from rmqchaos import paths
+from cluster.jvm import classpath, jvm_command
 from rmqchaos.errors import UserError
+from rmqchaos.procs import spawn
 
 MQADMIN = "org.apache.rocketmq.tools.command.MQAdminStartup"
 BENCH_PRODUCER = "org.apache.rocketmq.example.benchmark.Producer"
@@ -26,32 +25,15 @@ class ToolResult:
     out: str
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
-PR_SET_PDEATHSIG = 1
-
-
-def _child_setup(cgroup_procs: list[str]) -> Callable[[], None]:
-    def setup() -> None:  # in the child, before exec
-        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with us, even if we are SIGKILLed
-        for f in cgroup_procs:
-            with open(f, "w") as fh:
-                fh.write(str(os.getpid()))
-    return setup
-
-
 def run_tool(version: str, workdir: Path, main: str, args: list[str], timeout: float,
              cgroup_procs: list[str] | None = None) -> ToolResult:
     """One bounded JVM run, inside the run's `tools` cgroup; killed when `timeout` passes or we die."""
-    java = find_java()[0]
-    home = paths.rocketmq_home(version)
     workdir.mkdir(parents=True, exist_ok=True)
-    cmd = [java, "-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-           "-Djava.net.preferIPv4Stack=true", f"-Duser.home={workdir}", f"-Drocketmq.home.dir={workdir}",
-           "-cp", f"{home / 'lib'}/*", main, *args]
+    cmd = jvm_command(main, args, cp=classpath(version), heap_mb=256, xms_mb=64, client=True,
+                      user_home=workdir, rocketmq_home=workdir)
     env = dict(os.environ, ROCKETMQ_HOME=str(workdir))
-    p = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         stdin=subprocess.DEVNULL, text=True, start_new_session=True,
-                         preexec_fn=_child_setup(cgroup_procs or []))
+    p = spawn(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+              join=cgroup_procs or [], new_session=True, die_with_parent=True)
     try:
         out, _ = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -73,18 +55,23 @@ def bench_complete(out: str) -> tuple[int, int, int] | None:
     return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
 
 
-def bench_produce(version: str, workdir: Path, ns: str, topic: str, count: int, size: int, threads: int,
-                  timeout: float, cgroup_procs: list[str] | None = None) -> ToolResult:
+#: runs one tool against a cluster: (main class, args, timeout) -> ToolResult (ClusterBackend.run_tool
+#: with the workdir bound)
+Runner = Callable[[str, list[str], float], ToolResult]
+
+
+def bench_args(ns: str, topic: str, count: int, size: int, threads: int) -> list[str]:
     """RocketMQ's benchmark Producer, bounded by -q (messages in total, split over the threads)."""
-    return run_tool(version, workdir, BENCH_PRODUCER,
-                    ["-n", ns, "-t", topic, "-w", str(threads), "-s", str(size), "-q", str(count), "-k", "true",
-                     "-ri", "1000"], timeout, cgroup_procs)
+    return ["-n", ns, "-t", topic, "-w", str(threads), "-s", str(size), "-q", str(count), "-k", "true", "-ri", "1000"]
 
 
-def topic_offsets(version: str, workdir: Path, ns: str, topic: str, timeout: float = 60,
-                  cgroup_procs: list[str] | None = None) -> dict[str, int]:
+def bench_produce(run: Runner, ns: str, topic: str, count: int, size: int, threads: int, timeout: float) -> ToolResult:
+    return run(BENCH_PRODUCER, bench_args(ns, topic, count, size, threads), timeout)
+
+
+def topic_offsets(run: Runner, ns: str, topic: str, timeout: float = 60) -> dict[str, int]:
     """`mqadmin topicStatus`: messages stored per broker group (sum of max - min offsets)."""
-    r = run_tool(version, workdir, MQADMIN, ["topicStatus", "-n", ns, "-t", topic], timeout, cgroup_procs)
+    r = run(MQADMIN, ["topicStatus", "-n", ns, "-t", topic], timeout)
     if r.rc != 0:
         raise UserError(f"mqadmin topicStatus -t {topic} failed (exit {r.rc})", r.out.strip().splitlines()[-1:][0]
                         if r.out.strip() else "no output")
@@ -99,11 +86,9 @@ def topic_offsets(version: str, workdir: Path, ns: str, topic: str, timeout: flo
 _MSG = re.compile(r"^MSGID: (\S+) MessageExt \[brokerName=([^,]*), queueId=(\d+),.*?queueOffset=(\d+),")
 
 
-def read_back(version: str, workdir: Path, ns: str, topic: str, timeout: float = 120,
-              cgroup_procs: list[str] | None = None) -> list[tuple[str, str, int, int]]:
+def read_back(run: Runner, ns: str, topic: str, timeout: float = 120) -> list[tuple[str, str, int, int]]:
     """`mqadmin printMsg`: pull every message of the topic back. (msgId, broker, queueId, queueOffset)."""
-    r = run_tool(version, workdir, MQADMIN, ["printMsg", "-n", ns, "-t", topic, "-d", "false"], timeout,
-                 cgroup_procs)
+    r = run(MQADMIN, ["printMsg", "-n", ns, "-t", topic, "-d", "false"], timeout)
     if r.rc != 0:
         raise UserError(f"mqadmin printMsg -t {topic} failed (exit {r.rc})", "see the tool output in the run dir")
     out = []

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import signal
 
-from cluster import cgroups
-from cluster.cgroups import Cgroup
-from cluster.procs import send, wait_gone
+from cluster.local import cgroups
+from cluster.local.cgroups import Cgroup
+from rmqchaos.procs import send, wait_gone
 from rmqchaos.rundir import lost_run_ids, registry_dir
 
 

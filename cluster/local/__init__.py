@@ -2,103 +2,37 @@
 this machine, started from the Maven-resolved jars, each in its own cgroup, listening on
 127.0.0.1 only (bindAddress plus an LD_PRELOAD bind() shim for listeners RocketMQ does not let
 us configure, such as the HA acceptor).
+
+Its resource records are the run's processes.jsonl (pid + kernel start time, cgroup) and the
+cgroups `rmqchaos/<run id>/<node>`; `reap` ends exactly those.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
 import socket
-import time
-from dataclasses import dataclass
+import subprocess
 from pathlib import Path
+from typing import Mapping, Sequence
 
-from cluster import cgroups
-from cluster.backend import ClusterBackend, Node, NodeStatus
-from cluster.cgroups import Cgroup
-from cluster.java import find_java
-from cluster.procs import ProcRecord, alive, now_ms, send, spawn, starttime, state_char, stop, wait_gone
+from cluster import tools
+from cluster.backend import ClusterBackend, Node, NodeMemory, NodeStatus
+from cluster.jvm import classpath, find_java, jvm_command
+from cluster.local import cgroups
+from cluster.local.cgroups import Cgroup
+from cluster.plan import HOST, MAIN, READY_TOPIC, NodePlan, render_config
 from rmqchaos import paths
 from rmqchaos.errors import UserError
+from rmqchaos.procs import ProcRecord, alive, now_ms, record_spawn, send, spawn, state_char, stop, wait_gone
 from rmqchaos.progress import say
 from rmqchaos.rundir import RunDir
-from rmqchaos.spec import Broker, Jvm, Scenario
-from rmqclient.admin import AdminClient, RemotingError
-
-HOST = "127.0.0.1"
-READY_TOPIC = "RMQCHAOS_READY"
-MAIN = {"namesrv": "org.apache.rocketmq.namesrv.NamesrvStartup",
-        "broker": "org.apache.rocketmq.broker.BrokerStartup",
-        "proxy": "org.apache.rocketmq.proxy.ProxyStartup"}
-
-
-@dataclass
-class NodePlan:
-    name: str
-    role: str  # namesrv | master | slave | proxy
-    ports: list[int]  # the main port first; every port the node listens on
-    jvm: Jvm
-    conf: dict[str, object]
-    broker_name: str | None = None
-    broker_id: int | None = None
-
-    @property
-    def addr(self) -> str:
-        return f"{HOST}:{self.ports[0]}"
-
-    @property
-    def is_broker(self) -> bool:
-        return self.role in ("master", "slave")
-
-    def listed_in(self, reg: dict[str, dict[int, str]]) -> bool:
-        """Whether namesrv's registrations (`LocalCluster.registered()`) list this broker at its address."""
-        return reg.get(self.broker_name or "", {}).get(self.broker_id or 0) == self.addr
+from rmqchaos.wait import poll_until
+from rmqclient.admin import RemotingError
 
 
 class ClusterStartError(UserError):
     pass
-
-
-def plan(s: Scenario) -> list[NodePlan]:
-    c = s.cluster
-    ns = NodePlan("namesrv", "namesrv", [c.namesrv.port], c.namesrv.jvm,
-                  {"listenPort": c.namesrv.port, "bindAddress": HOST, **c.namesrv.config})
-    nodes = [ns]
-    for b in c.brokers:
-        assert b.port is not None
-        nodes.append(_broker_plan(s, b, b.name, b.port, 0))
-        if b.slave is not None:
-            assert b.slave.port is not None
-            nodes.append(_broker_plan(s, b, f"{b.name}-s", b.slave.port, 1))
-    if c.proxy.enabled:
-        p = c.proxy
-        nodes.append(NodePlan("proxy", "proxy", [p.grpc_port, p.remoting_port], p.jvm,
-                              {"rocketMQClusterName": c.name, "namesrvAddr": f"{HOST}:{c.namesrv.port}",
-                               "grpcServerPort": p.grpc_port, "remotingListenPort": p.remoting_port}))
-    return nodes
-
-
-def _broker_plan(s: Scenario, b: Broker, node: str, port: int, broker_id: int) -> NodePlan:
-    c = s.cluster
-    conf: dict[str, object] = {
-        "brokerClusterName": c.name, "brokerName": b.name, "brokerId": broker_id,
-        "listenPort": port, "haListenPort": port + 1,
-        "namesrvAddr": f"{HOST}:{c.namesrv.port}",
-        "brokerIP1": HOST, "brokerIP2": HOST, "bindAddress": HOST,
-    }
-    conf.update(c.broker_defaults.config)
-    conf.update(b.config)
-    if broker_id:
-        conf["brokerRole"] = "SLAVE"
-    return NodePlan(node, "slave" if broker_id else "master", [port, port - 2, port + 1],
-                    b.jvm or c.broker_defaults.jvm, conf, b.name, broker_id)
-
-
-def _props(conf: dict[str, object]) -> str:
-    def v(x: object) -> str:
-        return ("true" if x else "false") if isinstance(x, bool) else str(x)
-    return "".join(f"{k}={v(x)}\n" for k, x in conf.items())
 
 
 def port_in_use(port: int) -> bool:
@@ -132,25 +66,13 @@ def log_tail(node_dir: Path, lines: int = 10) -> str:
 
 
 class LocalCluster(ClusterBackend):
-    def __init__(self, run: RunDir, scenario: Scenario | None = None) -> None:
-        self.run = run
-        self.scenario = scenario or run.scenario()
-        self.plans = {p.name: p for p in plan(self.scenario)}
-
     # ------------------------------------------------------------ helpers
-    @property
-    def namesrv_addr(self) -> str:
-        return self.plans["namesrv"].addr
-
-    def admin(self, timeout: float = 3.0) -> AdminClient:
-        return AdminClient(self.namesrv_addr, timeout)
-
-    def cgroup_rel(self, node: str) -> str:
+    def _cgroup_rel(self, node: str) -> str:
         return f"{cgroups.PREFIX}/{self.run.run_id}/{node}"
 
-    def tools_cgroup(self) -> Cgroup:
-        """Where client-side JVMs of this run (RocketMQ's tools, later consumers) run, so `down` reaps them."""
-        cg = Cgroup(self.cgroup_rel("tools"))
+    def _tools_cgroup(self) -> Cgroup:
+        """Where client-side processes of this run (tools, consumers, the load) run, so `down` reaps them."""
+        cg = Cgroup(self._cgroup_rel("tools"))
         if not cg.exists():
             cg.create()
             self.run.processes.record_cgroup("tools", cg.rel)
@@ -161,14 +83,24 @@ class LocalCluster(ClusterBackend):
             raise UserError(f"no node named {name!r} in this cluster", f"nodes: {', '.join(self.plans)}")
         return LocalNode(self, self.plans[name])
 
-    def nodes(self) -> list["LocalNode"]:
-        return [LocalNode(self, p) for p in self.plans.values()]
+    def spawn_client(self, name: str, cmd: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None,
+                     log_file: Path | None = None, stdout: object = None, stderr: object = None,
+                     new_session: bool = False) -> subprocess.Popen:
+        cg = self._tools_cgroup()
+        p = spawn(cmd, cwd=cwd, env=env, log_file=log_file, stdout=stdout, stderr=stderr, join=cg.procs_files(),
+                  new_session=new_session, die_with_parent=True)
+        record_spawn(self.run.processes, name, p, cmd, cgroup=cg.rel)
+        return p
+
+    def run_tool(self, main: str, args: list[str], timeout: float, workdir: Path) -> tools.ToolResult:
+        return tools.run_tool(self.scenario.cluster.rocketmq_version, workdir, main, args, timeout,
+                              self._tools_cgroup().procs_files())
 
     # ------------------------------------------------------------ up
-    def preflight(self) -> tuple[str, Path, Path]:
-        java, _, _ = find_java()
-        home = paths.rocketmq_home(self.scenario.cluster.rocketmq_version)
-        shim = paths.loopback_shim()
+    def _preflight(self) -> None:
+        find_java()
+        paths.rocketmq_home(self.scenario.cluster.rocketmq_version)
+        paths.loopback_shim()
         if cgroups.version() == 0:
             raise UserError("no cgroup hierarchy is mounted at /sys/fs/cgroup",
                             "mount cgroup v1 (memory, blkio, freezer) or v2; faults act through cgroups")
@@ -178,27 +110,26 @@ class LocalCluster(ClusterBackend):
                     raise UserError(f"port {port} ({p.name}) is already in use on {HOST}",
                                     f"stop what holds it (ss -ltnp 'sport = :{port}'; an earlier cluster: "
                                     f"rmqchaos cluster down --all) or choose other ports in the scenario")
-        return java, home, shim
 
     def up(self) -> None:
         t0 = now_ms()
-        java, home, shim = self.preflight()
+        self._preflight()
         self.run.write_versions(self.scenario.cluster.rocketmq_version, find_java()[2])
         self.run.update_state(cluster="starting")
         self.run.register()
         try:
             say(f"starting namesrv on {self.namesrv_addr} (RocketMQ {self.scenario.cluster.rocketmq_version})")
-            self.node("namesrv").start(java, home, shim)
+            self.node("namesrv").start()
             self._wait_namesrv()
             brokers = [n for n in self.nodes() if n.plan.is_broker]
             say(f"starting {len(brokers)} broker(s): {', '.join(n.name for n in brokers)}")
             for n in brokers:
-                n.start(java, home, shim)
+                n.start()
             self.wait_registered([n.name for n in brokers])
             self._wait_routable()
             if "proxy" in self.plans:
                 say("starting proxy")
-                self.node("proxy").start(java, home, shim)
+                self.node("proxy").start()
                 self.node("proxy").wait_port()
         except BaseException as e:
             self.run.event("cluster_up", "cluster", t0, now_ms(), "failed", error=str(e))
@@ -211,9 +142,6 @@ class LocalCluster(ClusterBackend):
         say(f"cluster ready in {(now_ms() - t0) / 1000:.1f}s: namesrv {self.namesrv_addr}, brokers "
             + ", ".join(f"{p.name}@{p.addr}" for p in self.plans.values() if p.is_broker))
 
-    def _deadline(self) -> float:
-        return time.monotonic() + self.scenario.cluster.ready_timeout
-
     def _fail(self, node: str, waited_for: str) -> ClusterStartError:
         return ClusterStartError(f"{node} did not become ready: {waited_for}",
                                  f"see its logs in {self.run.node_dir(node)}",
@@ -221,58 +149,48 @@ class LocalCluster(ClusterBackend):
 
     def _check_alive(self, names: list[str], waited_for: str) -> None:
         for n in names:
-            node = self.node(n)
-            if not node.running():
+            if not self.node(n).running():
                 raise ClusterStartError(f"{n} exited while starting (waiting for {waited_for})",
                                         f"see its logs in {self.run.node_dir(n)}",
                                         detail=log_tail(self.run.node_dir(n)))
 
+    def _ready_timeout(self) -> float:
+        return self.scenario.cluster.ready_timeout
+
     def _wait_namesrv(self) -> None:
-        deadline = self._deadline()
-        while True:
-            self._check_alive(["namesrv"], "its port to answer")
+        def answers() -> bool:
             try:
                 self.admin(timeout=1).cluster_info()
-                return
+                return True
             except RemotingError:
-                pass
-            if time.monotonic() > deadline:
-                raise self._fail("namesrv", f"an answer on {self.namesrv_addr} within "
-                                            f"{self.scenario.cluster.ready_timeout:.0f}s")
-            time.sleep(0.2)
+                return False
+        t = self._ready_timeout()
+        poll_until(answers, t, "namesrv", interval=0.2, check=lambda: self._check_alive(["namesrv"], "its port to answer"),
+                   error=lambda: self._fail("namesrv", f"an answer on {self.namesrv_addr} within {t:.0f}s"))
 
-    def registered(self) -> dict[str, dict[int, str]] | None:
-        """brokerName -> {brokerId: addr} from namesrv, or None if namesrv does not answer."""
-        try:
-            return {b.name: b.addrs for b in self.admin(timeout=2).cluster_info()}
-        except RemotingError:
-            return None
-
-    def wait_registered(self, names: list[str], deadline: float | None = None) -> None:
-        deadline = deadline or self._deadline()
+    def wait_registered(self, names: list[str]) -> None:
         pending = list(names)
-        last_report = time.monotonic()
-        while pending:
-            self._check_alive(pending, "registration in namesrv")
+
+        def all_listed() -> bool:
+            nonlocal pending
             reg = self.registered() or {}
             pending = [n for n in pending if not self.plans[n].listed_in(reg)]
-            if not pending:
-                return
-            if time.monotonic() > deadline:
-                raise self._fail(pending[0], f"registration in namesrv {self.namesrv_addr} within "
-                                             f"{self.scenario.cluster.ready_timeout:.0f}s (never registered)")
-            if time.monotonic() - last_report > 10:
-                say(f"still waiting for {', '.join(pending)} to register in namesrv")
-                last_report = time.monotonic()
-            time.sleep(0.25)
+            return not pending
+        t = self._ready_timeout()
+        poll_until(all_listed, t, "registration", check=lambda: self._check_alive(pending, "registration in namesrv"),
+                   error=lambda: self._fail(pending[0], f"registration in namesrv {self.namesrv_addr} within "
+                                                        f"{t:.0f}s (never registered)"),
+                   progress_every=10, progress=lambda: f"still waiting for {', '.join(pending)} to register in namesrv")
 
     def _wait_routable(self) -> None:
         """A test topic must route to every broker group: proves each master serves admin requests
         and that namesrv has its topic table."""
-        deadline = self._deadline()
-        masters = [p for p in self.plans.values() if p.role == "master"]
+        masters = self.masters()
         created: set[str] = set()
-        while True:
+        missing: list[str] = []
+
+        def routed() -> bool:
+            nonlocal missing
             for p in masters:
                 if p.name not in created:
                     try:
@@ -280,19 +198,14 @@ class LocalCluster(ClusterBackend):
                         created.add(p.name)
                     except RemotingError:
                         pass
-            try:
-                route = self.admin(timeout=2).topic_route(READY_TOPIC) or {}
-            except RemotingError:
-                route = {}
-            groups = {q["brokerName"] for q in route.get("queueDatas", [])}
+            groups = self.routed_groups(READY_TOPIC)
             missing = [p.name for p in masters if p.broker_name not in groups]
-            if not missing:
-                return
-            self._check_alive(missing, f"topic {READY_TOPIC} to route to it")
-            if time.monotonic() > deadline:
-                raise self._fail(missing[0], f"topic {READY_TOPIC} to route to it within "
-                                             f"{self.scenario.cluster.ready_timeout:.0f}s")
-            time.sleep(0.25)
+            if missing:
+                self._check_alive(missing, f"topic {READY_TOPIC} to route to it")
+            return not missing
+        t = self._ready_timeout()
+        poll_until(routed, t, "routes",
+                   error=lambda: self._fail(missing[0], f"topic {READY_TOPIC} to route to it within {t:.0f}s"))
 
     # ------------------------------------------------------------ down
     def down(self) -> list[str]:
@@ -303,22 +216,42 @@ class LocalCluster(ClusterBackend):
         reg = self.registered()
         out = []
         for n in self.nodes():
-            rec = self.run.processes.latest(n.name)
+            rec = n.record
             running = rec is not None and alive(rec.pid, rec.starttime)
             cg = n.cgroup
             state = "not-started" if rec is None else ("down" if not running else
-                                                       ("paused" if (cg and cg.frozen()) else "running"))
-            registered = None
-            if n.plan.is_broker and reg is not None:
-                registered = n.plan.listed_in(reg)
+                                                       ("paused" if cg.frozen() else "running"))
+            registered = n.plan.listed_in(reg) if (n.plan.is_broker and reg is not None) else None
             out.append(NodeStatus(
                 name=n.name, role=n.plan.role, state=state, pid=rec.pid if running and rec else None,
                 ports=n.plan.ports, addr=n.plan.addr, registered=registered,
-                cgroup=cg.rel if cg and cg.exists() else None,
-                memory_bytes=cg.memory_usage() if cg and running else None,
-                store_dir=str(n.store_dir) if n.store_dir else None, log_file=str(n.log_file),
-                broker_name=n.plan.broker_name))
+                memory_bytes=cg.memory_usage() if running else None, log_file=str(n.log_file),
+                broker_name=n.plan.broker_name,
+                extra={"cgroup": cg.rel if cg.exists() else None,
+                       "store_dir": str(n.dir / "store") if n.plan.is_broker else None}))
         return out
+
+
+class CgroupMemory(NodeMemory):
+    def __init__(self, cg: Cgroup) -> None:
+        self.cg = cg
+
+    def usage(self) -> int | None:
+        return self.cg.memory_usage()
+
+    def page_cache(self) -> int:
+        return self.cg.file_cache()
+
+    def oom_kills(self) -> int:
+        return self.cg.oom_kills()
+
+    def cap(self) -> int:
+        if not self.cg.exists():
+            raise UserError(f"cgroup {self.cg.rel} does not exist", "the local backend creates one per node")
+        return self.cg.cap_memory()
+
+    def clear_limit(self) -> None:
+        self.cg.clear_memory_limit()
 
 
 class LocalNode(Node):
@@ -328,6 +261,7 @@ class LocalNode(Node):
         self.name = plan.name
         self.role = plan.role
         self.dir = cluster.run.node_dir(plan.name)
+        self.cgroup = Cgroup(cluster._cgroup_rel(plan.name))
 
     @property
     def record(self) -> ProcRecord | None:
@@ -338,111 +272,84 @@ class LocalNode(Node):
         r = self.record
         return r.pid if r and alive(r.pid, r.starttime) else None
 
-    def running(self) -> bool:
-        return self.pid is not None
-
     @property
-    def cgroup(self) -> Cgroup | None:
-        return Cgroup(self.c.cgroup_rel(self.name))
-
-    @property
-    def store_dir(self) -> Path | None:
-        return self.dir / "store" if self.plan.is_broker else None
+    def memory(self) -> NodeMemory:
+        return CgroupMemory(self.cgroup)
 
     @property
     def log_file(self) -> Path:
         main = {"namesrv": "namesrv.log", "proxy": "proxy.log"}.get(self.role, "broker.log")
         return self.dir / "logs" / "rocketmqlogs" / main
 
-    # ------------------------------------------------------------ start
-    def _write_conf(self) -> Path:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        if self.role == "proxy":
-            f = self.dir / "rmq-proxy.json"
-            f.write_text(json.dumps(self.plan.conf, indent=2) + "\n")
-            return f
-        conf = dict(self.plan.conf)
-        if self.store_dir:
-            conf.setdefault("storePathRootDir", str(self.store_dir))
-            conf.setdefault("storePathCommitLog", str(self.store_dir / "commitlog"))
-        f = self.dir / ("namesrv.properties" if self.role == "namesrv" else "broker.conf")
-        f.write_text(_props(conf))
-        return f
+    @property
+    def stdout_file(self) -> Path:
+        return self.dir / "stdout.log"
 
+    # ------------------------------------------------------------ start
     def command(self, java: str, home: Path) -> list[str]:
-        j = self.plan.jvm
-        conf = self._write_conf()
+        self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "logs").mkdir(exist_ok=True)
-        cmd = [java, "-server", f"-Xms{j.heap_mb}m", f"-Xmx{j.heap_mb}m"]
-        if j.max_direct_memory_mb:
-            cmd.append(f"-XX:MaxDirectMemorySize={j.max_direct_memory_mb}m")
+        name, text = render_config(self.plan, str(self.dir / "store"))
+        conf = self.dir / name
+        conf.write_text(text)
+        j = self.plan.jvm
+        opts = [f"-XX:MaxDirectMemorySize={j.max_direct_memory_mb}m"] if j.max_direct_memory_mb else []
         if self.plan.is_broker:
             # as RocketMQ's runbroker.sh: the whole heap is touched (and charged to the broker's cgroup)
             # at start, so a memory squeeze does not stall the send path on first-touch heap faults
-            cmd.append("-XX:+AlwaysPreTouch")
-        cmd += ["-XX:+UseG1GC", "-XX:-OmitStackTraceInFastThrow",
-                f"-Xlog:gc*:file={self.dir / 'logs' / 'gc.log'}:time,tags:filecount=2,filesize=10M",
-                "-Djava.net.preferIPv4Stack=true",  # IPv4 sockets, so the bind() shim maps 0.0.0.0 -> 127.0.0.1
-                f"-Duser.home={self.dir}",  # RocketMQ writes its logs and namesrv kv config under user.home
-                f"-Drocketmq.home.dir={self.dir}"]
-        cmd += [f"-D{k}={('true' if v else 'false') if isinstance(v, bool) else v}"
-                for k, v in j.system_properties.items()]
-        cmd += list(j.options)
-        cmd += ["-cp", f"{home / 'lib'}/*"]
+            opts.append("-XX:+AlwaysPreTouch")
+        opts += ["-XX:+UseG1GC", "-XX:-OmitStackTraceInFastThrow",
+                 f"-Xlog:gc*:file={self.dir / 'logs' / 'gc.log'}:time,tags:filecount=2,filesize=10M", *j.options]
         ns = self.c.namesrv_addr
         if self.role == "namesrv":
-            cmd += [MAIN["namesrv"], "-c", str(conf)]
+            main, args, props = MAIN["namesrv"], ["-c", str(conf)], {}
         elif self.role == "proxy":
-            cmd += [f"-Dcom.rocketmq.proxy.configPath={conf}", MAIN["proxy"], "-pm", "cluster", "-n", ns]
+            main, args, props = MAIN["proxy"], ["-pm", "cluster", "-n", ns], {"com.rocketmq.proxy.configPath": conf}
         else:
-            cmd += [MAIN["broker"], "-c", str(conf), "-n", ns]
-        return cmd
+            main, args, props = MAIN["broker"], ["-c", str(conf), "-n", ns], {}
+        return jvm_command(main, args, cp=f"{home / 'lib'}/*", heap_mb=j.heap_mb, java=java, options=opts,
+                           user_home=self.dir, rocketmq_home=self.dir,
+                           system_properties={**j.system_properties, **props})
 
-    def start(self, java: str | None = None, home: Path | None = None, shim: Path | None = None) -> int:
+    def start(self) -> None:
         if self.running():
             raise UserError(f"{self.name} is already running (pid {self.pid})", "stop it first")
-        if java is None or home is None or shim is None:
-            java, home, shim = find_java()[0], paths.rocketmq_home(self.c.scenario.cluster.rocketmq_version), \
-                paths.loopback_shim()
-        cg = self.cgroup
-        assert cg is not None
-        if not cg.exists():
-            cg.create()
-            self.c.run.processes.record_cgroup(self.name, cg.rel)
+        java = find_java()[0]
+        home = paths.rocketmq_home(self.c.scenario.cluster.rocketmq_version)
+        shim = paths.loopback_shim()
+        if not self.c.run.is_registered():
+            self.c.run.register()  # a restart of a cluster that is down: `down --all` must find it
+        if not self.cgroup.exists():
+            self.cgroup.create()
+            self.c.run.processes.record_cgroup(self.name, self.cgroup.rel)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS"))}
         env.update({"ROCKETMQ_HOME": str(self.dir), "LD_PRELOAD": str(shim)})
         cmd = self.command(java, home)
-        proc = spawn(cmd, self.dir, env, self.dir / "stdout.log", cg.procs_files())
-        st = starttime(proc.pid)
-        self.c.run.processes.record_start(ProcRecord(
-            node=self.name, pid=proc.pid, starttime=st or 0, cmd=cmd, cgroup=cg.rel,
-            ports=self.plan.ports, started_ms=now_ms()))
-        return proc.pid
+        proc = spawn(cmd, cwd=self.dir, env=env, log_file=self.stdout_file, join=self.cgroup.procs_files(),
+                     new_session=True)
+        record_spawn(self.c.run.processes, self.name, proc, cmd, cgroup=self.cgroup.rel, ports=self.plan.ports)
 
     def wait_port(self) -> None:
-        deadline = self.c._deadline()
-        while True:
-            self.c._check_alive([self.name], f"port {self.plan.ports[0]}")
+        def accepts() -> bool:
             try:
                 socket.create_connection((HOST, self.plan.ports[0]), timeout=1).close()
-                return
+                return True
             except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise self.c._fail(self.name, f"port {self.plan.ports[0]} to accept connections")
-            time.sleep(0.2)
+                return False
+        poll_until(accepts, self.c._ready_timeout(), f"port {self.plan.ports[0]}", interval=0.2,
+                   check=lambda: self.c._check_alive([self.name], f"port {self.plan.ports[0]}"),
+                   error=lambda: self.c._fail(self.name, f"port {self.plan.ports[0]} to accept connections"))
 
     # ------------------------------------------------------------ faults
     def kill(self, sig: int = signal.SIGKILL) -> None:
         r = self.record
         if r is None or not alive(r.pid, r.starttime):
             raise UserError(f"{self.name} is not running", "start or restart it first")
-        cg = self.cgroup
         send(r.pid, r.starttime, sig)
-        if sig in (signal.SIGKILL, signal.SIGTERM) and cg and cg.frozen():
+        if sig in (signal.SIGKILL, signal.SIGTERM) and self.cgroup.frozen():
             # A frozen task acts on a signal only once thawed; signalling first means a SIGKILLed
             # broker runs no code of its own after the thaw (it answers nothing more).
-            cg.freeze(False)
+            self.cgroup.freeze(False)
         if sig == signal.SIGKILL:
             wait_gone([(r.pid, r.starttime)], 10)
             self.c.run.processes.record_exit(self.name, r.pid, "SIGKILL")
@@ -450,18 +357,44 @@ class LocalNode(Node):
     def pause(self) -> None:
         if not self.running():
             raise UserError(f"{self.name} is not running", "cannot pause it")
-        assert self.cgroup is not None
         self.cgroup.freeze(True)
 
     def resume(self) -> None:
-        assert self.cgroup is not None
         self.cgroup.freeze(False)
+
+    def paused(self) -> bool:
+        return self.cgroup.frozen()
+
+    def exec(self, cmd: Sequence[str]) -> subprocess.Popen:
+        # Joins only the memory controller: the helper's charges count against the node's limit,
+        # while freezer/blkio stay the node's own.
+        p = spawn(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            self.cgroup.join_memory(p.pid)
+        except BaseException:
+            p.kill()
+            p.wait()
+            raise
+        return p
+
+    def make_oom_victim(self) -> None:
+        pid = self.pid
+        if pid is None:
+            raise UserError(f"{self.name} is not running", "cannot make it the OOM victim")
+        Path(f"/proc/{pid}/oom_score_adj").write_text("1000")
+
+    def wait_exit(self, pid: int, timeout: float) -> bool:
+        r = self.record
+        return wait_gone([(pid, r.starttime if r and r.pid == pid else None)], timeout)
+
+    def mark_exited(self, pid: int, how: str) -> None:
+        self.c.run.processes.record_exit(self.name, pid, how)
 
     def stop(self) -> str:
         r = self.record
         if r is None:
             return "not-started"
-        if self.cgroup and self.cgroup.frozen():
+        if self.cgroup.frozen():
             self.cgroup.freeze(False)
         how = stop(r.pid, r.starttime, self.c.scenario.cluster.stop_timeout)
         if how != "already-exited":
@@ -487,12 +420,10 @@ class LocalNode(Node):
         """Wait until namesrv has dropped this (stopped) broker, which it does when the connection
         closes: otherwise the restart's registration check could pass on the dead process's entry.
         Bounded: a namesrv that keeps the entry longer only costs the check its precision."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def dropped() -> bool:
             reg = self.c.registered()
-            if reg is not None and not self.plan.listed_in(reg):
-                return
-            time.sleep(0.1)
+            return reg is not None and not self.plan.listed_in(reg)
+        poll_until(dropped, timeout, "namesrv to drop it", interval=0.1, raise_on_timeout=False)
 
 
 def reap(run: RunDir, grace: float = 15.0) -> list[str]:
@@ -509,9 +440,6 @@ def reap(run: RunDir, grace: float = 15.0) -> list[str]:
                 cg.freeze(False)
             except (OSError, TimeoutError):
                 pass
-    latest: dict[str, ProcRecord] = {}
-    for r in starts:
-        latest[r.node] = r
     live = [r for r in starts if alive(r.pid, r.starttime)]
     # brokers before namesrv, so brokers can unregister cleanly
     live.sort(key=lambda r: r.node == "namesrv")

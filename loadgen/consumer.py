@@ -16,12 +16,17 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cluster.cgroups import Cgroup
-from cluster.java import find_java
-from cluster.procs import ProcessLog, ProcRecord, now_ms, starttime
-from cluster.rocketmq_tools import _child_setup
+from typing import Callable
+
+from cluster.jvm import classpath, jvm_command
 from rmqchaos import paths
 from rmqchaos.errors import UserError
+from rmqchaos.procs import ProcessLog, spawn
+from rmqchaos.wait import poll_until
+
+#: how a consumer process is started: (node name, cmd, cwd=, stdout=, stderr=, new_session=) -> Popen. The
+#: cluster backend's `spawn_client` records it for reaping; by hand without a run, plain `spawn`.
+Launcher = Callable[..., subprocess.Popen]
 
 MAIN = "io.rmqchaos.Consumer"
 MODES = ("all", "ack_first_of_batch")
@@ -46,13 +51,13 @@ class JavaConsumer:
     """One consumer process. `start()` returns once the Java client has started."""
 
     def __init__(self, namesrv: str, opts: ConsumerOptions, out: Path, workdir: Path, run_id: str = "",
-                 rocketmq_version: str | None = None, cgroup: Cgroup | None = None,
+                 rocketmq_version: str | None = None, launcher: Launcher | None = None,
                  proc_log: ProcessLog | None = None) -> None:
         if opts.mode not in MODES:
             raise UserError(f"consumer mode {opts.mode!r} is not known", f"use one of {', '.join(MODES)}")
         self.namesrv, self.opts, self.out, self.workdir, self.run_id = namesrv, opts, Path(out), Path(workdir), run_id
         self.version = rocketmq_version or paths.pinned_rocketmq_version()
-        self.cgroup, self.proc_log = cgroup, proc_log
+        self.launcher, self.proc_log = launcher, proc_log
         self.proc: subprocess.Popen | None = None
         self.log_file = self.workdir / f"consumer-{opts.consumer_id}.log"
         self.summary: dict | None = None
@@ -62,48 +67,46 @@ class JavaConsumer:
         return f"consumer-{self.opts.consumer_id}"
 
     def command(self) -> list[str]:
-        java = find_java()[0]
-        home = paths.rocketmq_home(self.version)
         o = self.opts
-        cmd = [java, f"-Xms{min(64, o.heap_mb)}m", f"-Xmx{o.heap_mb}m", "-Djava.net.preferIPv4Stack=true",
-               f"-Duser.home={self.workdir}", *o.extra_jvm,
-               "-cp", f"{home / 'rmqchaos-java.jar'}:{home / 'lib'}/*", MAIN,
-               "--namesrv", self.namesrv, "--group", o.group, "--out", str(self.out), "--mode", o.mode,
-               "--batch-size", str(o.batch_size), "--delay-ms", str(o.delay_ms), "--threads", str(o.threads),
-               "--duration", str(o.duration_s), "--idle", str(o.idle_s), "--consumer-id", o.consumer_id,
-               "--run-id", self.run_id]
+        args = ["--namesrv", self.namesrv, "--group", o.group, "--out", str(self.out), "--mode", o.mode,
+                "--batch-size", str(o.batch_size), "--delay-ms", str(o.delay_ms), "--threads", str(o.threads),
+                "--duration", str(o.duration_s), "--idle", str(o.idle_s), "--consumer-id", o.consumer_id,
+                "--run-id", self.run_id]
         for t in o.topics:
-            cmd += ["--topic", t]
-        return cmd
+            args += ["--topic", t]
+        return jvm_command(MAIN, args, cp=classpath(self.version, platform_jar=True), heap_mb=o.heap_mb,
+                           xms_mb=min(64, o.heap_mb), user_home=self.workdir, options=o.extra_jvm)
 
     def start(self, timeout: float = 60.0) -> "JavaConsumer":
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.out.parent.mkdir(parents=True, exist_ok=True)
         cmd = self.command()
-        procs = self.cgroup.procs_files() if self.cgroup else []
         log = open(self.log_file, "ab")
         try:
-            self.proc = subprocess.Popen(cmd, cwd=self.workdir, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=log, start_new_session=True, preexec_fn=_child_setup(procs))
+            if self.launcher is not None:
+                self.proc = self.launcher(self.node, cmd, cwd=self.workdir, stdout=subprocess.PIPE, stderr=log,
+                                          new_session=True)
+            else:
+                self.proc = spawn(cmd, cwd=self.workdir, stdout=subprocess.PIPE, stderr=log, new_session=True,
+                                  die_with_parent=True)
         finally:
             log.close()
-        if self.proc_log is not None:
-            self.proc_log.record_start(ProcRecord(
-                node=self.node, pid=self.proc.pid, starttime=starttime(self.proc.pid) or 0, cmd=cmd,
-                cgroup=self.cgroup.rel if self.cgroup else None, ports=[], started_ms=now_ms()))
-        deadline = time.monotonic() + timeout
         marker = f"consumer {self.opts.consumer_id} started".encode()
-        while True:
-            if self.log_file.exists() and marker in self.log_file.read_bytes():
-                return self
-            if self.proc.poll() is not None:
+
+        def started() -> bool:
+            return self.log_file.exists() and marker in self.log_file.read_bytes()
+
+        def exited() -> None:
+            if self.proc is not None and self.proc.poll() is not None:
                 raise UserError(f"{self.node} exited with code {self.proc.returncode} before it started",
                                 f"see {self.log_file}", detail=self._tail())
-            if time.monotonic() > deadline:
-                self.kill()
-                raise UserError(f"{self.node} did not start within {timeout:.0f}s",
-                                f"is namesrv {self.namesrv} up? see {self.log_file}", detail=self._tail())
-            time.sleep(0.1)
+
+        def not_started() -> BaseException:
+            self.kill()
+            return UserError(f"{self.node} did not start within {timeout:.0f}s",
+                             f"is namesrv {self.namesrv} up? see {self.log_file}", detail=self._tail())
+        poll_until(started, timeout, f"{self.node} to start", interval=0.1, check=exited, error=not_started)
+        return self
 
     def _tail(self, n: int = 10) -> str:
         try:

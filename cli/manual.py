@@ -9,25 +9,19 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from cluster import get_backend
+from pipeline.runs import namesrv_target
 from rmqchaos import paths
 from rmqchaos.errors import UserError
 from rmqchaos.progress import say
+from rmqchaos.rundir import RunDir
 
 MAX_COUNT = 10_000_000
 MAX_TIME_S = 3600.0
 
 
-def target(a: argparse.Namespace):
-    """(namesrv address, RunDir or None): --namesrv wins; else the cluster of --run-dir (or the default)."""
-    from rmqchaos.cli import _cluster_run
-    if a.namesrv:
-        host = a.namesrv.split(":")[0]
-        if not host.startswith("127."):
-            raise UserError(f"namesrv {a.namesrv} is not on loopback", "the platform only talks to 127.0.0.0/8")
-        return a.namesrv, None
-    run = _cluster_run(a)
-    from rmqchaos import stages
-    return stages.backend(run).namesrv_addr, run
+def target(a: argparse.Namespace) -> tuple[str, RunDir | None]:
+    return namesrv_target(a.namesrv, a.run_dir)
 
 
 def _bounded(name: str, v: float, hi: float) -> None:
@@ -108,20 +102,18 @@ def cmd_send(a: argparse.Namespace) -> int:
 
 
 def cmd_consume(a: argparse.Namespace) -> int:
-    from rmqchaos.consumer import ConsumerOptions, JavaConsumer
+    from loadgen.consumer import ConsumerOptions, JavaConsumer
 
     _bounded("duration", a.duration, MAX_TIME_S)
     ns, run = target(a)
     out = Path(a.out) if a.out else Path.cwd() / f"deliveries-{a.group}.jsonl"
-    workdir = (run.path / "consumers") if run else paths.state_home() / "consumers"
-    cg = log = None
-    if run is not None:
-        from rmqchaos import stages
-        cg, log = stages.backend(run).tools_cgroup(), run.processes
+    workdir = run.consumers_dir if run else paths.state_home() / "consumers"
     c = JavaConsumer(ns, ConsumerOptions(group=a.group, topics=a.topic, mode=a.mode, batch_size=a.batch_size,
                                          delay_ms=a.delay_ms, duration_s=a.duration, idle_s=a.idle,
                                          consumer_id=a.consumer_id),
-                     out, workdir, run_id=run.run_id if run else "", cgroup=cg, proc_log=log)
+                     out, workdir, run_id=run.run_id if run else "",
+                     launcher=get_backend(run).spawn_client if run else None,
+                     proc_log=run.processes if run else None)
     before = c.deliveries()
     say(f"starting the Java consumer (group {a.group}, topics {', '.join(a.topic)}, mode {a.mode}); "
         f"deliveries go to {out}")

@@ -1,0 +1,51 @@
+"""jvm_oom: an OutOfMemoryError inside a broker JVM. io.rmqchaos.OomAgent is loaded through the
+Attach API and fills the heap; with -XX:+ExitOnOutOfMemoryError (checked when the scenario loads)
+the JVM exits at once."""
+from __future__ import annotations
+
+import subprocess
+import time
+from typing import Any
+
+from chaos.protocol import FaultError, FaultKind, register
+from cluster.jvm import jvm_command, platform_jar
+from rmqchaos.spec import Fault, Scenario
+
+EXIT_FLAG = "-XX:+ExitOnOutOfMemoryError"
+
+
+@register
+class JvmOom(FaultKind):
+    name = "jvm_oom"
+    target = "broker"
+    ends_node = True
+
+    @classmethod
+    def check(cls, params: Any, fault: Fault, scenario: Scenario) -> list[tuple[tuple[Any, ...], str]]:
+        if fault.target not in [b.name for b in scenario.cluster.brokers]:
+            return []
+        b = scenario.cluster.broker(fault.target)
+        if EXIT_FLAG not in (b.jvm or scenario.cluster.broker_defaults.jvm).options:
+            return [(("kind",), f"jvm_oom needs {EXIT_FLAG} in {fault.target}'s jvm.options "
+                                "(else the OutOfMemoryError does not end the JVM)")]
+        return []
+
+    def start(self) -> None:
+        node, timeout = self.node, self.fault.timeout
+        pid = self.running_pid()
+        t0 = time.monotonic()
+        cmd = jvm_command("io.rmqchaos.OomAgent", [str(pid)], heap_mb=64, client=True,
+                          cp=platform_jar(self.ctx.cluster.scenario.cluster.rocketmq_version))
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            text = (r.stderr or r.stdout).strip()
+            raise FaultError(f"jvm_oom {node.name}: could not load the OOM agent (exit {r.returncode})",
+                             text.splitlines()[-1] if text else "")
+        if not node.wait_exit(pid, timeout):
+            raise FaultError(f"jvm_oom {node.name}: the JVM did not exit within {timeout:g}s",
+                             f"is {EXIT_FLAG} in its jvm.options?")
+        node.mark_exited(pid, "jvm-oom")
+        out = node.stdout_file
+        line = next((x for x in reversed(out.read_text(errors="replace").splitlines())
+                     if "OutOfMemoryError" in x), None) if out.exists() else None
+        self.evidence = {"pid": pid, "exit_after_s": round(time.monotonic() - t0, 3), "stdout": line}

@@ -1,0 +1,91 @@
+"""oom_kill: a real kernel OOM kill of a node, as when a container's memory limit is reached.
+
+The node's memory limit (and memory+swap) is set to its usage, and a small "balloon" process
+started inside the node's memory domain allocates past the page cache there: the kernel reclaims
+the cache, then its OOM killer SIGKILLs the node. The node is made the preferred victim first
+(oom_score_adj 1000; lowering the balloon's instead would need CAP_SYS_RESOURCE, which these
+machines' root lacks). We wait on the domain's oom_kill counter and the process's exit, then end
+the balloon and lift the limit. Why a balloon: lowering the limit step by step until the kernel
+refuses (the first design) left the broker thrashing on its own evicted code pages for up to 19 s
+before the kill; acks stopped and its commit thread sometimes caught up first, so what died
+depended on that stall, not on the broker's configuration. The balloon ends it within a second.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from typing import Any
+
+from chaos.protocol import FaultError, FaultKind, register
+
+# Waits for its go (after being moved into the memory domain), then maps and touches memory in
+# 8 MiB steps up to its cap; bounded in size and time, and ended by us as soon as the kill is counted.
+_BALLOON = """
+import mmap, sys, time
+cap, until = int(sys.argv[1]), time.monotonic() + float(sys.argv[2])
+sys.stdin.readline()
+held, step = [], 8 << 20
+flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
+while len(held) * step < cap and time.monotonic() < until:
+    m = mmap.mmap(-1, step, flags=flags)
+    m[::4096] = b"x" * (step // 4096)
+    held.append(m)
+time.sleep(max(0.0, until - time.monotonic()))
+"""
+
+
+def dmesg_line(pid: int) -> str | None:
+    """The kernel's "Killed process PID" line, if dmesg can be read."""
+    try:
+        out = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=5).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = [x for x in out.splitlines() if f"Killed process {pid} " in x]
+    return lines[-1].strip() if lines else None
+
+
+@register
+class OomKill(FaultKind):
+    name = "oom_kill"
+    ends_node = True
+
+    def start(self) -> None:
+        node, timeout = self.node, self.fault.timeout
+        pid = self.running_pid()
+        mem = node.memory
+        before, usage, cache = mem.oom_kills(), mem.usage(), mem.page_cache()
+        t0 = time.monotonic()
+        balloon: subprocess.Popen | None = None
+        try:
+            node.make_oom_victim()
+            limit = mem.cap()
+            # past the cache (reclaimable) by 256 MiB; the broker's heap and direct memory are larger,
+            # so once it is dead the balloon fits and cannot cause a second kill
+            balloon = node.exec([sys.executable, "-c", _BALLOON, str(cache + (256 << 20)), str(timeout)])
+            assert balloon.stdin is not None
+            balloon.stdin.write(b"go\n")
+            balloon.stdin.close()
+            deadline = t0 + timeout
+            while mem.oom_kills() == before:
+                if time.monotonic() > deadline:
+                    raise FaultError(f"oom_kill {node.name}: no OOM kill within {timeout:g}s (limit {limit} bytes)",
+                                     "raise faults[].timeout or put load on the broker")
+                time.sleep(0.005)
+            killed_after = time.monotonic() - t0
+            gone = node.wait_exit(pid, 30)
+        finally:
+            if balloon is not None:
+                balloon.kill()  # ours, by PID
+                balloon.wait()
+            mem.clear_limit()
+        if not gone:
+            raise FaultError(f"oom_kill {node.name}: the kernel counted an OOM kill but pid {pid} is still alive",
+                             "see dmesg")
+        node.mark_exited(pid, "oom-kill")
+        self.evidence = {"pid": pid, "usage_before": usage, "page_cache_before": cache, "limit": limit,
+                         "oom_kill_counter": [before, mem.oom_kills()], "kill_after_s": round(killed_after, 3),
+                         "dmesg": dmesg_line(pid)}
+
+    def stop(self) -> dict[str, Any]:
+        return self.evidence

@@ -1,0 +1,93 @@
+"""The fault protocol (Jepsen's nemesis, one small object per kind) and its registry.
+
+A kind declares its parameters as a pydantic model (validated when the scenario loads, with the
+spec's line-precise errors), what it targets (a node, a broker, or nothing: admin-level faults),
+how long an occurrence lasts (`span`), and extra checks against the whole scenario. An occurrence
+is `start()` (inject) then, `span` seconds later or when the load ends, `stop()` (undo, the
+Chaos Toolkit "rollback") which returns the evidence recorded in the timeline.
+
+A new kind is one module in chaos/kinds/ that subclasses FaultKind and decorates itself with
+@register (chaos/kinds/__init__.py imports every module there): the spec, the scheduler and the
+report need no edit.
+"""
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
+
+from cluster.backend import ClusterBackend, Node
+from rmqchaos.errors import UserError
+from rmqchaos.rundir import RunDir
+from rmqchaos.spec import Fault, Scenario, Strict
+
+
+class FaultError(UserError):
+    """A fault that could not be applied: the run fails (never a silent no-op)."""
+
+
+class NoParams(Strict):
+    pass
+
+
+@dataclass
+class FaultContext:
+    run: RunDir
+    cluster: ClusterBackend
+    halt: threading.Event = field(default_factory=threading.Event)  # set when the load has ended
+
+
+class FaultKind(ABC):
+    name: ClassVar[str]
+    Params: ClassVar[type[BaseModel]] = NoParams
+    target: ClassVar[str] = "node"  # node | broker | none
+    ends_node: ClassVar[bool] = False  # its occurrences end the node: `restart_after` is allowed
+
+    def __init__(self, ctx: FaultContext, fault: Fault, params: BaseModel) -> None:
+        self.ctx, self.fault, self.params = ctx, fault, params
+        self.evidence: dict[str, Any] = {}
+
+    # ------------------------------------------------------------ declared (checked at load time)
+    @classmethod
+    def span(cls, params: Any) -> float:
+        """Seconds between start and stop of one occurrence (0: the fault acts at once)."""
+        return 0.0
+
+    @classmethod
+    def check(cls, params: Any, fault: Fault, scenario: Scenario) -> list[tuple[tuple[Any, ...], str]]:
+        """Checks against the whole scenario: (location under faults[i], message) pairs."""
+        return []
+
+    # ------------------------------------------------------------ one occurrence
+    @abstractmethod
+    def start(self) -> None:
+        """Inject. Raise FaultError when it cannot be applied."""
+
+    def stop(self) -> dict[str, Any]:
+        """Undo what start left in place (if anything); return the evidence."""
+        return self.evidence
+
+    # ------------------------------------------------------------ helpers for kinds
+    @property
+    def node(self) -> Node:
+        assert self.fault.target is not None
+        return self.ctx.cluster.node(self.fault.target)
+
+    def running_pid(self) -> int:
+        pid = self.node.pid
+        if pid is None:
+            raise FaultError(f"{self.name} {self.node.name}: the node is not running", "check the fault schedule")
+        return pid
+
+
+KINDS: dict[str, type[FaultKind]] = {}
+
+
+def register(cls: type[FaultKind]) -> type[FaultKind]:
+    if cls.name in KINDS and KINDS[cls.name] is not cls:
+        raise ValueError(f"fault kind {cls.name!r} registered twice")
+    KINDS[cls.name] = cls
+    return cls

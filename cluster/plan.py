@@ -1,0 +1,90 @@
+"""Backend-neutral planning: which nodes a scenario's cluster has, their ports and roles, and the
+config each one is started with (broker.conf, namesrv.properties, rmq-proxy.json), rendered the
+same way for every backend."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from rmqchaos.spec import Broker, Jvm, Scenario
+
+HOST = "127.0.0.1"
+READY_TOPIC = "RMQCHAOS_READY"
+MAIN = {"namesrv": "org.apache.rocketmq.namesrv.NamesrvStartup",
+        "broker": "org.apache.rocketmq.broker.BrokerStartup",
+        "proxy": "org.apache.rocketmq.proxy.ProxyStartup"}
+
+
+@dataclass
+class NodePlan:
+    name: str
+    role: str  # namesrv | master | slave | proxy
+    ports: list[int]  # the main port first; every port the node listens on
+    jvm: Jvm
+    conf: dict[str, object]
+    broker_name: str | None = None
+    broker_id: int | None = None
+
+    @property
+    def addr(self) -> str:
+        return f"{HOST}:{self.ports[0]}"
+
+    @property
+    def is_broker(self) -> bool:
+        return self.role in ("master", "slave")
+
+    def listed_in(self, reg: dict[str, dict[int, str]]) -> bool:
+        """Whether namesrv's registrations (`LocalCluster.registered()`) list this broker at its address."""
+        return reg.get(self.broker_name or "", {}).get(self.broker_id or 0) == self.addr
+
+
+def plan(s: Scenario) -> list[NodePlan]:
+    c = s.cluster
+    ns = NodePlan("namesrv", "namesrv", [c.namesrv.port], c.namesrv.jvm,
+                  {"listenPort": c.namesrv.port, "bindAddress": HOST, **c.namesrv.config})
+    nodes = [ns]
+    for b in c.brokers:
+        assert b.port is not None
+        nodes.append(_broker_plan(s, b, b.name, b.port, 0))
+        if b.slave is not None:
+            assert b.slave.port is not None
+            nodes.append(_broker_plan(s, b, f"{b.name}-s", b.slave.port, 1))
+    if c.proxy.enabled:
+        p = c.proxy
+        nodes.append(NodePlan("proxy", "proxy", [p.grpc_port, p.remoting_port], p.jvm,
+                              {"rocketMQClusterName": c.name, "namesrvAddr": f"{HOST}:{c.namesrv.port}",
+                               "grpcServerPort": p.grpc_port, "remotingListenPort": p.remoting_port}))
+    return nodes
+
+
+def _broker_plan(s: Scenario, b: Broker, node: str, port: int, broker_id: int) -> NodePlan:
+    c = s.cluster
+    conf: dict[str, object] = {
+        "brokerClusterName": c.name, "brokerName": b.name, "brokerId": broker_id,
+        "listenPort": port, "haListenPort": port + 1,
+        "namesrvAddr": f"{HOST}:{c.namesrv.port}",
+        "brokerIP1": HOST, "brokerIP2": HOST, "bindAddress": HOST,
+    }
+    conf.update(c.broker_defaults.config)
+    conf.update(b.config)
+    if broker_id:
+        conf["brokerRole"] = "SLAVE"
+    return NodePlan(node, "slave" if broker_id else "master", [port, port - 2, port + 1],
+                    b.jvm or c.broker_defaults.jvm, conf, b.name, broker_id)
+
+
+def _props(conf: dict[str, object]) -> str:
+    def v(x: object) -> str:
+        return ("true" if x else "false") if isinstance(x, bool) else str(x)
+    return "".join(f"{k}={v(x)}\n" for k, x in conf.items())
+
+
+def render_config(p: NodePlan, store_dir: str | None = None) -> tuple[str, str]:
+    """(file name, text) of a node's config file; brokers get their store under `store_dir`."""
+    if p.role == "proxy":
+        return "rmq-proxy.json", json.dumps(p.conf, indent=2) + "\n"
+    conf = dict(p.conf)
+    if store_dir is not None and p.is_broker:
+        conf.setdefault("storePathRootDir", store_dir)
+        conf.setdefault("storePathCommitLog", f"{store_dir}/commitlog")
+    return ("namesrv.properties" if p.role == "namesrv" else "broker.conf"), _props(conf)

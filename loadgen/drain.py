@@ -1,0 +1,112 @@
+"""The receive side of a load: start the scenario's Java consumers before the load, drain them after
+it (until every group's lag is 0 and nothing new arrived for `settle`), stop them; and the load
+process itself (`python -m loadgen RUN_DIR`) as a recorded child of the run."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Callable
+
+from cluster.backend import ClusterBackend
+from loadgen.consumer import ConsumerOptions, JavaConsumer
+from rmqchaos import paths
+from rmqchaos.errors import UserError
+from rmqchaos.ledgers import receive_ledger_path
+from rmqchaos.progress import say
+from rmqchaos.rundir import RunDir
+from rmqchaos.spec import Scenario
+from rmqclient.admin import RemotingError
+
+
+def start_consumers(run: RunDir, c: ClusterBackend, s: Scenario) -> list[JavaConsumer]:
+    assert s.consumers is not None
+    out: list[JavaConsumer] = []
+    default_topics = s.load.topics() if s.load else []
+    try:
+        for inst in s.consumers.instances:
+            topics = inst.topics or default_topics
+            opts = ConsumerOptions(group=inst.group, topics=topics, mode=inst.mode, batch_size=inst.batch_size,
+                                   delay_ms=inst.delay_ms, threads=inst.threads, consumer_id=inst.id,
+                                   heap_mb=inst.heap_mb,
+                                   duration_s=(s.load.duration if s.load else 0) + s.consumers.drain_timeout + 600)
+            jc = JavaConsumer(c.namesrv_addr, opts, receive_ledger_path(run.path, inst.id), run.consumers_dir,
+                              run_id=run.run_id, rocketmq_version=s.cluster.rocketmq_version,
+                              launcher=c.spawn_client, proc_log=run.processes)
+            say(f"consumer {inst.id}: group {inst.group}, topics {', '.join(topics)}, mode {inst.mode}")
+            out.append(jc.start())
+    except BaseException:
+        stop_consumers(out)
+        raise
+    return out
+
+
+def drain(consumers: list[JavaConsumer], settle: float, timeout: float,
+          lag: Callable[[], int | None] | None = None) -> tuple[int, bool]:
+    """Wait until every consumer group has consumed everything the brokers hold (lag 0: a restarted
+    broker's queues come back to a consumer only after its next route poll and rebalance, up to
+    ~50 s) and no new delivery was recorded for `settle` seconds; at most `timeout`.
+    Returns (deliveries, drained)."""
+    t0 = time.monotonic()
+    last, last_change, last_say, left = -1, t0, t0, None
+    while True:
+        n = sum(c.deliveries() for c in consumers)
+        now = time.monotonic()
+        if n != last:
+            last, last_change = n, now
+        if now - last_change >= settle:
+            left = lag() if lag else 0
+            if left == 0:
+                say(f"drain: nothing left to consume and no new delivery for {settle:g}s; {n} deliveries")
+                return n, True
+        if now - t0 > timeout:
+            say(f"drain: not drained after {timeout:g}s (lag {left}); stopping the consumers with {n} deliveries")
+            return n, False
+        if now - last_say >= 5:
+            say(f"drain: {n} deliveries so far" + (f", {left} stored messages not consumed yet" if left else ""))
+            last_say = now
+        time.sleep(0.25)
+
+
+def group_lag(c: ClusterBackend, s: Scenario) -> Callable[[], int | None]:
+    """Total lag of every consumer instance's group on its topics; None while a broker does not answer."""
+    assert s.consumers is not None
+    default_topics = s.load.topics() if s.load else []
+
+    def total() -> int | None:
+        try:
+            admin = c.admin()
+            return sum(sum(admin.consumer_lag(i.group, i.topics or default_topics).values())
+                       for i in s.consumers.instances)  # type: ignore[union-attr]
+        except (RemotingError, OSError):
+            return None
+    return total
+
+
+def stop_consumers(consumers: list[JavaConsumer]) -> None:
+    for jc in consumers:
+        if jc.running():
+            jc.stop()
+
+
+def run_loadgen(run: RunDir, c: ClusterBackend, ledger: bool | None = None) -> None:
+    """`python -m loadgen RUN_DIR` as a recorded child of the run (the backend's client side)."""
+    import subprocess
+    s = run.scenario()
+    assert s.load is not None
+    cmd = [sys.executable, "-m", "loadgen", str(run.path)]
+    if ledger is not None:
+        cmd += ["--ledger", "on" if ledger else "off"]
+    env = dict(os.environ, PYTHONPATH=str(paths.REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = c.spawn_client("loadgen", cmd, cwd=run.path, env=env)
+    bound = s.load.duration + s.load.timeout * 4 + 120
+    try:
+        rc = p.wait(timeout=bound)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        raise UserError(f"the load process did not end within {bound:.0f}s", "see its output above") from None
+    finally:
+        run.processes.record_exit("loadgen", p.pid, f"exit {p.returncode}")
+    if rc != 0:
+        raise UserError(f"the load process failed (exit {rc})", "see its output above")

@@ -1,0 +1,77 @@
+"""Stage `report`: the run's text report (stages, witness, counts) and its HTML report; and the
+combined HTML report of several runs."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pipeline.runs import as_run
+from pipeline.stage import stage
+from rmqchaos.rundir import RunDir
+
+
+def run(run_dir: str | Path | RunDir) -> dict[str, Any]:
+    """report.txt / report.json (stages, witness, counts) and, when the run was analyzed, report.html."""
+    r = as_run(run_dir)
+    with stage(r, "report"):
+        _write(r)
+    return {"txt": str(r.report_txt), "html": str(r.report_html) if r.report_html.exists() else None}
+
+
+def combined(run_dirs: list[str | Path | RunDir], out: str | Path) -> dict[str, Any]:
+    """One HTML report of several analyzed runs, side by side (e.g. TSP on vs off)."""
+    from analysis.report import write_report  # matplotlib: only when a report is written
+    runs = [as_run(d) for d in run_dirs]
+    html = write_report([r.path for r in runs], Path(out))
+    return {"html": str(html), "runs": [str(r.path) for r in runs]}
+
+
+def _write(run: RunDir) -> None:
+    summary_f = run.summary_file
+    if summary_f.exists():
+        from analysis.report import write_report
+        write_report([run.path], run.report_html)
+    st = run.state()
+    tl = run.timeline()
+    up_ev = next((e for e in tl if e["kind"] == "cluster_up"), None)
+    w = run.scenario().checks.witness
+    wfile = run.checks_dir / f"witness-{w.topic}.json" if w else None
+    wres = json.loads(wfile.read_text()) if wfile and wfile.exists() else None
+    rep = {"run_id": st["run_id"], "scenario": run.scenario().name, "stages": st["stages"],
+           "cluster_up_s": round((up_ev["end_ms"] - up_ev["start_ms"]) / 1000, 1) if up_ev else None,
+           "witness": wres}
+    run.report_json.write_text(json.dumps(rep, indent=2) + "\n")
+    lines = [f"run {st['run_id']}  scenario {rep['scenario']}",
+             f"cluster up: {rep['cluster_up_s']} s" if up_ev else "cluster up: (not run)"]
+    for name, sg in st["stages"].items():
+        if name == "report":
+            continue
+        dur = (sg.get("end_ms", 0) - sg["start_ms"]) / 1000 if sg.get("end_ms") else None
+        lines.append(f"  stage {name:8s} {sg['status']:8s} {'' if dur is None else f'{dur:.1f}s'}"
+                     + (f"  {sg['error']}" if sg.get("error") else ""))
+    if wres:
+        lines.append(f"witness ({wres['topic']}): sent {wres['sent']}, stored per broker "
+                     f"{wres['stored_per_broker']}, read back {wres['read_back_total']} -> "
+                     + ("OK" if wres["ok"] else "FAILED: " + "; ".join(wres["problems"])))
+    if summary_f.exists():
+        summ = json.loads(summary_f.read_text())
+        c = summ["counts"]
+        lines.append(f"keys {c['keys']} (attempts {c['attempts']}, acked {c['acked']}, acked weak "
+                     f"{c['acked_weak']}): ok {c['ok']}, LOST {c['lost']}, DUPLICATED {c['duplicated']} "
+                     f"(+{c['duplicate_deliveries']} deliveries), recovered {c['recovered']}, failed "
+                     f"{c['failed']}, indeterminate {c['indeterminate']}; unexpected {c['unexpected']}")
+        if c.get("corrupted_deliveries"):
+            lines.append(f"CORRUPTED: {c['corrupted_deliveries']} deliveries carried the msgId of a sent message "
+                         f"with a damaged key (e.g. {summ['corrupted'][0]['sent_key']} came back as "
+                         f"{summ['corrupted'][0]['key'][:40]})")
+        causes = {k: v for k, v in summ["duplicates_by_cause"].items() if v}
+        if causes:
+            lines.append("extra deliveries by cause: " + ", ".join(f"{k} {v}" for k, v in causes.items()))
+        prefixes = summ["errors"]["by_remark_prefix"]
+        if prefixes:
+            lines.append("broker busy texts: " + ", ".join(f"{k} {v}" for k, v in prefixes.items()))
+        for w in summ["warnings"]:
+            lines.append(f"warning: {w}")
+        lines.append(f"html report: {run.report_html}")
+    run.report_txt.write_text("\n".join(lines) + "\n")

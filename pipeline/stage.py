@@ -1,0 +1,35 @@
+"""What every stage does around its work: its status and window in state.json (under the run's
+state lock) and a `stage` event in the timeline, also when it fails or is interrupted."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+from rmqchaos.errors import UserError
+from rmqchaos.procs import now_ms
+from rmqchaos.rundir import RunDir
+
+
+def error_line(e: BaseException) -> str:
+    if isinstance(e, UserError):
+        return e.line()
+    if isinstance(e, KeyboardInterrupt):
+        return "interrupted (SIGINT)"
+    if isinstance(e, SystemExit):
+        return f"interrupted (exit {e.code})"
+    return f"{type(e).__name__}: {e}"
+
+
+@contextmanager
+def stage(run: RunDir, name: str) -> Iterator[None]:
+    t0 = now_ms()
+    run.set_stage(name, {"status": "running", "start_ms": t0})
+    outcome, err = "ok", None
+    try:
+        yield
+    except BaseException as e:
+        outcome, err = "failed", error_line(e)
+        raise
+    finally:
+        run.set_stage(name, {"status": outcome, "start_ms": t0, "end_ms": now_ms(), "error": err})
+        run.event("stage", name, t0, now_ms(), outcome, **({"error": err} if err else {}))

@@ -1,0 +1,18 @@
+"""Stage `up`: start the run's cluster; returns once every broker is registered and routable."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from cluster import get_backend
+from pipeline.runs import as_run
+from pipeline.stage import stage
+from rmqchaos.rundir import RunDir
+
+
+def run(run_dir: str | Path | RunDir) -> dict[str, Any]:
+    r = as_run(run_dir)
+    with stage(r, "up"):
+        c = get_backend(r)
+        c.up()
+        return {"namesrv": c.namesrv_addr, "nodes": list(c.plans)}

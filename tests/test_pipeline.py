@@ -1,0 +1,99 @@
+"""The pipeline as a DAG and a person drive it, on a real cluster: one stage at a time through the
+CLI with load and faults (kill, jvm_oom, a repeated pause, restarts) through analyze and the HTML
+report; and several scenarios (overlays of one base) run and reported side by side."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from conftest import cli, scenario_dict, write_scenario
+from helpers import assert_nothing_left
+
+
+def fault_events(run_dir: Path) -> dict[str, dict]:
+    out = {}
+    for x in (run_dir / "timeline.jsonl").read_text().splitlines():
+        e = json.loads(x)
+        if e["kind"] == "fault":
+            out[e["params"]["fault_id"]] = e
+    return out
+
+
+def test_stages_one_at_a_time_with_load_and_faults_through_the_html_report(tmp_path: Path) -> None:
+    d = scenario_dict("stages", 45876, [45911, 45921],
+                      checks={"witness": {"messages": 200, "threads": 2, "topic": "T_STAGES_W"}},
+                      load={"topic": "T_STAGES", "users": 6, "rate": 150, "duration": "36s", "timeout": "1s"},
+                      consumers={"settle": "5s"},
+                      faults=[{"id": "pause-a", "kind": "pause", "target": "broker-a", "at": "2s", "duration": "2s",
+                               "repeat": {"every": "5s", "times": 2}},
+                              {"id": "kill-b", "kind": "kill", "target": "broker-b", "at": "3s", "restart_after": "4s"},
+                              {"id": "oom-a", "kind": "jvm_oom", "target": "broker-a", "at": "16s",
+                               "restart_after": "4s"}])
+    d["cluster"]["broker_defaults"] = {"jvm": {"heap_mb": 256, "max_direct_memory_mb": 256,
+                                               "options": ["-XX:+ExitOnOutOfMemoryError"]}}
+    f = write_scenario(tmp_path / "stages.yaml", d)
+    run = tmp_path / "run"
+    results = {}
+    try:
+        r = cli("stage", "up", str(run), "--scenario", str(f))
+        assert r.returncode == 0, r.stderr[-2000:]
+        results["up"] = json.loads(r.stdout)
+        for st in ("check", "load"):
+            r = cli("stage", st, str(run), timeout=600)
+            assert r.returncode == 0, r.stderr[-3000:]
+            results[st] = json.loads(r.stdout)
+    finally:
+        r = cli("stage", "down", str(run))
+    assert r.returncode == 0, r.stderr
+    assert_nothing_left(run)
+    assert results["up"]["namesrv"] == "127.0.0.1:45876"
+    assert results["check"]["witness"]["ok"] is True and results["check"]["witness"]["read_back_total"] == 200
+    assert results["load"]["drained"] is True and results["load"]["deliveries"] > 0
+
+    ev = fault_events(run)
+    assert set(ev) == {"pause-a#1", "pause-a#2", "kill-b", "kill-b-restart", "oom-a", "oom-a-restart"}
+    assert all(e["outcome"] == "ok" for e in ev.values()), {k: e["params"]["evidence"] for k, e in ev.items()}
+    assert ev["kill-b"]["params"]["evidence"]["signal"] == "SIGKILL"
+    assert "OutOfMemoryError" in (ev["oom-a"]["params"]["evidence"]["stdout"] or "")
+    for k in ("pause-a#1", "pause-a#2"):
+        assert 1.9 <= ev[k]["params"]["evidence"]["frozen_s"] <= 3.0
+    # concurrent occurrences: broker-b's restart (at 7 s, until re-registered) overlaps the second pause (7-9 s)
+    assert ev["kill-b-restart"]["start_ms"] < ev["pause-a#2"]["end_ms"]
+    assert ev["pause-a#2"]["start_ms"] < ev["kill-b-restart"]["end_ms"]
+
+    r = cli("stage", "analyze", str(run), timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    counts = json.loads(r.stdout)["counts"]
+    assert counts["keys"] > 3000 and counts["acked"] > 0
+    assert counts["keys"] == sum(counts[c] for c in ("ok", "lost", "duplicated", "recovered", "failed",
+                                                    "indeterminate"))
+    r = cli("stage", "report", str(run))
+    assert r.returncode == 0, r.stderr
+    assert f"keys {counts['keys']} " in r.stdout
+    html = (run / "report.html").read_text()
+    assert "<svg" in html and "stages" in html
+    state = json.loads((run / "state.json").read_text())
+    assert [*state["stages"]] == ["up", "check", "load", "down", "analyze", "report"]
+    assert all(s["status"] == "ok" for s in state["stages"].values())
+
+
+def test_two_overlay_scenarios_run_and_are_reported_side_by_side(tmp_path: Path) -> None:
+    base = scenario_dict("base", 45876, [45911, 45921],
+                         load={"topic": "T_PAIR", "users": 4, "rate": 100, "duration": "8s"},
+                         consumers={"settle": "3s"})
+    write_scenario(tmp_path / "base.yaml", base)
+    (tmp_path / "pair-a.yaml").write_text("extends: base.yaml\n")
+    (tmp_path / "pair-b.yaml").write_text("extends: base.yaml\nload: {rate: 150}\n")
+    out = tmp_path / "pair.html"
+    r = cli("run", str(tmp_path / "pair-a.yaml"), str(tmp_path / "pair-b.yaml"), "--report", str(out), timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"report: {out}" in r.stdout
+    runs = sorted(p for p in Path(os.environ["RMQCHAOS_RUNS"]).iterdir() if p.is_dir())
+    assert [p.name.rsplit("-", 2)[-2:] for p in runs] == [["pair", "a"], ["pair", "b"]]
+    for p in runs:
+        assert json.loads((p / "analysis" / "summary.json").read_text())["counts"]["lost"] == 0
+        assert_nothing_left(p)
+    html = out.read_text()
+    assert "pair-a" in html and "pair-b" in html
+    assert r.stdout.count("LOST 0,") == 2, r.stdout  # each run's text report, then the combined one

@@ -1,0 +1,237 @@
+"""Pure logic of the pipeline's parts, no JVM: scenario overlays, the fault protocol and registry,
+the scheduler's concurrency, the one ledger schema, the poll helper."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+import yaml
+
+from chaos.kinds import registry
+from chaos.protocol import KINDS, FaultKind, register
+from chaos.scheduler import FaultScheduler
+from cluster import get_backend
+from pipeline.runs import create_run, load_scenario
+from rmqchaos import ledgers
+from rmqchaos.errors import UserError
+from rmqchaos.spec import Duration, SpecError, Strict
+from rmqchaos.wait import poll_until
+
+pytestmark = pytest.mark.fast
+REPO = Path(__file__).resolve().parent.parent
+
+
+def err(path: Path) -> SpecError:
+    with pytest.raises(SpecError) as e:
+        load_scenario(path)
+    return e.value
+
+
+# ---------------------------------------------------------------- overlays
+
+def test_tsp_on_and_off_differ_by_one_key() -> None:
+    on = load_scenario(REPO / "scenarios" / "oom-tsp-on.yaml").resolved()
+    off = load_scenario(REPO / "scenarios" / "oom-tsp-off.yaml").resolved()
+    assert (on.pop("name"), off.pop("name")) == ("oom-tsp-on", "oom-tsp-off")
+    conf_on, conf_off = on["cluster"]["broker_defaults"].pop("config"), off["cluster"]["broker_defaults"].pop("config")
+    assert on == off
+    assert {k for k in conf_on if conf_on[k] != conf_off.get(k)} == {"transientStorePoolEnable"}
+    assert conf_on["transientStorePoolEnable"] is True and conf_off["transientStorePoolEnable"] is False
+
+
+def test_control_is_the_headline_load_without_faults() -> None:
+    c = load_scenario(REPO / "scenarios" / "control.yaml")
+    on = load_scenario(REPO / "scenarios" / "oom-tsp-on.yaml")
+    assert c.name == "control" and c.faults == [] and c.load == on.load and c.cluster == on.cluster
+
+
+def test_overlay_merges_mappings_replaces_lists_and_names_itself(tmp_path: Path) -> None:
+    (tmp_path / "base.yaml").write_text("name: base\nload: {rate: 100, duration: 20s}\n"
+                                        "cluster:\n  brokers: [{name: broker-a}, {name: broker-b}]\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "fast.yaml").write_text("extends: ../base.yaml\nload: {rate: 300}\n"
+                                                "cluster:\n  brokers: [{name: broker-x}]\n")
+    s = load_scenario(tmp_path / "sub" / "fast.yaml")
+    assert s.name == "fast"  # never inherited
+    assert (s.load.rate, s.load.duration) == (300, 20.0)  # type: ignore[union-attr]
+    assert [b.name for b in s.cluster.brokers] == ["broker-x"]
+
+
+def test_error_in_a_base_names_the_base_file_and_line(tmp_path: Path) -> None:
+    base = tmp_path / "base.yaml"
+    base.write_text("name: base\nload:\n  rate: -1\n")
+    (tmp_path / "o.yaml").write_text("extends: base.yaml\nload: {duration: 10s}\n")
+    assert err(tmp_path / "o.yaml").lines[0] == f"{base}:3: load.rate: Input should be greater than 0 (got -1)"
+
+
+def test_extends_cycle_and_missing_base_are_one_line_errors(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("extends: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("extends: a.yaml\n")
+    assert "extends: a.yaml extends this file again (a cycle)" in err(tmp_path / "a.yaml").lines[0]
+    (tmp_path / "c.yaml").write_text("name: c\nextends: nope.yaml\n")
+    assert err(tmp_path / "c.yaml").lines[0].startswith(f"{tmp_path / 'c.yaml'}:2: extends: no such file")
+
+
+@pytest.mark.parametrize("text, expect", [
+    ("a: &a [*a]\n", ":1: a YAML alias refers to itself"),
+    ("a: &a [1,2,3,4,5,6,7,8,9,10]\n" + "".join(
+        f"{n}: &{n} [{','.join(['*' + p] * 10)}]\n" for p, n in zip("abcd", "bcde")), "alias bomb"),
+])
+def test_recursive_alias_and_alias_bomb_are_refused_at_once(tmp_path: Path, text: str, expect: str) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_text(text)
+    t0 = time.monotonic()
+    assert expect in err(f).lines[0]
+    assert time.monotonic() - t0 < 5
+
+
+# ---------------------------------------------------------------- the fault protocol
+
+def scenario_with(tmp_path: Path, *faults: dict) -> Path:
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump({"name": "s", "load": {"duration": "30s"}, "faults": list(faults)}))
+    return f
+
+
+def test_registry_has_every_kind_and_their_parameters() -> None:
+    reg = registry()
+    assert {"oom_kill", "jvm_oom", "kill", "pause", "restart"} <= set(reg)
+    assert reg["pause"].Params.model_validate({}).duration == 5.0  # type: ignore[attr-defined]
+    assert {k for k, v in reg.items() if v.ends_node} >= {"oom_kill", "jvm_oom", "kill"}
+
+
+@pytest.mark.parametrize("fault, expect", [
+    ({"kind": "pause", "target": "broker-a", "at": "1s", "duraton": "2s"},
+     "faults[0].duraton: unknown key for a pause fault; allowed: id, kind, target, at, restart_after, repeat, "
+     "timeout, duration"),
+    ({"kind": "kill", "target": "broker-a", "at": "1s", "signal": "SIGKIL"}, "faults[0].signal: unknown signal 'SIGKIL'"),
+    ({"kind": "pause", "target": "broker-a", "at": "1s", "restart_after": "2s"},
+     "faults[0].restart_after: restart_after applies to jvm_oom, kill, oom_kill"),
+    ({"kind": "jvm_oom", "target": "namesrv", "at": "1s"}, "faults[0].target: no broker 'namesrv' in this cluster"),
+    ({"kind": "pause", "at": "1s"}, "faults[0]: a pause fault needs `target:`"),
+])
+def test_kind_parameters_are_checked_on_load_with_their_line(tmp_path: Path, fault: dict, expect: str) -> None:
+    e = err(scenario_with(tmp_path, fault))
+    assert e.lines[0].startswith(f"{tmp_path / 's.yaml'}:") and expect in e.lines[0], e.lines
+
+
+def test_resolved_fault_shows_the_kinds_defaults(tmp_path: Path) -> None:
+    s = load_scenario(scenario_with(tmp_path, {"kind": "pause", "target": "broker-a", "at": "1s"},
+                                    {"kind": "kill", "target": "broker-b", "at": "2s", "signal": "term"}))
+    assert s.faults[0].params == {"duration": 5.0} and s.faults[1].params == {"signal": "SIGTERM"}
+
+
+class HoldParams(Strict):
+    hold: Duration = 1.0
+
+
+class Hold(FaultKind):
+    """A test kind, admin-level (no target): registered here, nothing else edited."""
+    name = "test_hold"
+    Params = HoldParams
+    target = "none"
+    log: ClassVar[list[tuple[str, str, float]]] = []
+
+    @classmethod
+    def span(cls, params: Any) -> float:
+        return float(params.hold)
+
+    def start(self) -> None:
+        Hold.log.append((self.fault.id or "", "start", time.monotonic()))
+
+    def stop(self) -> dict[str, Any]:
+        Hold.log.append((self.fault.id or "", "stop", time.monotonic()))
+        return {"held": self.params.hold}  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def hold_kind():
+    register(Hold)
+    Hold.log.clear()
+    yield Hold
+    KINDS.pop("test_hold", None)
+
+
+def test_a_new_kind_is_one_class_and_its_registration(tmp_path: Path, hold_kind) -> None:
+    s = load_scenario(scenario_with(tmp_path, {"kind": "test_hold", "at": "1s", "hold": "3s"}))
+    assert s.faults[0].params == {"hold": 3.0}
+    e = err(scenario_with(tmp_path, {"kind": "test_hold", "at": "1s", "target": "broker-a"}))
+    assert "a test_hold fault acts on the cluster, not on a node" in e.lines[0]
+    e = err(scenario_with(tmp_path, {"kind": "test_hold", "at": "25s", "hold": "10s"}))
+    assert "the fault (at 25s, lasting 10s) ends after the load's duration 30s" in e.lines[0]
+
+
+def test_scheduler_runs_occurrences_concurrently_on_the_load_clock(tmp_path: Path, hold_kind) -> None:
+    f = scenario_with(tmp_path, {"id": "long", "kind": "test_hold", "at": "0s", "hold": "1.5s"},
+                      {"id": "short", "kind": "test_hold", "at": "0.3s", "hold": "0.2s",
+                       "repeat": {"every": "0.5s", "times": 2}})
+    run = create_run(f, tmp_path / "run")
+    sched = FaultScheduler(run, get_backend(run), run.scenario().faults)
+    run.load_dir.mkdir()
+    t0 = time.time()
+    run.load_started_file.write_text(json.dumps({"start_s": t0}))
+    sched.start()
+    sched.join(10)
+    sched.check()
+    ev = {e["params"]["fault_id"]: e for e in run.timeline() if e["kind"] == "fault"}
+    assert set(ev) == {"long", "short#1", "short#2"} and all(e["outcome"] == "ok" for e in ev.values())
+    assert ev["long"]["params"]["evidence"] == {"held": 1.5}
+    # both short occurrences started and ended while the long one was held: no occurrence waits for another
+    assert ev["long"]["start_ms"] < ev["short#1"]["start_ms"] < ev["short#2"]["end_ms"] < ev["long"]["end_ms"]
+    assert abs(ev["short#2"]["start_ms"] / 1000 - (t0 + 0.8)) < 0.3  # on the load's clock
+
+
+def test_scheduler_stops_long_faults_and_skips_later_ones_when_the_load_ends(tmp_path: Path, hold_kind) -> None:
+    f = scenario_with(tmp_path, {"id": "long", "kind": "test_hold", "at": "0s", "hold": "20s"},
+                      {"id": "late", "kind": "test_hold", "at": "25s"})
+    run = create_run(f, tmp_path / "run")
+    sched = FaultScheduler(run, get_backend(run), run.scenario().faults)
+    run.load_dir.mkdir()
+    run.load_started_file.write_text(json.dumps({"start_s": time.time()}))
+    sched.start()
+    time.sleep(0.5)
+    sched.stop()  # the load ended
+    sched.join(10)
+    assert not sched.is_alive()
+    assert [e[:2] for e in Hold.log] == [("long", "start"), ("long", "stop")]
+    with pytest.raises(UserError, match="fault late not applied: the load ended first"):
+        sched.check()
+
+
+# ---------------------------------------------------------------- the one ledger schema
+
+def test_writers_and_readers_share_the_ledger_schema(tmp_path: Path) -> None:
+    from analysis import duckdb_ref, schemas, synthetic
+    assert [f.name for f in schemas.SEND.fields][:-1] == list(ledgers.OUTCOME_KEYS)
+    assert [f.name for f in schemas.RECEIVE.fields][:-1] == list(ledgers.RECEIVE_KEYS)
+    assert ledgers.OUTCOME_KEYS[:len(ledgers.INTENT_KEYS)] == ledgers.INTENT_KEYS
+    synthetic.write(tmp_path, 200, files=1)
+    send = [json.loads(x) for x in (tmp_path / "send-w0-1.jsonl").read_text().splitlines()]
+    recv = [json.loads(x) for x in (tmp_path / "receive-c0.jsonl").read_text().splitlines()]
+    assert {tuple(r) for r in send} == {ledgers.OUTCOME_KEYS}
+    assert {tuple(r) for r in recv} == {ledgers.RECEIVE_KEYS}
+    assert "'attempt_id':'BIGINT'" in duckdb_ref._SEND_COLS and "'queue_id':'INTEGER'" in duckdb_ref._RECV_COLS
+    rec = ledgers.intent_record("intent", "r", "w0-1", 1, "k", 1, "T", "no_retry", 5, 6)
+    assert list(rec) == list(ledgers.INTENT_KEYS)
+    with pytest.raises(TypeError):
+        ledgers.outcome_record("outcome", "r")
+
+
+# ---------------------------------------------------------------- the poll helper
+
+def test_poll_until_returns_the_value_checks_and_times_out() -> None:
+    n = iter(range(100))
+    assert poll_until(lambda: next(n) >= 3 and "done", 5, "x", interval=0.01) == "done"
+    with pytest.raises(UserError, match="timed out after 0s waiting for nothing"):
+        poll_until(lambda: False, 0.05, "nothing", interval=0.01)
+    assert poll_until(lambda: False, 0.05, "nothing", interval=0.01, raise_on_timeout=False) is None
+
+    def dead() -> None:
+        raise UserError("the node exited")
+    with pytest.raises(UserError, match="the node exited"):
+        poll_until(lambda: False, 5, "x", check=dead)
+    with pytest.raises(KeyError):
+        poll_until(lambda: False, 0.02, "x", interval=0.01, error=lambda: KeyError("custom"))
