@@ -13,6 +13,11 @@ __all__ = ["ClusterBackend", "Node", "NodeStatus", "get_backend", "reap_lost_run
 
 
 def get_backend(run: RunDir) -> ClusterBackend:
+    """The cluster of `run`: its own, or, for a run attached to another run's cluster (state.json
+    `cluster_run`: a load against a cluster that `cluster up` or a test fixture started), that one."""
+    attached = run.state().get("cluster_run")
+    if attached:
+        run = RunDir.open(attached)
     kind = run.scenario().cluster.backend
     if kind == "local":
         from cluster.local import LocalCluster

@@ -39,6 +39,18 @@ class NodeStatus:
     extra: dict[str, object] = field(default_factory=dict)  # backend-specific facts, for people
 
 
+def same_value(want: object, got: str) -> bool:
+    """Whether a scenario value and the broker's reported one are the same setting."""
+    if isinstance(want, bool):
+        return got == ("true" if want else "false")
+    if isinstance(want, (int, float)):
+        try:
+            return float(got) == float(want)
+        except ValueError:
+            return False
+    return str(want) == got
+
+
 class NodeMemory(ABC):
     """A node's memory accounting domain (a memory cgroup, a container's limit)."""
 
@@ -199,6 +211,36 @@ class ClusterBackend(ABC):
         want = {p.broker_name for p in self.masters()}
         poll_until(lambda: self.routed_groups(topic) >= want, timeout,
                    f"topic {topic} to route to every broker group", check=check)  # type: ignore[arg-type]
+
+    def scenario_broker_keys(self, node: str) -> dict[str, object]:
+        """The broker.conf keys the scenario itself sets for `node` (defaults, then the broker's own),
+        with the values rendered for it (a slave's brokerRole is SLAVE whatever the defaults say)."""
+        p = self.plans[node]
+        b = self.scenario.cluster.broker(p.broker_name or "")
+        return {k: p.conf[k] for k in {**self.scenario.cluster.broker_defaults.config, **b.config}}
+
+    def verify_broker_configs(self) -> dict[str, dict[str, str]]:
+        """Read back every broker's effective config (GET_BROKER_CONFIG, as `mqadmin getBrokerConfig`)
+        and fail if a key the scenario set runs with another value: the broker swallows a value its
+        setter cannot parse and keeps the default, so a typo must never pass as the setting.
+        Writes cluster/<node>/effective.conf; returns {node: {key: effective value}} of the set keys."""
+        out: dict[str, dict[str, str]] = {}
+        for p in self.plans.values():
+            if not p.is_broker:
+                continue
+            eff = self.admin(timeout=10).broker_config(p.addr)
+            d = self.run.node_dir(p.name)
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "effective.conf").write_text("".join(f"{k}={v}\n" for k, v in sorted(eff.items())))
+            want = self.scenario_broker_keys(p.name)
+            got = {k: eff.get(k, "(absent)") for k in want}
+            bad = [k for k, v in want.items() if not same_value(v, got[k])]
+            if bad:
+                k = bad[0]
+                raise UserError(f"{p.name} runs {k}={got[k]}, not the {k}={want[k]} the scenario set",
+                                f"the broker did not take the value; see {d / 'effective.conf'}")
+            out[p.name] = got
+        return out
 
     def create_topics(self, topics: list[str], queues: int, timeout: float = 30.0) -> None:
         """Create (or update) `topics` on every master and wait until they route to every group."""

@@ -38,6 +38,15 @@ def create_run(scenario_file: str | Path, out: str | Path | None = None, mode: s
     return RunDir.create(d, s, Path(scenario_file).read_text(), mode)
 
 
+def attach_run(scenario_file: str | Path, out: str | Path, cluster_run: str | Path | RunDir) -> RunDir:
+    """A run of its own (scenario, ledgers, timeline, analysis) whose stages act on the cluster of
+    another run (started by `cluster up` or `stage up`): up and down are that run's business."""
+    target = as_run(cluster_run)
+    run = create_run(scenario_file, out, mode="detached")
+    run.update_state(cluster_run=str(target.path), cluster="attached")
+    return run
+
+
 def cluster_run_dir(run_dir: str | Path | None) -> Path:
     """The run directory of a by-hand cluster: the given one, else $RMQCHAOS_HOME/default."""
     return Path(run_dir) if run_dir else paths.state_home() / "default"

@@ -177,14 +177,15 @@ class RunDir:
         return json.loads(f.read_text()) if f.exists() else {}
 
     def broker_configs(self) -> dict[str, dict[str, str]]:
-        """The effective broker.conf of every broker node, as rendered into cluster/<node>/."""
+        """Every broker node's broker.conf keys as rendered into cluster/<node>/, each with the value
+        the broker reported running with (effective.conf, read back after `up`) where there is one."""
         out = {}
         for f in sorted((self.path / "cluster").glob("*/broker.conf")):
-            kv = {}
-            for line in f.read_text().splitlines():
-                if "=" in line and not line.lstrip().startswith("#"):
-                    k, _, val = line.partition("=")
-                    kv[k.strip()] = val.strip()
+            kv = _props(f)
+            eff = f.with_name("effective.conf")
+            if eff.exists():
+                e = _props(eff)
+                kv = {k: e.get(k, v) for k, v in kv.items()}
             out[f.parent.name] = kv
         return out
 
@@ -224,6 +225,15 @@ class RunDir:
         if owner_alive:
             return False
         return st.get("mode") == "owned" or st.get("cluster") not in ("ready",)
+
+
+def _props(f: Path) -> dict[str, str]:
+    kv = {}
+    for line in f.read_text().splitlines():
+        if "=" in line and not line.lstrip().startswith("#"):
+            k, _, val = line.partition("=")
+            kv[k.strip()] = val.strip()
+    return kv
 
 
 def registry_dir() -> Path:

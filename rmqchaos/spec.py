@@ -298,6 +298,33 @@ def config_keys(version: str) -> dict[str, dict[str, str]]:
     return json.loads(f.read_text())
 
 
+_RANGE = {"int": (-2**31, 2**31 - 1), "long": (-2**63, 2**63 - 1)}
+
+
+def _conf_value_error(key: str, value: Any, t: str) -> str | None:
+    """Why `value` is not one the broker accepts for a key of type `t` (config-keys.json), or None.
+    The broker parses each value with its setter's type and swallows a failure, keeping the default:
+    a value it cannot take must be an error here, never a silent substitution."""
+    if t.startswith("enum:"):
+        allowed = t[5:].split(",")
+        if value not in allowed:
+            close = difflib.get_close_matches(str(value), allowed, n=1)
+            return (f"{key} must be one of {', '.join(allowed)} (got {value!r})"
+                    + (f"; did you mean {close[0]}?" if close else ""))
+        return None
+    if t in _RANGE:
+        if not isinstance(value, int) or isinstance(value, bool):
+            return f"{key} must be an int (got {value!r})"
+        lo, hi = _RANGE[t]
+        if not lo <= value <= hi:
+            return f"{key} must be within {lo}..{hi} (a Java {t}) (got {value!r})"
+        return None
+    ok = {"bool": isinstance(value, bool),
+          "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+          "str": isinstance(value, str)}.get(t, True)
+    return None if ok else f"{key} must be {'a ' + t} (got {value!r})"
+
+
 def _check_conf(conf: dict[str, Any], known: dict[str, str], platform: dict[str, str],
                 where: tuple[Any, ...], what: str) -> list[tuple[tuple[Any, ...], str]]:
     errs: list[tuple[tuple[Any, ...], str]] = []
@@ -310,13 +337,9 @@ def _check_conf(conf: dict[str, Any], known: dict[str, str], platform: dict[str,
             hint = f"; did you mean {close[0]}?" if close else ""
             errs.append((loc, f"unknown {what} key {key!r}{hint}"))
         else:
-            t = known[key]
-            ok = {"bool": isinstance(value, bool),
-                  "int": isinstance(value, int) and not isinstance(value, bool),
-                  "float": isinstance(value, (int, float)) and not isinstance(value, bool),
-                  "str": isinstance(value, str)}[t]
-            if not ok:
-                errs.append((loc, f"{key} must be {'a ' + t if t != 'int' else 'an int'} (got {value!r})"))
+            msg = _conf_value_error(key, value, known[key])
+            if msg:
+                errs.append((loc, msg))
     return errs
 
 
@@ -387,6 +410,12 @@ def semantic_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec] | None
             nodes.append((b.slave.port, ("cluster", "brokers", i, "slave", "port")))
         for port, loc in nodes:
             assert port is not None
+            if port > 65535:  # a slave's default: its master's port + 5
+                errs.append((loc, f"the slave's default port {port} (its master's + 5) is beyond 65535: "
+                                  "set slave.port or a lower master port"))
+            elif port + 1 > 65535:
+                errs.append((loc, f"port {port} also needs port+1 ({port + 1}, HA), beyond 65535: use a port "
+                                  "of at most 65534"))
             for p in (port - 2, port, port + 1):  # fast remoting server, main, HA
                 if p in used:
                     errs.append((loc, f"port {p} (from port {port}, which also uses port-2 and port+1) collides "

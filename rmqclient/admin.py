@@ -26,6 +26,7 @@ DELETE_TOPIC_IN_BROKER = 215
 DELETE_TOPIC_IN_NAMESRV = 216
 QUERY_CONSUMER_OFFSET = 14
 GET_MAX_OFFSET = 30
+GET_BROKER_CONFIG = 26  # RequestCode.GET_BROKER_CONFIG: the broker's effective config, as properties text
 QUERY_NOT_FOUND = 22
 SUCCESS = 0
 TOPIC_NOT_EXIST = 17
@@ -164,6 +165,17 @@ class AdminClient:
             resp = c.request(code, ext, body)
         _check(resp, f"{what} on {addr}")
         return resp
+
+    def broker_config(self, broker_addr: str) -> dict[str, str]:
+        """The broker's effective configuration (every key of its config objects, as it runs), as
+        `mqadmin getBrokerConfig` reads it: the body is `key=value` lines."""
+        resp = self._broker(broker_addr, GET_BROKER_CONFIG, {}, "GET_BROKER_CONFIG")
+        out: dict[str, str] = {}
+        for line in (resp.body or b"").decode("utf-8", errors="replace").splitlines():
+            k, sep, v = line.partition("=")
+            if sep and k.strip() and not k.lstrip().startswith("#"):
+                out[k.strip()] = v.strip()
+        return out
 
     def create_topic(self, broker_addr: str, topic: str, queues: int = 4, perm: int = PERM_READ_WRITE) -> None:
         ext = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues,

@@ -121,7 +121,7 @@ STRICT_BROKER_CONFIG = {"autoCreateTopicEnable": False, "maxMessageSize": 65536,
 
 def load_run(tmp: Path, cluster, load: dict, consumers: dict | None = None, name: str = "load"):
     """A run directory whose scenario drives `load` through an already running cluster fixture."""
-    from pipeline.runs import create_run
+    from pipeline.runs import attach_run
     d = yaml.safe_load((cluster.run.path / "scenario.yaml").read_text())
     d["name"] = name
     d["checks"] = {}
@@ -131,10 +131,10 @@ def load_run(tmp: Path, cluster, load: dict, consumers: dict | None = None, name
     else:
         d.pop("consumers", None)  # the default: one consumer acking everything
     f = write_scenario(tmp / f"{name}.yaml", d)
-    run = create_run(f, tmp / f"run-{name}", mode="owned")
-    # what `up` would have written: versions and the effective broker.conf files
+    run = attach_run(f, tmp / f"run-{name}", cluster.run)
+    # what `up` would have written: versions and the rendered and effective broker configs
     shutil.copy(cluster.run.path / "versions.json", run.path / "versions.json")
-    for conf in cluster.run.path.glob("cluster/*/broker.conf"):
+    for conf in [*cluster.run.path.glob("cluster/*/broker.conf"), *cluster.run.path.glob("cluster/*/effective.conf")]:
         (run.path / "cluster" / conf.parent.name).mkdir(parents=True, exist_ok=True)
-        shutil.copy(conf, run.path / "cluster" / conf.parent.name / "broker.conf")
+        shutil.copy(conf, run.path / "cluster" / conf.parent.name / conf.name)
     return run

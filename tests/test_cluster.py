@@ -53,3 +53,14 @@ def test_rocketmq_tools_send_through_both_groups_and_read_everything_back(cluste
     assert res["stored_per_broker"]["broker-a"] > 0 and res["stored_per_broker"]["broker-b"] > 0
     assert res["read_back_total"] == 400 and res["read_back_distinct"] == 400
     assert res["read_back_per_broker"] == res["stored_per_broker"]
+
+
+def test_effective_broker_config_is_read_back_and_matches_what_the_scenario_set(strict_cluster) -> None:
+    from conftest import STRICT_BROKER_CONFIG
+    c = strict_cluster
+    got = c.verify_broker_configs()
+    want = {k: ("true" if v is True else "false" if v is False else str(v)) for k, v in STRICT_BROKER_CONFIG.items()}
+    assert got == {"broker-a": want, "broker-b": want}
+    eff = (c.run.node_dir("broker-a") / "effective.conf").read_text()
+    assert "flushDiskType=SYNC_FLUSH\n" in eff and "brokerName=broker-a\n" in eff
+    assert c.run.broker_configs()["broker-a"]["syncFlushTimeout"] == "1"

@@ -113,3 +113,32 @@ def test_not_yaml_and_missing_file_are_one_line_errors(tmp_path: Path) -> None:
     with pytest.raises(UserError) as e:
         load_scenario(tmp_path / "nope.yaml")
     assert "nope.yaml" in e.value.line()
+
+
+@pytest.mark.parametrize("conf, expect", [
+    ("{flushDiskType: SYNC_FLUSHH}", "flushDiskType must be one of SYNC_FLUSH, ASYNC_FLUSH (got 'SYNC_FLUSHH'); "
+                                     "did you mean SYNC_FLUSH?"),
+    ("{brokerRole: SYNC_MASTR}", "brokerRole must be one of ASYNC_MASTER, SYNC_MASTER, SLAVE (got 'SYNC_MASTR')"),
+    ("{syncFlushTimeout: 99999999999}", "syncFlushTimeout must be within -2147483648..2147483647 (a Java int)"),
+])
+def test_broker_conf_value_the_broker_would_not_take_is_an_error(conf: str, expect: str) -> None:
+    e = err(f"name: x\ncluster:\n  broker_defaults:\n    config: {conf}\n")
+    assert e.lines[0].startswith("t.yaml:4: cluster.broker_defaults.config.") and expect in e.lines[0], e.lines
+
+
+@pytest.mark.parametrize("brokers, expect", [
+    ("[{name: a, port: 65535}]", "cluster.brokers[0].port: port 65535 also needs port+1 (65536, HA), beyond 65535"),
+    ("[{name: a, port: 65532, slave: {}}]", "cluster.brokers[0].slave.port: the slave's default port 65537 "
+                                            "(its master's + 5) is beyond 65535"),
+    ("[{name: a, port: 80}]", "cluster.brokers[0].port: Input should be greater than or equal to 1024"),
+])
+def test_ports_and_derived_ports_stay_within_range(brokers: str, expect: str) -> None:
+    e = err(f"name: x\ncluster:\n  brokers: {brokers}\n")
+    assert expect in e.lines[0], e.lines
+
+
+def test_broker_reported_values_compare_by_type() -> None:
+    from cluster.backend import same_value
+    assert same_value(True, "true") and not same_value(True, "false")
+    assert same_value(256, "256") and same_value(0.5, "0.5") and not same_value(4, "256")
+    assert same_value("SYNC_FLUSH", "SYNC_FLUSH") and not same_value("SYNC_FLUSHH", "ASYNC_FLUSH")

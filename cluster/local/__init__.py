@@ -127,6 +127,7 @@ class LocalCluster(ClusterBackend):
                 n.start()
             self.wait_registered([n.name for n in brokers])
             self._wait_routable()
+            self.verify_broker_configs()
             if "proxy" in self.plans:
                 say("starting proxy")
                 self.node("proxy").start()

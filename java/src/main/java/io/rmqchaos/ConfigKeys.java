@@ -9,6 +9,11 @@ import java.util.TreeMap;
  * Uses exactly the rule of MixAll.properties2Object: a public setter named set<Key> whose first
  * parameter is int/long/double/float/boolean (or boxed) or String. The scenario validator reads
  * this so that a misspelt broker.conf key is an error, not silently ignored by the broker.
+ *
+ * Types: "int" (32 bit), "long", "float", "bool", "str", and "enum:A,B,C" for a String setter
+ * whose getter returns an enum (brokerRole, flushDiskType, ...): the broker's String setter calls
+ * valueOf, and properties2Object swallows its exception, so a misspelt value would leave the
+ * default in place silently; the validator checks the value against the constants instead.
  */
 public final class ConfigKeys {
     private static final String[] BROKER = {
@@ -43,8 +48,18 @@ public final class ConfigKeys {
                     continue;
                 }
                 String type = kind(m.getParameterTypes()[0].getSimpleName());
-                if (type != null) {
-                    out.put(mn.substring(3, 4).toLowerCase() + mn.substring(4), type);
+                if (type == null) {
+                    continue;
+                }
+                String key = mn.substring(3, 4).toLowerCase() + mn.substring(4);
+                if (type.equals("str")) {
+                    String constants = enumConstants(c, mn.substring(3));
+                    if (constants != null) {
+                        type = "enum:" + constants;
+                    }
+                }
+                if (!out.containsKey(key) || out.get(key).equals("str")) {
+                    out.put(key, type);
                 }
             }
         }
@@ -58,9 +73,27 @@ public final class ConfigKeys {
         return sb.append('}').toString();
     }
 
+    /** "A,B,C" when get<Name>() returns an enum, else null. */
+    private static String enumConstants(Class<?> c, String name) {
+        try {
+            Class<?> t = c.getMethod("get" + name).getReturnType();
+            if (!t.isEnum()) {
+                return null;
+            }
+            StringBuilder sb = new StringBuilder();
+            for (Object k : t.getEnumConstants()) {
+                sb.append(sb.length() > 0 ? "," : "").append(((Enum<?>) k).name());
+            }
+            return sb.toString();
+        } catch (NoSuchMethodException e) {
+            return null;
+        }
+    }
+
     private static String kind(String simpleName) {
         switch (simpleName) {
-            case "int": case "Integer": case "long": case "Long": return "int";
+            case "int": case "Integer": return "int";
+            case "long": case "Long": return "long";
             case "double": case "Double": case "float": case "Float": return "float";
             case "boolean": case "Boolean": return "bool";
             case "String": return "str";
