@@ -12,6 +12,7 @@ SCHEMA_VERSION = 1
 
 
 def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -> dict[str, Any]:
+    from analysis.completeness import completeness
     from analysis.reconcile import analyze_ledgers, spark_session
     from rmqchaos.ledgers import ledger_files
     from rmqchaos.progress import say
@@ -20,20 +21,24 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
     run = RunDir.open(run_dir)
     out = run.path / "analysis"
     t0 = time.time()
+    comp = completeness(run)
+    if not comp["complete"]:
+        say("analyze: INCOMPLETE RUN: " + "; ".join(comp["reasons"]))
     send, recv = ledger_files(run.path, "send"), ledger_files(run.path, "receive")
     say(f"analyze: {len(send)} send and {len(recv)} receive ledger file(s) with Spark")
     from pyspark.sql import SparkSession
     own = spark is None and SparkSession.getActiveSession() is None  # never stop a caller's session
-    spark = spark or spark_session(master)
+    spark = spark or spark_session(master, log_file=out / "spark.log")
     try:
         events = [e for e in run.timeline()]
-        res = analyze_ledgers(spark, send, recv, events, out)
+        res = analyze_ledgers(spark, send, recv, events, out, receive_complete=comp["receive_complete"])
     finally:
         if own:
             spark.stop()
     s = run.scenario()
     summary = {"schema_version": SCHEMA_VERSION, "run_id": run.run_id, "scenario": s.name,
                "run_dir": str(run.path), "analyzed_ms": int(time.time() * 1000),
+               "complete": comp["complete"], "incomplete_reasons": comp["reasons"],
                "versions": run.versions(), "cluster": {"brokers": run.broker_configs()},
                "load": s.load.model_dump(mode="json") if s.load else None,
                **{k: res[k] for k in ("counts", "duplicates_by_cause", "duplicated_keys_by_send_outcome", "errors",
@@ -44,7 +49,9 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
     tmp.write_text(json.dumps(summary, indent=1) + "\n")
     tmp.replace(out / "summary.json")
     c = summary["counts"]
-    say(f"analyze: {c['keys']} keys: ok {c['ok']}, lost {c['lost']}, duplicated {c['duplicated']}, recovered "
+    say(f"analyze: {c['keys']} keys: ok {c['ok']}, lost {c['lost']}, "
+        + (f"undelivered at stop {c['undelivered_at_stop']} (not verified), " if not comp["complete"] else "")
+        + f"duplicated {c['duplicated']}, recovered "
         f"{c['recovered']}, failed {c['failed']}, indeterminate {c['indeterminate']}, unexpected {c['unexpected']} "
         f"(of which corrupted copies of sent messages {c['corrupted_deliveries']}) "
         f"({time.time() - t0:.1f}s)")

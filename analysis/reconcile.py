@@ -32,14 +32,33 @@ class LedgerError(UserError):
     pass
 
 
-def spark_session(master: str | None = None) -> SparkSession:
+_LOG4J2 = """rootLogger.level = warn
+rootLogger.appenderRef.file.ref = file
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n
+"""
+
+
+def spark_session(master: str | None = None, log_file: Path | None = None) -> SparkSession:
+    """A Spark session on `master` (default local[*] or $RMQCHAOS_SPARK_MASTER), listening on loopback.
+    With `log_file`, Spark's own log (its log4j profile notice, NativeCodeLoader, ...) goes there, not
+    to the terminal (it applies when this process starts its first session)."""
     master = master or os.environ.get("RMQCHAOS_SPARK_MASTER", "local[*]")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # the driver listens on loopback only
+    java_opts = "-Djava.net.preferIPv4Stack=true"
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        conf = log_file.with_suffix(".log4j2.properties")
+        conf.write_text(_LOG4J2.format(log=log_file))
+        java_opts += f" -Dlog4j2.configurationFile=file:{conf}"
     b = (SparkSession.builder.appName("rmqchaos-analyze").master(master)
          .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
          .config("spark.sql.session.timeZone", "UTC")
          .config("spark.driver.memory", os.environ.get("RMQCHAOS_SPARK_DRIVER_MEMORY", "1g"))
-         .config("spark.driver.extraJavaOptions", "-Djava.net.preferIPv4Stack=true")
+         .config("spark.driver.extraJavaOptions", java_opts)
          # the key join's sides are co-partitioned, each partition from ~128 MiB of ledger: hashing
          # the smaller side beats sorting both (measured ~1.2x on the key table)
          .config("spark.sql.join.preferSortMergeJoin", "false")
@@ -212,8 +231,10 @@ def _n(cond: Any) -> Any:
     return F.sum(cond.cast("long"))
 
 
-def key_table(send: DataFrame, recv: DataFrame) -> DataFrame:
-    """One row per key (attempted or received) with its class and duplicate causes."""
+def key_table(send: DataFrame, recv: DataFrame, receive_complete: bool = True) -> DataFrame:
+    """One row per key (attempted or received) with its class and duplicate causes. With the
+    receive side incomplete, an acknowledged key never delivered is `undelivered_at_stop`, not
+    `lost` (analysis/completeness.py)."""
     # Per (key, topic), then per key: only numeric aggregation buffers, so Spark hash-aggregates;
     # one shuffle by key on each side serves every aggregation and the join (measured: ~1.5x
     # faster than letting Spark shuffle by (key, topic) first, then by key).
@@ -250,7 +271,7 @@ def key_table(send: DataFrame, recv: DataFrame) -> DataFrame:
            .when(d > 1, "duplicated")
            .when((d == 1) & (F.col("acked") == 1), "ok")
            .when(d == 1, "recovered")
-           .when(F.col("acked") == 1, "lost")
+           .when(F.col("acked") == 1, "lost" if receive_complete else "undelivered_at_stop")
            .when(F.col("all_rejected") == 1, "failed")
            .otherwise("indeterminate"))
     k = k.withColumn("class", cls)
@@ -297,7 +318,8 @@ def shuffle_partitions(files: list[Path]) -> int:
 
 
 def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: list[Path],
-                    events: list[dict[str, Any]], out_dir: Path | None = None) -> dict[str, Any]:
+                    events: list[dict[str, Any]], out_dir: Path | None = None,
+                    receive_complete: bool = True) -> dict[str, Any]:
     """The reconciliation proper; returns the `counts`, `errors`, `latency_ms`, `series`, `windows`
     parts of summary.json. With out_dir, writes keys.parquet and series.parquet there.
 
@@ -319,7 +341,7 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
         step("send ledger parsed")
         recv = read_receive(spark, recv_files, warnings, stg / "receive")
         step("receive ledger parsed")
-        key_table(send, recv).write.mode("overwrite").parquet(str(work / "keys.parquet"))
+        key_table(send, recv, receive_complete).write.mode("overwrite").parquet(str(work / "keys.parquet"))
         keys = spark.read.parquet(str(work / "keys.parquet"))
         step("keys classified")
         res = _aggregate(spark, send, keys, events, warnings)

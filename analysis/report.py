@@ -148,13 +148,20 @@ def _run_section(s: dict[str, Any]) -> str:
              f"<p>RocketMQ {html.escape(str(s['versions'].get('rocketmq', '?')))}; policy "
              f"{html.escape(str((load.get('policy') or {}).get('kind', '-')))}; transientStorePoolEnable "
              f"{html.escape(json.dumps(tsp))}; run directory <code>{html.escape(s['run_dir'])}</code></p>"]
+    if s.get("complete") is False:
+        parts.insert(1, f"<p class=warn><b>INCOMPLETE RUN: loss not verified.</b> "
+                        f"{html.escape('; '.join(s.get('incomplete_reasons', [])))}. "
+                        f"{c.get('undelivered_at_stop', 0)} acknowledged keys were not delivered before the consumers "
+                        "stopped: counted as undelivered at stop, not as lost.</p>")
     for w in s.get("warnings", []):
         parts.append(f"<p class=warn>warning: {html.escape(w)}</p>")
-    parts.append(_table([[c["keys"], c["attempts"], c["acked"], c["acked_weak"], c["ok"], c["lost"], c["duplicated"],
+    parts.append(_table([[c["keys"], c["attempts"], c["acked"], c["acked_weak"], c["ok"], c["lost"],
+                          c.get("undelivered_at_stop", 0), c["duplicated"],
                           c["duplicate_deliveries"], c["recovered"], c["failed"], c["indeterminate"], c["unexpected"],
                           c.get("corrupted_deliveries", 0)]],
-                        ["keys", "attempts", "acked", "acked weak", "ok", "LOST", "DUPLICATED", "extra deliveries",
-                         "recovered", "failed", "indeterminate", "unexpected", "CORRUPTED copies"]))
+                        ["keys", "attempts", "acked", "acked weak", "ok", "LOST", "undelivered at stop (not verified)",
+                         "DUPLICATED", "extra deliveries", "recovered", "failed", "indeterminate", "unexpected",
+                         "CORRUPTED copies"]))
     for x in s.get("corrupted", []):
         parts.append(f"<p class=warn>corrupted delivery: msgId {html.escape(x['msg_id'])} was sent as key "
                      f"{html.escape(x['sent_key'])} ({html.escape(str(x['sent_outcome']))}) and delivered from "
@@ -208,7 +215,7 @@ def render(summaries: list[dict[str, Any]], title: str = "RocketMQ loss and dupl
                             for r in spread(summaries)],
                            ["scenario", "runs", "acked", "lost", "lost per kill", "duplicated"]))
         body.append("<h2>Side by side</h2>")
-        body.append(_table([[s["scenario"], s["run_id"], s["counts"]["acked"]] + [s["counts"][c] for c in CLASSES]
+        body.append(_table([[s["scenario"], s["run_id"], s["counts"]["acked"]] + [s["counts"].get(c, 0) for c in CLASSES]
                             + [kills(s)] for s in summaries], ["scenario", "run", "acked", *CLASSES, "kills"]))
         body.append(f"<div class=plot>{plot_compare(summaries)}</div>")
     body += [_run_section(s) for s in summaries]

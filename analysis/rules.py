@@ -8,10 +8,13 @@ Per business key, exactly one class, in this precedence:
   lost         acknowledged (any stored status) and never received
   failed       every attempt a definite rejection, never received
   indeterminate  otherwise: some attempt's outcome is unknown, never received — never called lost
+  undelivered_at_stop  what would be `lost`, in a run whose receive side is not complete (the drain
+               did not reach lag 0, or a consumer did not stop cleanly): not verified, never lost
+               (analysis/completeness.py has the rule)
 """
 from __future__ import annotations
 
-CLASSES = ("ok", "lost", "duplicated", "recovered", "failed", "indeterminate")
+CLASSES = ("ok", "lost", "duplicated", "recovered", "failed", "indeterminate", "undelivered_at_stop")
 
 # Stored answers (MQClientAPIImpl.processSendResponse, 5.5.0). Everything but SEND_OK is "weak".
 STORED_STATUSES = ("SEND_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")

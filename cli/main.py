@@ -27,7 +27,6 @@ def _on_sigterm(signum: int, _frame: Any) -> None:
 # ---------------------------------------------------------------- commands
 
 def cmd_run(a: argparse.Namespace) -> int:
-    signal.signal(signal.SIGTERM, _on_sigterm)
     done, rep = run_many(a.scenario, a.repeat, a.out, a.report)
     if rep:
         print(f"report: {rep}")
@@ -61,7 +60,7 @@ def cmd_cluster_status(a: argparse.Namespace) -> int:
     if a.json:
         print(json.dumps([s.__dict__ for s in sts], indent=2))
         return 0
-    print(f"run {run.run_id}  ({run.path})  cluster state: {run.state().get('cluster')}")
+    print(f"run {run.run_id}  ({run.path})  cluster state: {_cluster_state(run, sts)}")
     print(f"{'node':12s} {'role':8s} {'state':11s} {'pid':>7s} {'ports':18s} {'registered':10s} {'memory':>8s}")
     for s in sts:
         reg = "-" if s.registered is None else ("yes" if s.registered else "NO")
@@ -69,6 +68,19 @@ def cmd_cluster_status(a: argparse.Namespace) -> int:
         print(f"{s.name:12s} {s.role:8s} {s.state:11s} {s.pid or '-':>7} {','.join(map(str, s.ports)):18s} "
               f"{reg:10s} {mem:>8s}")
     return 0
+
+
+def _cluster_state(run: RunDir, sts: list[Any]) -> str:
+    """The recorded state, corrected by what is true now: a node down, or an owner that is gone."""
+    st = run.state().get("cluster")
+    if st != "ready":
+        return str(st)
+    down_nodes = [s.name for s in sts if s.state in ("down", "not-started")]
+    if down_nodes:
+        return f"degraded ({', '.join(down_nodes)} down)"
+    if run.is_orphan():
+        return "orphaned (the run that started it is gone: rmqchaos cluster down --all)"
+    return "ready"
 
 
 def cmd_cluster_down(a: argparse.Namespace) -> int:
@@ -129,6 +141,8 @@ def cmd_analyze(a: argparse.Namespace) -> int:
     res = analyze.run(a.run_dir, a.master)
     if res["counts"] is None:
         raise UserError(f"{a.run_dir} has no ledgers", "run a scenario with a `load:` section")
+    if not res["complete"]:
+        print(f"INCOMPLETE RUN: loss not verified: {'; '.join(res['incomplete_reasons'])}")
     print(json.dumps(res["counts"], indent=1))
     print(f"summary: {res['summary']}")
     return 0
@@ -228,6 +242,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _on_sigterm)  # SIGTERM unwinds like Ctrl-C: what was started is stopped
     try:
         return int(a.fn(a) or 0)
     except UserError as e:
@@ -236,8 +251,13 @@ def main(argv: list[str] | None = None) -> int:
             print(e.detail, file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("rmqchaos: interrupted", file=sys.stderr)
+        print("rmqchaos: interrupted: what was started is stopped, the ledgers are kept", file=sys.stderr)
         return 130
+    except SystemExit as e:
+        if isinstance(e.code, int) and e.code > 128:
+            print(f"rmqchaos: terminated by {signal.Signals(e.code - 128).name}: what was started is stopped, "
+                  "the ledgers are kept", file=sys.stderr)
+        raise
 
 
 if __name__ == "__main__":

@@ -19,7 +19,10 @@ MIN_JAVA = 11  # RocketMQ 5.x jars are Java 8 bytecode; the JVM options used her
 def find_java() -> tuple[str, int, str]:
     """(path, major version, version line) of the java to use: $JAVA_HOME/bin/java, else PATH."""
     home = os.environ.get("JAVA_HOME")
-    java = str(Path(home) / "bin" / "java") if home and (Path(home) / "bin" / "java").exists() else shutil.which("java")
+    if home and not os.access(Path(home) / "bin" / "java", os.X_OK):
+        raise UserError(f"JAVA_HOME={home} has no executable bin/java",
+                        f"point JAVA_HOME at a Java {MIN_JAVA}+ installation or unset it to use the java on PATH")
+    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
     if not java:
         raise UserError("java not found (no $JAVA_HOME/bin/java, none on PATH)",
                         f"install Java {MIN_JAVA}+ (apt-get install openjdk-17-jdk-headless) or set JAVA_HOME")
@@ -78,3 +81,8 @@ def jvm_command(main: str, args: Sequence[str] = (), *, cp: str, heap_mb: int, x
     cmd += [f"-D{k}={('true' if v else 'false') if isinstance(v, bool) else v}"
             for k, v in (system_properties or {}).items()]
     return [*cmd, "-cp", cp, main, *args]
+
+
+def java_home() -> str:
+    """The installation directory of the java `find_java` chose (for Spark, which reads JAVA_HOME)."""
+    return str(Path(os.path.realpath(find_java()[0])).parent.parent)

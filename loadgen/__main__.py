@@ -3,6 +3,7 @@ starts it so), or with --worker, one Locust worker process of a distributed run.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 
@@ -15,6 +16,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--master-port", type=int)
     p.add_argument("--deadline", type=float)
     a = p.parse_args(argv)
+    # Ctrl-C is the platform's to handle: it ends this process (SIGTERM) as part of its cleanup. An
+    # attempt in flight then has an intent without outcome: indeterminate, never lost.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     ledger = None if a.ledger is None else a.ledger == "on"
     from loadgen import runner  # imports Locust: monkey-patches this process for gevent
     from rmqchaos.errors import UserError

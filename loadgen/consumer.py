@@ -150,15 +150,17 @@ class JavaConsumer:
             return {}
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        how = "terminated"
         try:
             out, _ = self.proc.communicate(timeout=grace)
         except subprocess.TimeoutExpired:
             self.kill()
-            out, how = "", "killed"
+            out = b""
+        self.summary = _last_json(out or b"")
+        # "terminated" only when its stop hook ran: ledger flushed and fsync'd, offsets persisted (the
+        # hook prints the summary line last); a consumer that died any other way may have lost the tail
+        how = "terminated" if "deliveries" in self.summary else f"died (exit {self.proc.returncode})"
         if self.proc_log is not None:
             self.proc_log.record_exit(self.node, self.proc.pid, how)
-        self.summary = _last_json(out or b"")
         self.summary["how"] = how
         return self.summary
 

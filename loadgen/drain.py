@@ -13,6 +13,7 @@ from loadgen.consumer import ConsumerOptions, JavaConsumer
 from rmqchaos import paths
 from rmqchaos.errors import UserError
 from rmqchaos.ledgers import receive_ledger_path
+from rmqchaos.procs import now_ms
 from rmqchaos.progress import say
 from rmqchaos.rundir import RunDir
 from rmqchaos.spec import Scenario
@@ -83,10 +84,14 @@ def group_lag(c: ClusterBackend, s: Scenario) -> Callable[[], int | None]:
     return total
 
 
-def stop_consumers(consumers: list[JavaConsumer]) -> None:
+def stop_consumers(consumers: list[JavaConsumer], run: RunDir | None = None) -> None:
+    """SIGTERM each (offsets persisted, ledger fsync'd); `consumer_stop` events say how each ended
+    (the analysis trusts a receive ledger only from a consumer that stopped cleanly)."""
     for jc in consumers:
-        if jc.running():
-            jc.stop()
+        t0 = now_ms()
+        how = jc.stop().get("how", "not-started") if jc.proc is not None else "not-started"
+        if run is not None:
+            run.event("consumer_stop", jc.node, t0, now_ms(), how, deliveries=jc.deliveries())
 
 
 def run_loadgen(run: RunDir, c: ClusterBackend, ledger: bool | None = None) -> None:
@@ -106,6 +111,14 @@ def run_loadgen(run: RunDir, c: ClusterBackend, ledger: bool | None = None) -> N
         p.kill()
         p.wait()
         raise UserError(f"the load process did not end within {bound:.0f}s", "see its output above") from None
+    except BaseException:  # interrupted: end the load now (it ignores SIGINT; SIGTERM ends it)
+        p.terminate()
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        raise
     finally:
         run.processes.record_exit("loadgen", p.pid, f"exit {p.returncode}")
     if rc != 0:

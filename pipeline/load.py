@@ -57,7 +57,7 @@ def _load(run: RunDir, ledger: bool | None) -> dict[str, Any]:
                       drained=drained)
             result.update(deliveries=n, drained=drained)
     finally:
-        stop_consumers(consumers)
+        stop_consumers(consumers, run)
     if faults is not None:
         result["faults"] = len(faults.results)
         faults.check()  # after the drain: what the ledgers hold is complete either way

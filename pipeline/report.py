@@ -38,13 +38,18 @@ def _write(run: RunDir) -> None:
     w = run.scenario().checks.witness
     wfile = run.checks_dir / f"witness-{w.topic}.json" if w else None
     wres = json.loads(wfile.read_text()) if wfile and wfile.exists() else None
-    rep = {"run_id": st["run_id"], "scenario": run.scenario().name, "stages": st["stages"],
+    stages = run.stages()
+    summ = json.loads(summary_f.read_text()) if summary_f.exists() else None
+    rep = {"run_id": st["run_id"], "scenario": run.scenario().name, "stages": stages,
            "cluster_up_s": round((up_ev["end_ms"] - up_ev["start_ms"]) / 1000, 1) if up_ev else None,
            "witness": wres}
     run.report_json.write_text(json.dumps(rep, indent=2) + "\n")
-    lines = [f"run {st['run_id']}  scenario {rep['scenario']}",
+    lines = []
+    if summ is not None and summ.get("complete") is False:  # the verdict's first line says what it cannot claim
+        lines.append(f"INCOMPLETE RUN: loss not verified: {'; '.join(summ['incomplete_reasons'])}")
+    lines += [f"run {st['run_id']}  scenario {rep['scenario']}",
              f"cluster up: {rep['cluster_up_s']} s" if up_ev else "cluster up: (not run)"]
-    for name, sg in st["stages"].items():
+    for name, sg in stages.items():
         if name == "report":
             continue
         dur = (sg.get("end_ms", 0) - sg["start_ms"]) / 1000 if sg.get("end_ms") else None
@@ -54,11 +59,12 @@ def _write(run: RunDir) -> None:
         lines.append(f"witness ({wres['topic']}): sent {wres['sent']}, stored per broker "
                      f"{wres['stored_per_broker']}, read back {wres['read_back_total']} -> "
                      + ("OK" if wres["ok"] else "FAILED: " + "; ".join(wres["problems"])))
-    if summary_f.exists():
-        summ = json.loads(summary_f.read_text())
+    if summ is not None:
         c = summ["counts"]
+        unverified = (f"undelivered at stop {c['undelivered_at_stop']} (not verified), "
+                      if c.get("undelivered_at_stop") else "")
         lines.append(f"keys {c['keys']} (attempts {c['attempts']}, acked {c['acked']}, acked weak "
-                     f"{c['acked_weak']}): ok {c['ok']}, LOST {c['lost']}, DUPLICATED {c['duplicated']} "
+                     f"{c['acked_weak']}): ok {c['ok']}, LOST {c['lost']}, {unverified}DUPLICATED {c['duplicated']} "
                      f"(+{c['duplicate_deliveries']} deliveries), recovered {c['recovered']}, failed "
                      f"{c['failed']}, indeterminate {c['indeterminate']}; unexpected {c['unexpected']}")
         if c.get("corrupted_deliveries"):

@@ -11,12 +11,14 @@ Failure policy:
 """
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from pipeline import analyze, check, down, load, report, up
 from pipeline.runs import create_run, load_scenario, reap_orphans
+from pipeline.stage import error_line
 from rmqchaos.errors import UserError
 from rmqchaos.progress import say
 from rmqchaos.rundir import RunDir
@@ -41,7 +43,12 @@ def run_scenario(scenario_file: str | Path, out: str | Path | None = None, mode:
     """One scenario through every stage; returns the run and its first failure (None when it passed)."""
     run = create_run(scenario_file, out, mode)
     say(f"run directory: {run.path}")
-    return run_stages(run)
+    o = run_stages(run)
+    if isinstance(o.failure, UserError) and not run.processes.path.exists() and not run.ledgers_dir.exists():
+        # nothing ever started (bad environment, port in use): no run directory for a run that never was
+        shutil.rmtree(run.path, ignore_errors=True)
+        raise o.failure
+    return o
 
 
 def run_stages(run: RunDir) -> Outcome:
@@ -52,7 +59,8 @@ def run_stages(run: RunDir) -> Outcome:
     except BaseException as e:  # noqa: BLE001 - down must run whatever happened
         failed = e
     finally:
-        down.run(run)
+        if run.processes.path.exists() or run.state().get("cluster") != "new":
+            down.run(run)
     if failed is None or isinstance(failed, UserError):
         try:  # whatever was written to the ledgers is reconciled, also after a failed stage
             analyze.run(run)
@@ -83,9 +91,10 @@ def run_many(scenario_files: list[str | Path], repeat: int = 1, out: str | Path 
             done.append(o)
             print(o.run.report_txt.read_text(), end="", flush=True)
             if o.failure is not None:
-                say(f"{f}: failed: {o.failure}")
                 if not isinstance(o.failure, UserError):
-                    raise o.failure  # interrupted: stop here
+                    raise o.failure  # interrupted: stop here (the caller prints it once)
+                if len(scenario_files) * repeat > 1:  # the others go on; the caller prints the first failure
+                    say(f"{f}: failed: {error_line(o.failure)}")
     analyzed = [o.run for o in done if o.run.summary_file.exists()]
     rep: str | None = None
     if len(done) == 1:

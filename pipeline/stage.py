@@ -1,12 +1,16 @@
 """What every stage does around its work: its status and window in state.json (under the run's
-state lock) and a `stage` event in the timeline, also when it fails or is interrupted."""
+state lock) and a `stage` event in the timeline, also when it fails or is interrupted.
+
+Statuses: running, ok, failed, interrupted (Ctrl-C / SIGTERM); a stage left "running" by a process
+that was killed outright reads as "killed" (RunDir.stages)."""
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from typing import Iterator
 
 from rmqchaos.errors import UserError
-from rmqchaos.procs import now_ms
+from rmqchaos.procs import now_ms, starttime
 from rmqchaos.rundir import RunDir
 
 
@@ -23,12 +27,15 @@ def error_line(e: BaseException) -> str:
 @contextmanager
 def stage(run: RunDir, name: str) -> Iterator[None]:
     t0 = now_ms()
-    run.set_stage(name, {"status": "running", "start_ms": t0})
+    # who runs it: a stage still "running" whose process is gone was killed outright (RunDir.stages)
+    me = {"pid": os.getpid(), "starttime": starttime(os.getpid())}
+    run.set_stage(name, {"status": "running", "start_ms": t0, **me})
     outcome, err = "ok", None
     try:
         yield
     except BaseException as e:
-        outcome, err = "failed", error_line(e)
+        outcome = "interrupted" if isinstance(e, (KeyboardInterrupt, SystemExit)) else "failed"
+        err = error_line(e)
         raise
     finally:
         run.set_stage(name, {"status": outcome, "start_ms": t0, "end_ms": now_ms(), "error": err})

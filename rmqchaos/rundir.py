@@ -50,9 +50,18 @@ class RunDir:
         """mode 'owned': processes end with the CLI that started them (`run`);
         'detached': they outlive it (`cluster up`, `stage up`) until `down`."""
         rd = cls(path)
+        if rd.path.exists() and not rd.path.is_dir():
+            raise UserError(f"{rd.path} exists and is not a directory", "choose a new --out directory")
         if (rd.path / "state.json").exists():
             raise UserError(f"{rd.path} already holds a run", "choose a new --out directory or remove it")
-        rd.path.mkdir(parents=True, exist_ok=True)
+        try:
+            rd.path.mkdir(parents=True, exist_ok=True)
+            probe = rd.path / ".rmqchaos-write-test"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as e:
+            raise UserError(f"cannot create the run directory {rd.path}: {e.strerror}",
+                            "choose a writable --out directory") from None
         (rd.path / "scenario.src.yaml").write_text(source_text)
         _atomic_write(rd.path / "scenario.yaml", dump_scenario(scenario))
         run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{scenario.name}-{secrets.token_hex(3)}"
@@ -119,7 +128,15 @@ class RunDir:
 
     # ------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:
-        return json.loads((self.path / "state.json").read_text())
+        f = self.path / "state.json"
+        try:
+            st = json.loads(f.read_text())
+        except ValueError as e:
+            raise UserError(f"{f} is corrupt ({e.msg} at byte {e.pos})",
+                            "restore it or start a new run; its ledgers stay where they are") from None
+        if not isinstance(st, dict) or "run_id" not in st:
+            raise UserError(f"{f} is not a run state (no run_id)", "restore it or start a new run")
+        return st
 
     def write_state(self, st: dict[str, Any]) -> None:
         with self.state_lock():
@@ -142,6 +159,18 @@ class RunDir:
             st.update(kv)
             _atomic_write(self.path / "state.json", json.dumps(st, indent=2) + "\n")
         return st
+
+    def stages(self) -> dict[str, dict[str, Any]]:
+        """state.json's stages, a `running` one whose process is gone shown as `killed` (its process
+        was SIGKILLed or the machine went down: it never recorded an end)."""
+        out = {}
+        for name, rec in (self.state().get("stages") or {}).items():
+            rec = dict(rec)
+            if rec.get("status") == "running" and rec.get("pid") and not alive(int(rec["pid"]), rec.get("starttime")):
+                rec["status"] = "killed"
+                rec.setdefault("error", "its process was killed before it recorded an end")
+            out[name] = rec
+        return out
 
     def set_stage(self, name: str, rec: dict[str, Any]) -> None:
         """state.json's `stages[name]`, under the lock."""

@@ -50,6 +50,16 @@ def test_synthetic_truth_is_found_exactly_by_spark_and_duckdb(spark, tmp_path: P
                for c in res["corrupted"])
 
 
+def test_incomplete_receive_side_turns_every_lost_key_into_undelivered_at_stop(spark, tmp_path: Path) -> None:
+    n = 5_000
+    synthetic.write(tmp_path, n)
+    send, recv = _files(tmp_path)
+    truth = synthetic.truth(n)
+    res = analyze_ledgers(spark, send, recv, [], receive_complete=False)
+    assert res["counts"]["lost"] == 0 and res["counts"]["undelivered_at_stop"] == truth["lost"] > 0
+    assert res["counts"]["ok"] == truth["ok"] and res["counts"]["keys"] == truth["keys"]
+
+
 def test_malformed_record_fails_with_file_and_position(spark, tmp_path: Path) -> None:
     synthetic.write(tmp_path, 1000, files=1)
     send, recv = _files(tmp_path)

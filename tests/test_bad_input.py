@@ -93,3 +93,62 @@ def test_broker_that_never_registers_is_named_with_its_log_tail(tmp_path: Path) 
     assert "--- tail of" in r.stderr and "broker.log" in r.stderr
     assert len(started(rd)) == 3
     assert_nothing_left(rd)
+
+
+def _hostile_cases(tmp: Path) -> list[tuple[str, list[str], dict[str, str] | None, str]]:
+    """(name, CLI args, env or None, what the one error line must say), each set up in `tmp`."""
+    def scen(name: str, body: str) -> str:
+        f = tmp / f"{name}.yaml"
+        f.write_text(body)
+        return str(f)
+    out_file = tmp / "a-file"
+    out_file.write_text("not a directory\n")
+    corrupt = tmp / "corrupt-run"
+    corrupt.mkdir()
+    (corrupt / "state.json").write_text('{"run_id": "x", "stages": {')
+    ledgered = tmp / "ledgered-run"
+    from pipeline.runs import create_run
+    create_run(scen("ledgered", "name: ledgered\nload: {duration: 5s}\n"), ledgered)
+    (ledgered / "ledgers").mkdir()
+    (ledgered / "ledgers" / "send-w0-1.jsonl").write_text("")
+    empty_bin = tmp / "empty-bin"
+    empty_bin.mkdir(exist_ok=True)
+    no_java = {**os.environ, "PATH": str(empty_bin)}
+    no_java.pop("JAVA_HOME", None)
+    bad_home = {**os.environ, "JAVA_HOME": str(tmp / "no-such-jdk")}
+    return [
+        ("port 65535", ["run", scen("p", "name: p\ncluster:\n  brokers: [{name: a, port: 65535}]\n")], None,
+         "port 65535 also needs port+1 (65536, HA), beyond 65535"),
+        ("slave port", ["validate", scen("s", "name: s\ncluster:\n  brokers: [{name: a, port: 65532, slave: {}}]\n")],
+         None, "the slave's default port 65537"),
+        ("recursive alias", ["run", scen("r", "name: r\nx: &a [*a]\n")], None, "recursive alias"),
+        ("alias bomb", ["validate", scen("b", "a: &a [1,2,3,4,5,6,7,8,9,10]\n" + "".join(
+            f"{n}: &{n} [{','.join(['*' + q] * 10)}]\n" for q, n in zip("abcd", "bcde")))], None, "alias bomb"),
+        ("misspelt enum", ["run", scen("e", "name: e\ncluster:\n  broker_defaults:\n    config: "
+                                           "{flushDiskType: SYNC_FLUSHH}\n")], None,
+         "flushDiskType must be one of SYNC_FLUSH, ASYNC_FLUSH (got 'SYNC_FLUSHH')"),
+        ("--out is a file", ["run", scen("o", "name: o\n"), "--out", str(out_file)], None,
+         f"{out_file} exists and is not a directory"),
+        ("corrupt state.json", ["analyze", str(corrupt)], None, "state.json is corrupt"),
+        ("analyze without java", ["analyze", str(ledgered)], no_java, "java not found"),
+        ("bad JAVA_HOME", ["cluster", "up", "--scenario", scen("j", "name: j\n"), "--run-dir", str(tmp / "jrd")],
+         bad_home, f"JAVA_HOME={tmp / 'no-such-jdk'} has no executable bin/java"),
+        ("stage on no run", ["stage", "load", str(tmp / "nothing")], None, "is not a run directory"),
+    ]
+
+
+@pytest.mark.fast
+def test_hostile_inputs_get_one_line_a_nonzero_exit_and_leave_nothing(tmp_path: Path) -> None:
+    import time
+    for name, args, env, expect in _hostile_cases(tmp_path):
+        before = {p.name for p in tmp_path.iterdir()}
+        t0 = time.monotonic()
+        r = cli(*args, env=env, timeout=120)
+        errors = [x for x in r.stderr.splitlines() if x.startswith("rmqchaos: error:")]
+        assert r.returncode == 1, (name, r.returncode, r.stderr[-2000:])
+        assert len(errors) == 1 and expect in errors[0], (name, r.stderr[-2000:])
+        assert "Traceback" not in r.stderr and r.stderr.count(expect) == 1, (name, r.stderr[-2000:])
+        assert time.monotonic() - t0 < 60, name
+        new = {p.name for p in tmp_path.iterdir()} - before
+        assert new <= {"jrd"}, (name, new)  # no run directory for a run that never started
+        assert not any(started(tmp_path / d) for d in new), name

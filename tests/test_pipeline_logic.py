@@ -235,3 +235,60 @@ def test_poll_until_returns_the_value_checks_and_times_out() -> None:
         poll_until(lambda: False, 5, "x", check=dead)
     with pytest.raises(KeyError):
         poll_until(lambda: False, 0.02, "x", interval=0.01, error=lambda: KeyError("custom"))
+
+
+# ---------------------------------------------------------------- completeness of a run's verdict
+
+def _load_run(tmp_path: Path):
+    from rmqchaos.procs import now_ms
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump({"name": "s", "load": {"duration": "10s"}}))
+    run = create_run(f, tmp_path / "run")
+
+    def finish(drained: bool | None = True, consumer: str | None = "terminated", load_ok: bool = True) -> None:
+        run.set_stage("load", {"status": "ok" if load_ok else "failed", "start_ms": 1, "end_ms": 2})
+        run.load_dir.mkdir(exist_ok=True)
+        if load_ok:
+            (run.load_dir / "summary.json").write_text("{}")
+        if drained is not None:
+            run.event("drain", "consumers", now_ms(), now_ms(), "done" if drained else "timeout", drained=drained)
+        if consumer is not None:
+            run.event("consumer_stop", "consumer-c0", now_ms(), now_ms(), consumer)
+    return run, finish
+
+
+def test_a_run_is_complete_only_when_the_load_finished_the_drain_reached_zero_and_consumers_stopped(tmp_path):
+    from analysis.completeness import completeness
+    run, finish = _load_run(tmp_path)
+    c = completeness(run)
+    assert c["complete"] is False and c["receive_complete"] is False
+    assert "the load stage never ran" in c["reasons"] and "the consumers were never drained" in c["reasons"]
+    finish()
+    assert completeness(run) == {"complete": True, "receive_complete": True, "reasons": []}
+
+
+@pytest.mark.parametrize("kw, reason, receive_ok", [
+    ({"drained": False}, "the drain did not reach lag 0 for every consumer group", False),
+    ({"consumer": "died (exit 137)"}, "consumer c0 did not stop cleanly (died (exit 137))", False),
+    ({"consumer": None}, "consumer c0 did not stop cleanly (no stop recorded: killed with the platform)", False),
+])
+def test_an_unfinished_receive_side_means_no_loss_can_be_claimed(tmp_path: Path, kw: dict, reason: str,
+                                                                  receive_ok: bool) -> None:
+    from analysis.completeness import completeness
+    run, finish = _load_run(tmp_path)
+    finish(**kw)
+    c = completeness(run)
+    assert c["complete"] is False and c["receive_complete"] is receive_ok
+    assert any(r.startswith(reason) for r in c["reasons"]), c["reasons"]
+
+
+def test_a_stage_left_running_by_a_killed_process_reads_as_killed(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    run, _ = _load_run(tmp_path)
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    run.set_stage("load", {"status": "running", "start_ms": 1, "pid": p.pid, "starttime": 1})
+    assert run.stages()["load"]["status"] == "killed"
+    from analysis.completeness import completeness
+    assert any("the load stage did not finish (killed" in r for r in completeness(run)["reasons"])

@@ -404,6 +404,9 @@ class LocalNode(Node):
 
     def restart(self) -> None:
         t0 = now_ms()
+        if self.plan.is_broker and self.c.registered() is None:
+            raise UserError(f"cannot restart {self.name}: namesrv {self.c.namesrv_addr} does not answer",
+                            "bring the cluster up first (rmqchaos cluster up) or restart namesrv")
         self.stop()
         if self.plan.is_broker:
             self._wait_dropped()

@@ -1,0 +1,51 @@
+"""Whether a run's ledgers can support a verdict of loss: the rule that never turns "the consumer
+stopped" into "RocketMQ lost it".
+
+A key is `lost` only if it was acknowledged and never delivered *and the receive side is complete*:
+the consumers drained until every group's lag was 0 (the brokers held nothing they had not
+delivered) and each consumer stopped cleanly (its receive ledger flushed and fsync'd on SIGTERM).
+When either is not known to hold (the run was interrupted or killed, the drain timed out, a consumer
+was killed), an acknowledged key that was not delivered is `undelivered_at_stop`: not verified, never
+counted as lost. The send side needs no such rule: an attempt without a recorded outcome is already
+`indeterminate`, never acknowledged.
+
+The facts come from the run directory alone: state.json (stage statuses, with the process that ran
+each), timeline.jsonl (the drain's result and how each consumer stopped) and the load
+process's load/summary.json (written only when it finished).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from rmqchaos.rundir import RunDir
+
+
+def completeness(run: RunDir) -> dict[str, Any]:
+    """{"complete": bool, "receive_complete": bool, "reasons": [str]}."""
+    reasons: list[str] = []
+    receive: list[str] = []
+    stages = run.stages()
+    load = stages.get("load")
+    if load is None:
+        reasons.append("the load stage never ran")
+    elif load["status"] != "ok":
+        reasons.append(f"the load stage did not finish ({load['status']}"
+                       + (f": {load['error']}" if load.get("error") else "") + ")")
+    if not (run.load_dir / "summary.json").exists():
+        reasons.append("the load process did not finish (no load/summary.json): outcomes of its last attempts "
+                       "may be missing (those keys are indeterminate)")
+    drains = [e for e in run.timeline() if e["kind"] == "drain"]
+    if not drains:
+        receive.append("the consumers were never drained")
+    elif drains[-1]["params"].get("drained") is not True:
+        left = "not recorded" if "drained" not in drains[-1]["params"] else "above 0"
+        receive.append(f"the drain did not reach lag 0 for every consumer group (lag {left} when it stopped)")
+    s = run.scenario()
+    stops = {e["target"]: e["outcome"] for e in run.timeline() if e["kind"] == "consumer_stop"}
+    for inst in (s.consumers.instances if s.consumers and s.load else []):
+        how = stops.get(f"consumer-{inst.id}")
+        if how != "terminated":
+            receive.append(f"consumer {inst.id} did not stop cleanly ({how or 'no stop recorded: killed with the platform'}): "
+                           "its last deliveries may not be in its ledger")
+    reasons += receive
+    return {"complete": not reasons, "receive_complete": not receive, "reasons": reasons}
