@@ -17,7 +17,7 @@ from analysis.rules import CLASSES  # noqa: E402
 from rmqchaos.errors import UserError  # noqa: E402
 
 COLORS = {"ok": "#4caf50", "lost": "#d32f2f", "duplicated": "#ff9800", "recovered": "#2196f3",
-          "failed": "#9e9e9e", "indeterminate": "#9c27b0"}
+          "failed": "#9e9e9e", "indeterminate": "#9c27b0", "undelivered_at_stop": "#ffeb3b"}
 SHADE = {"fault": "#ffcdd2", "load": "#e3f2fd", "drain": "#f1f8e9"}
 
 
@@ -114,7 +114,7 @@ def plot_compare(sums: list[dict[str, Any]]) -> str:
     names = [f"{s['scenario']}\n{s['run_id'][-6:]}" for s in sums]
     bottom = [0] * len(sums)
     for c in CLASSES:
-        vals = [s["counts"][c] for s in sums]
+        vals = [s["counts"].get(c, 0) for s in sums]  # summaries of older runs lack newer classes
         ax.bar(names, vals, bottom=bottom, color=COLORS[c], label=c)
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax.set_ylabel("keys")

@@ -209,7 +209,8 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("stage", help="run one pipeline stage against a run directory (as the DAG tasks do)",
                        description="Stages: up (needs --scenario the first time), check, load, down, analyze, report. "
-                                   "Each reads and writes only the run directory; down always cleans up.")
+                                   "Each reads and writes only the run directory and prints its result as one "
+                                   "JSON line (report: the text report); down always cleans up.")
     s.add_argument("stage", choices=["up", "check", "load", "down", "analyze", "report"])
     s.add_argument("run_dir", help="run directory")
     s.add_argument("--scenario", help="scenario file (stage up on a new run directory)")
@@ -217,8 +218,10 @@ def parser() -> argparse.ArgumentParser:
 
     an = sub.add_parser("analyze", help="reconcile a run's ledgers with PySpark (analysis/summary.json)",
                         description="Classify every business key (ok, lost, duplicated, recovered, failed, "
-                                    "indeterminate) and write RUN_DIR/analysis/summary.json, keys.parquet and "
-                                    "series.parquet. Spark runs local[*] unless --master says otherwise.")
+                                    "indeterminate, undelivered_at_stop) and write RUN_DIR/analysis/summary.json, "
+                                    "keys.parquet and series.parquet. A run whose consumers did not drain and stop "
+                                    "cleanly is INCOMPLETE: its undelivered acked keys are not called lost. "
+                                    "Spark runs local[*] unless --master says otherwise.")
     an.add_argument("run_dir")
     an.add_argument("--master", help="Spark master URL (default local[*], or $RMQCHAOS_SPARK_MASTER)")
     an.set_defaults(fn=cmd_analyze)

@@ -118,10 +118,17 @@ def test_oom_kill_loses_acked_messages_with_tsp_on_and_none_with_tsp_off(spark_s
     # would be a finding, not a coin toss. Only the first kill of a broker is a TSP sample: a
     # restarted broker loads its last commit-log file without a TSP buffer (MappedFileQueue.doLoad)
     # and writes it through the page cache until it rolls over (second kills here lost 0, 0).
+    # A kill that the host stalls for ~2 s (seen once in a full suite: kill_after_s 1.88, lost 0) lets
+    # the commit thread catch up even then; a second fresh cluster is then the second sample. The
+    # claim is that TSP can lose acknowledged messages and that without it nothing is lost.
     on = _experiment(tmp_path / "on", "oom-tsp-on.yaml", (27876, 27911, 27921),
                      config={"commitCommitLogThoroughInterval": 1000})
+    tsp_runs = [on]
+    if on["counts"]["lost"] == 0:
+        tsp_runs.append(_experiment(tmp_path / "on2", "oom-tsp-on.yaml", (27876, 27911, 27921),
+                                    config={"commitCommitLogThoroughInterval": 1000}))
     off = _experiment(tmp_path / "off", "oom-tsp-off.yaml", (27876, 27911, 27921))
-    for s in (on, off):
+    for s in (*tsp_runs, off):
         [kill] = [e for e in s["events"] if e["kind"] == "fault" and e["params"]["fault_kind"] == "oom_kill"]
         assert kill["outcome"] == "ok"
         c = s["counts"]
@@ -134,10 +141,14 @@ def test_oom_kill_loses_acked_messages_with_tsp_on_and_none_with_tsp_off(spark_s
     # With TSP an OOM kill can also cut a commit mid-write: the restarted broker then serves a message
     # whose tail is zeros (seen: its KEYS property "9\x00\x00..." under the original msgId). Such
     # deliveries are the only unexpected ones allowed, and each names the message it damaged.
-    assert on["counts"]["unexpected"] == on["counts"]["corrupted_deliveries"]
-    assert all(x["sent_outcome"] == "ok" for x in on["corrupted"])
+    for on in tsp_runs:
+        assert on["complete"] is True and on["counts"]["undelivered_at_stop"] == 0
+        assert on["counts"]["unexpected"] == on["counts"]["corrupted_deliveries"]
+        assert all(x["sent_outcome"] == "ok" for x in on["corrupted"])
+        assert on["cluster"]["brokers"]["broker-a"]["transientStorePoolEnable"] == "true"
     assert off["counts"]["unexpected"] == off["counts"]["corrupted_deliveries"] == 0
-    assert on["cluster"]["brokers"]["broker-a"]["transientStorePoolEnable"] == "true"
     assert off["cluster"]["brokers"]["broker-a"]["transientStorePoolEnable"] == "false"
-    assert on["counts"]["lost"] > 0, on["counts"]  # acked in the off-heap buffer, died with the JVM
+    assert off["complete"] is True
+    # acked in the off-heap buffer, died with the JVM
+    assert any(on["counts"]["lost"] > 0 for on in tsp_runs), [on["counts"] for on in tsp_runs]
     assert off["counts"]["lost"] == 0, off["counts"]  # the page cache outlives the process

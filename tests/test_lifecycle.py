@@ -29,11 +29,21 @@ def test_cluster_up_status_down_leaves_nothing(tmp_path: Path) -> None:
         assert rows[name][4].startswith(port) and rows[name][5] == "yes"
     js = json.loads(cli("cluster", "status", "--run-dir", str(rd), "--json").stdout)
     assert {s["name"]: s["pid"] for s in js} == {n: p for n, p in live(rd)}
+    assert "cluster state: ready" in r.stdout.splitlines()[0]
+
+    assert cli("cluster", "kill", "broker-b", "--run-dir", str(rd)).returncode == 0
+    r = cli("cluster", "status", "--run-dir", str(rd))
+    assert "cluster state: degraded (broker-b down)" in r.stdout.splitlines()[0], r.stdout
 
     r = cli("cluster", "down", "--run-dir", str(rd))
     assert r.returncode == 0, r.stderr
     assert_nothing_left(rd)
     assert json.loads((rd / "state.json").read_text())["cluster"] == "down"
+
+    # a restart of a cluster that is down refuses at once, and starts nothing
+    r = cli("cluster", "restart", "broker-a", "--run-dir", str(rd))
+    assert r.returncode == 1 and "namesrv 127.0.0.1:39876 does not answer" in r.stderr, r.stderr
+    assert_nothing_left(rd)
 
 
 def test_run_end_to_end_writes_report(tmp_path: Path) -> None:
