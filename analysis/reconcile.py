@@ -25,7 +25,7 @@ from rmqchaos.errors import UserError
 from rmqchaos.progress import say
 
 
-NOT_WINDOWS = ("stage", "cluster_up", "check", "restart")  # bookkeeping (a fault restart has its own event)
+NOT_WINDOWS = ("stage", "cluster_up", "check", "restart", "consumer_stop")  # bookkeeping (a fault restart has its own event)
 
 
 class LedgerError(UserError):
