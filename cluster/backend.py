@@ -206,11 +206,10 @@ class ClusterBackend(ABC):
         except RemotingError:
             return set()
 
-    def wait_routed(self, topic: str, timeout: float, check: object = None) -> None:
+    def wait_routed(self, topic: str, timeout: float) -> None:
         """The one "wait until `topic` routes to every master" loop."""
         want = {p.broker_name for p in self.masters()}
-        poll_until(lambda: self.routed_groups(topic) >= want, timeout,
-                   f"topic {topic} to route to every broker group", check=check)  # type: ignore[arg-type]
+        poll_until(lambda: self.routed_groups(topic) >= want, timeout, f"topic {topic} to route to every broker group")
 
     def scenario_broker_keys(self, node: str) -> dict[str, object]:
         """The broker.conf keys the scenario itself sets for `node` (defaults, then the broker's own),

@@ -35,12 +35,13 @@ def _write(run: RunDir) -> None:
     st = run.state()
     tl = run.timeline()
     up_ev = next((e for e in tl if e["kind"] == "cluster_up"), None)
-    w = run.scenario().checks.witness
+    scenario = run.scenario()
+    w = scenario.checks.witness
     wfile = run.checks_dir / f"witness-{w.topic}.json" if w else None
     wres = json.loads(wfile.read_text()) if wfile and wfile.exists() else None
     stages = run.stages()
     summ = json.loads(summary_f.read_text()) if summary_f.exists() else None
-    rep = {"run_id": st["run_id"], "scenario": run.scenario().name, "stages": stages,
+    rep = {"run_id": st["run_id"], "scenario": scenario.name, "stages": stages,
            "cluster_up_s": round((up_ev["end_ms"] - up_ev["start_ms"]) / 1000, 1) if up_ev else None,
            "witness": wres}
     run.report_json.write_text(json.dumps(rep, indent=2) + "\n")

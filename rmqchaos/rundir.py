@@ -22,7 +22,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from rmqchaos import paths
 from rmqchaos.ledgers import LEDGER_DIR
@@ -65,8 +65,8 @@ class RunDir:
         (rd.path / "scenario.src.yaml").write_text(source_text)
         _atomic_write(rd.path / "scenario.yaml", dump_scenario(scenario))
         run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{scenario.name}-{secrets.token_hex(3)}"
-        _atomic_write(rd.path / "state.json", json.dumps({"run_id": run_id, "created_ms": now_ms(), "mode": mode, "owner": _me(),
-                        "cluster": "new", "stages": {}}, indent=2) + "\n")
+        rd._write_state({"run_id": run_id, "created_ms": now_ms(), "mode": mode, "owner": _me(),
+                         "cluster": "new", "stages": {}})
         return rd
 
     @classmethod
@@ -138,9 +138,16 @@ class RunDir:
             raise UserError(f"{f} is not a run state (no run_id)", "restore it or start a new run")
         return st
 
-    def write_state(self, st: dict[str, Any]) -> None:
+    def _write_state(self, st: dict[str, Any]) -> None:
+        _atomic_write(self.path / "state.json", json.dumps(st, indent=2) + "\n")
+
+    def _modify_state(self, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        """The one read-modify-write of state.json, under the lock."""
         with self.state_lock():
-            _atomic_write(self.path / "state.json", json.dumps(st, indent=2) + "\n")
+            st = self.state()
+            change(st)
+            self._write_state(st)
+        return st
 
     @contextmanager
     def state_lock(self) -> Iterator[None]:
@@ -154,11 +161,7 @@ class RunDir:
             os.close(fd)  # closing drops the lock
 
     def update_state(self, **kv: Any) -> dict[str, Any]:
-        with self.state_lock():
-            st = self.state()
-            st.update(kv)
-            _atomic_write(self.path / "state.json", json.dumps(st, indent=2) + "\n")
-        return st
+        return self._modify_state(lambda st: st.update(kv))
 
     def stages(self) -> dict[str, dict[str, Any]]:
         """state.json's stages, a `running` one whose process is gone shown as `killed` (its process
@@ -174,10 +177,9 @@ class RunDir:
 
     def set_stage(self, name: str, rec: dict[str, Any]) -> None:
         """state.json's `stages[name]`, under the lock."""
-        with self.state_lock():
-            st = self.state()
+        def put(st: dict[str, Any]) -> None:
             st.setdefault("stages", {})[name] = rec
-            _atomic_write(self.path / "state.json", json.dumps(st, indent=2) + "\n")
+        self._modify_state(put)
 
     def take_ownership(self, mode: str) -> None:
         self.update_state(owner=_me(), mode=mode)

@@ -5,10 +5,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from pydantic import BaseModel
-
-from chaos.protocol import KINDS, FaultError, FaultKind
-from rmqchaos.spec import Fault
+from chaos.protocol import KINDS, FaultKind
 
 
 def registry() -> dict[str, type[FaultKind]]:
@@ -17,10 +14,3 @@ def registry() -> dict[str, type[FaultKind]]:
         importlib.import_module(f"{__name__}.{m.name}")
     return KINDS
 
-
-def params_of(fault: Fault) -> BaseModel:
-    """The typed parameters of a loaded fault."""
-    k = registry().get(fault.kind)
-    if k is None:
-        raise FaultError(f"unknown fault kind {fault.kind!r}", f"known: {', '.join(sorted(registry()))}")
-    return k.Params.model_validate(fault.params)

@@ -15,8 +15,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from typing import Any
-
 from chaos.protocol import FaultError, FaultKind, register
 
 # Waits for its go (after being moved into the memory domain), then maps and touches memory in
@@ -86,6 +84,3 @@ class OomKill(FaultKind):
         self.evidence = {"pid": pid, "usage_before": usage, "page_cache_before": cache, "limit": limit,
                          "oom_kill_counter": [before, mem.oom_kills()], "kill_after_s": round(killed_after, 3),
                          "dmesg": dmesg_line(pid)}
-
-    def stop(self) -> dict[str, Any]:
-        return self.evidence
