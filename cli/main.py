@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline import analyze, check, down, load, report, up
+from pipeline import analyze, check, down, drain, load, report, up
 from pipeline.runs import cluster_run_dir, create_run, load_scenario, open_cluster_run, reap_orphans
 from pipeline.scenario import run_many
 from rmqchaos import paths
@@ -132,7 +132,8 @@ def cmd_stage(a: argparse.Namespace) -> int:
         print(Path(res["txt"]).read_text(), end="")
         return 0
     else:
-        res = {"check": check.run, "load": load.run, "analyze": analyze.run, "down": down.run}[a.stage](a.run_dir)
+        res = {"check": check.run, "load": load.run, "drain": drain.run, "analyze": analyze.run,
+               "down": down.run}[a.stage](a.run_dir)
     print(json.dumps(res, default=str))
     return 0
 
@@ -211,7 +212,7 @@ def parser() -> argparse.ArgumentParser:
                        description="Stages: up (needs --scenario the first time), check, load, down, analyze, report. "
                                    "Each reads and writes only the run directory and prints its result as one "
                                    "JSON line (report: the text report); down always cleans up.")
-    s.add_argument("stage", choices=["up", "check", "load", "down", "analyze", "report"])
+    s.add_argument("stage", choices=["up", "check", "load", "drain", "down", "analyze", "report"])
     s.add_argument("run_dir", help="run directory")
     s.add_argument("--scenario", help="scenario file (stage up on a new run directory)")
     s.set_defaults(fn=cmd_stage)
@@ -236,11 +237,55 @@ def parser() -> argparse.ArgumentParser:
     manual.add_parsers(sub)
     bench.add_parsers(sub)
 
+    af = sub.add_parser("airflow", help="the embedded Airflow that runs dags/ (127.0.0.1, SQLite under $RMQCHAOS_HOME)",
+                        description="init: metadata DB and pool; start/stop/status: api-server, scheduler and "
+                                    "dag-processor in the background; check: parse dags/ (import errors, "
+                                    "deprecation warnings, parse time, owner/tags/docs/retries); test DAG: one "
+                                    "DAG run in this process with dag.test() (what `make run` does)")
+    af.add_argument("action", choices=["init", "start", "stop", "status", "check", "test"])
+    af.add_argument("dag", nargs="?", help="test: the DAG id")
+    af.add_argument("--conf", help="test: the DAG run's conf (Params) as JSON")
+    af.set_defaults(fn=cmd_airflow)
     v = sub.add_parser("validate", help="validate a scenario file")
     v.add_argument("scenario")
     v.add_argument("--resolved", action="store_true", help="print the scenario with every default filled in")
     v.set_defaults(fn=cmd_validate)
     return p
+
+
+def cmd_airflow(a: argparse.Namespace) -> int:
+    import orchestrator
+    orchestrator.configure("WARNING" if a.action in ("check", "test") else None)
+    if a.action == "init":
+        orchestrator.init()
+        print(f"embedded Airflow ready in {orchestrator.home()}")
+    elif a.action == "start":
+        r = orchestrator.start()
+        print(f"Airflow UI: {r['url']}  (log in as {r['user']} / {r['password']}); "
+              f"stop it with `rmqchaos airflow stop`")
+    elif a.action == "stop":
+        done = orchestrator.stop()
+        print("\n".join(done) if done else "the embedded Airflow is not running")
+    elif a.action == "status":
+        print(json.dumps(orchestrator.status(), indent=2))
+    elif a.action == "check":
+        r = orchestrator.check_dags()
+        print(json.dumps(r, indent=2))
+        return 0 if not r["import_errors"] and not r["deprecations"] else 1
+    elif a.action == "test":
+        if not a.dag:
+            raise UserError("`rmqchaos airflow test` needs a DAG id", "e.g. rocketmq_nightly_resilience")
+        conf = json.loads(a.conf) if a.conf else None
+        r = orchestrator.test_dag(a.dag, conf)
+        report = next((v["report"] for k, v in reversed(list(r["returns"].items()))
+                       if isinstance(v, dict) and v.get("report")), None)
+        failed = sorted(k for k, v in r["tasks"].items() if v in ("failed", "upstream_failed"))
+        print(f"DAG {a.dag} run {r['run_id']}: {r['state']}"
+              + (f"; failed tasks: {', '.join(failed)}" if failed else ""))
+        if report:
+            print(f"report: {report}")
+        return 0 if r["state"] == "success" else 1
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

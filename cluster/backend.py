@@ -173,9 +173,10 @@ class ClusterBackend(ABC):
     @abstractmethod
     def spawn_client(self, name: str, cmd: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None,
                      log_file: Path | None = None, stdout: object = None, stderr: object = None,
-                     new_session: bool = False) -> subprocess.Popen:
+                     new_session: bool = False, outlive: bool = False) -> subprocess.Popen:
         """Start a client-side process of this run (consumer, load process), recorded so `down`
-        reaps it; it dies with the calling thread's process (PDEATHSIG)."""
+        reaps it; it dies with the calling thread's process (PDEATHSIG) unless `outlive` (a consumer
+        of a detached run, which a later task drains and stops)."""
 
     @abstractmethod
     def run_tool(self, main: str, args: list[str], timeout: float, workdir: Path) -> ToolResult:

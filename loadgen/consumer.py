@@ -5,6 +5,9 @@ line per delivery to its output file (the receive ledger's rows; schema in docs/
 recorded in the run's processes.jsonl and runs in the run's `tools` cgroup, so `down` reaps it even
 after the platform itself was killed; stopping it is SIGTERM, on which the Java side shuts the
 consumer down (persisting offsets) and fsyncs its output.
+
+Its stdout and stderr go to files and it is stopped by its recorded pid, so the process that stops it
+need not be the one that started it (an Airflow `drain` task stops what the `load` task started).
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from typing import Callable
 from cluster.jvm import classpath, jvm_command
 from rmqchaos import paths
 from rmqchaos.errors import UserError
-from rmqchaos.procs import ProcessLog, spawn
+from rmqchaos.procs import ProcessLog, ProcRecord, alive, spawn, starttime, stop
 from rmqchaos.wait import poll_until
 
 #: how a consumer process is started: (node name, cmd, cwd=, stdout=, stderr=, new_session=) -> Popen. The
@@ -59,8 +62,15 @@ class JavaConsumer:
         self.version = rocketmq_version or paths.pinned_rocketmq_version()
         self.launcher, self.proc_log = launcher, proc_log
         self.proc: subprocess.Popen | None = None
+        self.pid: tuple[int, int | None] | None = None  # (pid, kernel start time) once started
         self.log_file = self.workdir / f"consumer-{opts.consumer_id}.log"
+        self.out_file = self.workdir / f"consumer-{opts.consumer_id}.out"  # stdout: the stop summary
         self.summary: dict | None = None
+
+    def attach(self, rec: ProcRecord) -> "JavaConsumer":
+        """This consumer as started earlier, maybe by another process (its processes.jsonl record)."""
+        self.pid = (rec.pid, rec.starttime)
+        return self
 
     @property
     def node(self) -> str:
@@ -81,16 +91,18 @@ class JavaConsumer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.out.parent.mkdir(parents=True, exist_ok=True)
         cmd = self.command()
-        log = open(self.log_file, "ab")
+        log, out = open(self.log_file, "ab"), open(self.out_file, "ab")
         try:
             if self.launcher is not None:
-                self.proc = self.launcher(self.node, cmd, cwd=self.workdir, stdout=subprocess.PIPE, stderr=log,
+                self.proc = self.launcher(self.node, cmd, cwd=self.workdir, stdout=out, stderr=log,
                                           new_session=True)
             else:
-                self.proc = spawn(cmd, cwd=self.workdir, stdout=subprocess.PIPE, stderr=log, new_session=True,
+                self.proc = spawn(cmd, cwd=self.workdir, stdout=out, stderr=log, new_session=True,
                                   die_with_parent=True)
         finally:
             log.close()
+            out.close()
+        self.pid = (self.proc.pid, starttime(self.proc.pid))
         marker = f"consumer {self.opts.consumer_id} started".encode()
 
         def started() -> bool:
@@ -115,7 +127,9 @@ class JavaConsumer:
             return ""
 
     def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        if self.proc is not None:
+            return self.proc.poll() is None
+        return self.pid is not None and alive(*self.pid)
 
     def deliveries(self) -> int:
         """Deliveries recorded so far (complete lines of the output file)."""
@@ -146,28 +160,28 @@ class JavaConsumer:
 
     def stop(self, grace: float = 30.0) -> dict:
         """SIGTERM, wait for the clean shutdown (offsets persisted, output fsync'd); SIGKILL after grace."""
-        if self.proc is None:
+        if self.pid is None:
             return {}
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+        ended = stop(*self.pid, grace)
+        if self.proc is not None:
+            self.proc.wait()
         try:
-            out, _ = self.proc.communicate(timeout=grace)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            out = b""
-        self.summary = _last_json(out or b"")
+            self.summary = _last_json(self.out_file.read_bytes())
+        except OSError:
+            self.summary = {}
         # "terminated" only when its stop hook ran: ledger flushed and fsync'd, offsets persisted (the
         # hook prints the summary line last); a consumer that died any other way may have lost the tail
-        how = "terminated" if "deliveries" in self.summary else f"died (exit {self.proc.returncode})"
+        how = "terminated" if "deliveries" in self.summary else f"died ({ended})"
         if self.proc_log is not None:
-            self.proc_log.record_exit(self.node, self.proc.pid, how)
+            self.proc_log.record_exit(self.node, self.pid[0], how)
         self.summary["how"] = how
         return self.summary
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        if self.pid is not None and alive(*self.pid):
+            os.killpg(self.pid[0], signal.SIGKILL)
+            if self.proc is not None:
+                self.proc.wait()
 
 
 def _last_json(out: bytes) -> dict:

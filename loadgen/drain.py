@@ -3,6 +3,7 @@ it (until every group's lag is 0 and nothing new arrived for `settle`), stop the
 process itself (`python -m loadgen RUN_DIR`) as a recorded child of the run."""
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -20,25 +21,46 @@ from rmqchaos.spec import Scenario
 from rmqclient.admin import RemotingError
 
 
-def start_consumers(run: RunDir, c: ClusterBackend, s: Scenario) -> list[JavaConsumer]:
+def _consumers(run: RunDir, c: ClusterBackend, s: Scenario) -> list[JavaConsumer]:
+    """The scenario's consumer instances (not started)."""
     assert s.consumers is not None
-    out: list[JavaConsumer] = []
     default_topics = s.load.topics() if s.load else []
+    # a detached run's consumers outlive the process that starts them (a DAG's load task): the
+    # drain stage, maybe in another process, stops them; `down` reaps them if it never runs
+    launcher = functools.partial(c.spawn_client, outlive=run.state().get("mode") == "detached")
+    out = []
+    for inst in s.consumers.instances:
+        opts = ConsumerOptions(group=inst.group, topics=inst.topics or default_topics, mode=inst.mode,
+                               batch_size=inst.batch_size, delay_ms=inst.delay_ms, threads=inst.threads,
+                               consumer_id=inst.id, heap_mb=inst.heap_mb,
+                               duration_s=(s.load.duration if s.load else 0) + s.consumers.drain_timeout + 600)
+        out.append(JavaConsumer(c.namesrv_addr, opts, receive_ledger_path(run.path, inst.id), run.consumers_dir,
+                                run_id=run.run_id, rocketmq_version=s.cluster.rocketmq_version,
+                                launcher=launcher, proc_log=run.processes))
+    return out
+
+
+def start_consumers(run: RunDir, c: ClusterBackend, s: Scenario) -> list[JavaConsumer]:
+    out: list[JavaConsumer] = []
     try:
-        for inst in s.consumers.instances:
-            topics = inst.topics or default_topics
-            opts = ConsumerOptions(group=inst.group, topics=topics, mode=inst.mode, batch_size=inst.batch_size,
-                                   delay_ms=inst.delay_ms, threads=inst.threads, consumer_id=inst.id,
-                                   heap_mb=inst.heap_mb,
-                                   duration_s=(s.load.duration if s.load else 0) + s.consumers.drain_timeout + 600)
-            jc = JavaConsumer(c.namesrv_addr, opts, receive_ledger_path(run.path, inst.id), run.consumers_dir,
-                              run_id=run.run_id, rocketmq_version=s.cluster.rocketmq_version,
-                              launcher=c.spawn_client, proc_log=run.processes)
-            say(f"consumer {inst.id}: group {inst.group}, topics {', '.join(topics)}, mode {inst.mode}")
+        for jc in _consumers(run, c, s):
+            o = jc.opts
+            say(f"consumer {o.consumer_id}: group {o.group}, topics {', '.join(o.topics)}, mode {o.mode}")
             out.append(jc.start())
     except BaseException:
         stop_consumers(out)
         raise
+    return out
+
+
+def started_consumers(run: RunDir, c: ClusterBackend, s: Scenario) -> list[JavaConsumer]:
+    """The consumers an earlier stage started and nothing has stopped yet (from processes.jsonl)."""
+    exited = {(e.get("node"), e.get("pid")) for e in run.processes.entries() if e.get("event") == "exit"}
+    out = []
+    for jc in _consumers(run, c, s):
+        rec = run.processes.latest(jc.node)
+        if rec is not None and (rec.node, rec.pid) not in exited:
+            out.append(jc.attach(rec))
     return out
 
 
@@ -89,7 +111,7 @@ def stop_consumers(consumers: list[JavaConsumer], run: RunDir | None = None) -> 
     (the analysis trusts a receive ledger only from a consumer that stopped cleanly)."""
     for jc in consumers:
         t0 = now_ms()
-        how = jc.stop().get("how", "not-started") if jc.proc is not None else "not-started"
+        how = jc.stop().get("how", "not-started") if jc.pid is not None else "not-started"
         if run is not None:
             run.event("consumer_stop", jc.node, t0, now_ms(), how, deliveries=jc.deliveries())
 

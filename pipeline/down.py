@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster import get_backend
+from pipeline import slot
 from pipeline.runs import as_run
 from pipeline.stage import stage
 from rmqchaos.progress import say
@@ -18,6 +19,7 @@ def run(run_dir: str | Path | RunDir) -> dict[str, Any]:
         done = get_backend(r).down()
         for d in done:
             say(d)
+        slot.release(r)
         return {"done": done}
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from pipeline.runs import as_run
 from pipeline.stage import stage
+from rmqchaos.errors import UserError
 from rmqchaos.rundir import RunDir
 
 
@@ -17,6 +18,21 @@ def run(run_dir: str | Path | RunDir) -> dict[str, Any]:
     with stage(r, "report"):
         _write(r)
     return {"txt": str(r.report_txt), "html": str(r.report_html) if r.report_html.exists() else None}
+
+
+def rebuild(run_dirs: list[str | Path | RunDir], out: str | Path | None = None) -> dict[str, Any]:
+    """Each run's report again and, for several analyzed runs, one combined report (default
+    runs/<time>-loss-report.html). Returns {"report": the HTML to read, "runs": [...]}."""
+    runs = list(dict.fromkeys(str(as_run(d).path) for d in run_dirs))  # each once, in order
+    if not runs:
+        raise UserError("no run directory to report on", "pass run_dirs (or trigger through an analysis)")
+    htmls = [h for d in runs if (h := run(d)["html"])]
+    if len(runs) == 1:
+        return {"report": htmls[0] if htmls else str(as_run(runs[0]).report_txt), "runs": runs}
+    from pipeline.runs import default_run_dir
+    analyzed = [d for d in runs if as_run(d).summary_file.exists()]
+    rep = combined(analyzed, out or str(default_run_dir("loss-report")) + ".html")["html"] if analyzed else None
+    return {"report": rep, "runs": runs}
 
 
 def combined(run_dirs: list[str | Path | RunDir], out: str | Path) -> dict[str, Any]:

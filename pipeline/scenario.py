@@ -1,8 +1,10 @@
 """A scenario run end to end: the stage order and the failure policy, in this one place.
 
-    up → check → load (with its faults) → down → analyze → report
+    up → check → load (with its faults) → drain → down → analyze → report
 
 Failure policy:
+- `drain` also runs after a `load` that failed with a user-level error (a fault that could not be
+  applied): the consumers it started still stop cleanly, so what the ledgers hold is complete;
 - `down` always runs, whatever happened before it (also on Ctrl-C or SIGTERM);
 - `analyze` runs on whatever the ledgers hold when the stages before it failed with a user-level
   error (a failed check, a fault that could not be applied), not when the run was interrupted;
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from pipeline import analyze, check, down, load, report, up
+from pipeline import analyze, check, down, drain, load, report, up
 from pipeline.runs import create_run, load_scenario, reap_orphans
 from pipeline.stage import error_line
 from rmqchaos.errors import UserError
@@ -25,8 +27,13 @@ from rmqchaos.rundir import RunDir
 
 #: the stages before `down`, in order; each is `run(run_dir) -> small result`
 BEFORE_DOWN: tuple[tuple[str, Callable[[RunDir], object]], ...] = (
-    ("up", up.run), ("check", check.run), ("load", load.run))
-STAGES = ("up", "check", "load", "down", "analyze", "report")
+    ("up", up.run), ("check", check.run), ("load", load.run), ("drain", drain.run))
+STAGES = ("up", "check", "load", "drain", "down", "analyze", "report")
+
+
+def runs_after_failure(stage_name: str, failed_stage: str) -> bool:
+    """Whether `stage_name` (before `down`) still runs after `failed_stage` failed with a user-level error."""
+    return stage_name == "drain" and failed_stage == "load"
 
 
 @dataclass
@@ -53,10 +60,17 @@ def run_scenario(scenario_file: str | Path, out: str | Path | None = None, mode:
 
 def run_stages(run: RunDir) -> Outcome:
     failed: BaseException | None = None
+    failed_stage = ""
     try:
-        for _, fn in BEFORE_DOWN:
-            fn(run)
-    except BaseException as e:  # noqa: BLE001 - down must run whatever happened
+        for name, fn in BEFORE_DOWN:
+            if failed is not None and not runs_after_failure(name, failed_stage):
+                break
+            try:
+                fn(run)
+            except UserError as e:
+                if failed is None:
+                    failed, failed_stage = e, name
+    except BaseException as e:  # noqa: BLE001 - down must run whatever happened; an interruption wins
         failed = e
     finally:
         if run.processes.path.exists() or run.state().get("cluster") != "new":

@@ -12,6 +12,9 @@ from rmqchaos.rundir import RunDir
 
 def run(run_dir: str | Path | RunDir) -> dict[str, Any]:
     r = as_run(run_dir)
+    # the process bringing it up owns it until it is ready (one killed mid-`up` leaves an orphan that
+    # the next run reaps); a DAG's `up` task is not the process that created the run directory
+    r.take_ownership(r.state().get("mode", "owned"))
     with stage(r, "up"):
         c = get_backend(r)
         c.up()

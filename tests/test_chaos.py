@@ -8,7 +8,7 @@ from typing import Iterator
 import pytest
 import yaml
 
-from pipeline import load
+from pipeline import drain, load
 from rmqchaos.procs import alive
 from tests.conftest import REPO, cli, load_run, write_scenario
 from tests.test_load import ledgers
@@ -31,6 +31,7 @@ def test_pause_then_oom_kill_act_on_their_target_only(fresh_cluster, tmp_path: P
     (run.path / "scenario.yaml").write_text(yaml.safe_dump(d, sort_keys=False))
     b_pid = c.node("broker-b").pid
     load.run(run)
+    drain.run(run)
 
     pause, oom = fault_events(run.path)
     assert (pause["params"]["fault_id"], pause["outcome"]) == ("pause-b", "ok")
@@ -102,6 +103,7 @@ def _experiment(tmp: Path, scenario: str, ports: tuple[int, int, int], config: d
     try:
         up.run(run)
         load.run(run)
+        drain.run(run)
     finally:
         down.run(run)
     analyze.run(run)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import load
+from pipeline import drain, load
 from rmqchaos.ledgers import check_run, ledger_files, read_ledger
 from tests.conftest import REPO, cli, load_run, write_scenario
 
@@ -36,6 +36,7 @@ def test_fault_free_10k_at_a_fixed_rate_every_acked_key_received_once(cluster, t
                                        "messages": 10_000, "message_size": 512},
                    {"settle": "5s", "instances": [{"id": "c0", "group": "g_load_10k"}]})
     load.run(run)
+    drain.run(run)
     intents, outcomes, recv = ledgers(run.path)
     assert len(intents) == len(outcomes) == locust_requests(run.path) == 10_000
     assert {(r["producer_id"], r["attempt_id"]) for r in intents} == \
@@ -62,6 +63,7 @@ def test_distributed_mode_two_workers_write_their_own_ledgers(cluster, tmp_path:
                                        "messages": 2000, "workers": 2},
                    {"settle": "5s", "instances": [{"id": "c0", "group": "g_load_dist"}]})
     load.run(run)
+    drain.run(run)
     assert len(ledger_files(run.path, "send")) == 2
     intents, outcomes, recv = ledgers(run.path)
     assert len(intents) == len(outcomes) == locust_requests(run.path) == 2000
@@ -114,6 +116,7 @@ def test_resend_to_backup_topic_on_busy_never_duplicates(strict_cluster, tmp_pat
                                               "policy": {"kind": "resend_to_backup_topic", "resend_on": ["busy"]}},
                    {"settle": "5s", "instances": [{"id": "c0", "group": "g_busy"}]})
     load.run(run)
+    drain.run(run)
     intents, outcomes, recv = ledgers(run.path)
     busy_first = {r["key"] for r in outcomes if r["attempt"] == 1 and r["code"] == 2}
     assert busy_first, collections.Counter((r["outcome"], r["code"]) for r in outcomes)
@@ -150,6 +153,7 @@ def test_resend_to_backup_topic_on_timeout_duplicates_what_was_stored(fresh_clus
     t.start()
     try:
         load.run(run)
+        drain.run(run)
     finally:
         t.join()
         node.resume()
@@ -172,6 +176,7 @@ def test_ignore_send_status_records_the_true_status_and_counts_it_as_success(str
                                               "messages": 200, "policy": {"kind": "ignore_send_status"}},
                    {"settle": "5s", "instances": [{"id": "c0", "group": "g_ign"}]})
     load.run(run)
+    drain.run(run)
     intents, outcomes, recv = ledgers(run.path)
     weak = [r for r in outcomes if r["status"] == "FLUSH_DISK_TIMEOUT"]
     assert weak and all(r["outcome"] == "ok" and r["code"] == 10 and r["app_ok"] for r in weak)

@@ -39,7 +39,7 @@ def test_stages_one_at_a_time_with_load_and_faults_through_the_html_report(tmp_p
         r = cli("stage", "up", str(run), "--scenario", str(f))
         assert r.returncode == 0, r.stderr[-2000:]
         results["up"] = json.loads(r.stdout)
-        for st in ("check", "load"):
+        for st in ("check", "load", "drain"):
             r = cli("stage", st, str(run), timeout=600)
             assert r.returncode == 0, r.stderr[-3000:]
             results[st] = json.loads(r.stdout)
@@ -49,7 +49,8 @@ def test_stages_one_at_a_time_with_load_and_faults_through_the_html_report(tmp_p
     assert_nothing_left(run)
     assert results["up"]["namesrv"] == "127.0.0.1:45876"
     assert results["check"]["witness"]["ok"] is True and results["check"]["witness"]["read_back_total"] == 200
-    assert results["load"]["drained"] is True and results["load"]["deliveries"] > 0
+    assert results["load"] == {"faults": 6, "consumers": 1}
+    assert results["drain"]["drained"] is True and results["drain"]["deliveries"] > 0
 
     ev = fault_events(run)
     assert set(ev) == {"pause-a#1", "pause-a#2", "kill-b", "kill-b-restart", "oom-a", "oom-a-restart"}

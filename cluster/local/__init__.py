@@ -85,10 +85,10 @@ class LocalCluster(ClusterBackend):
 
     def spawn_client(self, name: str, cmd: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None,
                      log_file: Path | None = None, stdout: object = None, stderr: object = None,
-                     new_session: bool = False) -> subprocess.Popen:
+                     new_session: bool = False, outlive: bool = False) -> subprocess.Popen:
         cg = self._tools_cgroup()
         p = spawn(cmd, cwd=cwd, env=env, log_file=log_file, stdout=stdout, stderr=stderr, join=cg.procs_files(),
-                  new_session=new_session, die_with_parent=True)
+                  new_session=new_session, die_with_parent=not outlive)
         record_spawn(self.run.processes, name, p, cmd, cgroup=cg.rel)
         return p
 
@@ -354,6 +354,10 @@ class LocalNode(Node):
         if sig == signal.SIGKILL:
             wait_gone([(r.pid, r.starttime)], 10)
             self.c.run.processes.record_exit(self.name, r.pid, "SIGKILL")
+            # Reaped is not yet closed: the kernel may release the listeners a moment later, and a
+            # client connecting in between is accepted and then reset. Return once the node is down.
+            poll_until(lambda: not any(port_in_use(p) for p in self.plan.ports), 5, f"{self.name}'s ports",
+                       interval=0.02, raise_on_timeout=False)
 
     def pause(self) -> None:
         if not self.running():

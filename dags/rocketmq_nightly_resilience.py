@@ -1,0 +1,67 @@
+"""rocketmq_nightly_resilience: every scenario of the nightly matrix on a fresh cluster, then one
+combined report. The DAG is the pipeline's table of contents; the work is in the `pipeline` package."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from airflow.sdk import Param, dag, task, task_group
+from rmqchaos_tasks import DEFAULT_ARGS, cluster_run
+
+DOC = """
+### RocketMQ nightly resilience matrix
+
+Each scenario listed in the matrix file (`scenarios/nightly.yaml`: at least `control`, `oom-tsp-on`,
+`oom-tsp-off`) runs on a fresh cluster of this machine, one cluster at a time (pool `rmqchaos_cluster`,
+one slot):
+
+`wait_for_cluster_slot` → **up** (setup) → check → load with faults → drain → **down** (teardown: runs
+whatever failed in between) → analyze → report
+
+The analyses run in parallel; then `combined_report` writes one HTML report across the matrix (its path is
+the task's return value, and the task's *rmqchaos report* link opens it). The DAG run fails when a run
+failed or its loss could not be verified; a scenario that loses messages is a finding, not a failure.
+"""
+
+
+@dag(dag_id="rocketmq_nightly_resilience", schedule="0 2 * * *", start_date=datetime(2026, 1, 1), catchup=False,
+     max_active_runs=1, default_args=DEFAULT_ARGS, tags=["rocketmq", "resilience", "nightly"], doc_md=DOC,
+     params={"matrix": Param("scenarios/nightly.yaml", type="string",
+                             description="the matrix file: `scenarios:` lists the scenario files")})
+def rocketmq_nightly_resilience() -> None:
+    @task
+    def matrix() -> list[str]:
+        from airflow.sdk import get_current_context
+
+        from pipeline.matrix import scenarios
+        return scenarios(get_current_context()["params"]["matrix"])
+
+    @task
+    def prepare(scenario: str) -> str:
+        from pipeline.matrix import prepare as make_run
+        return make_run(scenario)
+
+    @task_group
+    def scenario_run(scenario: str) -> Any:
+        return cluster_run(prepare(scenario))
+
+    @task(trigger_rule="all_done")
+    def combined_report(reports: list[dict[str, Any] | None] | None) -> dict[str, Any]:
+        from pipeline.matrix import verdict
+        from pipeline.report import combined
+        from pipeline.runs import default_run_dir
+        from rmqchaos.errors import UserError
+        reports = [r for r in (reports or []) if r]  # None: the matrix never expanded (a bad scenario file)
+        if not reports:
+            raise UserError("no scenario of the matrix ran", "see the failed tasks before this one")
+        runs = [r["run_dir"] for r in reports]
+        analyzed = [r["run_dir"] for r in reports if r.get("html")]
+        out = combined(analyzed, str(default_run_dir("nightly")) + ".html") if analyzed else {"html": None}
+        print(f"combined report: {out['html']}", flush=True)
+        verdict(runs)  # fails the DAG run, after the report is written, if a run failed
+        return {"report": out["html"], "runs": runs}
+
+    combined_report(scenario_run.expand(scenario=matrix()))
+
+
+rocketmq_nightly_resilience()

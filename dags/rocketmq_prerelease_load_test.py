@@ -1,0 +1,70 @@
+"""rocketmq_prerelease_load_test: a load test a release manager triggers with Params; pass gates
+decide the DAG run's state. The work is in the `pipeline` package."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from airflow.sdk import Param, dag, get_current_context, task
+from rmqchaos_tasks import DEFAULT_ARGS, cluster_run
+
+DOC = """
+### RocketMQ pre-release load test
+
+Trigger it with the release's choices (*Trigger DAG* shows the form): RocketMQ version, broker.conf
+overrides, rate, duration, message size, producer policy, fault set, and the pass gates. They are laid
+over the base scenario (`scenarios/prerelease.yaml`) and validated like any scenario file.
+
+`prepare` → `wait_for_cluster_slot` → **up** (setup) → check → load → drain → **down** (teardown) →
+analyze → report → **gates**
+
+`gates` fails the DAG run naming each crossed gate with its limit and the measured value; a run whose
+loss could not be verified never passes. Leave a gate empty to not apply it.
+"""
+
+POLICIES = ["no_retry", "retry", "java_default", "resend_to_backup_topic", "ignore_send_status"]
+FAULT_SETS = ["base", "none", "oom_kill_broker_a", "kill_broker_a", "pause_broker_a"]
+PARAMS = {
+    "scenario": Param("scenarios/prerelease.yaml", type="string", description="base scenario file"),
+    "rocketmq_version": Param(None, type=["null", "string"], pattern=r"^\d+\.\d+\.\d+$",
+                              description="RocketMQ version (empty: the pinned one; it must be set up)"),
+    "broker_config": Param({}, type="object", description="broker.conf overrides, e.g. {\"flushDiskType\": \"SYNC_FLUSH\"}"),
+    "rate": Param(500, type="number", exclusiveMinimum=0, maximum=200000, description="messages/s, all producers"),
+    "duration": Param(30, type="number", exclusiveMinimum=0, maximum=21600, description="load duration, s"),
+    "message_size": Param(1024, type="integer", minimum=1, maximum=4194304, description="bytes"),
+    "policy": Param("retry", type="string", enum=POLICIES, description="what the producer does after an attempt"),
+    "fault_set": Param("none", type="string", enum=FAULT_SETS, description="faults during the load"),
+    "max_lost": Param(0, type=["null", "integer"], minimum=0, description="gate: acknowledged keys never delivered"),
+    "max_duplicated": Param(None, type=["null", "integer"], minimum=0, description="gate: keys delivered twice or more"),
+    "max_p99_send_ms": Param(1000, type=["null", "number"], minimum=0, description="gate: p99 send latency, ms"),
+    "max_busy_error_rate": Param(0.01, type=["null", "number"], minimum=0, maximum=1,
+                                 description="gate: busy answers per attempt"),
+}
+GATES = ("max_lost", "max_duplicated", "max_p99_send_ms", "max_busy_error_rate")
+
+
+@dag(dag_id="rocketmq_prerelease_load_test", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
+     default_args=DEFAULT_ARGS, tags=["rocketmq", "load-test", "pre-release"], doc_md=DOC, params=PARAMS)
+def rocketmq_prerelease_load_test() -> None:
+    @task
+    def prepare() -> str:
+        from pipeline import prerelease
+        from pipeline.runs import reap_orphans
+        reap_orphans()
+        return str(prerelease.create(dict(get_current_context()["params"])).path)
+
+    @task(retries=0)
+    def gates(rep: dict[str, Any]) -> dict[str, Any]:
+        from pipeline.gates import enforce
+        from pipeline.matrix import failures
+        failed = failures(rep["run_dir"])
+        if failed:
+            from rmqchaos.errors import UserError
+            raise UserError("the run failed: " + "; ".join(failed), f"see {rep['txt']}")
+        p = get_current_context()["params"]
+        return enforce(rep["run_dir"], {g: p.get(g) for g in GATES})
+
+    gates(cluster_run(prepare()))
+
+
+rocketmq_prerelease_load_test()

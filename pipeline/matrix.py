@@ -1,0 +1,61 @@
+"""The nightly resilience matrix: which scenarios run (listed in one file, scenarios/nightly.yaml),
+the run directory each gets, and the matrix's verdict once every run has been analyzed."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from pipeline.runs import as_run, create_run, load_scenario, reap_orphans
+from rmqchaos import paths
+from rmqchaos.errors import UserError
+from rmqchaos.rundir import RunDir
+
+NIGHTLY = paths.REPO / "scenarios" / "nightly.yaml"
+
+
+def scenarios(matrix: str | Path | None = None) -> list[str]:
+    """The matrix file's scenario paths (relative to it), each validated; one clear line if any is wrong."""
+    f = Path(matrix) if matrix else NIGHTLY
+    if not f.is_absolute():
+        f = paths.REPO / f
+    try:
+        doc = yaml.safe_load(f.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise UserError(f"cannot read the matrix {f}: {e}", "it lists `scenarios:` as file paths") from None
+    items = doc.get("scenarios") if isinstance(doc, dict) else None
+    if not isinstance(items, list) or not items or not all(isinstance(x, str) for x in items):
+        raise UserError(f"{f}: `scenarios:` must be a non-empty list of scenario files", "see scenarios/nightly.yaml")
+    out = [str((f.parent / x).resolve()) for x in items]
+    for s in out:
+        load_scenario(s)
+    return out
+
+
+def prepare(scenario: str | Path) -> str:
+    """A detached run directory for one scenario of a scheduled run (reaping what killed runs left)."""
+    reap_orphans()
+    return str(create_run(scenario, mode="detached").path)
+
+
+def failures(run_dir: str | Path | RunDir) -> list[str]:
+    """What went wrong in a run: each stage that did not end ok, and an analysis that could not verify loss."""
+    r = as_run(run_dir)
+    out = [f"stage {name} {rec.get('status')}" + (f": {rec['error']}" if rec.get("error") else "")
+           for name, rec in r.stages().items() if rec.get("status") != "ok"]
+    if r.summary_file.exists():
+        s = json.loads(r.summary_file.read_text())
+        if not s.get("complete", True):
+            out.append("incomplete, loss not verified: " + "; ".join(s.get("incomplete_reasons") or []))
+    return out
+
+
+def verdict(run_dirs: list[str]) -> dict[str, list[str]]:
+    """Every run's failures; a UserError naming the runs that failed (after the report is written)."""
+    bad = {d: f for d in run_dirs if (f := failures(d))}
+    if bad:
+        raise UserError(f"{len(bad)} of {len(run_dirs)} runs failed: "
+                        + " | ".join(f"{as_run(d).scenario().name}: {'; '.join(f)}" for d, f in bad.items()),
+                        "see the combined report")
+    return bad
