@@ -1,15 +1,17 @@
 # The two commands of the README: `make run` and `make test`. Both set up what they need first.
 ROCKETMQ_VERSION ?=
 export ROCKETMQ_VERSION
-# The headline experiment: the same OOM kill of broker-a with transientStorePoolEnable on and off.
-SCENARIO ?= scenarios/oom-tsp-on.yaml scenarios/oom-tsp-off.yaml
+# The main job goes through Airflow: the nightly resilience DAG (its matrix, scenarios/nightly.yaml:
+# control, the OOM kill of broker-a with transientStorePoolEnable on and off) run with dag.test() on
+# the embedded metadata DB, the same tasks a scheduler runs; it ends with the combined report's path.
+DAG ?= rocketmq_nightly_resilience
 
 .PHONY: setup run test test-fast lint lock clean
 setup:
 	@scripts/setup.sh
 
 run: setup
-	@.venv/bin/rmqchaos run $(SCENARIO)
+	@.venv/bin/rmqchaos airflow test $(DAG)
 
 # The whole suite: the layering contracts, then every test (the fast tier first, then the ones that
 # run RocketMQ JVMs; tests/conftest.py orders them).

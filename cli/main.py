@@ -277,8 +277,10 @@ def cmd_airflow(a: argparse.Namespace) -> int:
             raise UserError("`rmqchaos airflow test` needs a DAG id", "e.g. rocketmq_nightly_resilience")
         conf = json.loads(a.conf) if a.conf else None
         r = orchestrator.test_dag(a.dag, conf)
-        report = next((v["report"] for k, v in reversed(list(r["returns"].items()))
-                       if isinstance(v, dict) and v.get("report")), None)
+        for k, v in sorted(r["returns"].items()):  # each run's text report, as `rmqchaos run` prints it
+            if isinstance(v, dict) and v.get("txt") and Path(v["txt"]).is_file():
+                print(Path(v["txt"]).read_text(), end="", flush=True)
+        report = r["report"]
         failed = sorted(k for k, v in r["tasks"].items() if v in ("failed", "upstream_failed"))
         print(f"DAG {a.dag} run {r['run_id']}: {r['state']}"
               + (f"; failed tasks: {', '.join(failed)}" if failed else ""))

@@ -19,8 +19,9 @@ one slot):
 whatever failed in between) → analyze → report
 
 The analyses run in parallel; then `combined_report` writes one HTML report across the matrix (its path is
-the task's return value, and the task's *rmqchaos report* link opens it). The DAG run fails when a run
-failed or its loss could not be verified; a scenario that loses messages is a finding, not a failure.
+the task's return value, and the task's *rmqchaos report* link opens it), and `verdict` fails the DAG run
+when a run failed or its loss could not be verified; a scenario that loses messages is a finding, not a
+failure.
 """
 
 
@@ -47,21 +48,15 @@ def rocketmq_nightly_resilience() -> None:
 
     @task(trigger_rule="all_done")
     def combined_report(reports: list[dict[str, Any] | None] | None) -> dict[str, Any]:
-        from pipeline.matrix import verdict
-        from pipeline.report import combined
-        from pipeline.runs import default_run_dir
-        from rmqchaos.errors import UserError
-        reports = [r for r in (reports or []) if r]  # None: the matrix never expanded (a bad scenario file)
-        if not reports:
-            raise UserError("no scenario of the matrix ran", "see the failed tasks before this one")
-        runs = [r["run_dir"] for r in reports]
-        analyzed = [r["run_dir"] for r in reports if r.get("html")]
-        out = combined(analyzed, str(default_run_dir("nightly")) + ".html") if analyzed else {"html": None}
-        print(f"combined report: {out['html']}", flush=True)
-        verdict(runs)  # fails the DAG run, after the report is written, if a run failed
-        return {"report": out["html"], "runs": runs}
+        from pipeline.matrix import combined_report as write
+        return write(reports)
 
-    combined_report(scenario_run.expand(scenario=matrix()))
+    @task(retries=0)
+    def verdict(rep: dict[str, Any]) -> dict[str, list[str]]:
+        """Fails the DAG run if a run failed or could not verify its loss (the report is written)."""
+        from pipeline.matrix import verdict as judge
+        return judge(rep["runs"])
 
+    verdict(combined_report(scenario_run.expand(scenario=matrix())))
 
 rocketmq_nightly_resilience()

@@ -128,7 +128,7 @@ def init() -> None:
     marker = home() / "initialized"
     from importlib.metadata import version
     want = f"apache-airflow {version('apache-airflow')}"
-    if marker.exists() and marker.read_text() == want:
+    if marker.exists() and marker.read_text() == want and (home() / "airflow.db").is_file():
         return
     say(f"initialising the embedded Airflow in {home()} (metadata DB, pool {POOL})")
     _airflow("db", "migrate")
@@ -267,8 +267,13 @@ def test_dag(dag_id: str, conf: dict[str, Any] | None = None) -> dict[str, Any]:
     with create_session() as session:
         rows = session.scalars(XComModel.get_many(run_id=dr.run_id, dag_ids=dag_id, key="return_value")).all()
         returns = {name(x.task_id, x.map_index): XComModel.deserialize_value(x) for x in rows}
+    # the DAG run's report: that of a last task or of a task just before one (the nightly's combined
+    # report before its verdict, the pre-release run's report before its gates)
+    reports = {k: v["report"] for k, v in returns.items() if isinstance(v, dict) and v.get("report")}
+    near_end = [t.task_id for t in dag.leaves] + [u for t in dag.leaves for u in sorted(t.upstream_task_ids)]
+    report = next((reports[t] for t in near_end if t in reports), None)
     return {"dag_id": dag_id, "run_id": dr.run_id, "state": str(getattr(dr.state, "value", dr.state)),
-            "tasks": tis, "returns": returns}
+            "tasks": tis, "returns": returns, "report": report}
 
 
 def wait_dag_run(dag_id: str, run_id: str, timeout: float, tok: str | None = None) -> dict[str, Any]:

@@ -74,3 +74,12 @@ def enforce(run_dir: str | Path | RunDir, gates: dict[str, float | None]) -> dic
     if crossed:
         raise UserError("pre-release gate crossed: " + " | ".join(crossed), f"see the report of {as_run(run_dir).path}")
     return v
+
+
+def judge(run_dir: str | Path | RunDir, gates: dict[str, float | None]) -> dict[str, Any]:
+    """The pre-release verdict: a UserError if a stage of the run failed, else enforce() the gates."""
+    from pipeline.matrix import failures
+    failed = failures(run_dir)
+    if failed:
+        raise UserError("the run failed: " + "; ".join(failed), f"see the report of {as_run(run_dir).path}")
+    return enforce(run_dir, gates)

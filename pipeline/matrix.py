@@ -59,3 +59,16 @@ def verdict(run_dirs: list[str]) -> dict[str, list[str]]:
                         + " | ".join(f"{as_run(d).scenario().name}: {'; '.join(f)}" for d, f in bad.items()),
                         "see the combined report")
     return bad
+
+
+def combined_report(reports: list[dict | None] | None, out: str | Path | None = None) -> dict:
+    """The matrix's combined HTML report from its runs' `report` results (None: a run whose report
+    task did not run). Returns {"report": the HTML (None when no run was analyzed), "runs": [...]}."""
+    from pipeline.report import combined
+    from pipeline.runs import default_run_dir
+    done = [r for r in (reports or []) if r]  # None altogether: the matrix never expanded
+    if not done:
+        raise UserError("no scenario of the matrix ran", "see the failed tasks before this one")
+    analyzed = [r["run_dir"] for r in done if as_run(r["run_dir"]).summary_file.exists()]
+    target = out or str(default_run_dir("nightly")) + ".html"
+    return {"report": combined(analyzed, target)["html"] if analyzed else None, "runs": [r["run_dir"] for r in done]}

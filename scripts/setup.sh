@@ -64,4 +64,6 @@ if [ ! -f "$SHIM" ] || [ cluster/native/loopback_bind.c -nt "$SHIM" ]; then
   mkdir -p .cache/native
   gcc -O2 -Wall -shared -fPIC -o "$SHIM" cluster/native/loopback_bind.c -ldl
 fi
+# --- the embedded Airflow: metadata DB (SQLite under $RMQCHAOS_HOME/airflow) and the cluster pool ---
+.venv/bin/rmqchaos airflow init >/dev/null || die "could not initialise the embedded Airflow"
 say "ready: RocketMQ $RMQ_VERSION, $(java -version 2>&1 | head -1), $(.venv/bin/python --version)"

@@ -1,0 +1,180 @@
+"""The DAGs on a real Airflow 3 and real clusters: `dag.test()` of the pre-release and nightly DAGs
+(as `make run` runs them, through `rmqchaos airflow test`), and the embedded Airflow's own processes
+driven through the REST API. One Airflow home (metadata DB) for the module: it is set up once."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+from urllib.parse import quote
+
+import pytest
+import yaml
+
+from conftest import REPO, RMQCHAOS, write_scenario
+from helpers import assert_nothing_left
+from rmqchaos.wait import poll_until
+
+# one set of ports for every cluster here: the cluster slot serialises them (a second cluster on
+# the same ports would fail to start)
+BASE = {
+    "extends": str(REPO / "scenarios" / "prerelease.yaml"), "name": "dagtest",
+    "cluster": {"namesrv": {"port": 39876}, "ready_timeout": "90s", "stop_timeout": "10s",
+                "broker_defaults": {"jvm": {"heap_mb": 256, "max_direct_memory_mb": 256}},
+                "brokers": [{"name": "broker-a", "port": 39911}, {"name": "broker-b", "port": 39921}]},
+    "load": {"rate": 60, "duration": "6s", "users": 2, "topic": "T_DAG"},
+    "consumers": {"settle": "2s", "drain_timeout": "20s"},
+}
+
+
+@pytest.fixture(scope="module")
+def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("airflow-home")
+
+
+@pytest.fixture
+def env(airflow_home: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[str, str]]:
+    monkeypatch.setenv("RMQCHAOS_HOME", str(airflow_home))
+    monkeypatch.setenv("RMQCHAOS_RUNS", str(tmp_path / "runs"))
+    yield dict(os.environ)
+
+
+def dag_test(env: dict[str, str], dag_id: str, conf: dict) -> tuple[subprocess.CompletedProcess, list[Path]]:
+    r = subprocess.run([*RMQCHAOS, "airflow", "test", dag_id, "--conf", json.dumps(conf)], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=900)
+    runs = sorted(p for p in Path(env["RMQCHAOS_RUNS"]).glob("*") if (p / "state.json").exists())
+    return r, runs
+
+
+def no_jvm_of(runs: list[Path]) -> None:
+    for run in runs:
+        assert_nothing_left(run)
+
+
+def test_prerelease_dag_passes_its_gates_on_a_healthy_cluster(env: dict[str, str], tmp_path: Path) -> None:
+    base = write_scenario(tmp_path / "base.yaml", BASE)
+    r, runs = dag_test(env, "rocketmq_prerelease_load_test",
+                       {"scenario": str(base), "rate": 60, "duration": 6, "message_size": 512, "fault_set": "none",
+                        "max_lost": 0, "max_duplicated": 0, "max_p99_send_ms": 5000, "max_busy_error_rate": 0.5})
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-5000:]
+    assert "run manual__" in r.stdout and ": success" in r.stdout
+    report = r.stdout.rsplit("\nreport: ", 1)[1].split()[0]
+    assert report.endswith("report.html") and Path(report).is_file()
+    assert len(runs) == 1 and no_jvm_of(runs) is None
+    s = yaml.safe_load((runs[0] / "scenario.yaml").read_text())
+    assert s["load"]["message_size"] == 512 and s["faults"] == []  # the Params reached the scenario
+    summ = json.loads((runs[0] / "analysis" / "summary.json").read_text())
+    assert summ["complete"] and summ["counts"]["ok"] == summ["counts"]["keys"] > 0
+    stages = json.loads((runs[0] / "state.json").read_text())["stages"]
+    assert [n for n in ("up", "check", "load", "drain", "down", "analyze", "report") if stages[n]["status"] == "ok"] \
+        == ["up", "check", "load", "drain", "down", "analyze", "report"]
+    assert "[" in r.stderr and "load: done" in r.stderr  # the stages' progress lines, as the CLI prints them
+
+
+def test_prerelease_dag_fails_naming_an_impossible_gate(env: dict[str, str], tmp_path: Path) -> None:
+    base = write_scenario(tmp_path / "base.yaml", BASE)
+    r, runs = dag_test(env, "rocketmq_prerelease_load_test",
+                       {"scenario": str(base), "fault_set": "none", "max_lost": 0, "max_p99_send_ms": 0,
+                        "max_busy_error_rate": None})
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-3000:]
+    assert ": failed; failed tasks: gates" in r.stdout
+    line = next(x for x in (r.stdout + r.stderr).splitlines() if "UserError: pre-release gate crossed" in x)
+    assert "gate max_p99_send_ms (p99 send latency of acknowledged sends): limit 0 ms, measured " in line
+    assert "max_lost" not in line  # lost 0 <= 0 passed
+    assert len(runs) == 1 and no_jvm_of(runs) is None
+    assert (runs[0] / "report.html").is_file()  # the report is written before the gates judge
+
+
+def test_nightly_dag_runs_the_matrix_one_cluster_at_a_time_and_tears_down_a_failed_run(
+        env: dict[str, str], tmp_path: Path) -> None:
+    ok = write_scenario(tmp_path / "ok.yaml", {**BASE, "name": "n-ok"})
+    # a fault that cannot be applied (pause a broker the first fault killed) fails `load` mid-run
+    bad = write_scenario(tmp_path / "bad.yaml", {
+        **BASE, "name": "n-fails", "load": {**BASE["load"], "duration": "8s"},
+        "faults": [{"id": "kill-a", "kind": "kill", "target": "broker-a", "at": "2s"},
+                   {"id": "pause-dead-a", "kind": "pause", "target": "broker-a", "at": "4s", "duration": "1s"}]})
+    (tmp_path / "matrix.yaml").write_text(f"scenarios: [{ok.name}, {bad.name}]\n")
+    r, runs = dag_test(env, "rocketmq_nightly_resilience", {"matrix": str(tmp_path / "matrix.yaml")})
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "failed tasks: scenario_run.load[1], verdict" in r.stdout, r.stdout
+    assert "1 of 2 runs failed: n-fails: stage load failed: fault pause-dead-a" in r.stdout + r.stderr
+    combined = Path(r.stdout.rsplit("\nreport: ", 1)[1].split()[0])
+    html = combined.read_text()
+    assert combined.name.endswith("-nightly.html") and "n-ok" in html and "n-fails" in html
+    assert len(runs) == 2 and no_jvm_of(runs) is None  # down ran after the failed load: no JVM, no cgroup
+    st = {p.name.split("-", 2)[-1]: json.loads((p / "state.json").read_text())["stages"] for p in runs}
+    assert st["n-fails"]["load"]["status"] == "failed"
+    assert st["n-fails"]["drain"]["status"] == st["n-fails"]["down"]["status"] == "ok"
+    ok_up, bad_up = st["n-ok"]["up"]["start_ms"], st["n-fails"]["up"]["start_ms"]
+    first, second = (st["n-ok"], st["n-fails"]) if ok_up < bad_up else (st["n-fails"], st["n-ok"])
+    assert first["down"]["end_ms"] <= second["up"]["start_ms"]  # one cluster at a time (the same ports)
+
+
+def test_embedded_airflow_runs_the_prerelease_dag_through_its_rest_api(env: dict[str, str], tmp_path: Path) -> None:
+    import orchestrator
+    base = write_scenario(tmp_path / "base.yaml", BASE)
+    r = subprocess.run([*RMQCHAOS, "airflow", "start"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    try:
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert "http://127.0.0.1:28080" in r.stdout and "log in as admin / " in r.stdout
+        # every listener Airflow opened is on loopback
+        pids = _descendants(set(orchestrator.status()["running"].values()))
+        ss = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout.splitlines()
+        ours = [x for x in ss if any(f"pid={p}," in x for p in pids)]
+        assert ours and all(x.split()[3].startswith("127.0.0.1:") for x in ours), ours
+        tok = orchestrator.token()
+        dag = "rocketmq_prerelease_load_test"
+        poll_until(lambda: _get(dag, tok), 120, "the DAG to be parsed", interval=2)
+        orchestrator.api("PATCH", f"/api/v2/dags/{dag}", {"is_paused": False}, tok=tok)
+        run = orchestrator.api("POST", f"/api/v2/dags/{dag}/dagRuns", {
+            "logical_date": None, "conf": {"scenario": str(base), "fault_set": "none", "max_p99_send_ms": 5000,
+                                           "max_busy_error_rate": 0.5}}, tok=tok)
+        rid = quote(run["dag_run_id"])
+        end = orchestrator.wait_dag_run(dag, rid, 600, tok=tok)
+        tis = orchestrator.api("GET", f"/api/v2/dags/{dag}/dagRuns/{rid}/taskInstances", tok=tok)["task_instances"]
+        assert end["state"] == "success", {t["task_id"]: t["state"] for t in tis}
+        links = orchestrator.api("GET", f"/api/v2/dags/{dag}/dagRuns/{rid}/taskInstances/report/links",
+                                 tok=tok)["extra_links"]
+        url = links["rmqchaos report"]
+        assert url.startswith("http://127.0.0.1:28080/rmqchaos/runs/") and url.endswith("/report.html")
+        with urllib.request.urlopen(url, timeout=30) as resp:  # the link answers with the report
+            assert resp.status == 200 and b"<svg" in resp.read()
+        with pytest.raises(urllib.error.HTTPError):  # and serves nothing outside the runs directory
+            urllib.request.urlopen(url.split("/rmqchaos/runs/")[0] + "/rmqchaos/runs/..%2Fstate.json", timeout=30)
+    finally:
+        stop = subprocess.run([*RMQCHAOS, "airflow", "stop"], cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=120)
+    assert stop.returncode == 0 and "api-server" in stop.stdout, stop.stdout + stop.stderr
+    assert orchestrator.status()["running"] == {}
+    runs = [p for p in Path(env["RMQCHAOS_RUNS"]).glob("*") if (p / "state.json").exists()]
+    assert len(runs) == 1 and no_jvm_of(runs) is None
+
+
+def _get(dag: str, tok: str) -> bool:
+    import orchestrator
+    try:
+        return orchestrator.api("GET", f"/api/v2/dags/{dag}", tok=tok)["dag_id"] == dag
+    except urllib.error.HTTPError:
+        return False
+
+
+def _descendants(pids: set[int]) -> set[int]:
+    """`pids` and every process below them (the api-server's workers, the executor's task runners)."""
+    parent = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+                parent[int(d.name)] = int(stat[stat.rindex(")") + 2:].split()[1])
+            except (OSError, ValueError):
+                continue
+    out = set(pids)
+    while True:
+        more = {p for p, pp in parent.items() if pp in out} - out
+        if not more:
+            return out
+        out |= more
