@@ -23,7 +23,7 @@ from rmqchaos.wait import poll_until
 # the same ports would fail to start)
 BASE = {
     "extends": str(REPO / "scenarios" / "prerelease.yaml"), "name": "dagtest",
-    "cluster": {"namesrv": {"port": 39876}, "ready_timeout": "90s", "stop_timeout": "10s",
+    "cluster": {"namesrv": {"port": 39876}, "ready_timeout": "90s", "stop_timeout": "3s",
                 "broker_defaults": {"jvm": {"heap_mb": 256, "max_direct_memory_mb": 256}},
                 "brokers": [{"name": "broker-a", "port": 39911}, {"name": "broker-b", "port": 39921}]},
     "load": {"rate": 60, "duration": "6s", "users": 2, "topic": "T_DAG"},
@@ -129,7 +129,9 @@ def test_embedded_airflow_runs_the_prerelease_dag_through_its_rest_api(env: dict
         tok = orchestrator.token()
         dag = "rocketmq_prerelease_load_test"
         poll_until(lambda: _get(dag, tok), 120, "the DAG to be parsed", interval=2)
-        orchestrator.api("PATCH", f"/api/v2/dags/{dag}", {"is_paused": False}, tok=tok)
+        for d in (dag, "rocketmq_loss_report"):  # DAGs start paused
+            poll_until(lambda d=d: _get(d, tok), 120, f"DAG {d} to be parsed", interval=2)
+            orchestrator.api("PATCH", f"/api/v2/dags/{d}", {"is_paused": False}, tok=tok)
         run = orchestrator.api("POST", f"/api/v2/dags/{dag}/dagRuns", {
             "logical_date": None, "conf": {"scenario": str(base), "fault_set": "none", "max_p99_send_ms": 5000,
                                            "max_busy_error_rate": 0.5}}, tok=tok)
@@ -145,6 +147,16 @@ def test_embedded_airflow_runs_the_prerelease_dag_through_its_rest_api(env: dict
             assert resp.status == 200 and b"<svg" in resp.read()
         with pytest.raises(urllib.error.HTTPError):  # and serves nothing outside the runs directory
             urllib.request.urlopen(url.split("/rmqchaos/runs/")[0] + "/rmqchaos/runs/..%2Fstate.json", timeout=30)
+        # the analysis published the asset: the loss report DAG ran on it, for this run
+        lr = "rocketmq_loss_report"
+        runs_of = lambda: orchestrator.api("GET", f"/api/v2/dags/{lr}/dagRuns", tok=tok)["dag_runs"]  # noqa: E731
+        poll_until(lambda: any(x["state"] == "success" for x in runs_of()), 180, "the asset-triggered loss report",
+                   interval=3)
+        lr_run = next(x for x in runs_of() if x["state"] == "success")
+        assert lr_run["run_type"] == "asset_triggered"
+        lr_links = orchestrator.api("GET", f"/api/v2/dags/{lr}/dagRuns/{quote(lr_run['dag_run_id'])}/taskInstances/"
+                                    "build/links", tok=tok)["extra_links"]
+        assert lr_links["rmqchaos report"] == url  # the same run's report, rebuilt
     finally:
         stop = subprocess.run([*RMQCHAOS, "airflow", "stop"], cwd=REPO, env=env, capture_output=True, text=True,
                               timeout=120)
