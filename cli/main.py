@@ -275,7 +275,12 @@ def cmd_airflow(a: argparse.Namespace) -> int:
     elif a.action == "test":
         if not a.dag:
             raise UserError("`rmqchaos airflow test` needs a DAG id", "e.g. rocketmq_nightly_resilience")
-        conf = json.loads(a.conf) if a.conf else None
+        try:
+            conf = json.loads(a.conf) if a.conf else None
+        except ValueError as e:
+            raise UserError(f"--conf is not JSON: {e}", "e.g. --conf '{\"rate\": 200}'") from None
+        if conf is not None and not isinstance(conf, dict):
+            raise UserError("--conf must be a JSON object", "e.g. --conf '{\"rate\": 200}'")
         r = orchestrator.test_dag(a.dag, conf)
         for k, v in sorted(r["returns"].items()):  # each run's text report, as `rmqchaos run` prints it
             if isinstance(v, dict) and v.get("txt") and Path(v["txt"]).is_file():

@@ -160,7 +160,6 @@ def _healthy() -> dict[str, Any] | None:
 
 def start(timeout: float = 180) -> dict[str, Any]:
     """api-server, scheduler and dag-processor in the background (their output in $AIRFLOW_HOME/logs)."""
-    init()
     running = _running()
     if running:
         raise UserError(f"the embedded Airflow is already running ({', '.join(running)})",
@@ -168,6 +167,7 @@ def start(timeout: float = 180) -> dict[str, Any]:
     from cluster.local import port_in_use  # noqa: PLC0415 - the one port probe
     if port_in_use(port()):
         raise UserError(f"port {port()} is in use", "set RMQCHAOS_AIRFLOW_PORT to a free port")
+    init()
     exe = Path(sys.executable).with_name("airflow")
     for name, args in COMPONENTS.items():
         cmd = [str(exe), *args]
@@ -262,7 +262,11 @@ def test_dag(dag_id: str, conf: dict[str, Any] | None = None) -> dict[str, Any]:
     # about its own httpx dependency (Airflow's internals, not an import of ours or of the DAGs)
     warnings.filterwarnings("ignore", message=r"Using `httpx` with `starlette\.testclient` is deprecated")
     say(f"running DAG {dag_id} with dag.test() (metadata in {home()})")
-    dr = dag.test(run_conf=conf or None)
+    from airflow.sdk.exceptions import ParamValidationError
+    try:
+        dr = dag.test(run_conf=conf or None)
+    except ParamValidationError as e:  # a Param out of its schema: one line, nothing started
+        raise UserError(str(e).splitlines()[0], f"see the Params of {dag_id} (rmqchaos airflow check)") from None
     def name(task_id: str, map_index: int) -> str:
         return task_id + (f"[{map_index}]" if map_index >= 0 else "")
     tis = {name(ti.task_id, ti.map_index): str(getattr(ti.state, "value", ti.state)) for ti in dr.get_task_instances()}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -135,3 +136,28 @@ def test_prerelease_params_are_laid_over_the_base_and_validated_line_precisely(t
 def test_only_drain_still_runs_after_a_failed_load() -> None:
     assert runs_after_failure("drain", "load")
     assert not runs_after_failure("drain", "check") and not runs_after_failure("load", "check")
+
+
+def test_bad_dag_input_gets_one_clear_line_and_starts_nothing(tmp_path: Path) -> None:
+    env = dict(os.environ, RMQCHAOS_HOME=str(tmp_path / "home"), RMQCHAOS_RUNS=str(tmp_path / "runs"))
+    cases = [
+        (["rocketmq_prerelease_load_test", "--conf", '{"rate": -1}'],
+         "rmqchaos: error: Invalid input for param rate: -1 is less than or equal to the minimum of 0"),
+        (["rocketmq_prerelease_load_test", "--conf", "{rate"], "rmqchaos: error: --conf is not JSON"),
+        (["no_such_dag"], "rmqchaos: error: no DAG 'no_such_dag'"),
+    ]
+    for args, line in cases:
+        r = subprocess.run([sys.executable, "-m", "cli", "airflow", "test", *args], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+        errors = [x for x in r.stderr.splitlines() if x.startswith("rmqchaos: error:")]
+        assert len(errors) == 1 and errors[0].startswith(line), r.stderr[-2000:]
+    assert not (tmp_path / "runs").exists()  # nothing was started
+    with socket.socket() as busy:  # the api-server's port taken by someone else
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "cli", "airflow", "start"], cwd=REPO, capture_output=True, text=True,
+                           env={**env, "RMQCHAOS_AIRFLOW_PORT": str(port)}, timeout=300)
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+        f"rmqchaos: error: port {port} is in use: set RMQCHAOS_AIRFLOW_PORT to a free port"], r.stderr
