@@ -55,7 +55,7 @@ def test_run_end_to_end_writes_report(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr[-2000:]
     assert f"report: {out / 'report.txt'}" in r.stdout
     rep = json.loads((out / "report.json").read_text())
-    assert [*rep["stages"]] == ["up", "check", "load", "down", "analyze", "report"]  # load, analyze: nothing to do
+    assert [*rep["stages"]] == ["up", "check", "load", "drain", "down", "analyze", "report"]  # load, analyze: nothing to do
     assert all(s["status"] == "ok" for n, s in rep["stages"].items() if n != "report")
     assert rep["witness"]["ok"] and rep["witness"]["read_back_total"] == 200
     for name in ("scenario.yaml", "scenario.src.yaml", "timeline.jsonl", "processes.jsonl",

@@ -75,7 +75,7 @@ def test_stages_one_at_a_time_with_load_and_faults_through_the_html_report(tmp_p
     html = (run / "report.html").read_text()
     assert "<svg" in html and "stages" in html
     state = json.loads((run / "state.json").read_text())
-    assert [*state["stages"]] == ["up", "check", "load", "down", "analyze", "report"]
+    assert [*state["stages"]] == ["up", "check", "load", "drain", "down", "analyze", "report"]
     assert all(s["status"] == "ok" for s in state["stages"].values())
 
 
