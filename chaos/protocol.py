@@ -46,14 +46,16 @@ class FaultKind(ABC):
     target: ClassVar[str] = "node"  # node | broker | none
     ends_node: ClassVar[bool] = False  # its occurrences end the node: `restart_after` is allowed
 
-    def __init__(self, ctx: FaultContext, fault: Fault, params: BaseModel) -> None:
+    def __init__(self, ctx: FaultContext, fault: Fault, params: BaseModel, occurrence: str = "") -> None:
         self.ctx, self.fault, self.params = ctx, fault, params
+        self.occurrence = occurrence or fault.id or self.name  # e.g. noise-a#2: names its files
         self.evidence: dict[str, Any] = {}
 
     # ------------------------------------------------------------ declared (checked at load time)
     @classmethod
     def span(cls, params: Any) -> float:
-        """Seconds between start and stop of one occurrence (0: the fault acts at once)."""
+        """Seconds between start and stop of one occurrence (0: the fault acts at once; math.inf:
+        until the load ends)."""
         return 0.0
 
     @classmethod

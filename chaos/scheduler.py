@@ -9,6 +9,7 @@ and evidence. A fault that cannot be applied is recorded as failed and fails the
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -97,11 +98,13 @@ class FaultScheduler(threading.Thread):
         start = now_ms()
         say(f"fault {fid}: {f.kind}" + (f" {f.target}" if f.target else ""))
         rec: dict[str, Any] = {"fault_id": fid, "fault_kind": f.kind, "at_s": occ.at, **params.model_dump(mode="json")}
-        h: FaultKind = k(self.ctx, f, params)
+        h: FaultKind = k(self.ctx, f, params, fid)
         try:
             h.start()  # a start that fails undoes its own partial work (e.g. oom_kill lifts the limit)
             span = k.span(params)
-            if span:
+            if math.isinf(span):
+                self.ctx.halt.wait()
+            elif span:
                 self.ctx.halt.wait(max(0.0, start / 1000 + span - time.time()))
             ev, outcome = h.stop(), "ok"
         except Exception as e:  # noqa: BLE001 - recorded, then fails the stage

@@ -120,6 +120,11 @@ class Node(ABC):
         The caller ends it."""
 
     @abstractmethod
+    def throttle_io(self, majmin: str, limits: dict[str, int]) -> dict[str, int]:
+        """Cap the node's block I/O on the disk `majmin` (read_bps, write_bps, read_iops, write_iops;
+        0 or absent: no cap; all 0 lifts it). Returns the caps in force as read back."""
+
+    @abstractmethod
     def make_oom_victim(self) -> None:
         """Make the node's process the kernel's first choice when its domain runs out of memory."""
 

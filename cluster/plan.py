@@ -4,6 +4,7 @@ same way for every backend."""
 from __future__ import annotations
 
 import json
+import socket
 from dataclasses import dataclass
 
 from rmqchaos.spec import Broker, Jvm, Scenario
@@ -13,6 +14,19 @@ READY_TOPIC = "RMQCHAOS_READY"
 MAIN = {"namesrv": "org.apache.rocketmq.namesrv.NamesrvStartup",
         "broker": "org.apache.rocketmq.broker.BrokerStartup",
         "proxy": "org.apache.rocketmq.proxy.ProxyStartup"}
+
+
+def port_in_use(port: int) -> bool:
+    """The one port probe (nodes, Airflow, noise servers): can nobody else bind it on loopback?"""
+    # SO_REUSEADDR as Netty sets it, so a socket in TIME_WAIT does not count as "in use".
+    for host in (HOST, "0.0.0.0"):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, port))
+            except OSError:
+                return True
+    return False
 
 
 @dataclass

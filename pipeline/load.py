@@ -10,6 +10,7 @@ from cluster import get_backend
 from loadgen.drain import run_loadgen, start_consumers, stop_consumers
 from pipeline.runs import as_run
 from pipeline.stage import stage
+from rmqchaos import diskstats
 from rmqchaos.errors import UserError
 from rmqchaos.procs import now_ms
 from rmqchaos.progress import say
@@ -33,6 +34,7 @@ def _load(run: RunDir, ledger: bool | None) -> dict[str, Any]:
     run.ledgers_dir.mkdir(exist_ok=True)
     consumers = start_consumers(run, c, s) if s.consumers else []
     faults: FaultScheduler | None = None
+    disk = diskstats.sampler(run.path, run.disk_metrics_file)
     try:
         t0 = now_ms()
         run.load_dir.mkdir(exist_ok=True)
@@ -54,4 +56,7 @@ def _load(run: RunDir, ledger: bool | None) -> dict[str, Any]:
         if not isinstance(e, UserError):  # interrupted: nothing will drain them, stop them cleanly now
             stop_consumers(consumers, run)
         raise
+    finally:
+        if disk is not None:
+            disk.close()
     return {"faults": len(faults.results) if faults is not None else 0, "consumers": len(consumers)}

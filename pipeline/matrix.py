@@ -40,10 +40,12 @@ def prepare(scenario: str | Path) -> str:
 
 
 def failures(run_dir: str | Path | RunDir) -> list[str]:
-    """What went wrong in a run: each stage that did not end ok, and an analysis that could not verify loss."""
+    """What went wrong in a run: each stage up to the analysis that did not end ok, and an analysis
+    that could not verify loss. Not `report`: it only renders, its own task fails if it does, and the
+    loss-report DAG (triggered by the analysis) may be rebuilding it while a verdict reads the state."""
     r = as_run(run_dir)
     out = [f"stage {name} {rec.get('status')}" + (f": {rec['error']}" if rec.get("error") else "")
-           for name, rec in r.stages().items() if rec.get("status") != "ok"]
+           for name, rec in r.stages().items() if rec.get("status") != "ok" and name != "report"]
     if r.summary_file.exists():
         s = json.loads(r.summary_file.read_text())
         if not s.get("complete", True):

@@ -9,6 +9,8 @@ Layout (documented in README.md):
   versions.json        RocketMQ, Java, Python versions
   cluster/<node>/      rendered config, store/, logs/ (RocketMQ's own), stdout.log
   checks/              outputs of checks; report.json / report.txt
+  metrics/disk.jsonl   the store's disk, once a second during the load (rmqchaos/diskstats.py)
+  noise/<occurrence>/  disk-noise faults: their configs, logs and results (their data is deleted)
 A run with live processes is registered in $RMQCHAOS_HOME/active/<run id> so that `down --all`
 and the next `up` can find it even after the platform itself was killed.
 """
@@ -94,6 +96,10 @@ class RunDir:
     def load_started_file(self) -> Path:
         """Written by the load process when it starts sending: the faults' clock starts there."""
         return self.load_dir / "started"
+
+    @property
+    def disk_metrics_file(self) -> Path:
+        return self.path / "metrics" / "disk.jsonl"
 
     @property
     def analysis_dir(self) -> Path:

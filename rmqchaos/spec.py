@@ -6,6 +6,8 @@ Later stages add sections (load, consumers, faults, noise, gates) as new fields 
 """
 from __future__ import annotations
 
+import math
+
 import difflib
 import json
 import re
@@ -381,6 +383,10 @@ def fault_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec]) -> list[
         span = (f.repeat.every * (f.repeat.times - 1) if f.repeat else 0.0) + kind.span(params) + (f.restart_after or 0.0)
         if s.load is None:
             errs.append((("faults", i), "faults run on the load's clock: add a `load:` section"))
+        elif math.isinf(span):  # lasts until the load ends: must start before it does
+            if f.at >= s.load.duration:
+                errs.append((("faults", i, "at"), f"the fault starts at {f.at:g}s, after the load's duration "
+                                                  f"{s.load.duration:g}s"))
         elif f.at + span > s.load.duration:
             errs.append((("faults", i, "at"), f"the fault (at {f.at:g}s, lasting {span:g}s) ends after the "
                                               f"load's duration {s.load.duration:g}s"))

@@ -2,7 +2,8 @@
 
 - `cluster`: one session-scoped cluster for tests that only read it.
 - `fresh_cluster`: a new cluster per test, for tests that break one.
-Each uses its own ports, so they can coexist; every test gets its own RMQCHAOS_HOME registry so
+Each uses its own ports, so they can coexist, all below 32768: outside Linux's ephemeral range
+(ip_local_port_range 32768-60999), where any outgoing connection may hold one for a while; every test gets its own RMQCHAOS_HOME registry so
 nothing here touches a developer's own clusters.
 """
 from __future__ import annotations

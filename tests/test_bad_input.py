@@ -35,13 +35,13 @@ def test_invalid_scenario_is_one_line_naming_file_line_and_key(tmp_path: Path, b
 
 
 def test_port_in_use_is_named(tmp_path: Path) -> None:
-    f = write_scenario(tmp_path / "s.yaml", scenario_dict("busy", 49876, [49911, 49921]))
+    f = write_scenario(tmp_path / "s.yaml", scenario_dict("busy", 31876, [31911, 31921]))
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 49911))
+        s.bind(("127.0.0.1", 31911))
         s.listen()
         r = cli("cluster", "up", "--scenario", str(f), "--run-dir", str(tmp_path / "rd"))
     assert r.returncode != 0
-    assert "port 49911 (broker-a) is already in use" in _first_line(r.stderr)
+    assert "port 31911 (broker-a) is already in use" in _first_line(r.stderr)
     assert started(tmp_path / "rd") == []
 
 
@@ -53,7 +53,7 @@ def _env_with_path(path: str) -> dict[str, str]:
 
 
 def test_missing_java_is_reported(tmp_path: Path) -> None:
-    f = write_scenario(tmp_path / "s.yaml", scenario_dict("nojava", 49876, [49911, 49921]))
+    f = write_scenario(tmp_path / "s.yaml", scenario_dict("nojava", 31876, [31911, 31921]))
     empty = tmp_path / "bin"
     empty.mkdir()
     r = cli("cluster", "up", "--scenario", str(f), "--run-dir", str(tmp_path / "rd"), env=_env_with_path(str(empty)))
@@ -64,7 +64,7 @@ def test_missing_java_is_reported(tmp_path: Path) -> None:
 
 
 def test_too_old_java_is_reported(tmp_path: Path) -> None:
-    f = write_scenario(tmp_path / "s.yaml", scenario_dict("oldjava", 49876, [49911, 49921]))
+    f = write_scenario(tmp_path / "s.yaml", scenario_dict("oldjava", 31876, [31911, 31921]))
     bindir = tmp_path / "bin"
     bindir.mkdir()
     fake = bindir / "java"  # stands in for an old JDK on PATH: only `java -version` is asked of it
@@ -80,7 +80,7 @@ def test_too_old_java_is_reported(tmp_path: Path) -> None:
 def test_broker_that_never_registers_is_named_with_its_log_tail(tmp_path: Path) -> None:
     # The namesrv frame limit of incident 002, turned down so far that every REGISTER_BROKER frame is
     # dropped (TooLongFrameException): the brokers run but never register.
-    d = scenario_dict("noreg", 49876, [49911, 49921])
+    d = scenario_dict("noreg", 31876, [31911, 31921])
     d["cluster"]["namesrv"]["jvm"] = {"heap_mb": 128, "system_properties": {"com.rocketmq.remoting.frameMaxLength": 2048}}
     d["cluster"]["ready_timeout"] = "25s"
     f = write_scenario(tmp_path / "s.yaml", d)

@@ -66,6 +66,19 @@ def test_gates_pass_and_each_crossed_gate_names_its_limit_and_measured_value(tmp
         gates.evaluate(run, {"max_lots": 1})
 
 
+def test_the_verdict_reads_the_stages_up_to_the_analysis_not_a_report_being_rebuilt(tmp_path: Path) -> None:
+    run = _analyzed_run(tmp_path, {}, send_p99=100, busy=0)
+    t = now_ms()
+    for name in ("up", "check", "load", "drain", "down", "analyze"):
+        run.set_stage(name, {"status": "ok", "start_ms": t, "end_ms": t, "error": None})
+    # the loss-report DAG, triggered by the analysis, rebuilds the report while `gates` reads the state
+    run.set_stage("report", {"status": "running", "start_ms": t, "pid": os.getpid()})
+    assert matrix.failures(run) == [] and gates.judge(run, {"max_lost": 0})["passed"]
+    run.set_stage("load", {"status": "failed", "start_ms": t, "end_ms": t, "error": "fault x failed"})
+    with pytest.raises(UserError, match="the run failed: stage load failed: fault x failed"):
+        gates.judge(run, {"max_lost": 0})
+
+
 def test_an_unverified_run_or_an_unmeasured_value_never_passes(tmp_path: Path) -> None:
     run = _analyzed_run(tmp_path, {}, send_p99=None, busy=0, complete=False)
     v = gates.evaluate(run, {"max_lost": 100, "max_p99_send_ms": 1000})

@@ -23,9 +23,9 @@ from rmqchaos.wait import poll_until
 # the same ports would fail to start)
 BASE = {
     "extends": str(REPO / "scenarios" / "prerelease.yaml"), "name": "dagtest",
-    "cluster": {"namesrv": {"port": 39876}, "ready_timeout": "90s", "stop_timeout": "3s",
+    "cluster": {"namesrv": {"port": 21876}, "ready_timeout": "90s", "stop_timeout": "3s",
                 "broker_defaults": {"jvm": {"heap_mb": 256, "max_direct_memory_mb": 256}},
-                "brokers": [{"name": "broker-a", "port": 39911}, {"name": "broker-b", "port": 39921}]},
+                "brokers": [{"name": "broker-a", "port": 21911}, {"name": "broker-b", "port": 21921}]},
     "load": {"rate": 60, "duration": "6s", "users": 2, "topic": "T_DAG"},
     "consumers": {"settle": "2s", "drain_timeout": "20s"},
 }

@@ -47,7 +47,7 @@ CASES = [  # (signal, the moment it is sent, what analyze may then say)
 @pytest.mark.parametrize("sig, when, ready", CASES, ids=[f"{s.name}-{w}" for s, w, _ in CASES])
 def test_interrupted_run_leaves_nothing_and_claims_no_unverified_loss(tmp_path: Path, sig: signal.Signals,
                                                                       when: str, ready: Callable[[Path], bool]) -> None:
-    d = scenario_dict(f"int-{when}", 47876, [47911, 47921],
+    d = scenario_dict(f"int-{when}", 26876, [26911, 26921],
                       load={"topic": "T_INT", "users": 4, "rate": 200, "duration": "25s"},
                       consumers={"settle": "8s"})
     f = write_scenario(tmp_path / "s.yaml", d)

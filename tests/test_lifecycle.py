@@ -13,18 +13,18 @@ from helpers import assert_nothing_left, live, run_id
 
 
 def test_cluster_up_status_down_leaves_nothing(tmp_path: Path) -> None:
-    f = write_scenario(tmp_path / "s.yaml", scenario_dict("cli", 39876, [39911, 39921]))
+    f = write_scenario(tmp_path / "s.yaml", scenario_dict("cli", 21876, [21911, 21921]))
     rd = tmp_path / "cl"
     r = cli("cluster", "up", "--scenario", str(f), "--run-dir", str(rd))
     assert r.returncode == 0, r.stderr
-    assert "cluster ready" in r.stderr and "namesrv 127.0.0.1:39876" in r.stdout
+    assert "cluster ready" in r.stderr and "namesrv 127.0.0.1:21876" in r.stdout
     assert len(live(rd)) == 3
 
     r = cli("cluster", "status", "--run-dir", str(rd))
     assert r.returncode == 0, r.stderr
     rows = {line.split()[0]: line.split() for line in r.stdout.splitlines()[2:]}
     assert set(rows) == {"namesrv", "broker-a", "broker-b"}
-    for name, port in (("broker-a", "39911"), ("broker-b", "39921")):
+    for name, port in (("broker-a", "21911"), ("broker-b", "21921")):
         assert rows[name][2] == "running" and rows[name][3].isdigit()
         assert rows[name][4].startswith(port) and rows[name][5] == "yes"
     js = json.loads(cli("cluster", "status", "--run-dir", str(rd), "--json").stdout)
@@ -42,12 +42,12 @@ def test_cluster_up_status_down_leaves_nothing(tmp_path: Path) -> None:
 
     # a restart of a cluster that is down refuses at once, and starts nothing
     r = cli("cluster", "restart", "broker-a", "--run-dir", str(rd))
-    assert r.returncode == 1 and "namesrv 127.0.0.1:39876 does not answer" in r.stderr, r.stderr
+    assert r.returncode == 1 and "namesrv 127.0.0.1:21876 does not answer" in r.stderr, r.stderr
     assert_nothing_left(rd)
 
 
 def test_run_end_to_end_writes_report(tmp_path: Path) -> None:
-    d = scenario_dict("e2e", 39876, [39911, 39921],
+    d = scenario_dict("e2e", 21876, [21911, 21921],
                       checks={"witness": {"messages": 200, "threads": 2, "topic": "T_E2E"}})
     f = write_scenario(tmp_path / "s.yaml", d)
     out = tmp_path / "run"
@@ -67,7 +67,7 @@ def test_run_end_to_end_writes_report(tmp_path: Path) -> None:
 
 def _start_run_and_sigkill_it_once_up(tmp_path: Path, name: str) -> Path:
     f = write_scenario(tmp_path / f"{name}.yaml",
-                       scenario_dict(name, 39876, [39911, 39921], checks={"witness": {"messages": 100000}}))
+                       scenario_dict(name, 21876, [21911, 21921], checks={"witness": {"messages": 100000}}))
     out = tmp_path / name
     p = subprocess.Popen([*RMQCHAOS, "run", str(f), "--out", str(out)], cwd=REPO, env=os.environ.copy(),
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -96,7 +96,7 @@ def test_cli_sigkilled_after_up_is_reaped_by_the_next_down(tmp_path: Path) -> No
 def test_cli_sigkilled_after_up_is_reaped_by_the_next_up(tmp_path: Path) -> None:
     out = _start_run_and_sigkill_it_once_up(tmp_path, "killed2")
     # same ports: this `up` can only succeed if it reaped the orphaned cluster first
-    f = write_scenario(tmp_path / "s.yaml", scenario_dict("after", 39876, [39911, 39921]))
+    f = write_scenario(tmp_path / "s.yaml", scenario_dict("after", 21876, [21911, 21921]))
     rd = tmp_path / "next"
     r = cli("cluster", "up", "--scenario", str(f), "--run-dir", str(rd))
     assert r.returncode == 0, r.stderr

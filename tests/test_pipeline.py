@@ -21,7 +21,7 @@ def fault_events(run_dir: Path) -> dict[str, dict]:
 
 
 def test_stages_one_at_a_time_with_load_and_faults_through_the_html_report(tmp_path: Path) -> None:
-    d = scenario_dict("stages", 45876, [45911, 45921],
+    d = scenario_dict("stages", 25876, [25911, 25921],
                       checks={"witness": {"messages": 200, "threads": 2, "topic": "T_STAGES_W"}},
                       load={"topic": "T_STAGES", "users": 6, "rate": 150, "duration": "36s", "timeout": "1s"},
                       consumers={"settle": "5s"},
@@ -47,10 +47,12 @@ def test_stages_one_at_a_time_with_load_and_faults_through_the_html_report(tmp_p
         r = cli("stage", "down", str(run))
     assert r.returncode == 0, r.stderr
     assert_nothing_left(run)
-    assert results["up"]["namesrv"] == "127.0.0.1:45876"
+    assert results["up"]["namesrv"] == "127.0.0.1:25876"
     assert results["check"]["witness"]["ok"] is True and results["check"]["witness"]["read_back_total"] == 200
     assert results["load"] == {"faults": 6, "consumers": 1}
     assert results["drain"]["drained"] is True and results["drain"]["deliveries"] > 0
+    disk = [json.loads(x) for x in (run / "metrics" / "disk.jsonl").read_text().splitlines()]
+    assert len(disk) >= 30 and sum(r["write_mb_s"] for r in disk) > 0, disk  # once a second through the 36 s load
 
     ev = fault_events(run)
     assert set(ev) == {"pause-a#1", "pause-a#2", "kill-b", "kill-b-restart", "oom-a", "oom-a-restart"}
@@ -80,7 +82,7 @@ def test_stages_one_at_a_time_with_load_and_faults_through_the_html_report(tmp_p
 
 
 def test_two_overlay_scenarios_run_and_are_reported_side_by_side(tmp_path: Path) -> None:
-    base = scenario_dict("base", 45876, [45911, 45921],
+    base = scenario_dict("base", 25876, [25911, 25921],
                          load={"topic": "T_PAIR", "users": 4, "rate": 100, "duration": "8s"},
                          consumers={"settle": "3s"})
     write_scenario(tmp_path / "base.yaml", base)

@@ -21,7 +21,7 @@ from cluster.backend import ClusterBackend, Node, NodeMemory, NodeStatus
 from cluster.jvm import classpath, find_java, jvm_command
 from cluster.local import cgroups
 from cluster.local.cgroups import Cgroup
-from cluster.plan import HOST, MAIN, READY_TOPIC, NodePlan, render_config
+from cluster.plan import HOST, MAIN, READY_TOPIC, NodePlan, port_in_use, render_config
 from rmqchaos import paths
 from rmqchaos.errors import UserError
 from rmqchaos.procs import ProcRecord, alive, now_ms, record_spawn, send, spawn, state_char, stop, wait_gone
@@ -33,18 +33,6 @@ from rmqclient.admin import RemotingError
 
 class ClusterStartError(UserError):
     pass
-
-
-def port_in_use(port: int) -> bool:
-    # SO_REUSEADDR as Netty sets it, so a socket in TIME_WAIT does not count as "in use".
-    for host in (HOST, "0.0.0.0"):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind((host, port))
-            except OSError:
-                return True
-    return False
 
 
 _LOG_RECORD = re.compile(r"^\d{4}-\d\d-\d\d ")
@@ -381,6 +369,12 @@ class LocalNode(Node):
             p.wait()
             raise
         return p
+
+    def throttle_io(self, majmin: str, limits: dict[str, int]) -> dict[str, int]:
+        if not self.cgroup.exists():
+            raise UserError(f"cgroup {self.cgroup.rel} does not exist", "the local backend creates one per node")
+        self.cgroup.throttle_io(majmin, limits)
+        return self.cgroup.io_throttle(majmin)
 
     def make_oom_victim(self) -> None:
         pid = self.pid

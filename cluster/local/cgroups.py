@@ -132,6 +132,39 @@ class Cgroup:
             self._write("memory.max", "max")
             self._write("memory.swap.max", "max")
 
+    # ------------------------------------------------------------ block I/O
+    def throttle_io(self, majmin: str, limits: dict[str, int]) -> None:
+        """Cap this cgroup's I/O on one whole disk: read_bps, write_bps, read_iops, write_iops (0: no
+        cap). v1 throttles what the cgroup's tasks submit themselves (direct I/O, fsync/msync of
+        their own dirty pages), not the kernel's background writeback."""
+        if self.v == 1:
+            d = ROOT / "blkio" / self.rel
+            for key in ("read_bps", "write_bps", "read_iops", "write_iops"):
+                (d / f"blkio.throttle.{key}_device").write_text(f"{majmin} {limits.get(key, 0)}")
+        elif self.v == 2:
+            names = {"read_bps": "rbps", "write_bps": "wbps", "read_iops": "riops", "write_iops": "wiops"}
+            vals = " ".join(f"{n}={limits.get(k) or 'max'}" for k, n in names.items())
+            (ROOT / self.rel / "io.max").write_text(f"{majmin} {vals}")
+        else:
+            raise OSError("no cgroup hierarchy with blkio/io is mounted")
+
+    def io_throttle(self, majmin: str) -> dict[str, int]:
+        """The caps in force on one disk (what the kernel reads back)."""
+        out: dict[str, int] = {}
+        if self.v == 1:
+            for key in ("read_bps", "write_bps", "read_iops", "write_iops"):
+                for line in (ROOT / "blkio" / self.rel / f"blkio.throttle.{key}_device").read_text().splitlines():
+                    dev, val = line.split()
+                    if dev == majmin:
+                        out[key] = int(val)
+        elif self.v == 2:
+            names = {"rbps": "read_bps", "wbps": "write_bps", "riops": "read_iops", "wiops": "write_iops"}
+            for line in (ROOT / self.rel / "io.max").read_text().splitlines():
+                dev, *kv = line.split()
+                if dev == majmin:
+                    out = {names[k]: int(v) for k, v in (x.split("=") for x in kv) if v != "max"}
+        return out
+
     # ------------------------------------------------------------ freezer
     def freeze(self, frozen: bool, timeout: float = 10.0) -> None:
         if self.v == 1:

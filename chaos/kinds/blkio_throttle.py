@@ -1,0 +1,58 @@
+"""blkio_throttle: a slower disk, deterministically: cap a node's block I/O (bytes/s, IOPS) on the
+disk its store is on (the run directory's disk) through its cgroup, lifted at stop. Under cgroup v1
+the cap applies to I/O the node submits itself (its flush thread's msync/fsync, direct I/O), not
+to the kernel's background writeback of its page cache."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from chaos.protocol import FaultError, FaultKind, register
+from rmqchaos import diskstats
+from rmqchaos.spec import Duration, Strict
+
+
+class BlkioParams(Strict):
+    duration: Duration | None = None  # None: until the load ends
+    write_mb_s: float | None = Field(None, gt=0)
+    write_iops: int | None = Field(None, ge=1)
+    read_mb_s: float | None = Field(None, gt=0)
+    read_iops: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _some_cap(self) -> "BlkioParams":
+        if not any((self.write_mb_s, self.write_iops, self.read_mb_s, self.read_iops)):
+            raise ValueError("set at least one of write_mb_s, write_iops, read_mb_s, read_iops")
+        return self
+
+    def limits(self) -> dict[str, int]:
+        mb = lambda v: int(v * 1_000_000) if v else 0  # noqa: E731
+        return {"write_bps": mb(self.write_mb_s), "read_bps": mb(self.read_mb_s),
+                "write_iops": self.write_iops or 0, "read_iops": self.read_iops or 0}
+
+
+@register
+class BlkioThrottle(FaultKind):
+    name = "blkio_throttle"
+    Params = BlkioParams
+
+    @classmethod
+    def span(cls, params: Any) -> float:
+        return math.inf if params.duration is None else float(params.duration)
+
+    def start(self) -> None:
+        self.running_pid()
+        self.dev = diskstats.device_of(self.ctx.run.path)
+        want = {k: v for k, v in self.params.limits().items() if v}  # type: ignore[attr-defined]
+        got = self.node.throttle_io(self.dev.majmin, want)
+        if got != want:
+            self.node.throttle_io(self.dev.majmin, {})
+            raise FaultError(f"blkio_throttle {self.node.name}: the kernel reads back {got}, not {want}",
+                             "is the blkio (v1) / io (v2) controller enabled for the node's cgroup?")
+        self.evidence = {"device": self.dev.name, "majmin": self.dev.majmin, "limits": got}
+
+    def stop(self) -> dict[str, Any]:
+        left = self.node.throttle_io(self.dev.majmin, {})
+        return {**self.evidence, "lifted": not left}

@@ -1,0 +1,119 @@
+"""redis_noise: N real `redis-server` instances with `appendonly yes` + `appendfsync always` (as on
+the incident's host: eight of them beside the broker), on loopback ports the run owns, their AOF
+files in the run directory, each written at `rate` SETs/s by chaos/redis_driver.py."""
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from chaos.noise import NoiseKind, NoiseParams, require
+from chaos.protocol import register
+from cluster.plan import HOST, plan, port_in_use
+from rmqchaos.spec import Fault, Port, Scenario
+from rmqchaos.wait import poll_until
+
+DRIVER = Path(__file__).resolve().parent.parent / "redis_driver.py"
+
+
+class RedisNoiseParams(NoiseParams):
+    instances: int = Field(8, ge=1, le=32)
+    base_port: Port = 16379  # instance i listens on base_port + i
+    rate: float = Field(200.0, gt=0, le=20_000)  # SETs per second per instance, each its own fsync
+    value_bytes: int = Field(512, ge=1, le=1 << 20)
+
+
+def _command(port: int, *args: str) -> bytes:
+    """One command, its raw reply (a status line, or a bulk string's body)."""
+    with socket.create_connection((HOST, port), timeout=5) as s:
+        s.sendall(("*%d\r\n" % len(args) + "".join(f"${len(a)}\r\n{a}\r\n" for a in args)).encode())
+        f = s.makefile("rb")
+        head = f.readline()
+        if head.startswith(b"$"):
+            return f.read(int(head[1:]))
+        return head.strip()
+
+
+def info(port: int) -> dict[str, str]:
+    body = _command(port, "INFO").decode()
+    return dict(x.split(":", 1) for x in body.splitlines() if ":" in x and not x.startswith("#"))
+
+
+@register
+class RedisNoise(NoiseKind):
+    name = "redis_noise"
+    Params = RedisNoiseParams
+    programs = ("redis-server",)
+    install_hint = "apt-get install redis-server (make setup installs it)"
+
+    @classmethod
+    def check(cls, params: Any, fault: Fault, scenario: Scenario) -> list[tuple[tuple[Any, ...], str]]:
+        errs = super().check(params, fault, scenario)
+        ports = range(params.base_port, params.base_port + params.instances)
+        if ports[-1] > 65535:
+            errs.append((("base_port",), f"ports {ports[0]}-{ports[-1]} go past 65535"))
+        cluster = {port for node in plan(scenario) for port in node.ports}
+        if clash := sorted(cluster & set(ports)):
+            errs.append((("base_port",), f"redis ports {ports[0]}-{ports[-1]} include the cluster's port(s) "
+                                         f"{', '.join(map(str, clash))}: pick another base_port"))
+        return errs
+
+    def begin(self) -> None:
+        p = self.params
+        self.ports = [p.base_port + i for i in range(p.instances)]  # type: ignore[attr-defined]
+        self.servers: dict[int, Any] = {}
+        self.driver: Any = None
+        taken = [x for x in self.ports if port_in_use(x)]
+        require(not taken, f"redis_noise: port(s) {', '.join(map(str, taken))} already in use on {HOST}",
+                "stop what holds them or set the fault's base_port")
+        for port in self.ports:
+            d = self.dir / f"redis-{port}"
+            d.mkdir(parents=True, exist_ok=True)
+            self.servers[port] = self.spawn(f"redis-{port}", [
+                "redis-server", "--bind", HOST, "--port", str(port), "--protected-mode", "yes",
+                "--dir", str(d), "--appendonly", "yes", "--appendfsync", "always", "--save", "",
+                "--daemonize", "no", "--logfile", ""], d / "redis.log")
+        for port, proc in self.servers.items():
+            poll_until(lambda port=port: _ping(port), self.fault.timeout, f"redis-server on port {port}",
+                       interval=0.05, check=lambda proc=proc, port=port: require(
+                           proc.poll() is None, f"redis_noise: redis-server on port {port} exited",
+                           f"see {self.dir / f'redis-{port}' / 'redis.log'}"))
+        self.driver = self.spawn("driver", [sys.executable, str(DRIVER), ",".join(map(str, self.ports)), str(p.rate),
+                                            str(p.value_bytes), str(self.bound_s()), str(self.dir / "driver.json")],
+                                 self.dir / "driver.log")
+
+    def finish(self) -> dict[str, Any]:
+        ev: dict[str, Any] = {"instances": len(getattr(self, "servers", {}))}
+        if getattr(self, "driver", None) is not None:
+            ev["driver_end"] = self.end("driver", self.driver, signal.SIGTERM)
+            f = self.dir / "driver.json"
+            ev["driver"] = json.loads(f.read_text()) if f.exists() else None
+        stats = {}
+        for port, proc in getattr(self, "servers", {}).items():
+            try:
+                i = info(port)
+                stats[str(port)] = {"commands": int(i["total_commands_processed"]),
+                                    "aof_bytes": int(i.get("aof_current_size", 0))}
+            except (OSError, KeyError, ValueError) as e:
+                stats[str(port)] = {"error": f"{type(e).__name__}: {e}"}
+            self.end(f"redis-{port}", proc, signal.SIGTERM)
+            for aof in (self.dir / f"redis-{port}").glob("appendonlydir"):  # noise data, not evidence
+                for x in aof.iterdir():
+                    x.unlink()
+                aof.rmdir()
+        ev["redis"] = stats
+        if ev.get("driver"):
+            ev["sets"] = sum(r.get("sets", 0) for r in ev["driver"]["instances"].values())
+        return ev
+
+
+def _ping(port: int) -> bool:
+    try:
+        return _command(port, "PING") == b"+PONG"
+    except OSError:
+        return False

@@ -1,0 +1,193 @@
+"""Disk noise as faults, with real programs (redis-server, fio) and the real kernel counters: each
+kind measurably raises the device's writes and flushes against a quiet baseline taken in the same
+test, stops on time and leaves no process and no noise data behind. No JVM: the scheduler runs the
+faults on a hand-started load clock. Bad settings: one line when the scenario loads."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from chaos.kinds.es_like_noise import EsLikeParams, job_file
+from chaos.scheduler import FaultScheduler
+from cluster import get_backend
+from conftest import cli
+from pipeline.runs import create_run, load_scenario
+from rmqchaos import diskstats
+from rmqchaos.procs import alive
+from rmqchaos.spec import SpecError
+
+
+def scenario(tmp_path: Path, *faults: dict, duration: str = "30s") -> Path:
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump({"name": "noise", "load": {"duration": duration}, "faults": list(faults)}))
+    return f
+
+
+def first_error(f: Path) -> str:
+    with pytest.raises(SpecError) as e:
+        load_scenario(f)
+    return e.value.lines[0]
+
+
+# ---------------------------------------------------------------- settings (pure logic)
+
+@pytest.mark.fast
+@pytest.mark.parametrize("fault, expect", [
+    ({"kind": "disk_noise", "at": "0s"}, "unknown fault kind 'disk_noise'; known: blkio_throttle, es_like_noise"),
+    ({"kind": "redis_noise", "at": "0s", "rate": -5}, "faults[0].rate: "),
+    ({"kind": "redis_noise", "at": "0s", "instances": 0}, "faults[0].instances: "),
+    ({"kind": "redis_noise", "at": "0s", "base_port": 9876}, "include the cluster's port(s) 9876"),
+    ({"kind": "es_like_noise", "at": "0s", "profile": "mysql"}, "faults[0].profile: unknown key for a es_like_noise"),
+    ({"kind": "es_like_noise", "at": "0s", "target": "broker-a"}, "acts on the cluster, not on a node: drop target"),
+    ({"kind": "es_like_noise", "at": "40s"}, "the fault starts at 40s, after the load's duration 30s"),
+    ({"kind": "blkio_throttle", "at": "0s", "target": "broker-a"}, "set at least one of write_mb_s"),
+    ({"kind": "blkio_throttle", "at": "0s", "target": "broker-a", "write_mb_s": -1}, "faults[0].write_mb_s: "),
+])
+def test_bad_noise_settings_are_errors_when_the_scenario_loads(tmp_path: Path, fault: dict, expect: str) -> None:
+    line = first_error(scenario(tmp_path, fault))
+    assert line.startswith(f"{tmp_path / 's.yaml'}:") and expect in line, line
+
+
+@pytest.mark.fast
+def test_a_missing_program_is_one_line_before_anything_starts(tmp_path: Path) -> None:
+    f = scenario(tmp_path, {"kind": "es_like_noise", "at": "0s"})
+    env = {**os.environ, "PATH": str(Path(sys.executable).parent)}  # python, no fio
+    r = cli("validate", str(f), env=env)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "es_like_noise fault needs fio on PATH: apt-get install fio" in lines[0], r.stderr
+
+
+@pytest.mark.fast
+def test_es_like_job_file_has_the_three_jobs_and_caps() -> None:
+    text = job_file(EsLikeParams(merge_mb_s=50, burst_mb=16, burst_every=3), "/d", 40)
+    assert "runtime=40\n" in text and "size=256m\n" in text and "directory=/d\n" in text
+    translog, merge, refresh = (text.split(f"[{j}]")[1].split("\n\n")[0] for j in ("translog", "merge", "refresh"))
+    assert "bs=4k" in translog and "fdatasync=1" in translog
+    assert "direct=1" in merge and "iodepth=16" in merge and "rate=50m" in merge
+    assert "thinktime=3000000" in refresh and "thinktime_blocks=128" in refresh and "fsync=128" in refresh
+
+
+# ---------------------------------------------------------------- the real programs
+
+def run_noise(tmp_path: Path, fault: dict, seconds: float) -> tuple[dict, diskstats.Counters, float, Path]:
+    """A quiet baseline of `seconds` on the run's disk, then the fault for `seconds` on a load clock."""
+    f = scenario(tmp_path, {"id": "noise", "at": "0s", "duration": f"{seconds}s", **fault})
+    run = create_run(f, tmp_path / "run")
+    dev = diskstats.device_of(run.path)
+    b0, t0 = diskstats.read(dev), time.monotonic()
+    time.sleep(seconds)
+    quiet, quiet_s = diskstats.read(dev).minus(b0), time.monotonic() - t0
+    c = get_backend(run)
+    sched = FaultScheduler(run, c, run.scenario().faults)
+    run.load_dir.mkdir()
+    run.load_started_file.write_text(json.dumps({"start_s": time.time()}))
+    try:
+        sched.start()
+        sched.join(seconds + 90)
+        assert not sched.is_alive()
+        sched.check()
+    finally:
+        sched.stop()
+        c.down()
+    ev = next(e for e in run.timeline() if e["kind"] == "fault")
+    assert ev["outcome"] == "ok", ev
+    # on time: it ran for its duration (start-up and stop add a little)
+    assert seconds - 0.5 <= (ev["end_ms"] - ev["start_ms"]) / 1000 <= seconds + 15, ev
+    for p in run.processes.starts():  # nothing left running
+        assert not alive(p.pid, p.starttime), p
+    return ev["params"]["evidence"], quiet, quiet_s, run.path
+
+
+def assert_louder(ev: dict, quiet: diskstats.Counters, quiet_s: float, writes: float, flushes: float) -> None:
+    d = ev["disk"]
+    per_s = lambda n, s: n / s  # noqa: E731
+    assert per_s(d["writes"], d["seconds"]) > writes * max(1.0, per_s(quiet.writes, quiet_s)), (d, quiet)
+    assert per_s(d["flushes"], d["seconds"]) > flushes * max(1.0, per_s(quiet.flushes, quiet_s)), (d, quiet)
+
+
+def test_redis_noise_fsyncs_every_write_and_stops_on_time(tmp_path: Path) -> None:
+    ev, quiet, quiet_s, run = run_noise(tmp_path, {"kind": "redis_noise", "instances": 3, "base_port": 17379,
+                                                   "rate": 100}, 6)
+    drv = ev["driver"]["instances"]
+    assert set(drv) == {"17379", "17380", "17381"} and all(r["errors"] == 0 for r in drv.values()), drv
+    assert 3 * 100 * 6 * 0.7 <= ev["sets"] <= 3 * 100 * 6 * 1.05, ev  # the set rate, bounded
+    assert all(s["commands"] >= drv[p]["sets"] for p, s in ev["redis"].items()), ev["redis"]
+    assert_louder(ev, quiet, quiet_s, writes=5, flushes=5)  # one fsync per SET: ~300 flushes/s
+    assert not list((run / "noise").rglob("appendonlydir"))  # its data deleted, its logs kept
+    assert list((run / "noise").rglob("redis.log"))
+
+
+def test_es_like_noise_writes_merges_and_fsyncs_and_stops_on_time(tmp_path: Path) -> None:
+    ev, quiet, quiet_s, run = run_noise(tmp_path, {"kind": "es_like_noise", "instances": 2, "file_mb": 64,
+                                                   "merge_mb_s": 40, "burst_mb": 8, "burst_every": "1s"}, 6)
+    assert ev["instances"] == 2
+    for inst in ev["fio"].values():
+        jobs = inst["jobs"]
+        assert set(jobs) == {"translog", "merge", "refresh"}, inst
+        assert jobs["translog"]["fsyncs"] > 0 and jobs["merge"]["write_mb"] > 0 and jobs["refresh"]["write_mb"] > 0
+    assert ev["write_mb"] > 2 * 40 * 6 * 0.5  # the merges alone: two instances at up to 40 MB/s
+    assert_louder(ev, quiet, quiet_s, writes=5, flushes=5)
+    data = [p for p in (run / "noise").rglob("*") if p.is_file() and p.suffix not in (".fio", ".json", ".log")]
+    assert data == []  # fio's files deleted, the job files and results kept
+
+
+def test_disk_sampler_writes_a_record_a_second_on_the_run_clock(tmp_path: Path) -> None:
+    out = tmp_path / "metrics" / "disk.jsonl"
+    s = diskstats.sampler(tmp_path, out)
+    assert s is not None
+    t0 = time.time() * 1000
+    with open(tmp_path / "w.bin", "wb") as fh:  # some writes and fsyncs for it to see
+        for _ in range(20):
+            fh.write(b"x" * 65536)
+            fh.flush()
+            os.fsync(fh.fileno())
+            time.sleep(0.1)
+    time.sleep(0.6)
+    s.close()
+    recs = [json.loads(x) for x in out.read_text().splitlines()]
+    assert 2 <= len(recs) <= 3, recs
+    assert set(recs[0]) == {"ts_ms", "device", "write_mb_s", "writes_s", "flushes_s", "await_ms", "util"}
+    assert all(t0 < r["ts_ms"] < time.time() * 1000 for r in recs)
+    assert sum(r["flushes_s"] for r in recs) >= 10 and sum(r["write_mb_s"] for r in recs) > 0.5, recs
+
+
+def test_blkio_throttle_caps_a_cgroups_direct_writes_exactly_and_lifts(tmp_path: Path) -> None:
+    """The mechanism under `blkio_throttle`: a writer in a node's cgroup, capped at 20 MB/s, then not."""
+    from cluster.local.cgroups import PREFIX, Cgroup, remove_empty_parents
+    from rmqchaos.procs import spawn
+    cg = Cgroup(f"{PREFIX}/test-blkio-{os.getpid()}/broker-a")
+    cg.create()
+    dev = diskstats.device_of(tmp_path)
+
+    def mb_s() -> float:  # 2 s of 1 MiB O_DIRECT writes from inside the cgroup
+        p = spawn(["dd", "if=/dev/zero", f"of={tmp_path / 'dd.bin'}", "bs=1M", "count=200", "oflag=direct"],
+                  join=cg.procs_files(), stderr=subprocess.PIPE, text=True)
+        time.sleep(2)
+        p.send_signal(signal.SIGUSR1)  # dd prints its progress: bytes and rate so far
+        time.sleep(0.3)
+        p.kill()
+        err = p.communicate()[1]
+        copied = [x for x in err.splitlines() if "copied" in x][0]
+        return int(copied.split()[0]) / 1e6 / float(copied.split(",")[2].split()[0])
+
+    try:
+        cg.throttle_io(dev.majmin, {"write_bps": 20_000_000})
+        assert cg.io_throttle(dev.majmin) == {"write_bps": 20_000_000}
+        capped = mb_s()
+        cg.throttle_io(dev.majmin, {})
+        assert cg.io_throttle(dev.majmin) == {}
+        free = mb_s()
+    finally:
+        cg.remove()
+        remove_empty_parents(cg.rel)
+    assert 15 <= capped <= 24, capped  # the cap, as the kernel enforces it
+    assert free > 2 * capped, (capped, free)  # and lifted
