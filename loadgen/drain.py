@@ -36,7 +36,7 @@ def _consumers(run: RunDir, c: ClusterBackend, s: Scenario) -> list[JavaConsumer
                                duration_s=(s.load.duration if s.load else 0) + s.consumers.drain_timeout + 600)
         out.append(JavaConsumer(c.namesrv_addr, opts, receive_ledger_path(run.path, inst.id), run.consumers_dir,
                                 run_id=run.run_id, rocketmq_version=s.cluster.rocketmq_version,
-                                launcher=launcher, proc_log=run.processes))
+                                launcher=launcher, proc_log=c.run.processes))
     return out
 
 
@@ -54,13 +54,18 @@ def start_consumers(run: RunDir, c: ClusterBackend, s: Scenario) -> list[JavaCon
 
 
 def started_consumers(run: RunDir, c: ClusterBackend, s: Scenario) -> list[JavaConsumer]:
-    """The consumers an earlier stage started and nothing has stopped yet (from processes.jsonl)."""
-    exited = {(e.get("node"), e.get("pid")) for e in run.processes.entries() if e.get("event") == "exit"}
+    """The consumers an earlier stage started and nothing has stopped yet. Their records are where
+    the backend's spawn helper writes them: the cluster's run, which for a run attached to another
+    run's cluster is that run, shared with other attached runs, so a record is this run's when its
+    JVM's user.home is this run's consumers directory."""
+    log = c.run.processes
+    exited = {(e.get("node"), e.get("pid")) for e in log.entries() if e.get("event") == "exit"}
+    mine = f"-Duser.home={run.consumers_dir}"
     out = []
     for jc in _consumers(run, c, s):
-        rec = run.processes.latest(jc.node)
-        if rec is not None and (rec.node, rec.pid) not in exited:
-            out.append(jc.attach(rec))
+        recs = [r for r in log.starts() if r.node == jc.node and mine in r.cmd]
+        if recs and (recs[-1].node, recs[-1].pid) not in exited:
+            out.append(jc.attach(recs[-1]))
     return out
 
 

@@ -109,7 +109,7 @@ def real_run(cluster, tmp_path_factory: pytest.TempPathFactory):
                                   "messages": 3000},
                    {"settle": "5s", "instances": [{"id": "c0", "group": "g_analyze"}]}, name="analyzed")
     load.run(run)
-    drain.run(run)
+    assert drain.run(run)["drained"] is True
     analyze.run(run)
     report.run(run)
     return run

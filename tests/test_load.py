@@ -36,7 +36,7 @@ def test_fault_free_10k_at_a_fixed_rate_every_acked_key_received_once(cluster, t
                                        "messages": 10_000, "message_size": 512},
                    {"settle": "5s", "instances": [{"id": "c0", "group": "g_load_10k"}]})
     load.run(run)
-    drain.run(run)
+    assert drain.run(run)["drained"] is True  # its consumers found (records in the cluster's run) and drained
     intents, outcomes, recv = ledgers(run.path)
     assert len(intents) == len(outcomes) == locust_requests(run.path) == 10_000
     assert {(r["producer_id"], r["attempt_id"]) for r in intents} == \
@@ -63,7 +63,7 @@ def test_distributed_mode_two_workers_write_their_own_ledgers(cluster, tmp_path:
                                        "messages": 2000, "workers": 2},
                    {"settle": "5s", "instances": [{"id": "c0", "group": "g_load_dist"}]})
     load.run(run)
-    drain.run(run)
+    assert drain.run(run)["drained"] is True  # its consumers found (records in the cluster's run) and drained
     assert len(ledger_files(run.path, "send")) == 2
     intents, outcomes, recv = ledgers(run.path)
     assert len(intents) == len(outcomes) == locust_requests(run.path) == 2000
