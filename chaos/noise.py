@@ -8,7 +8,6 @@ counters from /proc/diskstats over the occurrence: writes, bytes, flushes (fsync
 """
 from __future__ import annotations
 
-import math
 import shutil
 import subprocess
 import time
@@ -16,13 +15,13 @@ from abc import abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
-from chaos.protocol import FaultError, FaultKind
+from chaos.protocol import FaultError, FaultKind, Lasting, lasting_span
 from rmqchaos import diskstats
-from rmqchaos.spec import Duration, Fault, Scenario, Strict
+from rmqchaos.spec import Fault, Scenario
 
 
-class NoiseParams(Strict):
-    duration: Duration | None = None  # None: until the load ends
+class NoiseParams(Lasting):
+    pass
 
 
 class NoiseKind(FaultKind):
@@ -32,7 +31,7 @@ class NoiseKind(FaultKind):
 
     @classmethod
     def span(cls, params: Any) -> float:
-        return math.inf if params.duration is None else float(params.duration)
+        return lasting_span(params)
 
     @classmethod
     def check(cls, params: Any, fault: Fault, scenario: Scenario) -> list[tuple[tuple[Any, ...], str]]:
@@ -65,7 +64,8 @@ class NoiseKind(FaultKind):
                 p.kill()
                 p.wait()
                 how = "killed"
-        self.ctx.run.processes.record_exit(f"noise-{self.occurrence}-{tag}", p.pid, how)
+        # beside its start record, which the backend's spawn helper writes to the cluster's run
+        self.ctx.cluster.run.processes.record_exit(f"noise-{self.occurrence}-{tag}", p.pid, how)
         return how
 
     # ------------------------------------------------------------ one occurrence
@@ -83,8 +83,7 @@ class NoiseKind(FaultKind):
         ev = self.finish()
         d = diskstats.read(self.dev).minus(self.before)
         secs = time.monotonic() - self.t0
-        ev["disk"] = {"device": self.dev.name, "seconds": round(secs, 3), **d.as_dict(),
-                      "write_mb_s": round(d.write_bytes / secs / 1e6, 2), "flushes_s": round(d.flushes / secs, 1)}
+        ev["disk"] = {"device": self.dev.name, "seconds": round(secs, 3), **d.as_dict(), **d.rates(secs)}
         return ev
 
     @abstractmethod

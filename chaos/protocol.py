@@ -12,6 +12,7 @@ report need no edit.
 """
 from __future__ import annotations
 
+import math
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from pydantic import BaseModel
 from cluster.backend import ClusterBackend, Node
 from rmqchaos.errors import UserError
 from rmqchaos.rundir import RunDir
-from rmqchaos.spec import Fault, Scenario, Strict
+from rmqchaos.spec import Duration, Fault, Scenario, Strict
 
 
 class FaultError(UserError):
@@ -31,6 +32,15 @@ class FaultError(UserError):
 
 class NoParams(Strict):
     pass
+
+
+class Lasting(Strict):
+    """Parameters of a kind that holds until `duration` has passed, or by default until the load ends."""
+    duration: Duration | None = None
+
+
+def lasting_span(params: Lasting) -> float:
+    return math.inf if params.duration is None else float(params.duration)
 
 
 @dataclass

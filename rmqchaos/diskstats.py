@@ -45,6 +45,14 @@ class Counters:
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
+    def rates(self, secs: float) -> dict[str, float]:
+        """This difference over `secs` seconds: MB/s and writes/s written, flushes/s, mean ms per
+        completed write, and the fraction of the time with I/O in flight."""
+        return {"write_mb_s": round(self.write_bytes / secs / 1e6, 3), "writes_s": round(self.writes / secs, 1),
+                "flushes_s": round(self.flushes / secs, 1),
+                "await_ms": round(self.write_ms / self.writes, 2) if self.writes else 0.0,
+                "util": round(min(1.0, self.io_ms / 1000 / secs), 3)}
+
 
 def device_of(path: str | Path) -> Device:
     """The whole disk holding `path` (a partition resolves to its disk: blkio throttles whole disks)."""
@@ -94,13 +102,8 @@ class Sampler:
         with open(self.out, "a") as fh:
             while not self._stop.wait(self.interval - (time.monotonic() - t_prev) % self.interval):
                 cur, t = read(self.dev), time.monotonic()
-                d, secs = cur.minus(prev), t - t_prev
-                fh.write(json.dumps({
-                    "ts_ms": int(time.time() * 1000), "device": self.dev.name,
-                    "write_mb_s": round(d.write_bytes / secs / 1e6, 3), "writes_s": round(d.writes / secs, 1),
-                    "flushes_s": round(d.flushes / secs, 1),
-                    "await_ms": round(d.write_ms / d.writes, 2) if d.writes else 0.0,
-                    "util": round(min(1.0, d.io_ms / 1000 / secs), 3)}) + "\n")
+                fh.write(json.dumps({"ts_ms": int(time.time() * 1000), "device": self.dev.name,
+                                     **cur.minus(prev).rates(t - t_prev)}) + "\n")
                 fh.flush()
                 prev, t_prev = cur, t
 

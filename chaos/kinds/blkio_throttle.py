@@ -4,18 +4,15 @@ the cap applies to I/O the node submits itself (its flush thread's msync/fsync, 
 to the kernel's background writeback of its page cache."""
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from pydantic import Field, model_validator
 
-from chaos.protocol import FaultError, FaultKind, register
+from chaos.protocol import FaultError, FaultKind, Lasting, lasting_span, register
 from rmqchaos import diskstats
-from rmqchaos.spec import Duration, Strict
 
 
-class BlkioParams(Strict):
-    duration: Duration | None = None  # None: until the load ends
+class BlkioParams(Lasting):
     write_mb_s: float | None = Field(None, gt=0)
     write_iops: int | None = Field(None, ge=1)
     read_mb_s: float | None = Field(None, gt=0)
@@ -40,7 +37,7 @@ class BlkioThrottle(FaultKind):
 
     @classmethod
     def span(cls, params: Any) -> float:
-        return math.inf if params.duration is None else float(params.duration)
+        return lasting_span(params)
 
     def start(self) -> None:
         self.running_pid()

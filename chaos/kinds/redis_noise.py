@@ -4,6 +4,7 @@ files in the run directory, each written at `rate` SETs/s by chaos/redis_driver.
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import socket
 import sys
@@ -102,10 +103,7 @@ class RedisNoise(NoiseKind):
             except (OSError, KeyError, ValueError) as e:
                 stats[str(port)] = {"error": f"{type(e).__name__}: {e}"}
             self.end(f"redis-{port}", proc, signal.SIGTERM)
-            for aof in (self.dir / f"redis-{port}").glob("appendonlydir"):  # noise data, not evidence
-                for x in aof.iterdir():
-                    x.unlink()
-                aof.rmdir()
+            shutil.rmtree(self.dir / f"redis-{port}" / "appendonlydir", ignore_errors=True)  # noise data
         ev["redis"] = stats
         if ev.get("driver"):
             ev["sets"] = sum(r.get("sets", 0) for r in ev["driver"]["instances"].values())
