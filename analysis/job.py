@@ -12,6 +12,7 @@ SCHEMA_VERSION = 1
 
 
 def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -> dict[str, Any]:
+    from analysis.broker_log import evidence
     from analysis.completeness import completeness
     from analysis.reconcile import analyze_ledgers, spark_session
     from rmqchaos.ledgers import ledger_files
@@ -41,9 +42,12 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
                "complete": comp["complete"], "incomplete_reasons": comp["reasons"],
                "versions": run.versions(), "cluster": {"brokers": run.broker_configs()},
                "load": s.load.model_dump(mode="json") if s.load else None,
-               **{k: res[k] for k in ("counts", "duplicates_by_cause", "duplicated_keys_by_send_outcome", "errors",
+               **{k: res[k] for k in ("counts", "duplicates_by_cause", "duplicated_keys_by_send_outcome", "errors", "answers", "busy_series",
                                       "latency_ms", "windows", "warnings", "corrupted")},
-               "events": events, "series": res["series"]}
+               "events": events, "series": res["series"],
+               # the host's side of the time axis: disk pressure each second, the brokers' own put latency
+               "disk": _jsonl(run.disk_metrics_file),
+               "broker_evidence": evidence(run.path / "cluster", run.broker_configs())}
     out.mkdir(exist_ok=True)
     tmp = out / "summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=1) + "\n")
@@ -58,6 +62,18 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
     for w in summary["warnings"]:
         say(f"analyze: warning: {w}")
     return summary
+
+
+def _jsonl(f: Path) -> list[dict[str, Any]]:
+    if not f.is_file():
+        return []
+    out = []
+    for x in f.read_text().splitlines():
+        try:
+            out.append(json.loads(x))
+        except ValueError:  # a sampler stopped mid-line: metrics are best effort, unlike the ledgers
+            continue
+    return out
 
 
 if __name__ == "__main__":  # spark-submit analysis/job.py RUN_DIR [MASTER]

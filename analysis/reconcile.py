@@ -352,6 +352,9 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
             step("unexpected deliveries looked up among sent msgIds")
         else:
             res["counts"]["corrupted_deliveries"], res["corrupted"] = 0, []
+        res["answers"] = _answers(send, recv, keys)
+        res["busy_series"] = _busy_series(send)
+        step("answers matched with the msgIds delivered")
         if res["series"] and not own_tmp:
             spark.createDataFrame(res["series"]).write.mode("overwrite").parquet(str(work / "series.parquet"))
         return res
@@ -435,6 +438,41 @@ def _errors(send: DataFrame, no_outcome: int, warnings: list[str]) -> dict[str, 
     return {m: dict(c.most_common(200)) for m, c in maps.items()}
 
 
+def answer_label() -> Any:
+    """What an outcome record says, in a word: a busy answer's text prefix, a stored answer's status,
+    another rejection's code, or the outcome (timeout; error without code = transport)."""
+    return (F.when(F.col("code") == 2, F.coalesce(F.col("remark_prefix"), F.lit("code 2")))
+            .when(F.col("outcome") == "ok", F.col("status"))
+            .when(F.col("code").isNotNull(), F.concat(F.lit("code "), F.col("code").cast("string")))
+            .when(F.col("outcome") == "error", F.lit("transport error"))
+            .otherwise(F.col("outcome")))
+
+
+def _answers(send: DataFrame, recv: DataFrame, keys: DataFrame) -> list[dict[str, Any]]:
+    """Per kind of answer: attempts that got it, how many of them were stored all the same, and the
+    duplicated keys whose first attempt got it (and of those, whose first attempt was stored).
+    Exact, not inferred: every attempt carries a fresh UNIQ_KEY (rmqclient), which the consumer
+    records as msgId, so an attempt was stored iff its own msgId was delivered (a batch's attempt:
+    iff any of its msgIds was). Attempts without an outcome record are not here (no answer)."""
+    delivered = recv.where(F.col("msg_id").isNotNull()).select("msg_id").distinct()
+    att = (send.where(_is_outcome()).select("key", "start_ms", answer_label().alias("answer"),
+                                            F.explode_outer(F.split("msg_id", ",")).alias("msg_id"))
+           .join(delivered.withColumn("stored", F.lit(1)), "msg_id", "left")
+           .groupBy("key", "start_ms", "answer").agg(F.max(F.coalesce("stored", F.lit(0))).alias("stored")))
+    per = {r["answer"]: {"answer": r["answer"], "attempts": int(r["n"]), "stored": int(r["stored"] or 0)}
+           for r in att.groupBy("answer").agg(F.count("*").alias("n"), F.sum("stored").alias("stored")).collect()}
+    dup = (att.join(keys.where(F.col("class") == "duplicated").select("key"), "key", "left_semi")
+           .groupBy("key").agg(F.min(F.struct("start_ms", "answer", "stored")).alias("first"))
+           .groupBy(F.col("first.answer").alias("answer"))
+           .agg(F.count("*").alias("n"), F.sum("first.stored").alias("stored")).collect())
+    for r in per.values():
+        r["dup_keys_first_answer"] = r["dup_keys_first_stored"] = 0
+    for r in dup:
+        row = per.setdefault(r["answer"], {"answer": r["answer"], "attempts": 0, "stored": 0})
+        row["dup_keys_first_answer"], row["dup_keys_first_stored"] = int(r["n"]), int(r["stored"] or 0)
+    return sorted(per.values(), key=lambda r: -r["attempts"])
+
+
 BROADCAST_MAX = 100_000  # unexpected deliveries up to which their side of a join is broadcast
 
 
@@ -485,6 +523,17 @@ def _series(send: DataFrame, keys: DataFrame) -> list[dict[str, Any]]:
                     "deliveries": x["deliveries"] or 0, "lost": x["lost"] or 0, "duplicated": x["duplicated"] or 0,
                     "indeterminate": x["indeterminate"] or 0, "send_p50_ms": lat[0], "send_p99_ms": lat[1],
                     "intended_p50_ms": lat_i[0], "intended_p99_ms": lat_i[1]})
+    return out
+
+
+def _busy_series(send: DataFrame) -> dict[str, list[list[int]]]:
+    """Busy answers (code 2) per text prefix and second of the attempt's start: {prefix: [[t, n]]}."""
+    rows = (send.where(_is_outcome() & (F.col("code") == 2))
+            .groupBy(F.coalesce("remark_prefix", F.lit("code 2")).alias("p"), (F.col("start_ms") / 1000).cast("long").alias("t"))
+            .agg(F.count("*").alias("n")).orderBy("p", "t").collect())
+    out: dict[str, list[list[int]]] = {}
+    for r in rows:
+        out.setdefault(r["p"], []).append([int(r["t"]), int(r["n"])])
     return out
 
 

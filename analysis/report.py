@@ -13,11 +13,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from analysis.rules import CLASSES  # noqa: E402
+from analysis.broker_log import slow_share  # noqa: E402
+from analysis.rules import BUSY_PREFIXES, CLASSES  # noqa: E402
 from rmqchaos.errors import UserError  # noqa: E402
 
 COLORS = {"ok": "#4caf50", "lost": "#d32f2f", "duplicated": "#ff9800", "recovered": "#2196f3",
           "failed": "#9e9e9e", "indeterminate": "#9c27b0", "undelivered_at_stop": "#ffeb3b"}
+BUSY_COLORS = ("#c62828", "#1565c0", "#ef6c00", "#2e7d32", "#6a1b9a")
 SHADE = {"fault": "#ffcdd2", "load": "#e3f2fd", "drain": "#f1f8e9"}
 
 
@@ -93,6 +95,100 @@ def plot_lost_dup(s: dict[str, Any]) -> str:
             bottom = [b + v for b, v in zip(bottom, vals)]
     return _series_plot(s, "Lost / duplicated / indeterminate keys over time",
                         "second the message was meant to be sent", "keys", 2.6, draw)
+
+
+def _legend(ax: Any, loc: str = "upper right") -> None:
+    if ax.get_legend_handles_labels()[0]:  # an empty legend only warns
+        ax.legend(fontsize=7, loc=loc)
+
+
+def has_host_evidence(s: dict[str, Any]) -> bool:
+    return bool(s.get("disk")) or any(v.get("write_memory") or v.get("pagecachert")
+                                      for v in (s.get("broker_evidence") or {}).values())
+
+
+def plot_host(s: dict[str, Any]) -> str:
+    """One time axis (seconds since the first attempt) for the shared-host questions: the disk's
+    pressure, the brokers' own put latency, each busy text, and the keys lost / duplicated."""
+    t0 = s["series"][0]["t"] if s["series"] else (s["disk"][0]["ts_ms"] // 1000 if s.get("disk") else 0)
+    fig, axes = plt.subplots(4, 1, figsize=(9, 8.5), sharex=True)
+    ax = axes[0]
+    disk = s.get("disk") or []
+    if disk:
+        xs = [d["ts_ms"] / 1000 - t0 for d in disk]
+        ax.plot(xs, [d["write_mb_s"] for d in disk], color="#5d4037", label="device write MB/s")
+        ax.set_ylabel("MB/s")
+        ax2 = ax.twinx()
+        ax2.plot(xs, [d["await_ms"] for d in disk], color="#f57c00", lw=1, label="await ms")
+        ax2.plot(xs, [d["flushes_s"] for d in disk], color="#7b1fa2", lw=1, ls="--", label="flushes/s")
+        ax2.set_yscale("symlog", linthresh=1)
+        _legend(ax2, "upper left")
+        ax.set_title(f"Disk {disk[0]['device']} (/proc/diskstats, each second)")
+    _legend(ax)
+    ax = axes[1]
+    for b, ev in sorted((s.get("broker_evidence") or {}).items()):
+        wm = ev.get("write_memory") or []
+        if wm:  # a 10 s window ending at t: drawn as a step over it
+            ax.step([w["t_ms"] / 1000 - t0 for w in wm], [w["max_ms"] for w in wm], where="pre",
+                    label=f"{b} put max (10 s)")
+            ax.step([w["t_ms"] / 1000 - t0 for w in wm], [w["p99_ms"] for w in wm], where="pre", lw=1, ls="--",
+                    label=f"{b} put p99 (10 s)")
+        sp = ev.get("slow_puts") or []
+        if sp:
+            ax.scatter([x["t_ms"] / 1000 - t0 for x in sp], [x["ms"] for x in sp], s=8, marker="x",
+                       label=f"{b} slow puts (> 500 ms)")
+        for pc in ev.get("pagecachert") or []:
+            share = slow_share(pc)
+            if share:
+                ax.annotate(f"{b}: {share:.2%} of puts >10 ms (60 s)", (pc["t_ms"] / 1000 - t0, 0), fontsize=6,
+                            rotation=90, va="bottom")
+    ax.set_ylabel("ms")
+    ax.set_yscale("symlog", linthresh=1)
+    ax.set_title("Broker put latency, from its own store log")
+    _legend(ax)
+    ax = axes[2]
+    stack: dict[int, int] = {}
+    for i, (prefix, pts) in enumerate(sorted((s.get("busy_series") or {}).items())):
+        ax.bar([p[0] - t0 for p in pts], [p[1] for p in pts], bottom=[stack.get(p[0], 0) for p in pts], width=1.0,
+               color=BUSY_COLORS[i % len(BUSY_COLORS)], label=prefix)
+        for p in pts:
+            stack[p[0]] = stack.get(p[0], 0) + p[1]
+    ax.set_ylabel("answers / s")
+    ax.set_title("Busy answers by text (code 2), each second")
+    _legend(ax)
+    ax = axes[3]
+    ser = s["series"]
+    xs = [r["t"] - t0 for r in ser]
+    bottom = [0] * len(ser)
+    for c in ("lost", "duplicated", "indeterminate"):
+        vals = [r[c] for r in ser]
+        ax.bar(xs, vals, bottom=bottom, color=COLORS[c], label=c, width=1.0)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_ylabel("keys")
+    ax.set_xlabel("seconds since first attempt")
+    ax.set_title("Keys lost / duplicated / indeterminate, by the second they were meant to be sent")
+    _legend(ax)
+    for a in axes:
+        _shade(a, s, t0)
+    fig.tight_layout()
+    return _svg(fig)
+
+
+def compare_rows(sums: list[dict[str, Any]]) -> list[list[Any]]:
+    """The shared-host comparison, a row per run: busy answers of each kind, lost, duplicated keys and
+    their extra deliveries by cause, p99 send latency from the intended time."""
+    rows = []
+    for s in sums:
+        busy = s["errors"]["by_remark_prefix"]
+        causes = ", ".join(f"{k} {v}" for k, v in s["duplicates_by_cause"].items() if v) or "-"
+        rows.append([s["scenario"], s["run_id"][-6:], s["counts"]["attempts"], *[busy.get(p, 0) for p in BUSY_PREFIXES],
+                     s["counts"]["lost"], s["counts"]["duplicated"], causes,
+                     s["latency_ms"]["send_from_intended"]["p99"]])
+    return rows
+
+
+COMPARE_HEAD = ["scenario", "run", "attempts", *BUSY_PREFIXES, "LOST", "DUPLICATED keys",
+                "extra deliveries by cause", "p99 send from intended (ms)"]
 
 
 def plot_errors(s: dict[str, Any]) -> str:
@@ -179,8 +275,17 @@ def _run_section(s: dict[str, Any]) -> str:
               w["latency_from_intended_ms"]["p99"], w["throughput_drop"], w["rto_s"]] for w in s["windows"]],
             ["id", "kind", "target", "seconds", "keys meant to be sent inside", "p99 from intended (ms)",
              "throughput drop", "RTO (s)"]))
+    if s.get("answers"):
+        parts.append("<h3>Answers, and what was stored all the same</h3><p>An attempt counts as stored when its "
+                     "own msgId (a fresh UNIQ_KEY per attempt) was delivered.</p>" + _table(
+                         [[a["answer"], a["attempts"], a["stored"], a["dup_keys_first_answer"], a["dup_keys_first_stored"]]
+                          for a in s["answers"]],
+                         ["answer", "attempts", "stored all the same", "duplicated keys with this first answer",
+                          "… whose first attempt was stored"]))
     parts += [f"<div class=plot>{plot_throughput(s)}</div>", f"<div class=plot>{plot_lost_dup(s)}</div>",
               f"<div class=plot>{plot_errors(s)}</div>", f"<div class=plot>{plot_latency(s)}</div>"]
+    if has_host_evidence(s):
+        parts.append(f"<div class=plot>{plot_host(s)}</div>")
     return "<section>" + "\n".join(parts) + "</section>"
 
 
@@ -218,6 +323,7 @@ def render(summaries: list[dict[str, Any]], title: str = "RocketMQ loss and dupl
         body.append(_table([[s["scenario"], s["run_id"], s["counts"]["acked"]] + [s["counts"].get(c, 0) for c in CLASSES]
                             + [kills(s)] for s in summaries], ["scenario", "run", "acked", *CLASSES, "kills"]))
         body.append(f"<div class=plot>{plot_compare(summaries)}</div>")
+        body.append("<h2>Busy answers, loss, duplicates and latency</h2>" + _table(compare_rows(summaries), COMPARE_HEAD))
     body += [_run_section(s) for s in summaries]
     style = ("body{font-family:sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse;margin:.5em 0}"
              "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}th{background:#eceff1}"

@@ -66,8 +66,10 @@ class NodeMemory(ABC):
         """The kernel's OOM-kill counter for the node's domain."""
 
     @abstractmethod
-    def cap(self) -> int:
-        """Set the limit (memory and memory+swap) to the current usage; returns the limit."""
+    def cap(self, page_cache: int | None = None) -> int:
+        """Set the limit (memory and memory+swap) to the current usage; returns the limit. With
+        `page_cache` (bytes): to the usage without its page cache plus that much, so reclaim keeps
+        the node's page cache near it."""
 
     @abstractmethod
     def clear_limit(self) -> None: ...

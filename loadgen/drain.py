@@ -97,13 +97,22 @@ def drain(consumers: list[JavaConsumer], settle: float, timeout: float,
 
 
 def group_lag(c: ClusterBackend, s: Scenario) -> Callable[[], int | None]:
-    """Total lag of every consumer instance's group on its topics; None while a broker does not answer."""
+    """Total lag of every consumer instance's group on its topics; None (unknown) while a broker does
+    not answer or a broker group of the cluster has no master in a topic's route: a dead broker drops
+    out of the route, and its stored messages must not count as drained (they are only out of reach)."""
     assert s.consumers is not None
     default_topics = s.load.topics() if s.load else []
+    groups = {p.broker_name for p in c.masters()}
 
     def total() -> int | None:
         try:
             admin = c.admin()
+            topics = {t for i in s.consumers.instances for t in (i.topics or default_topics)}  # type: ignore[union-attr]
+            for t in topics:
+                route = admin.topic_route(t) or {}
+                routed = {bd["brokerName"] for bd in route.get("brokerDatas", []) if bd["brokerAddrs"].get("0")}
+                if groups - routed:
+                    return None
             return sum(sum(admin.consumer_lag(i.group, i.topics or default_topics).values())
                        for i in s.consumers.instances)  # type: ignore[union-attr]
         except (RemotingError, OSError):

@@ -94,6 +94,11 @@ def _write(run: RunDir) -> None:
         prefixes = summ["errors"]["by_remark_prefix"]
         if prefixes:
             lines.append("broker busy texts: " + ", ".join(f"{k} {v}" for k, v in prefixes.items()))
+        for a in summ.get("answers", []):
+            if a["answer"] != "SEND_OK" or a["dup_keys_first_answer"]:
+                lines.append(f"  answer {a['answer']}: {a['attempts']} attempts, {a['stored']} stored all the same; "
+                             f"first answer of {a['dup_keys_first_answer']} duplicated keys "
+                             f"({a['dup_keys_first_stored']} of those first attempts stored)")
         for w in summ["warnings"]:
             lines.append(f"warning: {w}")
         lines.append(f"html report: {run.report_html}")

@@ -234,10 +234,10 @@ class CgroupMemory(NodeMemory):
     def oom_kills(self) -> int:
         return self.cg.oom_kills()
 
-    def cap(self) -> int:
+    def cap(self, page_cache: int | None = None) -> int:
         if not self.cg.exists():
             raise UserError(f"cgroup {self.cg.rel} does not exist", "the local backend creates one per node")
-        return self.cg.cap_memory()
+        return self.cg.cap_memory(page_cache=page_cache)
 
     def clear_limit(self) -> None:
         self.cg.clear_memory_limit()

@@ -99,14 +99,17 @@ class Cgroup:
             return 0
         return sum(int(stat.get(n, 0)) for n in names)
 
-    def cap_memory(self, attempts: int = 20) -> int:
+    def cap_memory(self, attempts: int = 20, page_cache: int | None = None) -> int:
         """Set the memory limit (and memory+swap, so nothing escapes to swap) to the current usage:
         no slack left, so the cgroup's next charges reclaim its page cache and, once that is gone,
-        end in the kernel's OOM killer. Returns the limit set."""
+        end in the kernel's OOM killer. With `page_cache` (bytes): to the usage less its page cache
+        plus that many bytes (the kernel reclaims the page cache down to it). Returns the limit set."""
         for _ in range(attempts):
             usage = self.memory_usage()
             if usage is None:
                 raise OSError(f"no memory controller for cgroup {self.rel}")
+            if page_cache is not None:
+                usage = usage - self.file_cache() + page_cache
             try:
                 if self.v == 1:
                     self._write("memory.limit_in_bytes", str(usage))  # first: it must stay <= memsw
