@@ -144,6 +144,12 @@ def test_shared_host_scaled_for_ci_records_busy_answers_verbatim_and_classifies_
     assert answers["SEND_OK"]["stored"] == answers["SEND_OK"]["attempts"]  # no_retry, nothing lost
     assert c["failed"] == len(busy) and c["lost"] == 0  # no_retry: each busy key is a definite failure
 
+    # the squeeze held: the broker's page cache was cut to about 32 MiB and it survived it
+    (pc,) = [e for e in s["events"] if e["kind"] == "fault" and e["params"]["fault_id"] == "pagecache"]
+    ev = pc["params"]["evidence"]
+    assert pc["outcome"] == "ok" and ev["oom_kills"] == 0, ev
+    assert ev["before"]["page_cache_mb"] > 40 and ev["page_cache_mb_after_cap"] <= 40, ev
+
     # the time axis: disk pressure rose with the noise, the broker's own put latency is there
     disk = s["disk"]
     noise_start = min(e["start_ms"] for e in s["events"] if e["kind"] == "fault")
