@@ -455,10 +455,12 @@ def _answers(send: DataFrame, recv: DataFrame, keys: DataFrame) -> list[dict[str
     records as msgId, so an attempt was stored iff its own msgId was delivered (a batch's attempt:
     iff any of its msgIds was). Attempts without an outcome record are not here (no answer)."""
     delivered = recv.where(F.col("msg_id").isNotNull()).select("msg_id").distinct()
+    # an attempt is its msgId(s): a retry answered within the same millisecond shares key and start_ms
     att = (send.where(_is_outcome()).select("key", "start_ms", answer_label().alias("answer"),
+                                            F.col("msg_id").alias("attempt"),
                                             F.explode_outer(F.split("msg_id", ",")).alias("msg_id"))
            .join(delivered.withColumn("stored", F.lit(1)), "msg_id", "left")
-           .groupBy("key", "start_ms", "answer").agg(F.max(F.coalesce("stored", F.lit(0))).alias("stored")))
+           .groupBy("key", "start_ms", "answer", "attempt").agg(F.max(F.coalesce("stored", F.lit(0))).alias("stored")))
     per = {r["answer"]: {"answer": r["answer"], "attempts": int(r["n"]), "stored": int(r["stored"] or 0)}
            for r in att.groupBy("answer").agg(F.count("*").alias("n"), F.sum("stored").alias("stored")).collect()}
     dup = (att.join(keys.where(F.col("class") == "duplicated").select("key"), "key", "left_semi")

@@ -43,7 +43,7 @@ def _shade(ax: Any, s: dict[str, Any], t0: float) -> None:
     for w in s.get("windows", []):
         kind = w["kind"] if w["kind"] in SHADE else "fault"
         ax.axvspan((w["start_ms"] / 1000) - t0, max(w["end_ms"], w["start_ms"] + 300) / 1000 - t0,
-                   color=SHADE[kind], alpha=0.6, lw=0)
+                   color=SHADE[kind], alpha=0.6, lw=0, zorder=0)  # under the data
         if kind == "fault":
             ax.text((w["start_ms"] / 1000) - t0, ax.get_ylim()[1] * 0.95, w["id"], fontsize=7, va="top", color="#b71c1c")
 

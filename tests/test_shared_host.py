@@ -193,6 +193,8 @@ def test_answers_say_which_attempts_were_stored_and_what_first_answer_duplicated
         *_attempt("k3", 1, "T", 3000, "timeout", msg_id="m3a"), *_attempt("k3", 2, "T_bak", 3040, "ok", msg_id="m3b"),
         # k4: plain success
         *_attempt("k4", 1, "T", 4000, "ok", msg_id="m4a"),
+        # k5: busy, and busy again within the same millisecond (two attempts), then not resent
+        *_attempt("k5", 1, "T", 5000, "error", 2, busy, "m5a"), *_attempt("k5", 2, "T", 5000, "error", 2, busy, "m5b"),
     ]
     recv = [_delivery("k1", "m1a", "T", 0), _delivery("k1", "m1b", "T_bak", 0), _delivery("k2", "m2b", "T_bak", 1),
             _delivery("k3", "m3b", "T_bak", 2), _delivery("k4", "m4a", "T", 1)]
@@ -207,7 +209,8 @@ def test_answers_say_which_attempts_were_stored_and_what_first_answer_duplicated
     assert answers == {
         "SEND_OK": {"answer": "SEND_OK", "attempts": 4, "stored": 4, "dup_keys_first_answer": 0, "dup_keys_first_stored": 0},
         "timeout": {"answer": "timeout", "attempts": 2, "stored": 1, "dup_keys_first_answer": 1, "dup_keys_first_stored": 1},
-        "[PCBUSY_CLEAN_QUEUE]": {"answer": "[PCBUSY_CLEAN_QUEUE]", "attempts": 1, "stored": 0,
+        "[PCBUSY_CLEAN_QUEUE]": {"answer": "[PCBUSY_CLEAN_QUEUE]", "attempts": 3, "stored": 0,
                                  "dup_keys_first_answer": 0, "dup_keys_first_stored": 0}}
     assert res["counts"]["duplicated"] == 1 and res["duplicates_by_cause"]["backup_topic"] == 1
-    assert res["busy_series"] == {"[PCBUSY_CLEAN_QUEUE]": [[2, 1]]}
+    assert res["busy_series"] == {"[PCBUSY_CLEAN_QUEUE]": [[2, 1], [5, 2]]}
+    assert res["counts"]["failed"] == 1  # k5
