@@ -145,7 +145,8 @@ def test_html_report_renders_with_its_plots_in_headless_chromium(real_run, tmp_p
     from PIL import Image
     html = real_run.path / "report.html"
     text = html.read_text()
-    assert text.count("<svg") == 4
+    assert text.count("<svg") == 5  # throughput, lost/dup, errors, latency, and the host's time axis (disk.jsonl)
+    assert "Broker put latency, from its own store log" in text
     for external in ("<script", "<link", "src=", "url(http", 'href="http'):  # self-contained: nothing to fetch
         assert external not in text, external
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
