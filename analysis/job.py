@@ -37,17 +37,18 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
         if own:
             spark.stop()
     s = run.scenario()
+    brokers = run.broker_configs()
     summary = {"schema_version": SCHEMA_VERSION, "run_id": run.run_id, "scenario": s.name,
                "run_dir": str(run.path), "analyzed_ms": int(time.time() * 1000),
                "complete": comp["complete"], "incomplete_reasons": comp["reasons"],
-               "versions": run.versions(), "cluster": {"brokers": run.broker_configs()},
+               "versions": run.versions(), "cluster": {"brokers": brokers},
                "load": s.load.model_dump(mode="json") if s.load else None,
-               **{k: res[k] for k in ("counts", "duplicates_by_cause", "duplicated_keys_by_send_outcome", "errors", "answers", "busy_series",
-                                      "latency_ms", "windows", "warnings", "corrupted")},
+               **{k: res[k] for k in ("counts", "duplicates_by_cause", "duplicated_keys_by_send_outcome", "errors",
+                                      "answers", "busy_series", "latency_ms", "windows", "warnings", "corrupted")},
                "events": events, "series": res["series"],
                # the host's side of the time axis: disk pressure each second, the brokers' own put latency
                "disk": _jsonl(run.disk_metrics_file),
-               "broker_evidence": evidence(run.path / "cluster", run.broker_configs())}
+               "broker_evidence": evidence(run.path / "cluster", brokers)}
     out.mkdir(exist_ok=True)
     tmp = out / "summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=1) + "\n")

@@ -102,18 +102,12 @@ def group_lag(c: ClusterBackend, s: Scenario) -> Callable[[], int | None]:
     out of the route, and its stored messages must not count as drained (they are only out of reach)."""
     assert s.consumers is not None
     default_topics = s.load.topics() if s.load else []
-    groups = {p.broker_name for p in c.masters()}
+    groups = {p.broker_name for p in c.masters() if p.broker_name}
 
     def total() -> int | None:
         try:
             admin = c.admin()
-            topics = {t for i in s.consumers.instances for t in (i.topics or default_topics)}  # type: ignore[union-attr]
-            for t in topics:
-                route = admin.topic_route(t) or {}
-                routed = {bd["brokerName"] for bd in route.get("brokerDatas", []) if bd["brokerAddrs"].get("0")}
-                if groups - routed:
-                    return None
-            return sum(sum(admin.consumer_lag(i.group, i.topics or default_topics).values())
+            return sum(sum(admin.consumer_lag(i.group, i.topics or default_topics, groups).values())
                        for i in s.consumers.instances)  # type: ignore[union-attr]
         except (RemotingError, OSError):
             return None

@@ -221,14 +221,19 @@ class AdminClient:
                 resp.body else []
         return out
 
-    def consumer_lag(self, group: str, topics: list[str]) -> dict[str, int]:
+    def consumer_lag(self, group: str, topics: list[str], brokers: set[str] | None = None) -> dict[str, int]:
         """"broker/topic/queue" -> messages stored but not yet consumed by `group` (the broker's max
         offset minus the group's committed offset; the Java consumer commits every 5 s), for every
-        readable queue that namesrv routes now. Raises RemotingError if a broker does not answer."""
+        readable queue that namesrv routes now. Raises RemotingError if a broker does not answer, or
+        if one of `brokers` (group names) has no master in a topic's route: a dead broker drops out
+        of the route, and its stored messages are out of reach, not consumed."""
         out: dict[str, int] = {}
         for topic in topics:
             route = self.topic_route(topic) or {}
             masters = {bd["brokerName"]: bd["brokerAddrs"].get("0") for bd in route.get("brokerDatas", [])}
+            missing = sorted((brokers or set()) - {b for b, addr in masters.items() if addr})
+            if missing:
+                raise RemotingError(f"{', '.join(missing)} not in the route of {topic}: lag unknown")
             for q in route.get("queueDatas", []):
                 addr = masters.get(q["brokerName"])
                 if not addr:

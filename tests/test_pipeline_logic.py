@@ -301,12 +301,15 @@ def test_drain_lag_is_unknown_while_a_broker_group_is_out_of_the_route(tmp_path:
     from types import SimpleNamespace
 
     from loadgen.drain import group_lag
+    from rmqclient.admin import AdminClient
     f = tmp_path / "s.yaml"
     f.write_text(yaml.safe_dump({"name": "lag", "load": {"topic": "T", "duration": "5s"}}))
     s = load_scenario(f)
+    # routed brokers, no queues: the real AdminClient.consumer_lag decides without opening a connection
     routes = {"T": {"brokerDatas": [{"brokerName": "broker-a", "brokerAddrs": {"0": "127.0.0.1:10911"}},
                                     {"brokerName": "broker-b", "brokerAddrs": {"0": "127.0.0.1:10921"}}]}}
-    admin = SimpleNamespace(topic_route=lambda t: routes.get(t), consumer_lag=lambda g, ts: {"broker-a/T/0": 0})
+    admin = AdminClient("127.0.0.1:1")  # namesrv never asked: topic_route is the route below
+    admin.topic_route = lambda t: routes.get(t)  # type: ignore[method-assign]
     backend = SimpleNamespace(masters=lambda: [SimpleNamespace(broker_name="broker-a"),
                                                SimpleNamespace(broker_name="broker-b")], admin=lambda: admin)
     lag = group_lag(backend, s)  # type: ignore[arg-type]
