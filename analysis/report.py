@@ -86,15 +86,18 @@ def plot_latency(s: dict[str, Any]) -> str:
                         3, draw, rows=lambda r: r["send_p50_ms"] is not None)
 
 
+def _draw_lost_dup(ax: Any, xs: list[int], ser: list[dict[str, Any]]) -> None:
+    """Keys lost / duplicated / indeterminate per second, stacked."""
+    bottom = [0] * len(ser)
+    for c in ("lost", "duplicated", "indeterminate"):
+        vals = [r[c] for r in ser]
+        ax.bar(xs, vals, bottom=bottom, color=COLORS[c], label=c, width=1.0)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+
+
 def plot_lost_dup(s: dict[str, Any]) -> str:
-    def draw(ax: Any, xs: list[int], ser: list[dict[str, Any]]) -> None:
-        bottom = [0] * len(ser)
-        for c in ("lost", "duplicated", "indeterminate"):  # stacked
-            vals = [r[c] for r in ser]
-            ax.bar(xs, vals, bottom=bottom, color=COLORS[c], label=c, width=1.0)
-            bottom = [b + v for b, v in zip(bottom, vals)]
     return _series_plot(s, "Lost / duplicated / indeterminate keys over time",
-                        "second the message was meant to be sent", "keys", 2.6, draw)
+                        "second the message was meant to be sent", "keys", 2.6, _draw_lost_dup)
 
 
 def _legend(ax: Any, loc: str = "upper right") -> None:
@@ -157,13 +160,7 @@ def plot_host(s: dict[str, Any]) -> str:
     ax.set_title("Busy answers by text (code 2), each second")
     _legend(ax)
     ax = axes[3]
-    ser = s["series"]
-    xs = [r["t"] - t0 for r in ser]
-    bottom = [0] * len(ser)
-    for c in ("lost", "duplicated", "indeterminate"):
-        vals = [r[c] for r in ser]
-        ax.bar(xs, vals, bottom=bottom, color=COLORS[c], label=c, width=1.0)
-        bottom = [b + v for b, v in zip(bottom, vals)]
+    _draw_lost_dup(ax, [r["t"] - t0 for r in s["series"]], s["series"])
     ax.set_ylabel("keys")
     ax.set_xlabel("seconds since first attempt")
     ax.set_title("Keys lost / duplicated / indeterminate, by the second they were meant to be sent")
