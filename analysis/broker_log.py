@@ -14,27 +14,20 @@ The line's own timestamp is written in GMT+8 by RocketMQ's logback layout
 I/O beyond reading the file; unknown lines are skipped."""
 from __future__ import annotations
 
-import calendar
 import re
-import time
 from pathlib import Path
 from typing import Any, Iterable
 
-GMT8_S = 8 * 3600
+from cluster.rmqlog import LINE_TS as _TS
+from cluster.rmqlog import epoch_ms
 SLOW_PUTS_MAX = 10_000  # slow-put lines kept per broker (a sick broker can write one per put)
 
-_TS = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\S* +\w+ +\S+ +- +"
 PAGECACHERT = re.compile(_TS + r"\[PAGECACHERT\] TotalPut (\d+), PutMessageDistributeTime (.*)$")
 BUCKET = re.compile(r"\[([^\]]+)\]:(\d+)")
 PERF = re.compile(_TS + r"PERF_COUNTER_(WRITE_MEMORY|FLUSH_DATA)_TIME_MS\[[^\]]*\] num:(\d+) cost:(\d+) .*?"
                   r"max:(\d+) tp50:(\d+) tp80:\d+ tp90:\d+ tp99:(\d+)")
 NOTIFYME = re.compile(_TS + r"\[NOTIFYME\]putMessage in lock cost time\(ms\)=(\d+)")
 SLOW_PUT = re.compile(_TS + r".*CommitLog#putMessage cost (\d+)ms")
-
-
-def epoch_ms(stamp: str) -> int:
-    """'2026-11-25 07:51:07' written in GMT+8 → epoch milliseconds."""
-    return (calendar.timegm(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) - GMT8_S) * 1000
 
 
 def parse(lines: Iterable[str]) -> dict[str, Any]:

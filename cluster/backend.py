@@ -8,8 +8,10 @@ the platform itself was killed.
 """
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
+import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +19,7 @@ from typing import Mapping, Sequence
 
 from cluster.plan import NodePlan, plan
 from cluster.tools import ToolResult
+from rmqchaos import paths
 from rmqchaos.errors import UserError
 from rmqchaos.rundir import RunDir
 from rmqchaos.spec import Scenario
@@ -248,6 +251,15 @@ class ClusterBackend(ABC):
                                 f"the broker did not take the value; see {d / 'effective.conf'}")
             out[p.name] = got
         return out
+
+    def start_monitor(self) -> None:
+        """The cluster monitor (cluster/monitor.py) as a client process of the run: it samples until
+        `down` reaps it, whichever process (CLI, DAG task) brought the cluster up."""
+        d = self.run.path / "monitor"
+        d.mkdir(exist_ok=True)
+        env = dict(os.environ, PYTHONPATH=str(paths.REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self.spawn_client("monitor", [sys.executable, "-m", "cluster.monitor", str(self.run.path)], cwd=self.run.path,
+                          env=env, log_file=d / "monitor.log", outlive=True)
 
     def create_topics(self, topics: list[str], queues: int, timeout: float = 30.0) -> None:
         """Create (or update) `topics` on every master and wait until they route to every group."""

@@ -27,6 +27,9 @@ DELETE_TOPIC_IN_NAMESRV = 216
 QUERY_CONSUMER_OFFSET = 14
 GET_MAX_OFFSET = 30
 GET_BROKER_CONFIG = 26  # RequestCode.GET_BROKER_CONFIG: the broker's effective config, as properties text
+GET_ALL_TOPIC_CONFIG = 21  # the broker's topicConfigTable (TopicConfigSerializeWrapper as JSON)
+GET_ALL_SUBSCRIPTIONGROUP_CONFIG = 201  # the broker's subscriptionGroupTable
+HEART_BEAT = 34  # a client's heartbeat: its consumer groups (HeartbeatData as JSON)
 QUERY_NOT_FOUND = 22
 SUCCESS = 0
 TOPIC_NOT_EXIST = 17
@@ -248,6 +251,63 @@ class AdminClient:
                         consumed = int(co.ext.get("offset", 0)) if co.code == SUCCESS else 0
                         out[f"{q['brokerName']}/{topic}/{qid}"] = max(0, int(mx.ext.get("offset", 0)) - consumed)
         return out
+
+    def topic_configs(self, broker_addr: str) -> dict[str, dict[str, Any]]:
+        """Every topic the broker holds (its topicConfigTable: what it registers to namesrv)."""
+        resp = self._broker(broker_addr, GET_ALL_TOPIC_CONFIG, {}, "GET_ALL_TOPIC_CONFIG")
+        return dict((resp.body_json() or {}).get("topicConfigTable") or {})
+
+    def group_configs(self, broker_addr: str) -> dict[str, dict[str, Any]]:
+        """Every subscription group the broker holds."""
+        resp = self._broker(broker_addr, GET_ALL_SUBSCRIPTIONGROUP_CONFIG, {}, "GET_ALL_SUBSCRIPTIONGROUP_CONFIG")
+        return dict((resp.body_json() or {}).get("subscriptionGroupTable") or {})
+
+    def consumer_heartbeat(self, broker_addr: str, client_id: str, groups: list[str], topic: str) -> None:
+        """One heartbeat of a push consumer in each of `groups` subscribed to `topic`, as the Java
+        client sends it. The broker creates each unknown group (autoCreateSubscriptionGroup) and its
+        %RETRY%<group> topic (ClientManageProcessor.heartBeat), which stay when the client goes away."""
+        sub = {"topic": topic, "subString": "*", "tagsSet": [], "codeSet": [], "subVersion": 0,
+               "expressionType": "TAG", "classFilterMode": False}
+        body = json.dumps({"clientID": client_id, "producerDataSet": [], "consumerDataSet": [
+            {"groupName": g, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+             "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "subscriptionDataSet": [sub], "unitMode": False}
+            for g in groups]}).encode()
+        self._broker(broker_addr, HEART_BEAT, {}, f"HEART_BEAT ({len(groups)} groups)", body)
+
+    def delete_topic_in_broker(self, broker_addr: str, topic: str) -> None:
+        self._broker(broker_addr, DELETE_TOPIC_IN_BROKER, {"topic": topic}, f"DELETE_TOPIC_IN_BROKER {topic}")
+
+    def delete_topic_in_namesrv(self, topic: str, cluster: str | None = None) -> None:
+        self._namesrv_checked(DELETE_TOPIC_IN_NAMESRV, {"topic": topic, "clusterName": cluster},
+                              f"DELETE_TOPIC_IN_NAMESRV {topic}")
+
+    def online_groups(self, broker_addr: str, groups: list[str]) -> set[str]:
+        """Those of `groups` with at least one consumer connected to the broker now."""
+        out = set()
+        with Connection(broker_addr, self.timeout) as c:
+            for g in groups:
+                resp = c.request(GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": g})
+                if resp.code == SUCCESS and resp.body and (resp.body_json() or {}).get("connectionSet"):
+                    out.add(g)
+        return out
+
+    def queue_offsets(self, broker_addr: str, group: str, topic: str, queue: int) -> tuple[int, int]:
+        """(max offset, `group`'s committed offset; 0 when it has none) of one queue on one broker."""
+        with Connection(broker_addr, self.timeout) as c:
+            mx = c.request(GET_MAX_OFFSET, {"topic": topic, "queueId": queue})
+            _check(mx, f"GET_MAX_OFFSET {topic}/{queue} on {broker_addr}")
+            co = c.request(QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": queue})
+        if co.code not in (SUCCESS, QUERY_NOT_FOUND):
+            _check(co, f"QUERY_CONSUMER_OFFSET {topic}/{queue} on {broker_addr}")
+        return int(mx.ext.get("offset", 0)), int(co.ext.get("offset", 0)) if co.code == SUCCESS else 0
+
+    def consumer_client_ids(self, broker_addr: str, group: str) -> list[str]:
+        """The client ids of `group`'s consumers connected to the broker now."""
+        with Connection(broker_addr, self.timeout) as c:
+            resp = c.request(GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
+        if resp.code != SUCCESS or not resp.body:
+            return []
+        return sorted(x.get("clientId", "") for x in (resp.body_json() or {}).get("connectionSet") or [])
 
     def _namesrv_checked(self, code: int, ext: dict[str, Any], what: str) -> Frame:
         resp = self._namesrv_request(code, ext)

@@ -120,6 +120,7 @@ class LocalCluster(ClusterBackend):
                 say("starting proxy")
                 self.node("proxy").start()
                 self.node("proxy").wait_port()
+            self.start_monitor()
         except BaseException as e:
             self.run.event("cluster_up", "cluster", t0, now_ms(), "failed", error=str(e))
             say("cluster did not come up; cleaning up")

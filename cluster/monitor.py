@@ -1,0 +1,231 @@
+"""The cluster monitor: once a second while a run's cluster is up, what RocketMQ itself says about
+its topics, groups, backlog and routes, appended to `monitor/cluster.jsonl` on the run's clock.
+
+Started by `up` as a client process of the run (so `down` reaps it, by PID); `python -m
+cluster.monitor RUN_DIR`. Each sample asks every broker of the plan directly (not through namesrv's
+route: a broker that left the route is exactly what must still be seen), and namesrv separately:
+
+- `namesrv`: whether it answers, its topics by type, the broker groups it lists;
+- `brokers[node]`: whether it answers, registered (namesrv lists it at its address), routed (the
+  load's topic routes to its group), its own topics by type and subscription groups, and from its
+  log the registrations to namesrv completed/failed so far and the last of each;
+- `frame_errors`: frames namesrv refused as too long so far (its remoting.log), and the last one's
+  length and limit;
+- `backlog[group]`: per topic (the load's, and `%RETRY%<group>`) the messages stored but not yet
+  consumed (max offset minus committed offset, summed over queues), the `%RETRY%` messages stored
+  so far, and per consumer instance its share: the queues RocketMQ's default allocation
+  (AllocateMessageQueueAveragely) gives it among the group's online clients.
+
+A sample that cannot ask something records it as null: the monitor never stops the run.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from cluster.rmqlog import line_ms, log_dir
+from rmqchaos.rundir import RunDir
+from rmqclient.admin import AdminClient, RemotingError
+
+INTERVAL_S = 1.0
+SYSTEM_TOPICS = {"TBW102", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "BenchmarkTest", "SCHEDULE_TOPIC_XXXX",
+                 "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+                 "TRANS_CHECK_MAX_TIME_TOPIC", "rmq_sys_REVIVE_LOG", "rmq_sys_SYNC_BROKER_MEMBER"}
+# broker.log (BrokerOuterAPI.registerBrokerAll) and namesrv's remoting.log (NettyDecoder)
+REG_OK = "Registering current broker to name server completed"
+REG_FAILED = "Failed to register current broker to name server"
+TOO_LONG = re.compile(r"TooLongFrameException: Adjusted frame length exceeds (\d+): (\d+)")
+
+
+def topic_type(topic: str) -> str:
+    if topic.startswith("%RETRY%"):
+        return "retry"
+    if topic.startswith("%DLQ%"):
+        return "dlq"
+    if topic in SYSTEM_TOPICS or topic.startswith(("rmq_sys_", "RMQ_SYS_", "%SYS%")) or topic.startswith("rmqchaos_sys"):
+        return "system"
+    # a broker's own topic (its name, its cluster's name) is a system topic too: handled by the caller
+    return "normal"
+
+
+def by_type(topics: list[str], own: set[str]) -> dict[str, int]:
+    out = {"normal": 0, "retry": 0, "dlq": 0, "system": 0}
+    for t in topics:
+        out["system" if t in own else topic_type(t)] += 1
+    return out
+
+
+def allocate(queues: list[tuple[str, int]], clients: list[str], me: str) -> list[tuple[str, int]]:
+    """RocketMQ's AllocateMessageQueueAveragely: `me`'s share of the sorted queues among the sorted
+    client ids (rocketmq-client .../rebalance/AllocateMessageQueueAveragely.java)."""
+    mq, cids = sorted(queues), sorted(clients)
+    if me not in cids or not mq:
+        return []
+    i, n, k = cids.index(me), len(mq), len(cids)
+    mod = n % k
+    size = 1 if n <= k else (n // k + 1 if mod > 0 and i < mod else n // k)
+    start = i * size if mod > 0 and i < mod else i * size + mod
+    return [mq[(start + j) % n] for j in range(min(size, n - start))] if start < n else []
+
+
+class LogTail:
+    """New complete lines of a growing file since the last call."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.pos, self.rest = path, 0, b""
+
+    def lines(self) -> list[str]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.pos)
+                data = f.read(8 << 20)
+        except OSError:
+            return []
+        self.pos += len(data)
+        data = self.rest + data
+        *done, self.rest = data.split(b"\n")
+        return [d.decode("utf-8", "replace") for d in done]
+
+
+class Monitor:
+    def __init__(self, run: RunDir) -> None:
+        from cluster.plan import plan  # the node plan, the same every backend renders
+
+        self.run = run
+        s = run.scenario()
+        self.nodes = [p for p in plan(s) if p.is_broker]
+        self.namesrv = next(p for p in plan(s) if p.role == "namesrv").addr
+        self.admin = AdminClient(self.namesrv, timeout=2)
+        self.load_topics = s.load.topics() if s.load else []
+        self.groups: dict[str, list[str]] = {}
+        for c in (s.consumers.instances if s.consumers else []):
+            self.groups.setdefault(c.group, [])
+            for t in c.topics or self.load_topics:
+                if t not in self.groups[c.group]:
+                    self.groups[c.group].append(t)
+        self.own = {s.cluster.name} | {b.name for b in s.cluster.brokers}
+        logs = run.path / "cluster"
+        self.reg_tails = {p.name: LogTail(log_dir(logs, p.name) / "broker.log") for p in self.nodes}
+        self.reg = {p.name: {"ok": 0, "failed": 0, "last_ok_ms": None, "last_failed_ms": None} for p in self.nodes}
+        self.frame_tail = LogTail(log_dir(logs, "namesrv") / "remoting.log")
+        self.frames: dict[str, Any] = {"count": 0, "last_length": None, "limit": None, "last_ms": None}
+        self.frame_line_ms: int | None = None
+
+    # ------------------------------------------------------------ one sample
+    def sample(self) -> dict[str, Any]:
+        now = int(time.time() * 1000)
+        out: dict[str, Any] = {"ts_ms": now}
+        reg: dict[str, dict[int, str]] | None
+        try:
+            reg = {b.name: b.addrs for b in self.admin.cluster_info()}
+            ns_topics = self.admin.topic_list()
+            out["namesrv"] = {"up": True, "topics": by_type(ns_topics, self.own), "brokers": sorted(reg)}
+        except RemotingError:
+            reg = None
+            out["namesrv"] = {"up": False}
+        routed: set[str] | None = None
+        if reg is not None and self.load_topics:
+            try:
+                route = self.admin.topic_route(self.load_topics[0]) or {}
+                routed = {q["brokerName"] for q in route.get("queueDatas", [])}
+            except RemotingError:
+                routed = None
+        for line in self.frame_tail.lines():
+            self.frame_line_ms = line_ms(line) or self.frame_line_ms  # the exception's own line has no stamp
+            if m := TOO_LONG.search(line):
+                self.frames = {"count": self.frames["count"] + 1, "limit": int(m.group(1)),
+                               "last_length": int(m.group(2)), "last_ms": self.frame_line_ms}
+        out["frame_errors"] = dict(self.frames)
+        brokers: dict[str, Any] = {}
+        for p in self.nodes:
+            for line in self.reg_tails[p.name].lines():
+                for key, text in (("ok", REG_OK), ("failed", REG_FAILED)):
+                    if text in line:
+                        self.reg[p.name][key] += 1
+                        self.reg[p.name][f"last_{key}_ms"] = line_ms(line)
+            b: dict[str, Any] = {"registered": None if reg is None else p.listed_in(reg),
+                                 "routed": None if routed is None else p.broker_name in routed,
+                                 "registrations": dict(self.reg[p.name])}
+            try:
+                topics = self.admin.topic_configs(p.addr)
+                b.update(up=True, topics=by_type(list(topics), self.own), groups=len(self.admin.group_configs(p.addr)))
+                if p.role == "master":
+                    b["backlog"] = self._backlog(p.addr, p.broker_name or "", topics)
+            except RemotingError:
+                b["up"] = False
+            brokers[p.name] = b
+        out["brokers"] = brokers
+        out["backlog"] = self._merge_backlog(brokers)
+        return out
+
+    def _backlog(self, addr: str, broker: str, topics: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """Per group on this broker: {topic: [(queue, lag)]}, %RETRY% stored, online client ids."""
+        out: dict[str, Any] = {}
+        for group, subscribed in self.groups.items():
+            retry = f"%RETRY%{group}"
+            g: dict[str, Any] = {"queues": {}, "retry_stored": 0, "clients": []}
+            for t in [*subscribed, retry]:
+                n = int((topics.get(t) or {}).get("readQueueNums") or 0)
+                for q in range(n):
+                    mx, consumed = self.admin.queue_offsets(addr, group, t, q)
+                    g["queues"][f"{t}|{broker}|{q}"] = max(0, mx - consumed)
+                    if t == retry:
+                        g["retry_stored"] += mx
+            g["clients"] = self.admin.consumer_client_ids(addr, group)
+            out[group] = g
+        return out
+
+    @staticmethod
+    def _merge_backlog(brokers: dict[str, Any]) -> dict[str, Any]:
+        merged: dict[str, Any] = {}
+        for b in brokers.values():
+            for group, g in (b.get("backlog") or {}).items():
+                m = merged.setdefault(group, {"queues": {}, "retry_stored": 0, "clients": set()})
+                m["queues"].update(g["queues"])
+                m["retry_stored"] += g["retry_stored"]
+                m["clients"].update(g["clients"])
+        out: dict[str, Any] = {}
+        for group, m in merged.items():
+            retry = f"%RETRY%{group}"
+            per_topic: dict[str, int] = {}
+            for key, lag in m["queues"].items():
+                t = key.split("|")[0]
+                per_topic[t] = per_topic.get(t, 0) + lag
+            instances: dict[str, int] = {}
+            clients = sorted(m["clients"])
+            for t in per_topic:
+                qs = [(k.split("|")[1], int(k.split("|")[2])) for k in m["queues"] if k.split("|")[0] == t]
+                for cid in clients:
+                    mine = allocate(qs, clients, cid)
+                    instances[cid] = instances.get(cid, 0) + sum(m["queues"][f"{t}|{b}|{q}"] for b, q in mine)
+            out[group] = {"topics": per_topic, "total": sum(per_topic.values()), "retry_lag": per_topic.get(retry, 0),
+                          "retry_stored": m["retry_stored"], "instances": instances}
+        return out
+
+
+def main(argv: list[str]) -> int:
+    run = RunDir.open(argv[0])
+    out = run.path / "monitor" / "cluster.jsonl"
+    out.parent.mkdir(exist_ok=True)
+    m = Monitor(run)
+    # bounded: a monitor whose run was never taken down still ends (down reaps it long before)
+    deadline = time.monotonic() + float(argv[1] if len(argv) > 1 else 6 * 3600)
+    with open(out, "a") as fh:
+        while time.monotonic() < deadline:
+            t0 = time.monotonic()
+            try:
+                rec = m.sample()
+            except Exception as e:  # noqa: BLE001 - a sample that failed is recorded, the next one tried
+                rec = {"ts_ms": int(time.time() * 1000), "error": f"{type(e).__name__}: {e}"}
+            fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
+            fh.flush()
+            time.sleep(max(0.0, INTERVAL_S - (time.monotonic() - t0)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
