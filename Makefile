@@ -3,7 +3,7 @@ ROCKETMQ_VERSION ?=
 export ROCKETMQ_VERSION
 # The main job goes through Airflow: the nightly resilience DAG (its matrix, scenarios/nightly.yaml:
 # control, the OOM kill of broker-a with transientStorePoolEnable on and off, the shared host and its
-# controls, remedies and producer policies) run with dag.test() on
+# controls, remedies and producer policies, the RocketMQ-internal faults) run with dag.test() on
 # the embedded metadata DB, the same tasks a scheduler runs; it ends with the combined report's path.
 DAG ?= rocketmq_nightly_resilience
 
