@@ -43,11 +43,14 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
                "complete": comp["complete"], "incomplete_reasons": comp["reasons"],
                "versions": run.versions(), "cluster": {"brokers": brokers},
                "load": s.load.model_dump(mode="json") if s.load else None,
-               **{k: res[k] for k in ("counts", "duplicates_by_cause", "duplicated_keys_by_send_outcome", "errors",
+               **{k: res[k] for k in ("counts", "duplicates_by_cause", "duplicated_keys_by_send_outcome",
+                                      "retried_keys_by_batch_position", "errors",
                                       "answers", "busy_series", "latency_ms", "windows", "warnings", "corrupted")},
                "events": events, "series": res["series"],
                # the host's side of the time axis: disk pressure each second, the brokers' own put latency
                "disk": _jsonl(run.disk_metrics_file),
+               # the cluster monitor (cluster/monitor.py) each second, without its per-queue detail
+               "monitor": [_compact(m) for m in _jsonl(run.path / "monitor" / "cluster.jsonl")],
                "broker_evidence": evidence(run.path / "cluster", brokers)}
     out.mkdir(exist_ok=True)
     tmp = out / "summary.json.tmp"
@@ -63,6 +66,11 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
     for w in summary["warnings"]:
         say(f"analyze: warning: {w}")
     return summary
+
+
+def _compact(sample: dict[str, Any]) -> dict[str, Any]:
+    brokers = {n: {k: v for k, v in b.items() if k != "backlog"} for n, b in (sample.get("brokers") or {}).items()}
+    return {**sample, "brokers": brokers}
 
 
 def _jsonl(f: Path) -> list[dict[str, Any]]:

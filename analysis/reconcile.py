@@ -254,16 +254,19 @@ def key_table(send: DataFrame, recv: DataFrame, receive_complete: bool = True) -
     nonretry = F.col("reconsume_times") == 0
     per_copy = recv.repartition("key").groupBy(
         "key", "origin_topic", "broker", "queue_id", "queue_offset", nonretry.alias("nr")).agg(
-        F.count("*").alias("n"), F.min("receive_ms").alias("rm"))
+        F.count("*").alias("n"), F.min("receive_ms").alias("rm"), F.min("batch_index").alias("bi"))
     per_topic = per_copy.groupBy("key", "origin_topic", "nr").agg(
-        F.sum("n").alias("n"), F.count("*").alias("copies"), F.min("rm").alias("rm"))
+        F.sum("n").alias("n"), F.count("*").alias("copies"), F.min("rm").alias("rm"), F.min("bi").alias("bi"))
     got = per_topic.groupBy("key").agg(
         F.sum("n").alias("deliveries"),
         F.sum(F.when(~F.col("nr"), F.col("n")).otherwise(0)).alias("retry_deliveries"),
         F.sum(F.when(F.col("nr"), F.col("n")).otherwise(0)).alias("first_deliveries"),
         F.sum(F.col("nr").cast("int")).alias("topics_received"),
         F.sum(F.when(F.col("nr"), F.col("copies")).otherwise(0)).alias("copies"),
-        F.min("rm").alias("first_receive_ms"))
+        F.min("rm").alias("first_receive_ms"),
+        # where the key sat in the listener batch of its first delivery: an SDK that acks only index
+        # 0 (incident 004) sends back exactly those at 1..n-1
+        F.min(F.when(F.col("nr"), F.col("bi"))).alias("first_batch_index"))
     k = sent.join(got, "key", "full_outer").fillna(0, subset=["deliveries", "retry_deliveries", "first_deliveries",
                                                               "topics_received", "copies"])
     d = F.col("deliveries")
@@ -387,6 +390,10 @@ def _aggregate(spark: SparkSession, send: DataFrame, keys: DataFrame, events: li
           for n, cond in (("acked", F.col("acked") == 1), ("rejected", F.col("all_rejected") == 1),
                           ("unknown", (F.col("acked") == 0) & (F.col("all_rejected") == 0)),
                           ("never_attempted", F.col("attempts").isNull()))],
+        *[F.sum(((F.col("retry_deliveries") > 0) & cond).cast("long")).alias(f"retried_{n}")
+          for n, cond in (("first_in_batch", F.col("first_batch_index") == 0),
+                          ("later_in_batch", F.col("first_batch_index") > 0),
+                          ("never_first", F.col("first_batch_index").isNull()))],
         *_pct(e2e, "e2e"),
     ).collect()[0].asDict()
     ok = _acked()
@@ -407,7 +414,9 @@ def _aggregate(spark: SparkSession, send: DataFrame, keys: DataFrame, events: li
                "end_to_end": _pct_result(agg, "e2e")}
     series = _series(send, keys)
     windows = _windows(spark, send, keys, events, series)
+    retried = {n: int(agg[f"retried_{n}"] or 0) for n in ("first_in_batch", "later_in_batch", "never_first")}
     return {"counts": counts, "duplicates_by_cause": dup_causes, "duplicated_keys_by_send_outcome": dup_by_send,
+            "retried_keys_by_batch_position": retried,
             "errors": _errors(send, counts["no_outcome"], warnings), "latency_ms": latency, "series": series, "windows": windows,
             "warnings": warnings}
 
@@ -517,6 +526,10 @@ def _series(send: DataFrame, keys: DataFrame) -> list[dict[str, Any]]:
         F.sum((F.col("class") == "duplicated").cast("int")).alias("duplicated"),
         F.sum((F.col("class") == "indeterminate").cast("int")).alias("indeterminate"))
     rows = a.join(r, "t", "full_outer").join(k, "t", "full_outer").orderBy("t").collect()
+    # where the acked sends went, per second (a broker out of the route stops getting any)
+    by_broker: dict[int, dict[str, int]] = {}
+    for x in send.where(ok).groupBy(sec.alias("t"), F.coalesce("broker", F.lit("?")).alias("b")).count().collect():
+        by_broker.setdefault(int(x["t"]), {})[x["b"]] = int(x["count"])
     out = []
     for x in rows:
         lat, lat_i = x["lat"] or [None, None], x["lat_i"] or [None, None]
@@ -524,7 +537,8 @@ def _series(send: DataFrame, keys: DataFrame) -> list[dict[str, Any]]:
                     "errors": x["errors"] or 0, "timeouts": x["timeouts"] or 0, "busy": x["busy"] or 0,
                     "deliveries": x["deliveries"] or 0, "lost": x["lost"] or 0, "duplicated": x["duplicated"] or 0,
                     "indeterminate": x["indeterminate"] or 0, "send_p50_ms": lat[0], "send_p99_ms": lat[1],
-                    "intended_p50_ms": lat_i[0], "intended_p99_ms": lat_i[1]})
+                    "intended_p50_ms": lat_i[0], "intended_p99_ms": lat_i[1],
+                    "acked_by_broker": by_broker.get(int(x["t"]), {})})
     return out
 
 

@@ -171,6 +171,80 @@ def plot_host(s: dict[str, Any]) -> str:
     return _svg(fig)
 
 
+def has_cluster_evidence(s: dict[str, Any]) -> bool:
+    """Whether the cluster monitor saw what its plot is for: many %RETRY% topics, a broker out of
+    namesrv's registrations, a refused frame, or messages going through %RETRY%."""
+    for m in s.get("monitor") or []:
+        if (m.get("frame_errors") or {}).get("count"):
+            return True
+        for b in (m.get("brokers") or {}).values():
+            if b.get("registered") is False or (b.get("topics") or {}).get("retry", 0) > 100:
+                return True
+        if any(g.get("retry_stored") for g in (m.get("backlog") or {}).values()):
+            return True
+    return False
+
+
+def plot_cluster(s: dict[str, Any]) -> str:
+    """The cluster monitor on the run's time axis: topics each broker holds, whether namesrv lists
+    it (and frames namesrv refused), where the acked sends went, and each group's backlog."""
+    mon = [m for m in s.get("monitor") or [] if "brokers" in m]
+    t0 = s["series"][0]["t"] if s["series"] else mon[0]["ts_ms"] // 1000
+    xs = [m["ts_ms"] / 1000 - t0 for m in mon]
+    names = sorted({b for m in mon for b in m["brokers"]})
+    fig, axes = plt.subplots(4, 1, figsize=(9, 8.5), sharex=True)
+    ax = axes[0]
+    for b in names:
+        ax.plot(xs, [(m["brokers"].get(b) or {}).get("topics", {}).get("retry") for m in mon], label=f"{b}: %RETRY% topics")
+    ax.plot(xs, [sum((m.get("namesrv") or {}).get("topics", {}).values()) if (m.get("namesrv") or {}).get("up")
+                 else None for m in mon], color="k", ls="--", lw=1, label="namesrv: all topics")
+    ax.set_ylabel("topics")
+    ax.set_title("Topics each broker holds (its registration carries them all)")
+    _legend(ax, "upper left")
+    ax = axes[1]
+    for i, b in enumerate(names):
+        ax.step(xs, [None if (r := (m["brokers"].get(b) or {}).get("registered")) is None else int(r) + 1.5 * i
+                     for m in mon], where="post", label=f"{b} listed by namesrv (1 = yes)")
+    seen = 0
+    for m in mon:
+        fe = m.get("frame_errors") or {}
+        if fe.get("count", 0) > seen and fe.get("last_ms"):
+            ax.axvline(fe["last_ms"] / 1000 - t0, color="#c62828", lw=1, ls=":")
+        seen = fe.get("count", 0)
+    last = (mon[-1].get("frame_errors") or {}) if mon else {}
+    title = "Broker registration with namesrv"
+    if last.get("count"):
+        title += (f" (red: {last['count']} frame(s) refused, last {last['last_length']} bytes > limit "
+                  f"{last['limit']})")
+    ax.set_title(title, fontsize=9)
+    ax.set_yticks([])
+    _legend(ax, "lower left")
+    ax = axes[2]
+    ser = s["series"]
+    for b in sorted({b for r in ser for b in r.get("acked_by_broker") or {}}):
+        ax.plot([r["t"] - t0 for r in ser], [(r.get("acked_by_broker") or {}).get(b, 0) for r in ser], label=f"acked on {b}")
+    ax.plot([r["t"] - t0 for r in ser], [r["errors"] + r["timeouts"] for r in ser], color="#c62828", lw=1,
+            label="failed (error or timeout)")
+    ax.set_ylabel("sends / s")
+    ax.set_title("Where the sends went, each second")
+    _legend(ax, "upper left")
+    ax = axes[3]
+    for g in sorted({g for m in mon for g in m.get("backlog") or {}}):
+        rows = [(m.get("backlog") or {}).get(g) for m in mon]
+        ax.plot(xs, [r and r["total"] for r in rows], label=f"{g}: total backlog")
+        ax.plot(xs, [r and r["retry_stored"] for r in rows], ls="--", label=f"{g}: stored in %RETRY% so far")
+        ax.plot(xs, [r and max(r["instances"].values(), default=0) for r in rows], lw=1,
+                label=f"{g}: largest one consumer's backlog")
+    ax.set_ylabel("messages")
+    ax.set_xlabel("seconds since first attempt")
+    ax.set_title("Consumer groups (from the brokers; per consumer by RocketMQ's default allocation)")
+    _legend(ax, "upper left")
+    for a in axes:
+        _shade(a, s, t0)
+    fig.tight_layout()
+    return _svg(fig)
+
+
 def compare_rows(sums: list[dict[str, Any]]) -> list[list[Any]]:
     """The shared-host comparison, a row per run: busy answers of each kind, lost, duplicated keys and
     their extra deliveries by cause, p99 send latency from the intended time."""
@@ -262,6 +336,18 @@ def _run_section(s: dict[str, Any]) -> str:
                      f"{html.escape(x['key'][:80])}</p>")
     parts.append("<h3>Duplicates by cause</h3>" + _table([list(s["duplicates_by_cause"].values())],
                                                           list(s["duplicates_by_cause"])))
+    rb = s.get("retried_keys_by_batch_position") or {}
+    if any(rb.values()):
+        parts.append("<p>Keys redelivered through %RETRY%, by their place in the listener batch of their first "
+                     "delivery (a consumer that acks only index 0 sends back exactly 1..n-1): " + html.escape(
+                         f"at index 0: {rb['first_in_batch']}; at index 1..n-1: {rb['later_in_batch']}; "
+                         f"never delivered first-hand: {rb['never_first']}") + "</p>")
+    weak = {k: v for k, v in (s["errors"].get("by_status") or {}).items() if k not in ("SEND_OK", "None")}
+    if c["acked_weak"] or weak:
+        parts.append("<p>Stored with a weak status (the send returned, but the flush or the slave did not "
+                     "confirm in time): " + html.escape(", ".join(f"{k} {v}" for k, v in sorted(weak.items())))
+                     + f"; {c['acked_weak']} keys acknowledged only that way, <b>{c['acked_weak_lost']} of them "
+                     "lost</b>.</p>")
     parts.append("<h3>Latency (ms)</h3>" + _table(
         [[k, v["n"], v["p50"], v["p95"], v["p99"], v["max"]] for k, v in lat.items()],
         ["measure", "n", "p50", "p95", "p99", "max"]))
@@ -283,6 +369,8 @@ def _run_section(s: dict[str, Any]) -> str:
               f"<div class=plot>{plot_errors(s)}</div>", f"<div class=plot>{plot_latency(s)}</div>"]
     if has_host_evidence(s):
         parts.append(f"<div class=plot>{plot_host(s)}</div>")
+    if has_cluster_evidence(s):
+        parts.append(f"<div class=plot>{plot_cluster(s)}</div>")
     return "<section>" + "\n".join(parts) + "</section>"
 
 
