@@ -1,0 +1,180 @@
+"""RocketMQ-internal faults (incidents 002, 003, 004): the cluster monitor's pure logic, the fault
+settings checked at load, then each scenario scaled for CI on a real cluster: the %RETRY% topic
+flood drives a broker out of namesrv's route and the cleanup brings it back; the ack-index-0
+consumer piles up redeliveries of exactly messages 1..n-1 of each batch; SYNC_FLUSH / SYNC_MASTER
+under a slow disk and a frozen slave answer FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT, recorded and
+classified as acknowledged-weak."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cluster.monitor import TOO_LONG, LogTail, allocate, by_type
+from conftest import REPO, cli, write_scenario
+from helpers import assert_nothing_left
+from pipeline.matrix import scenarios as matrix
+from pipeline.runs import load_scenario
+
+SCENARIOS = REPO / "scenarios"
+
+
+# ---------------------------------------------------------------- pure logic
+
+@pytest.mark.fast
+def test_allocation_is_rocketmqs_averaging_rule() -> None:
+    # AllocateMessageQueueAveragely: sorted queues in contiguous runs; the first (n % k) clients get one more
+    qs = [("broker-a", q) for q in range(4)] + [("broker-b", q) for q in range(4)]
+    got = {c: allocate(qs, ["c2", "c0", "c1"], c) for c in ("c0", "c1", "c2")}
+    assert got == {"c0": qs[0:3], "c1": qs[3:6], "c2": qs[6:8]}
+    assert [len(allocate(qs[:2], ["a", "b", "c"], c)) for c in "abc"] == [1, 1, 0]
+    assert allocate(qs, ["a"], "z") == [] and allocate([], ["a"], "a") == []
+    assert sorted(q for c in ("c0", "c1", "c2") for q in got[c]) == sorted(qs)  # each queue exactly once
+
+
+@pytest.mark.fast
+def test_topics_by_type_and_the_log_lines_the_monitor_reads(tmp_path: Path) -> None:
+    assert by_type(["T", "%RETRY%g", "%DLQ%g", "TBW102", "rmq_sys_REVIVE_LOG_x", "broker-a"], {"broker-a"}) == \
+        {"normal": 1, "retry": 1, "dlq": 1, "system": 3}
+    # namesrv's remoting.log as 5.5.0 writes a refused registration (seen here)
+    m = TOO_LONG.search("io.netty.handler.codec.TooLongFrameException: Adjusted frame length exceeds 262144: "
+                        "369411 - discarded")
+    assert m and (m.group(1), m.group(2)) == ("262144", "369411")
+    f = tmp_path / "log"
+    f.write_text("a\nb")
+    t = LogTail(f)
+    assert t.lines() == ["a"]  # the torn last line waits for its end
+    with open(f, "a") as fh:
+        fh.write("c\nd\n")
+    assert t.lines() == ["bc", "d"] and t.lines() == []
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("fault, expect", [
+    ({"kind": "topic_flood", "target": "broker-a", "at": "1s", "groups": -5}, "faults[0].groups: Input should be greater than or equal to 0"),
+    ({"kind": "topic_flood", "target": "broker-z", "at": "1s", "groups": 10}, "faults[0].target: no broker 'broker-z'"),
+    ({"kind": "topic_flood", "target": "broker-a", "at": "1s"}, "topic_flood creates nothing: set groups and/or topics > 0"),
+    ({"kind": "topic_flood", "target": "broker-a", "at": "1s", "groups": 100000, "rate": 100},
+     "faults[0].rate: 100000 at 100/s takes 1000s, longer than the fault's timeout 60s"),
+    ({"kind": "cleanup_retry_topics", "target": "broker-a", "at": "1s"}, "faults[0].target"),
+])
+def test_bad_flood_settings_are_one_line_at_load(tmp_path: Path, fault: dict, expect: str) -> None:
+    f = write_scenario(tmp_path / "bad.yaml", {"name": "bad", "load": {"duration": "30s"}, "faults": [fault]})
+    r = cli("run", str(f), "--out", str(tmp_path / "never"))
+    assert r.returncode == 1 and expect in r.stderr and r.stderr.startswith(f"rmqchaos: error: {f}:"), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "never").exists()
+
+
+@pytest.mark.fast
+def test_the_scenarios_are_in_the_nightly_and_the_5x_variants_change_one_key() -> None:
+    names = {Path(p).name for p in matrix(SCENARIOS / "nightly.yaml")}
+    assert {"retry-flood.yaml", "retry-flood-split.yaml", "retry-pileup.yaml", "flush-timeout.yaml"} <= names
+    base = load_scenario(SCENARIOS / "retry-flood.yaml")
+    assert base.cluster.namesrv.jvm.system_properties == {"com.rocketmq.remoting.frameMaxLength": 262144}
+    for variant, key in (("retry-flood-split", "enableSplitRegistration"), ("retry-flood-compressed", "compressedRegister")):
+        v = load_scenario(SCENARIOS / f"{variant}.yaml")
+        assert v.cluster.broker_defaults.config == {**base.cluster.broker_defaults.config, key: True}
+        assert v.faults == base.faults and v.load == base.load
+
+
+# ---------------------------------------------------------------- on a real cluster
+
+def _run(tmp_path: Path, name: str, body: dict) -> tuple[Path, dict]:
+    f = tmp_path / f"{name}.yaml"
+    f.write_text(yaml.safe_dump({"name": name, **body}, sort_keys=False))
+    run = tmp_path / "run"
+    r = cli("run", str(f), "--out", str(run), timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert_nothing_left(run)
+    return run, json.loads((run / "analysis" / "summary.json").read_text())
+
+
+def test_retry_flood_drives_a_broker_out_of_the_route_and_the_cleanup_brings_it_back(tmp_path: Path) -> None:
+    run, s = _run(tmp_path, "retry-flood-ci", {
+        "extends": str(SCENARIOS / "retry-flood.yaml"),
+        "cluster": {"namesrv": {"port": 24876}, "brokers": [{"name": "broker-a", "port": 24911},
+                                                            {"name": "broker-b", "port": 24921}], "stop_timeout": "10s"},
+        "load": {"duration": "45s", "rate": 100},
+        "consumers": {"settle": "8s", "drain_timeout": "60s"},
+        "faults": [{"id": "flood-a", "kind": "topic_flood", "target": "broker-a", "at": "2s", "groups": 1500, "rate": 500},
+                   {"id": "cleanup", "kind": "cleanup_retry_topics", "at": "28s"}]})
+    mon = [m for m in s["monitor"] if "brokers" in m]
+    a = [(m["ts_ms"], m["brokers"]["broker-a"]) for m in mon]
+    flood = next(e for e in s["events"] if e["kind"] == "fault" and e["params"]["fault_id"] == "flood-a")
+    cleanup = next(e for e in s["events"] if e["kind"] == "fault" and e["params"]["fault_id"] == "cleanup")
+    assert flood["outcome"] == "ok" and flood["params"]["evidence"]["retry_topics_after"] >= 1500
+    assert max(b["topics"]["retry"] for _, b in a if b.get("up")) >= 1500
+    # out: namesrv refused a frame, then stopped listing broker-a while broker-a itself answered
+    out = [(t, b) for t, b in a if b["registered"] is False]
+    assert out and all(b["up"] for _, b in out), "broker-a never left namesrv's registrations"
+    assert flood["start_ms"] < out[0][0] < cleanup["start_ms"]
+    assert mon[-1]["frame_errors"]["count"] >= 1 and mon[-1]["frame_errors"]["last_length"] > 262144
+    assert all(b["registrations"]["failed"] >= 1 for _, b in out)
+    # back: after the cleanup deleted the stale %RETRY% topics, broker-a registered again
+    ev = cleanup["params"]["evidence"]["brokers"]["broker-a"]
+    assert ev["deleted"] >= 1500 and ev["kept_online"] >= 1  # the live consumer's own %RETRY% topic stays
+    assert any(b["registered"] and t > cleanup["end_ms"] for t, b in a), "broker-a did not come back"
+    # sends went on: to broker-b while broker-a was out of the producer's route; nothing lost
+    out_secs = {t // 1000 for t, _ in out}
+    assert any(r["t"] in out_secs and (r["acked_by_broker"] or {}).get("broker-b") for r in s["series"])
+    assert s["counts"]["lost"] == 0 and s["complete"] is True
+    assert "Broker registration with namesrv" in (run / "report.html").read_text()
+
+
+def test_retry_pileup_redelivers_exactly_messages_after_the_first_of_each_batch(tmp_path: Path) -> None:
+    run, s = _run(tmp_path, "retry-pileup-ci", {
+        "extends": str(SCENARIOS / "retry-pileup.yaml"),
+        "cluster": {"namesrv": {"port": 18876}, "brokers": [{"name": "broker-a", "port": 18911},
+                                                            {"name": "broker-b", "port": 18921}], "stop_timeout": "10s"},
+        "load": {"duration": "15s"},
+        "consumers": {"settle": "25s", "drain_timeout": "40s"}})
+    recv = [json.loads(x) for f in (run / "ledgers").glob("receive-*.jsonl") for x in f.read_text().splitlines()]
+    first: dict[str, dict] = {}
+    for d in sorted(recv, key=lambda d: d["receive_ms"]):
+        if d["reconsume_times"] == 0:
+            first.setdefault(d["key"], d)
+    retried = {d["key"] for d in recv if d["reconsume_times"] > 0}
+    later = {k for k, d in first.items() if d["batch_index"] > 0}
+    assert later and retried, "no batch of more than one message, or no redelivery within the drain"
+    # only messages 1..n-1 of a batch came back, and every %RETRY% delivery is recorded as such
+    assert retried <= later
+    assert all(d["topic"] == "%RETRY%rmqchaos_pileup" for d in recv if d["reconsume_times"] > 0)
+    rb = s["retried_keys_by_batch_position"]
+    assert rb == {"first_in_batch": 0, "later_in_batch": len(retried), "never_first": 0}
+    c = s["counts"]
+    assert c["duplicated"] == len(retried) and c["lost"] == 0
+    assert s["duplicates_by_cause"]["consumer_retry"] == sum(1 for d in recv if d["reconsume_times"] > 0)
+    # the monitor: the group's messages pile up in %RETRY% (stored there, not in its own queues)
+    g = [m["backlog"]["rmqchaos_pileup"] for m in s["monitor"] if "rmqchaos_pileup" in (m.get("backlog") or {})]
+    assert g and max(x["retry_stored"] for x in g) >= len(retried)
+    assert all(set(x["instances"]) and max(x["instances"].values()) <= x["total"] for x in g if x["instances"])
+    assert "at index 1..n-1: " + str(len(retried)) in (run / "report.html").read_text()
+
+
+def test_flush_timeouts_are_recorded_and_classified_acknowledged_weak(tmp_path: Path) -> None:
+    run, s = _run(tmp_path, "flush-timeout-ci", {
+        "extends": str(SCENARIOS / "flush-timeout.yaml"),
+        "cluster": {"namesrv": {"port": 20876},
+                    "brokers": [{"name": "broker-a", "port": 20911, "slave": {},
+                                 "config": {"brokerRole": "SYNC_MASTER", "inSyncReplicas": 2, "slaveTimeout": 500}},
+                                {"name": "broker-b", "port": 20921}], "stop_timeout": "10s"},
+        "load": {"duration": "24s", "rate": 200},
+        "faults": [{"id": "slow-disk-a", "kind": "blkio_throttle", "target": "broker-a", "at": "3s", "duration": "6s",
+                    "write_iops": 20},
+                   {"id": "pause-slave-a", "kind": "pause", "target": "broker-a-s", "at": "12s", "duration": "4s"}]})
+    outcomes = [json.loads(x) for f in (run / "ledgers").glob("send-*.jsonl") for x in f.read_text().splitlines()]
+    outcomes = [r for r in outcomes if r["rec"] == "outcome"]
+    weak = [r for r in outcomes if r["status"] in ("FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT")]
+    assert weak, "no flush timeout answered"
+    # stored, taken as success by the application, the broker's status kept; both kinds on broker-a
+    # (broker-b, SYNC_FLUSH at 50 ms on an unthrottled disk, may answer a few FLUSH_DISK_TIMEOUT too)
+    assert all(r["outcome"] == "ok" and r["app_ok"] and r["code"] in (10, 12) for r in weak)
+    assert {r["status"] for r in weak if r["broker"] == "broker-a"} == {"FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT"}
+    by_status = s["errors"]["by_status"]
+    assert sum(by_status.get(k, 0) for k in ("FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT")) == len(weak)
+    c = s["counts"]
+    assert c["acked_weak"] == len({r["key"] for r in weak})  # one attempt per key (ignore_send_status)
+    assert c["lost"] == 0 and c["acked_weak_lost"] == 0
+    assert "Stored with a weak status" in (run / "report.html").read_text()
