@@ -171,6 +171,31 @@ def plot_host(s: dict[str, Any]) -> str:
     return _svg(fig)
 
 
+def route_outages(s: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each stretch in which the monitor saw a broker answer while namesrv did not list it:
+    {broker, start_ms, end_ms (None: still out at the last sample), acked_on_it, acked_elsewhere}."""
+    out: list[dict[str, Any]] = []
+    open_: dict[str, dict[str, Any]] = {}
+    mon = [m for m in s.get("monitor") or [] if "brokers" in m]
+    for m in mon:
+        for b, st in m["brokers"].items():
+            if st.get("registered") is False and st.get("up") and b not in open_:
+                open_[b] = {"broker": b, "start_ms": m["ts_ms"], "end_ms": None}
+            elif st.get("registered") and b in open_:
+                o = open_.pop(b)
+                o["end_ms"] = m["ts_ms"]
+                out.append(o)
+    out += open_.values()
+    for o in out:
+        end = o["end_ms"] or (mon[-1]["ts_ms"] if mon else o["start_ms"])
+        rows = [r for r in s["series"] if o["start_ms"] // 1000 <= r["t"] < end // 1000]
+        group = o["broker"].removesuffix("-s")
+        o["acked_on_it"] = sum((r.get("acked_by_broker") or {}).get(group, 0) for r in rows)
+        o["acked_elsewhere"] = sum(n for r in rows for b, n in (r.get("acked_by_broker") or {}).items() if b != group)
+        o["failed"] = sum(r["errors"] + r["timeouts"] for r in rows)
+    return out
+
+
 def has_cluster_evidence(s: dict[str, Any]) -> bool:
     """Whether the cluster monitor saw what its plot is for: many %RETRY% topics, a broker out of
     namesrv's registrations, a refused frame, or messages going through %RETRY%."""
@@ -370,6 +395,15 @@ def _run_section(s: dict[str, Any]) -> str:
     if has_host_evidence(s):
         parts.append(f"<div class=plot>{plot_host(s)}</div>")
     if has_cluster_evidence(s):
+        t0 = s["series"][0]["t"] if s["series"] else 0
+        fe = ([m for m in s.get("monitor") or [] if "frame_errors" in m] or [{}])[-1].get("frame_errors") or {}
+        for o in route_outages(s):
+            until = f"{o['end_ms'] / 1000 - t0:.0f} s" if o["end_ms"] else "the end of the run"
+            parts.append(f"<p class=warn>{html.escape(o['broker'])} answered but was <b>not listed by namesrv</b> from "
+                         f"{o['start_ms'] / 1000 - t0:.0f} s to {until} (since the first attempt); sends acked in that "
+                         f"time: {o['acked_on_it']} on it, {o['acked_elsewhere']} elsewhere, {o['failed']} failed."
+                         + (f" Namesrv refused {fe['count']} frame(s) as too long (last {fe['last_length']} bytes, "
+                            f"limit {fe['limit']})." if fe.get("count") else "") + "</p>")
         parts.append(f"<div class=plot>{plot_cluster(s)}</div>")
     return "<section>" + "\n".join(parts) + "</section>"
 

@@ -259,7 +259,7 @@ class ClusterBackend(ABC):
         d.mkdir(exist_ok=True)
         env = dict(os.environ, PYTHONPATH=str(paths.REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self.spawn_client("monitor", [sys.executable, "-m", "cluster.monitor", str(self.run.path)], cwd=self.run.path,
-                          env=env, log_file=d / "monitor.log", outlive=True)
+                          env=env, log_file=d / "monitor.log", new_session=True, outlive=True)
 
     def create_topics(self, topics: list[str], queues: int, timeout: float = 30.0) -> None:
         """Create (or update) `topics` on every master and wait until they route to every group."""

@@ -178,3 +178,20 @@ def test_flush_timeouts_are_recorded_and_classified_acknowledged_weak(tmp_path: 
     assert c["acked_weak"] == len({r["key"] for r in weak})  # one attempt per key (ignore_send_status)
     assert c["lost"] == 0 and c["acked_weak_lost"] == 0
     assert "Stored with a weak status" in (run / "report.html").read_text()
+
+
+@pytest.mark.fast
+def test_route_outages_come_from_the_monitor_and_count_the_sends_of_that_time() -> None:
+    from analysis.report import route_outages
+
+    def sample(t: int, reg_a: bool | None) -> dict:
+        return {"ts_ms": t * 1000, "brokers": {"broker-a": {"up": True, "registered": reg_a},
+                                               "broker-b": {"up": True, "registered": True}}}
+    mon = [sample(10, True), sample(11, False), sample(12, False), sample(13, None), sample(14, True), sample(15, False)]
+    series = [{"t": t, "errors": 0, "timeouts": 1 if t == 12 else 0,
+               "acked_by_broker": {"broker-a": 2, "broker-b": 3}} for t in range(10, 17)]
+    got = route_outages({"monitor": mon, "series": series})
+    assert got == [{"broker": "broker-a", "start_ms": 11000, "end_ms": 14000, "acked_on_it": 6, "acked_elsewhere": 9,
+                    "failed": 1},
+                   {"broker": "broker-a", "start_ms": 15000, "end_ms": None, "acked_on_it": 0, "acked_elsewhere": 0,
+                    "failed": 0}]
