@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from cluster.rmqlog import LINE_TS as _TS
-from cluster.rmqlog import epoch_ms
+from cluster.rmqlog import epoch_ms, log_dir
 SLOW_PUTS_MAX = 10_000  # slow-put lines kept per broker (a sick broker can write one per put)
 
 PAGECACHERT = re.compile(_TS + r"\[PAGECACHERT\] TotalPut (\d+), PutMessageDistributeTime (.*)$")
@@ -82,7 +82,7 @@ def evidence(cluster_dir: Path, brokers: Iterable[str]) -> dict[str, dict[str, A
     """Per broker of the run's cluster: its store log parsed (brokers without one are left out)."""
     out = {}
     for b in brokers:
-        f = cluster_dir / b / "logs" / "rocketmqlogs" / "store.log"
+        f = log_dir(cluster_dir, b) / "store.log"
         if f.is_file():
             with f.open(encoding="utf-8", errors="replace") as fh:
                 out[b] = parse(fh)

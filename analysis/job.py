@@ -69,6 +69,8 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
 
 
 def _compact(sample: dict[str, Any]) -> dict[str, Any]:
+    if "brokers" not in sample:  # a sample that failed as a whole: kept as it is
+        return sample
     brokers = {n: {k: v for k, v in b.items() if k != "backlog"} for n, b in (sample.get("brokers") or {}).items()}
     return {**sample, "brokers": brokers}
 

@@ -110,10 +110,18 @@ def has_host_evidence(s: dict[str, Any]) -> bool:
                                       for v in (s.get("broker_evidence") or {}).values())
 
 
+def time_origin(s: dict[str, Any]) -> int:
+    """Second 0 of a run's time axes: its first attempt, else the first disk or monitor sample."""
+    if s["series"]:
+        return int(s["series"][0]["t"])
+    first = [x[0]["ts_ms"] // 1000 for x in (s.get("disk"), s.get("monitor")) if x]
+    return min(first, default=0)
+
+
 def plot_host(s: dict[str, Any]) -> str:
     """One time axis (seconds since the first attempt) for the shared-host questions: the disk's
     pressure, the brokers' own put latency, each busy text, and the keys lost / duplicated."""
-    t0 = s["series"][0]["t"] if s["series"] else (s["disk"][0]["ts_ms"] // 1000 if s.get("disk") else 0)
+    t0 = time_origin(s)
     fig, axes = plt.subplots(4, 1, figsize=(9, 8.5), sharex=True)
     ax = axes[0]
     disk = s.get("disk") or []
@@ -186,9 +194,11 @@ def route_outages(s: dict[str, Any]) -> list[dict[str, Any]]:
                 o["end_ms"] = m["ts_ms"]
                 out.append(o)
     out += open_.values()
+    last_t = max((r["t"] for r in s["series"]), default=0)
     for o in out:
-        end = o["end_ms"] or (mon[-1]["ts_ms"] if mon else o["start_ms"])
-        rows = [r for r in s["series"] if o["start_ms"] // 1000 <= r["t"] < end // 1000]
+        # still out at the last sample: every send from its start on counts
+        end_t = o["end_ms"] // 1000 if o["end_ms"] else last_t + 1
+        rows = [r for r in s["series"] if o["start_ms"] // 1000 <= r["t"] < end_t]
         group = o["broker"].removesuffix("-s")
         o["acked_on_it"] = sum((r.get("acked_by_broker") or {}).get(group, 0) for r in rows)
         o["acked_elsewhere"] = sum(n for r in rows for b, n in (r.get("acked_by_broker") or {}).items() if b != group)
@@ -214,7 +224,7 @@ def plot_cluster(s: dict[str, Any]) -> str:
     """The cluster monitor on the run's time axis: topics each broker holds, whether namesrv lists
     it (and frames namesrv refused), where the acked sends went, and each group's backlog."""
     mon = [m for m in s.get("monitor") or [] if "brokers" in m]
-    t0 = s["series"][0]["t"] if s["series"] else mon[0]["ts_ms"] // 1000
+    t0 = time_origin(s)
     xs = [m["ts_ms"] / 1000 - t0 for m in mon]
     names = sorted({b for m in mon for b in m["brokers"]})
     fig, axes = plt.subplots(4, 1, figsize=(9, 8.5), sharex=True)
@@ -259,7 +269,10 @@ def plot_cluster(s: dict[str, Any]) -> str:
         ax.plot(xs, [r and r["total"] for r in rows], label=f"{g}: total backlog")
         ax.plot(xs, [r and r["retry_stored"] for r in rows], ls="--", label=f"{g}: stored in %RETRY% so far")
         ax.plot(xs, [r and max(r["instances"].values(), default=0) for r in rows], lw=1,
-                label=f"{g}: largest one consumer's backlog")
+                label=f"{g}: largest one consumer's backlog on its own queues")
+    dl = [sum(b.get("delayed") or 0 for b in m["brokers"].values()) for m in mon]
+    if any(dl):
+        ax.plot(xs, dl, color="#6d4c41", lw=1, ls=":", label="waiting in the delay levels (every group)")
     ax.set_ylabel("messages")
     ax.set_xlabel("seconds since first attempt")
     ax.set_title("Consumer groups (from the brokers; per consumer by RocketMQ's default allocation)")
@@ -395,7 +408,7 @@ def _run_section(s: dict[str, Any]) -> str:
     if has_host_evidence(s):
         parts.append(f"<div class=plot>{plot_host(s)}</div>")
     if has_cluster_evidence(s):
-        t0 = s["series"][0]["t"] if s["series"] else 0
+        t0 = time_origin(s)
         fe = ([m for m in s.get("monitor") or [] if "frame_errors" in m] or [{}])[-1].get("frame_errors") or {}
         for o in route_outages(s):
             until = f"{o['end_ms'] / 1000 - t0:.0f} s" if o["end_ms"] else "the end of the run"

@@ -11,16 +11,19 @@ route: a broker that left the route is exactly what must still be seen), and nam
   log the registrations to namesrv completed/failed so far and the last of each;
 - `frame_errors`: frames namesrv refused as too long so far (its remoting.log), and the last one's
   length and limit;
+- `brokers[node].delayed`: messages waiting in the broker's delay levels (a message sent back for
+  a later retry sits there, in no group's backlog, until its time);
 - `backlog[group]`: per topic (the load's, and `%RETRY%<group>`) the messages stored but not yet
   consumed (max offset minus committed offset, summed over queues), the `%RETRY%` messages stored
-  so far, and per consumer instance its share: the queues RocketMQ's default allocation
-  (AllocateMessageQueueAveragely) gives it among the group's online clients.
+  so far, and per consumer instance its lag on the group's own topics: the queues RocketMQ's
+  default allocation (AllocateMessageQueueAveragely) gives it among the group's online clients.
 
 A sample that cannot ask something records it as null: the monitor never stops the run.
 """
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
@@ -73,14 +76,18 @@ def allocate(queues: list[tuple[str, int]], clients: list[str], me: str) -> list
 
 
 class LogTail:
-    """New complete lines of a growing file since the last call."""
+    """New complete lines of a growing file since the last call (from its start again when the
+    file was rolled over: a new inode, or shorter than what was read)."""
 
     def __init__(self, path: Path) -> None:
-        self.path, self.pos, self.rest = path, 0, b""
+        self.path, self.pos, self.rest, self.inode = path, 0, b"", 0
 
     def lines(self) -> list[str]:
         try:
             with open(self.path, "rb") as f:
+                st = os.fstat(f.fileno())
+                if st.st_ino != self.inode or st.st_size < self.pos:
+                    self.inode, self.pos, self.rest = st.st_ino, 0, b""
                 f.seek(self.pos)
                 data = f.read(8 << 20)
         except OSError:
@@ -93,13 +100,13 @@ class LogTail:
 
 class Monitor:
     def __init__(self, run: RunDir) -> None:
-        from cluster.plan import plan  # the node plan, the same every backend renders
+        from cluster import get_backend  # the plan every backend renders, and its namesrv helpers
 
         self.run = run
-        s = run.scenario()
-        self.nodes = [p for p in plan(s) if p.is_broker]
-        self.namesrv = next(p for p in plan(s) if p.role == "namesrv").addr
-        self.admin = AdminClient(self.namesrv, timeout=2)
+        self.cluster = get_backend(run)
+        s = self.cluster.scenario
+        self.nodes = [p for p in self.cluster.plans.values() if p.is_broker]
+        self.admin = AdminClient(self.cluster.namesrv_addr, timeout=2)
         self.load_topics = s.load.topics() if s.load else []
         self.groups: dict[str, list[str]] = {}
         for c in (s.consumers.instances if s.consumers else []):
@@ -119,21 +126,13 @@ class Monitor:
     def sample(self) -> dict[str, Any]:
         now = int(time.time() * 1000)
         out: dict[str, Any] = {"ts_ms": now}
-        reg: dict[str, dict[int, str]] | None
+        reg = self.cluster.registered()
         try:
-            reg = {b.name: b.addrs for b in self.admin.cluster_info()}
-            ns_topics = self.admin.topic_list()
-            out["namesrv"] = {"up": True, "topics": by_type(ns_topics, self.own), "brokers": sorted(reg)}
+            out["namesrv"] = {"up": True, "topics": by_type(self.admin.topic_list(), self.own),
+                              "brokers": sorted(reg or {})}
         except RemotingError:
-            reg = None
             out["namesrv"] = {"up": False}
-        routed: set[str] | None = None
-        if reg is not None and self.load_topics:
-            try:
-                route = self.admin.topic_route(self.load_topics[0]) or {}
-                routed = {q["brokerName"] for q in route.get("queueDatas", [])}
-            except RemotingError:
-                routed = None
+        routed = self.cluster.routed_groups(self.load_topics[0]) if reg is not None and self.load_topics else None
         for line in self.frame_tail.lines():
             self.frame_line_ms = line_ms(line) or self.frame_line_ms  # the exception's own line has no stamp
             if m := TOO_LONG.search(line):
@@ -153,58 +152,79 @@ class Monitor:
             try:
                 topics = self.admin.topic_configs(p.addr)
                 b.update(up=True, topics=by_type(list(topics), self.own), groups=len(self.admin.group_configs(p.addr)))
-                if p.role == "master":
-                    b["backlog"] = self._backlog(p.addr, p.broker_name or "", topics)
             except RemotingError:
                 b["up"] = False
+                brokers[p.name] = b
+                continue
+            if p.role == "master":
+                try:  # a question that failed is unknown (null), not a broker that is down
+                    b["delayed"] = delayed(self.admin.runtime_info(p.addr))
+                    b["backlog"] = self._backlog(p.addr, p.broker_name or "", topics)
+                except RemotingError:
+                    b.setdefault("delayed", None)
+                    b["backlog"] = None
             brokers[p.name] = b
         out["brokers"] = brokers
-        out["backlog"] = self._merge_backlog(brokers)
+        out["backlog"] = merge_backlog(brokers)
         return out
 
     def _backlog(self, addr: str, broker: str, topics: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        """Per group on this broker: {topic: [(queue, lag)]}, %RETRY% stored, online client ids."""
+        """Per group on this broker: {"topic|broker|queue": (max offset, committed offset)}, its
+        online client ids."""
         out: dict[str, Any] = {}
         for group, subscribed in self.groups.items():
-            retry = f"%RETRY%{group}"
-            g: dict[str, Any] = {"queues": {}, "retry_stored": 0, "clients": []}
-            for t in [*subscribed, retry]:
-                n = int((topics.get(t) or {}).get("readQueueNums") or 0)
-                for q in range(n):
-                    mx, consumed = self.admin.queue_offsets(addr, group, t, q)
-                    g["queues"][f"{t}|{broker}|{q}"] = max(0, mx - consumed)
-                    if t == retry:
-                        g["retry_stored"] += mx
-            g["clients"] = self.admin.consumer_client_ids(addr, group)
-            out[group] = g
+            queues = [(t, q) for t in [*subscribed, f"%RETRY%{group}"]
+                      for q in range(int((topics.get(t) or {}).get("readQueueNums") or 0))]
+            got = self.admin.offsets(addr, group, queues)
+            out[group] = {"queues": {f"{t}|{broker}|{q}": v for (t, q), v in got.items()},
+                          "clients": self.admin.consumer_client_ids(addr, group)}
         return out
 
-    @staticmethod
-    def _merge_backlog(brokers: dict[str, Any]) -> dict[str, Any]:
-        merged: dict[str, Any] = {}
-        for b in brokers.values():
-            for group, g in (b.get("backlog") or {}).items():
-                m = merged.setdefault(group, {"queues": {}, "retry_stored": 0, "clients": set()})
-                m["queues"].update(g["queues"])
-                m["retry_stored"] += g["retry_stored"]
-                m["clients"].update(g["clients"])
-        out: dict[str, Any] = {}
-        for group, m in merged.items():
-            retry = f"%RETRY%{group}"
-            per_topic: dict[str, int] = {}
-            for key, lag in m["queues"].items():
-                t = key.split("|")[0]
-                per_topic[t] = per_topic.get(t, 0) + lag
-            instances: dict[str, int] = {}
-            clients = sorted(m["clients"])
-            for t in per_topic:
-                qs = [(k.split("|")[1], int(k.split("|")[2])) for k in m["queues"] if k.split("|")[0] == t]
-                for cid in clients:
-                    mine = allocate(qs, clients, cid)
-                    instances[cid] = instances.get(cid, 0) + sum(m["queues"][f"{t}|{b}|{q}"] for b, q in mine)
-            out[group] = {"topics": per_topic, "total": sum(per_topic.values()), "retry_lag": per_topic.get(retry, 0),
-                          "retry_stored": m["retry_stored"], "instances": instances}
-        return out
+
+def delayed(runtime: dict[str, str]) -> int:
+    """Messages waiting in the broker's delay levels (SCHEDULE_TOPIC_XXXX, where a message sent back
+    for a later retry sits until its time): per level `scheduleMessageOffset_<level>` is
+    "<delivered up to>,<max offset>" (ScheduleMessageService.buildRunningStats)."""
+    n = 0
+    for k, v in runtime.items():
+        if k.startswith("scheduleMessageOffset_") and "," in v:
+            done, mx = (int(x) for x in v.split(",", 1))
+            n += max(0, mx - done)
+    return n
+
+
+def merge_backlog(brokers: dict[str, Any]) -> dict[str, Any]:
+    """Per group over every broker: lag per topic, `total` (the group's topics and its %RETRY%),
+    `retry_lag`, `retry_stored` (%RETRY% messages stored so far), and `instances`: each online
+    consumer's lag on the group's own topics, by the queues RocketMQ's allocation gives it."""
+    merged: dict[str, Any] = {}
+    for b in brokers.values():
+        for group, g in (b.get("backlog") or {}).items():
+            m = merged.setdefault(group, {"queues": {}, "clients": set()})
+            m["queues"].update(g["queues"])
+            m["clients"].update(g["clients"])
+    out: dict[str, Any] = {}
+    for group, m in merged.items():
+        retry = f"%RETRY%{group}"
+        per_topic: dict[str, int] = {}
+        by_topic: dict[str, list[tuple[str, int]]] = {}
+        for key, (mx, consumed) in m["queues"].items():
+            t, b, q = key.split("|")
+            per_topic[t] = per_topic.get(t, 0) + max(0, mx - consumed)
+            by_topic.setdefault(t, []).append((b, int(q)))
+        clients = sorted(m["clients"])
+        instances = {cid: 0 for cid in clients}
+        for t, qs in by_topic.items():
+            if t == retry:
+                continue
+            for cid in clients:
+                for b, q in allocate(qs, clients, cid):
+                    mx, consumed = m["queues"][f"{t}|{b}|{q}"]
+                    instances[cid] += max(0, mx - consumed)
+        out[group] = {"topics": per_topic, "total": sum(per_topic.values()), "retry_lag": per_topic.get(retry, 0),
+                      "retry_stored": sum(mx for k, (mx, _) in m["queues"].items() if k.startswith(retry + "|")),
+                      "instances": instances}
+    return out
 
 
 def main(argv: list[str]) -> int:

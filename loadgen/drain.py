@@ -32,6 +32,7 @@ def _consumers(run: RunDir, c: ClusterBackend, s: Scenario) -> list[JavaConsumer
     for inst in s.consumers.instances:
         opts = ConsumerOptions(group=inst.group, topics=inst.topics or default_topics, mode=inst.mode,
                                batch_size=inst.batch_size, delay_ms=inst.delay_ms, threads=inst.threads,
+                               max_reconsume_times=inst.max_reconsume_times,
                                consumer_id=inst.id, heap_mb=inst.heap_mb,
                                duration_s=(s.load.duration if s.load else 0) + s.consumers.drain_timeout + 600)
         out.append(JavaConsumer(c.namesrv_addr, opts, receive_ledger_path(run.path, inst.id), run.consumers_dir,

@@ -207,6 +207,8 @@ class ConsumerInstance(Strict):
     delay_ms: Annotated[StrictInt, Field(ge=0, le=60_000)] = 0
     threads: Annotated[StrictInt, Field(ge=1, le=256)] = 8
     heap_mb: Annotated[StrictInt, Field(ge=64, le=4096)] = 256
+    # redeliveries through %RETRY% before a message goes to %DLQ%<group>; -1: the client's default (16)
+    max_reconsume_times: Annotated[StrictInt, Field(ge=-1, le=16)] = -1
 
 
 class Consumers(Strict):

@@ -30,6 +30,7 @@ GET_BROKER_CONFIG = 26  # RequestCode.GET_BROKER_CONFIG: the broker's effective 
 GET_ALL_TOPIC_CONFIG = 21  # the broker's topicConfigTable (TopicConfigSerializeWrapper as JSON)
 GET_ALL_SUBSCRIPTIONGROUP_CONFIG = 201  # the broker's subscriptionGroupTable
 HEART_BEAT = 34  # a client's heartbeat: its consumer groups (HeartbeatData as JSON)
+GET_BROKER_RUNTIME_INFO = 28  # KVTable: the broker's runtime stats (scheduleMessageOffset_<level> among them)
 QUERY_NOT_FOUND = 22
 SUCCESS = 0
 TOPIC_NOT_EXIST = 17
@@ -195,7 +196,7 @@ class AdminClient:
     def delete_topic(self, topic: str, cluster: str | None = None) -> None:
         """Delete on every master, then from namesrv (as `mqadmin deleteTopic`)."""
         for addr in self.master_addrs(cluster).values():
-            self._broker(addr, DELETE_TOPIC_IN_BROKER, {"topic": topic}, f"DELETE_TOPIC_IN_BROKER {topic}")
+            self.delete_topic_in_broker(addr, topic)
         self._namesrv_checked(DELETE_TOPIC_IN_NAMESRV, {"topic": topic, "clusterName": cluster},
                               f"DELETE_TOPIC_IN_NAMESRV {topic}")
 
@@ -212,17 +213,6 @@ class AdminClient:
         for addr in self.master_addrs(cluster).values():
             self._broker(addr, DELETE_SUBSCRIPTIONGROUP, {"groupName": group, "cleanOffset": clean_offset},
                          f"delete group {group}")
-
-    def consumer_connections(self, group: str) -> dict[str, list[dict[str, Any]]]:
-        """brokerName -> the group's client connections as that broker sees them (clientId, addr, ...).
-        A broker where the group has no live consumer answers code 206 and maps to []."""
-        out: dict[str, list[dict[str, Any]]] = {}
-        for name, addr in self.master_addrs().items():
-            with Connection(addr, self.timeout) as c:
-                resp = c.request(GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
-            out[name] = list((resp.body_json() or {}).get("connectionSet") or []) if resp.code == SUCCESS and \
-                resp.body else []
-        return out
 
     def consumer_lag(self, group: str, topics: list[str], brokers: set[str] | None = None) -> dict[str, int]:
         """"broker/topic/queue" -> messages stored but not yet consumed by `group` (the broker's max
@@ -241,15 +231,9 @@ class AdminClient:
                 addr = masters.get(q["brokerName"])
                 if not addr:
                     continue
-                with Connection(addr, self.timeout) as c:
-                    for qid in range(q["readQueueNums"]):
-                        mx = c.request(GET_MAX_OFFSET, {"topic": topic, "queueId": qid})
-                        _check(mx, f"GET_MAX_OFFSET {topic}/{qid} on {addr}")
-                        co = c.request(QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": qid})
-                        if co.code not in (SUCCESS, QUERY_NOT_FOUND):
-                            _check(co, f"QUERY_CONSUMER_OFFSET {topic}/{qid} on {addr}")
-                        consumed = int(co.ext.get("offset", 0)) if co.code == SUCCESS else 0
-                        out[f"{q['brokerName']}/{topic}/{qid}"] = max(0, int(mx.ext.get("offset", 0)) - consumed)
+                got = self.offsets(addr, group, [(topic, qid) for qid in range(q["readQueueNums"])])
+                for (_, qid), (mx, consumed) in got.items():
+                    out[f"{q['brokerName']}/{topic}/{qid}"] = max(0, mx - consumed)
         return out
 
     def topic_configs(self, broker_addr: str) -> dict[str, dict[str, Any]]:
@@ -283,36 +267,45 @@ class AdminClient:
 
     def online_groups(self, broker_addr: str, groups: list[str]) -> set[str]:
         """Those of `groups` with at least one consumer connected to the broker now."""
-        out = set()
         with Connection(broker_addr, self.timeout) as c:
-            for g in groups:
-                resp = c.request(GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": g})
-                if resp.code == SUCCESS and resp.body and (resp.body_json() or {}).get("connectionSet"):
-                    out.add(g)
-        return out
-
-    def queue_offsets(self, broker_addr: str, group: str, topic: str, queue: int) -> tuple[int, int]:
-        """(max offset, `group`'s committed offset; 0 when it has none) of one queue on one broker."""
-        with Connection(broker_addr, self.timeout) as c:
-            mx = c.request(GET_MAX_OFFSET, {"topic": topic, "queueId": queue})
-            _check(mx, f"GET_MAX_OFFSET {topic}/{queue} on {broker_addr}")
-            co = c.request(QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": queue})
-        if co.code not in (SUCCESS, QUERY_NOT_FOUND):
-            _check(co, f"QUERY_CONSUMER_OFFSET {topic}/{queue} on {broker_addr}")
-        return int(mx.ext.get("offset", 0)), int(co.ext.get("offset", 0)) if co.code == SUCCESS else 0
+            return {g for g in groups if _client_ids(c, g)}
 
     def consumer_client_ids(self, broker_addr: str, group: str) -> list[str]:
         """The client ids of `group`'s consumers connected to the broker now."""
         with Connection(broker_addr, self.timeout) as c:
-            resp = c.request(GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
-        if resp.code != SUCCESS or not resp.body:
-            return []
-        return sorted(x.get("clientId", "") for x in (resp.body_json() or {}).get("connectionSet") or [])
+            return _client_ids(c, group)
+
+    def offsets(self, broker_addr: str, group: str, queues: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
+        """(topic, queue) -> (max offset, `group`'s committed offset, 0 when it has none), over one
+        connection to the broker."""
+        out = {}
+        with Connection(broker_addr, self.timeout) as c:
+            for topic, q in queues:
+                mx = c.request(GET_MAX_OFFSET, {"topic": topic, "queueId": q})
+                _check(mx, f"GET_MAX_OFFSET {topic}/{q} on {broker_addr}")
+                co = c.request(QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": q})
+                if co.code not in (SUCCESS, QUERY_NOT_FOUND):
+                    _check(co, f"QUERY_CONSUMER_OFFSET {topic}/{q} on {broker_addr}")
+                out[(topic, q)] = (int(mx.ext.get("offset", 0)), int(co.ext.get("offset", 0)) if co.code == SUCCESS else 0)
+        return out
+
+    def runtime_info(self, broker_addr: str) -> dict[str, str]:
+        """The broker's runtime stats (GET_BROKER_RUNTIME_INFO, as `mqadmin brokerStatus`)."""
+        resp = self._broker(broker_addr, GET_BROKER_RUNTIME_INFO, {}, "GET_BROKER_RUNTIME_INFO")
+        return {str(k): str(v) for k, v in ((resp.body_json() or {}).get("table") or {}).items()}
 
     def _namesrv_checked(self, code: int, ext: dict[str, Any], what: str) -> Frame:
         resp = self._namesrv_request(code, ext)
         _check(resp, what)
         return resp
+
+
+def _client_ids(c: Connection, group: str) -> list[str]:
+    """GET_CONSUMER_CONNECTION_LIST; a group with no live consumer on the broker answers 206: []."""
+    resp = c.request(GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
+    if resp.code != SUCCESS or not resp.body:
+        return []
+    return sorted(x.get("clientId", "") for x in (resp.body_json() or {}).get("connectionSet") or [])
 
 
 def _check(resp: Frame, what: str) -> None:

@@ -128,8 +128,7 @@ def test_retry_pileup_redelivers_exactly_messages_after_the_first_of_each_batch(
         "extends": str(SCENARIOS / "retry-pileup.yaml"),
         "cluster": {"namesrv": {"port": 18876}, "brokers": [{"name": "broker-a", "port": 18911},
                                                             {"name": "broker-b", "port": 18921}], "stop_timeout": "10s"},
-        "load": {"duration": "15s"},
-        "consumers": {"settle": "25s", "drain_timeout": "40s"}})
+        "load": {"duration": "15s"}})
     recv = [json.loads(x) for f in (run / "ledgers").glob("receive-*.jsonl") for x in f.read_text().splitlines()]
     first: dict[str, dict] = {}
     for d in sorted(recv, key=lambda d: d["receive_ms"]):
@@ -138,18 +137,23 @@ def test_retry_pileup_redelivers_exactly_messages_after_the_first_of_each_batch(
     retried = {d["key"] for d in recv if d["reconsume_times"] > 0}
     later = {k for k, d in first.items() if d["batch_index"] > 0}
     assert later and retried, "no batch of more than one message, or no redelivery within the drain"
-    # only messages 1..n-1 of a batch came back, and every %RETRY% delivery is recorded as such
-    assert retried <= later
+    # exactly the messages at 1..n-1 of a batch came back, and every %RETRY% delivery is recorded as such
+    assert retried == later
     assert all(d["topic"] == "%RETRY%rmqchaos_pileup" for d in recv if d["reconsume_times"] > 0)
     rb = s["retried_keys_by_batch_position"]
     assert rb == {"first_in_batch": 0, "later_in_batch": len(retried), "never_first": 0}
     c = s["counts"]
     assert c["duplicated"] == len(retried) and c["lost"] == 0
+    assert s["complete"] is True  # capped redeliveries: the drain ends, the verdict is complete
     assert s["duplicates_by_cause"]["consumer_retry"] == sum(1 for d in recv if d["reconsume_times"] > 0)
-    # the monitor: the group's messages pile up in %RETRY% (stored there, not in its own queues)
-    g = [m["backlog"]["rmqchaos_pileup"] for m in s["monitor"] if "rmqchaos_pileup" in (m.get("backlog") or {})]
+    assert max(d["reconsume_times"] for d in recv) <= 2  # max_reconsume_times
+    # the monitor: the group's messages pile up in %RETRY% and the delay levels, not in the queues
+    # each consumer owns: at some moment the group holds more than its busiest consumer shows
+    mon = [m for m in s["monitor"] if "rmqchaos_pileup" in (m.get("backlog") or {})]
+    g = [m["backlog"]["rmqchaos_pileup"] for m in mon]
     assert g and max(x["retry_stored"] for x in g) >= len(retried)
-    assert all(set(x["instances"]) and max(x["instances"].values()) <= x["total"] for x in g if x["instances"])
+    assert any(x["instances"] and x["total"] > max(x["instances"].values()) for x in g)
+    assert max(sum(b.get("delayed") or 0 for b in m["brokers"].values()) for m in mon) > 0
     assert "at index 1..n-1: " + str(len(retried)) in (run / "report.html").read_text()
 
 
@@ -193,5 +197,5 @@ def test_route_outages_come_from_the_monitor_and_count_the_sends_of_that_time() 
     got = route_outages({"monitor": mon, "series": series})
     assert got == [{"broker": "broker-a", "start_ms": 11000, "end_ms": 14000, "acked_on_it": 6, "acked_elsewhere": 9,
                     "failed": 1},
-                   {"broker": "broker-a", "start_ms": 15000, "end_ms": None, "acked_on_it": 0, "acked_elsewhere": 0,
-                    "failed": 0}]
+                   {"broker": "broker-a", "start_ms": 15000, "end_ms": None, "acked_on_it": 4, "acked_elsewhere": 6,
+                    "failed": 0}]  # still out at the end: the sends of t=15 and 16 count

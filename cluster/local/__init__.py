@@ -22,6 +22,7 @@ from cluster.jvm import classpath, find_java, jvm_command
 from cluster.local import cgroups
 from cluster.local.cgroups import Cgroup
 from cluster.plan import HOST, MAIN, READY_TOPIC, NodePlan, port_in_use, render_config
+from cluster.rmqlog import log_dir
 from rmqchaos import paths
 from rmqchaos.errors import UserError
 from rmqchaos.procs import ProcRecord, alive, now_ms, record_spawn, send, spawn, state_char, stop, wait_gone
@@ -41,7 +42,7 @@ _LOG_RECORD = re.compile(r"^\d{4}-\d\d-\d\d ")
 def log_tail(node_dir: Path, lines: int = 10) -> str:
     """The last lines of a node's stdout, and the last records (not stack frames) of RocketMQ's own log."""
     out = []
-    for f in [node_dir / "stdout.log", *sorted((node_dir / "logs" / "rocketmqlogs").glob("*.log"))]:
+    for f in [node_dir / "stdout.log", *sorted(log_dir(node_dir.parent, node_dir.name).glob("*.log"))]:
         if f.name not in ("stdout.log", "broker.log", "namesrv.log", "proxy.log") or not f.is_file():
             continue
         text = f.read_text(errors="replace").rstrip().splitlines()
@@ -269,7 +270,7 @@ class LocalNode(Node):
     @property
     def log_file(self) -> Path:
         main = {"namesrv": "namesrv.log", "proxy": "proxy.log"}.get(self.role, "broker.log")
-        return self.dir / "logs" / "rocketmqlogs" / main
+        return log_dir(self.dir.parent, self.name) / main
 
     @property
     def stdout_file(self) -> Path:

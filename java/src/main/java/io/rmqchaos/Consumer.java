@@ -72,7 +72,7 @@ public final class Consumer {
     public static void main(String[] a) throws Exception {
         if (a.length == 0 || a[0].equals("--help")) {
             System.out.println("usage: Consumer --namesrv H:P --group G --topic T [--topic T2 ...] --out FILE "
-                + "[--mode all|ack_first_of_batch] [--batch-size N] [--delay-ms MS] [--threads N] "
+                + "[--mode all|ack_first_of_batch] [--batch-size N] [--delay-ms MS] [--threads N] [--max-reconsume-times N] "
                 + "[--duration S] [--idle S] [--consumer-id ID] [--run-id ID]");
             return;
         }
@@ -84,6 +84,8 @@ public final class Consumer {
         final int batch = Integer.parseInt(arg(a, "--batch-size", "1"));
         final long delayMs = Long.parseLong(arg(a, "--delay-ms", "0"));
         final int threads = Integer.parseInt(arg(a, "--threads", "8"));
+        // redeliveries before a message goes to %DLQ%<group>; -1: the client's default (16)
+        final int maxReconsume = Integer.parseInt(arg(a, "--max-reconsume-times", "-1"));
         final double duration = Double.parseDouble(arg(a, "--duration", "600"));
         final double idle = Double.parseDouble(arg(a, "--idle", "0"));
         final String consumerId = arg(a, "--consumer-id", "c0");
@@ -111,6 +113,7 @@ public final class Consumer {
         c.setConsumeMessageBatchMaxSize(batch);
         c.setConsumeThreadMin(threads);
         c.setConsumeThreadMax(threads);
+        c.setMaxReconsumeTimes(maxReconsume);
         for (String t : topics) {
             c.subscribe(t, "*");
         }
