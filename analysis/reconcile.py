@@ -254,9 +254,9 @@ def key_table(send: DataFrame, recv: DataFrame, receive_complete: bool = True) -
     nonretry = F.col("reconsume_times") == 0
     per_copy = recv.repartition("key").groupBy(
         "key", "origin_topic", "broker", "queue_id", "queue_offset", nonretry.alias("nr")).agg(
-        F.count("*").alias("n"), F.min("receive_ms").alias("rm"), F.min_by("batch_index", "receive_ms").alias("bi"))
+        F.count("*").alias("n"), F.min("receive_ms").alias("rm"), F.max("batch_index").alias("bi"))
     per_topic = per_copy.groupBy("key", "origin_topic", "nr").agg(
-        F.sum("n").alias("n"), F.count("*").alias("copies"), F.min("rm").alias("rm"), F.min_by("bi", "rm").alias("bi"))
+        F.sum("n").alias("n"), F.count("*").alias("copies"), F.min("rm").alias("rm"), F.max("bi").alias("bi"))
     got = per_topic.groupBy("key").agg(
         F.sum("n").alias("deliveries"),
         F.sum(F.when(~F.col("nr"), F.col("n")).otherwise(0)).alias("retry_deliveries"),
@@ -264,9 +264,10 @@ def key_table(send: DataFrame, recv: DataFrame, receive_complete: bool = True) -
         F.sum(F.col("nr").cast("int")).alias("topics_received"),
         F.sum(F.when(F.col("nr"), F.col("copies")).otherwise(0)).alias("copies"),
         F.min("rm").alias("first_receive_ms"),
-        # where the key sat in the listener batch of its first delivery: an SDK that acks only index
-        # 0 (incident 004) sends back exactly those at 1..n-1
-        F.min_by(F.when(F.col("nr"), F.col("bi")), F.when(F.col("nr"), F.col("rm"))).alias("first_batch_index"))
+        # the highest place the key had in a listener batch of a first-hand delivery (a re-pull after
+        # a rebalance delivers it first-hand again): an SDK that acks only index 0 (incident 004)
+        # sends back exactly the keys that were once at 1..n-1
+        F.max(F.when(F.col("nr"), F.col("bi"))).alias("first_batch_index"))
     k = sent.join(got, "key", "full_outer").fillna(0, subset=["deliveries", "retry_deliveries", "first_deliveries",
                                                               "topics_received", "copies"])
     d = F.col("deliveries")

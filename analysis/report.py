@@ -376,9 +376,9 @@ def _run_section(s: dict[str, Any]) -> str:
                                                           list(s["duplicates_by_cause"])))
     rb = s.get("retried_keys_by_batch_position") or {}
     if any(rb.values()):
-        parts.append("<p>Keys redelivered through %RETRY%, by their place in the listener batch of their first "
-                     "delivery (a consumer that acks only index 0 sends back exactly 1..n-1): " + html.escape(
-                         f"at index 0: {rb['first_in_batch']}; at index 1..n-1: {rb['later_in_batch']}; "
+        parts.append("<p>Keys redelivered through %RETRY%, by their place in the listener batches of their "
+                     "first-hand deliveries (a consumer that acks only index 0 sends back exactly 1..n-1): " + html.escape(
+                         f"always at index 0: {rb['first_in_batch']}; at index 1..n-1: {rb['later_in_batch']}; "
                          f"never delivered first-hand: {rb['never_first']}") + "</p>")
     weak = {k: v for k, v in (s["errors"].get("by_status") or {}).items() if k not in ("SEND_OK", "None")}
     if c["acked_weak"] or weak:
