@@ -8,7 +8,6 @@ the platform itself was killed.
 """
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -257,9 +256,8 @@ class ClusterBackend(ABC):
         `down` reaps it, whichever process (CLI, DAG task) brought the cluster up."""
         d = self.run.path / "monitor"
         d.mkdir(exist_ok=True)
-        env = dict(os.environ, PYTHONPATH=str(paths.REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self.spawn_client("monitor", [sys.executable, "-m", "cluster.monitor", str(self.run.path)], cwd=self.run.path,
-                          env=env, log_file=d / "monitor.log", new_session=True, outlive=True)
+                          env=paths.module_env(), log_file=d / "monitor.log", new_session=True, outlive=True)
 
     def create_topics(self, topics: list[str], queues: int, timeout: float = 30.0) -> None:
         """Create (or update) `topics` on every master and wait until they route to every group."""

@@ -4,7 +4,6 @@ process itself (`python -m loadgen RUN_DIR`) as a recorded child of the run."""
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import time
 from typing import Callable
@@ -133,7 +132,7 @@ def run_loadgen(run: RunDir, c: ClusterBackend, ledger: bool | None = None) -> N
     cmd = [sys.executable, "-m", "loadgen", str(run.path)]
     if ledger is not None:
         cmd += ["--ledger", "on" if ledger else "off"]
-    env = dict(os.environ, PYTHONPATH=str(paths.REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = paths.module_env()
     p = c.spawn_client("loadgen", cmd, cwd=run.path, env=env)
     bound = s.load.duration + s.load.timeout * 4 + 120
     try:

@@ -12,6 +12,12 @@ REPO = Path(__file__).resolve().parent.parent
 CACHE = REPO / ".cache"
 
 
+def module_env() -> dict[str, str]:
+    """This environment with the repository on PYTHONPATH: for `python -m <our module>` children
+    (the load process, the cluster monitor) started from any working directory."""
+    return dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
 def state_home() -> Path:
     """Registry of runs with live processes, and the default `cluster up` run directory."""
     return Path(os.environ.get("RMQCHAOS_HOME", REPO / ".rmqchaos"))

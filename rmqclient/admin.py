@@ -197,8 +197,7 @@ class AdminClient:
         """Delete on every master, then from namesrv (as `mqadmin deleteTopic`)."""
         for addr in self.master_addrs(cluster).values():
             self.delete_topic_in_broker(addr, topic)
-        self._namesrv_checked(DELETE_TOPIC_IN_NAMESRV, {"topic": topic, "clusterName": cluster},
-                              f"DELETE_TOPIC_IN_NAMESRV {topic}")
+        self.delete_topic_in_namesrv(topic, cluster)
 
     def create_group(self, group: str, retry_max_times: int = 16, cluster: str | None = None) -> None:
         """Create a subscription group on every master (SubscriptionGroupConfig as JSON body)."""
