@@ -21,7 +21,7 @@ def _columns(fields: tuple[tuple[str, str], ...], *names: str) -> str:
 _SEND_COLS = _columns(SEND_FIELDS, "rec", "producer_id", "attempt_id", "key", "attempt", "topic", "intended_ms",
                       "start_ms", "end_ms", "outcome", "status", "code", "sent")
 _RECV_COLS = _columns(RECEIVE_FIELDS, "key", "topic", "origin_topic", "broker", "queue_id", "queue_offset",
-                      "reconsume_times")
+                      "reconsume_times", "body_key", "body_ok")
 
 
 def classify(send_files: list[Path], recv_files: list[Path], threads: int | None = None) -> dict[str, Any]:
@@ -34,7 +34,9 @@ def classify(send_files: list[Path], recv_files: list[Path], threads: int | None
     rejected = ",".join(str(c) for c in rules.DEFINITE_REJECT_CODES)
     con.execute(f"""
     CREATE TEMP VIEW s AS SELECT * FROM read_json({sf}, format='newline_delimited', columns={_SEND_COLS});
-    CREATE TEMP VIEW r AS SELECT * FROM read_json({rf}, format='newline_delimited', columns={_RECV_COLS});
+    -- a delivery belongs to the key its intact body names (its KEYS property may be damaged)
+    CREATE TEMP VIEW r AS SELECT * REPLACE (CASE WHEN body_ok THEN body_key ELSE key END AS key)
+      FROM read_json({rf}, format='newline_delimited', columns={_RECV_COLS});
     CREATE TEMP TABLE att AS
       SELECT i.key, i.topic, o.status,
         CASE WHEN o.outcome = 'ok' THEN 'acked'

@@ -8,13 +8,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -> dict[str, Any]:
     from analysis.broker_log import evidence
     from analysis.completeness import completeness
     from analysis.reconcile import analyze_ledgers, spark_session
+    from cluster.store import Store
     from rmqchaos.ledgers import ledger_files
     from rmqchaos.progress import say
     from rmqchaos.rundir import RunDir
@@ -30,14 +31,19 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
     from pyspark.sql import SparkSession
     own = spark is None and SparkSession.getActiveSession() is None  # never stop a caller's session
     spark = spark or spark_session(master, log_file=out / "spark.log")
+    brokers = run.broker_configs()
+    # the brokers' own store files (cluster/store.py): where a lost key is, or that it is nowhere
+    store = Store(brokers) if brokers else None
     try:
         events = [e for e in run.timeline()]
-        res = analyze_ledgers(spark, send, recv, events, out, receive_complete=comp["receive_complete"])
+        res = analyze_ledgers(spark, send, recv, events, out, receive_complete=comp["receive_complete"],
+                              store=store if store is not None and store.nodes() else None)
     finally:
+        if store is not None:
+            store.close()
         if own:
             spark.stop()
     s = run.scenario()
-    brokers = run.broker_configs()
     summary = {"schema_version": SCHEMA_VERSION, "run_id": run.run_id, "scenario": s.name,
                "run_dir": str(run.path), "analyzed_ms": int(time.time() * 1000),
                "complete": comp["complete"], "incomplete_reasons": comp["reasons"],
@@ -45,7 +51,8 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
                "load": s.load.model_dump(mode="json") if s.load else None,
                **{k: res[k] for k in ("counts", "duplicates_by_cause", "duplicated_keys_by_send_outcome",
                                       "retried_keys_by_batch_position", "errors",
-                                      "answers", "busy_series", "latency_ms", "windows", "warnings", "corrupted")},
+                                      "answers", "busy_series", "latency_ms", "windows", "warnings", "corrupted",
+                                      "corrupted_by_kind", "unexpected_examples", "store_check")},
                "events": events, "series": res["series"],
                # the host's side of the time axis: disk pressure each second, the brokers' own put latency
                "disk": _jsonl(run.disk_metrics_file),
@@ -57,11 +64,14 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
     tmp.write_text(json.dumps(summary, indent=1) + "\n")
     tmp.replace(out / "summary.json")
     c = summary["counts"]
-    say(f"analyze: {c['keys']} keys: ok {c['ok']}, lost {c['lost']}, "
+    sc = summary["store_check"]
+    say(f"analyze: {c['keys']} keys: ok {c['ok']}, lost {c['lost']}"
+        + (f" (in no commit log {sc['lost_from_store']}, stored but never delivered {sc['lost_in_delivery']})"
+           if sc else " (not checked against the store)") + ", "
         + (f"undelivered at stop {c['undelivered_at_stop']} (not verified), " if not comp["complete"] else "")
         + f"duplicated {c['duplicated']}, recovered "
-        f"{c['recovered']}, failed {c['failed']}, indeterminate {c['indeterminate']}, unexpected {c['unexpected']} "
-        f"(of which corrupted copies of sent messages {c['corrupted_deliveries']}) "
+        f"{c['recovered']}, failed {c['failed']}, indeterminate {c['indeterminate']}, unexpected {c['unexpected']}, "
+        f"corrupted deliveries {c['corrupted_deliveries']} "
         f"({time.time() - t0:.1f}s)")
     for w in summary["warnings"]:
         say(f"analyze: warning: {w}")

@@ -8,13 +8,15 @@ and per-event aggregates come back. Rules: analysis/rules.py; outputs: docs/anal
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -63,9 +65,31 @@ def spark_session(master: str | None = None, log_file: Path | None = None) -> Sp
          # the smaller side beats sorting both (measured ~1.2x on the key table)
          .config("spark.sql.join.preferSortMergeJoin", "false")
          .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1"))
-    spark = b.getOrCreate()
+    if log_file is None:
+        spark = b.getOrCreate()
+    else:  # the JVM inherits this process's stdout/stderr when it starts: give it the log file instead
+        with _fds_to(log_file):
+            spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+@contextlib.contextmanager
+def _fds_to(log_file: Path) -> Iterator[None]:
+    """Point fds 1 and 2 at `log_file` while a child process is started (it keeps them), then back."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    fd = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for x in (fd, *saved):
+            os.close(x)
 
 
 # ---------------------------------------------------------------- reading, with malformed-record checks
@@ -129,8 +153,21 @@ def read_send(spark: SparkSession, files: list[Path], warnings: list[str], stagi
     an id (rec, key, producer_id, attempt_id) or is neither intent nor outcome fails the job with
     its file and position. The attempt ids are not kept: nothing here pairs records."""
     prefix = F.nullif(F.regexp_extract(F.coalesce("remark", F.lit("")), rules.REMARK_PREFIX_REGEX, 1), F.lit(""))
-    return _stage(spark, files, schemas.SEND_USED, staging, warnings, [*STAGED_SEND, prefix.alias("remark_prefix")],
+    return _stage(spark, files, schemas.SEND_USED, staging, warnings,
+                  [*STAGED_SEND, prefix.alias("remark_prefix"), error_kind().alias("error_kind")],
                   SEND_REQUIRED, {"rec": SEND_RECS})
+
+
+def error_kind() -> Any:
+    """A transport failure in a word, from the producer's error text (rmqclient/producer.py): what a
+    person acts on differs between a refused connection, a dropped one and no route."""
+    e = F.col("error")
+    return (F.when(F.col("outcome") != "error", F.lit(None))
+            .when(e.rlike("(?i)refused"), "connection refused")
+            .when(e.startswith("route lookup failed"), "route lookup failed")
+            .when(e.startswith("connect to"), "connect failed")
+            .when(e.rlike("(?i)closed|reset|broken pipe"), "connection lost")
+            .when(e.isNotNull(), "transport error"))
 
 
 def _torn_tail(f: Path) -> int | None:
@@ -323,9 +360,10 @@ def shuffle_partitions(files: list[Path]) -> int:
 
 def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: list[Path],
                     events: list[dict[str, Any]], out_dir: Path | None = None,
-                    receive_complete: bool = True) -> dict[str, Any]:
+                    receive_complete: bool = True, store: Any = None) -> dict[str, Any]:
     """The reconciliation proper; returns the `counts`, `errors`, `latency_ms`, `series`, `windows`
-    parts of summary.json. With out_dir, writes keys.parquet and series.parquet there.
+    parts of summary.json. With out_dir, writes keys.parquet and series.parquet there. With `store`
+    (cluster/store.py's, over the run's broker stores), lost and indeterminate keys are looked up in it.
 
     Passes over the data: each ledger's JSON once (→ its used columns, Parquet), one job by key (→
     keys.parquet), then column scans for the aggregates."""
@@ -343,19 +381,20 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
     try:
         send = read_send(spark, send_files, warnings, stg / "send")
         step("send ledger parsed")
-        recv = read_receive(spark, recv_files, warnings, stg / "receive")
+        recv = attribute(read_receive(spark, recv_files, warnings, stg / "receive"))
         step("receive ledger parsed")
         key_table(send, recv, receive_complete).write.mode("overwrite").parquet(str(work / "keys.parquet"))
         keys = spark.read.parquet(str(work / "keys.parquet"))
         step("keys classified")
         res = _aggregate(spark, send, keys, events, warnings)
         step("counts, errors, latency, series, windows")
-        if res["counts"]["unexpected"]:
-            res["counts"]["corrupted_deliveries"], res["corrupted"] = _corrupted(
-                send, keys, recv, res["counts"]["unexpected_deliveries"])
-            step("unexpected deliveries looked up among sent msgIds")
-        else:
-            res["counts"]["corrupted_deliveries"], res["corrupted"] = 0, []
+        res["corrupted_by_kind"], res["corrupted"] = _corrupted(send, keys, recv, res["counts"]["unexpected_deliveries"])
+        res["counts"]["corrupted_deliveries"] = sum(res["corrupted_by_kind"].values())
+        step("damaged deliveries by kind")
+        res["unexpected_examples"] = _unexpected(keys, recv, res["counts"]["unexpected_deliveries"])
+        res["store_check"] = store_check(send, keys, store, warnings) if store is not None else None
+        if store is not None:
+            step(f"{res['store_check']['checked']} lost or indeterminate keys looked up in the brokers' stores")
         res["answers"] = _answers(send, recv, keys)
         res["busy_series"] = _busy_series(send)
         step("answers matched with the msgIds delivered")
@@ -454,7 +493,7 @@ def answer_label() -> Any:
     return (F.when(F.col("code") == 2, F.coalesce(F.col("remark_prefix"), F.lit("code 2")))
             .when(F.col("outcome") == "ok", F.col("status"))
             .when(F.col("code").isNotNull(), F.concat(F.lit("code "), F.col("code").cast("string")))
-            .when(F.col("outcome") == "error", F.lit("transport error"))
+            .when(F.col("outcome") == "error", F.coalesce(F.col("error_kind"), F.lit("transport error")))
             .otherwise(F.col("outcome")))
 
 
@@ -485,24 +524,106 @@ def _answers(send: DataFrame, recv: DataFrame, keys: DataFrame) -> list[dict[str
     return sorted(per.values(), key=lambda r: -r["attempts"])
 
 
-BROADCAST_MAX = 100_000  # unexpected deliveries up to which their side of a join is broadcast
+BROADCAST_MAX = 100_000  # rows up to which the small side of a join is broadcast
+CORRUPTED_KINDS = ("properties_damaged", "body_damaged", "msgid_only")
+CORRUPTED_EXAMPLES = 20  # listed per kind
 
 
-def _corrupted(send: DataFrame, keys: DataFrame, recv: DataFrame, n_unexpected: int) -> tuple[int, list[dict[str, Any]]]:
-    """Deliveries of a key never attempted whose msgId (UNIQ_KEY) is that of a sent message: the
-    broker served a damaged copy (seen after an OOM kill with transientStorePoolEnable: a commit
-    cut mid-write leaves a message whose tail is zeros). Count, and up to 20 examples. Only the
-    unexpected deliveries' msgIds are looked up among the sent ones."""
-    small = (lambda df: F.broadcast(df)) if n_unexpected <= BROADCAST_MAX else (lambda df: df)
-    bad_recv = recv.join(small(keys.where(F.col("class") == "unexpected").select("key")), "key")
-    ids = bad_recv.select("msg_id").where(F.col("msg_id").isNotNull()).distinct()
-    sent = (send.where(_is_outcome() & F.col("msg_id").isNotNull()).join(small(ids), "msg_id", "left_semi")
-            .select("msg_id", F.col("key").alias("sent_key"), F.col("outcome").alias("sent_outcome"))
-            .dropDuplicates(["msg_id"]))
-    bad = bad_recv.join(sent, "msg_id")
-    n = bad.count()
-    rows = bad.select("msg_id", "sent_key", "sent_outcome", "key", "broker", "queue_id", "queue_offset").limit(20).collect()
-    return int(n), [{**r.asDict(), "key": repr(r["key"])} for r in rows]
+def attribute(recv: DataFrame) -> DataFrame:
+    """Each delivery under the key its intact self-verifying body names (rmqchaos/body.py), else its
+    KEYS property (kept as `prop_key`): a copy whose properties were damaged still counts for its key."""
+    return (recv.withColumn("prop_key", F.col("key"))
+            .withColumn("key", F.when(F.col("body_ok") == F.lit(True), F.col("body_key")).otherwise(F.col("key"))))
+
+
+def _corrupted(send: DataFrame, keys: DataFrame, recv: DataFrame,
+               n_unexpected: int) -> tuple[dict[str, int], list[dict[str, Any]]]:
+    """Damaged deliveries by kind, and up to CORRUPTED_EXAMPLES of each with where they were read from:
+    - properties_damaged: the body is intact but the KEYS property is missing or names another key
+      (attributed to the body's key); seen after an OOM kill: a copy whose tail the kill cut;
+    - body_damaged: a self-verifying body that fails its checksum;
+    - msgid_only: no verifiable body, a key never attempted, but the msgId (UNIQ_KEY) of a sent
+      message (only the unexpected deliveries' msgIds are looked up among the sent ones)."""
+    cols = ["key", "prop_key", "body_key", "msg_id", "broker", "queue_id", "queue_offset", "receive_ms"]
+    parts = {
+        "properties_damaged": recv.where((F.col("body_ok") == F.lit(True))
+                                         & ~F.col("prop_key").eqNullSafe(F.col("body_key"))).select(*cols),
+        "body_damaged": recv.where(F.col("body_ok") == F.lit(False)).select(*cols),
+    }
+    counts, examples = {}, []
+    for kind, df in parts.items():
+        counts[kind] = int(df.count())
+        examples += [{"kind": kind, **r.asDict()} for r in df.limit(CORRUPTED_EXAMPLES).collect()] if counts[kind] else []
+    counts["msgid_only"] = 0
+    if n_unexpected:
+        small = (lambda df: F.broadcast(df)) if n_unexpected <= BROADCAST_MAX else (lambda df: df)
+        bad_recv = recv.join(small(keys.where(F.col("class") == "unexpected").select("key")), "key")
+        ids = bad_recv.select("msg_id").where(F.col("msg_id").isNotNull()).distinct()
+        sent = (send.where(_is_outcome() & F.col("msg_id").isNotNull()).join(small(ids), "msg_id", "left_semi")
+                .select("msg_id", F.col("key").alias("sent_key"), F.col("outcome").alias("sent_outcome"))
+                .dropDuplicates(["msg_id"]))
+        bad = bad_recv.join(sent, "msg_id")
+        counts["msgid_only"] = int(bad.count())
+        examples += [{"kind": "msgid_only", **r.asDict()} for r in
+                     bad.select(*cols, "sent_key", "sent_outcome").limit(CORRUPTED_EXAMPLES).collect()]
+    for e in examples:
+        e["damage"] = _damage(e)
+    return counts, examples
+
+
+def _unexpected(keys: DataFrame, recv: DataFrame, n: int) -> list[dict[str, Any]]:
+    """Up to CORRUPTED_EXAMPLES deliveries of keys never attempted, with where they were read from."""
+    if not n:
+        return []
+    small = F.broadcast if n <= BROADCAST_MAX else (lambda df: df)
+    return [r.asDict() for r in recv.join(small(keys.where(F.col("class") == "unexpected").select("key")), "key")
+            .select("key", "prop_key", "body_key", "body_ok", "msg_id", "origin_topic", "broker", "queue_id", "queue_offset",
+                    "receive_ms").limit(CORRUPTED_EXAMPLES).collect()]
+
+
+def _damage(e: dict[str, Any]) -> str:
+    """What was damaged in one corrupted delivery, in words."""
+    if e["kind"] == "properties_damaged":
+        return ("KEYS property missing" if e["prop_key"] is None else f"KEYS property reads {e['prop_key']!r}") + \
+            f"; the intact body names {e['body_key']!r}"
+    if e["kind"] == "body_damaged":
+        return "body fails its checksum" + (f" (its header names {e['body_key']!r})" if e["body_key"] else "")
+    return (f"KEYS property reads {e['prop_key']!r}; its msgId is that of the {e.get('sent_outcome')} send of "
+            f"{e.get('sent_key')!r} (no verifiable body)")
+
+
+STORE_LOOKUP_MAX = 100_000  # keys looked up in the brokers' stores per run
+STORE_EXAMPLES = 50
+
+
+def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str]) -> dict[str, Any]:
+    """Every lost and indeterminate key looked up in the brokers' stores (`store.find(topic, key)`,
+    cluster/store.py): lost -> lost_from_store (in no commit log) or lost_in_delivery (stored, never
+    delivered); indeterminate -> indeterminate_stored (the unanswered send was stored after all and
+    never delivered) or indeterminate_not_stored. Bounded by the number of such keys."""
+    t0 = time.monotonic()
+    targets = keys.where(F.col("class").isin("lost", "indeterminate")).select("key", "class")
+    n = int(targets.count())
+    if n > STORE_LOOKUP_MAX:
+        warnings.append(f"{n} lost or indeterminate keys: only {STORE_LOOKUP_MAX} were looked up in the store")
+        targets = targets.limit(STORE_LOOKUP_MAX)
+    small = F.broadcast(targets) if n <= BROADCAST_MAX else targets
+    rows = (send.where(_is_intent()).join(small, "key").groupBy("key", "class")
+            .agg(F.collect_set("topic").alias("topics")).collect()) if n else []
+    split = {"lost_from_store": 0, "lost_in_delivery": 0, "indeterminate_stored": 0, "indeterminate_not_stored": 0}
+    stored: list[dict[str, Any]] = []
+    absent: list[dict[str, Any]] = []
+    for r in sorted(rows, key=lambda r: r["key"]):
+        locs = [loc for t in sorted(r["topics"]) for loc in store.find(t, r["key"])]
+        verdict = {("lost", True): "lost_in_delivery", ("lost", False): "lost_from_store",
+                   ("indeterminate", True): "indeterminate_stored",
+                   ("indeterminate", False): "indeterminate_not_stored"}[(r["class"], bool(locs))]
+        split[verdict] += 1
+        (stored if locs else absent).append({"key": r["key"], "class": r["class"], "verdict": verdict,
+                                             "topics": sorted(r["topics"]), "stored_at": locs})
+    return {"checked": len(rows), **split, "nodes": store.nodes(), "method": store.method(),
+            "seconds": round(time.monotonic() - t0, 3),
+            "examples": (stored + [a for a in absent if a["class"] == "lost"])[:STORE_EXAMPLES]}
 
 
 def _series(send: DataFrame, keys: DataFrame) -> list[dict[str, Any]]:

@@ -23,6 +23,111 @@ BUSY_COLORS = ("#c62828", "#1565c0", "#ef6c00", "#2e7d32", "#6a1b9a")
 SHADE = {"fault": "#ffcdd2", "load": "#e3f2fd", "drain": "#f1f8e9"}
 
 
+NONE = "\u2014"  # what an absent value reads as (never Python's None)
+
+
+def fmt(x: Any) -> Any:
+    return NONE if x is None else x
+
+
+# ---------------------------------------------------------------- the verdict, in words
+
+FAULT_WORDS = {"oom_kill": ("kernel OOM kill", "kernel OOM kills"), "jvm_oom": ("JVM OutOfMemoryError", "JVM OutOfMemoryErrors"),
+               "kill": ("SIGKILL", "SIGKILLs"), "pause": ("pause", "pauses"), "restart": ("restart", "restarts"),
+               "blkio_throttle": ("disk throttle", "disk throttles"), "page_cache_limit": ("page-cache limit", "page-cache limits"),
+               "redis_noise": ("Redis disk noise", "Redis disk noise"), "es_like_noise": ("fio disk noise", "fio disk noise"),
+               "topic_flood": ("%RETRY% topic flood", "%RETRY% topic floods"),
+               "cleanup_retry_topics": ("%RETRY% topic cleanup", "%RETRY% topic cleanups")}
+_NUM = {1: "one", 2: "two", 3: "three"}
+SETTINGS = ("brokerRole", "flushDiskType", "transientStorePoolEnable")  # named in every verdict
+
+
+def _n(n: int, one: str, many: str) -> str:
+    return f"{_NUM.get(n, n)} {one if n == 1 else many}"
+
+
+def faults_phrase(s: dict[str, Any]) -> str:
+    """The faults applied in a run, e.g. 'one kernel OOM kill of broker-a' ('' for none)."""
+    seen: dict[tuple[str, str], int] = {}
+    for e in s.get("events", []):
+        if e.get("kind") == "fault" and e.get("outcome") == "ok":
+            k = (e.get("params", {}).get("fault_kind") or "fault", str(e.get("target")))
+            seen[k] = seen.get(k, 0) + 1
+    parts = [_n(n, *FAULT_WORDS.get(k, (k, k + "s"))) + f" of {t}" for (k, t), n in seen.items()]
+    return ", ".join(parts)
+
+
+def settings(s: dict[str, Any]) -> dict[str, str]:
+    """What decides loss, per run: the masters' role, flush and TSP settings, and the send policy."""
+    masters = [c for c in s["cluster"]["brokers"].values() if c.get("brokerRole", "ASYNC_MASTER") != "SLAVE"]
+    out = {k: "/".join(sorted({c.get(k, {"brokerRole": "ASYNC_MASTER", "flushDiskType": "ASYNC_FLUSH",
+                                         "transientStorePoolEnable": "false"}[k]) for c in masters})) for k in SETTINGS}
+    out["policy"] = str(((s.get("load") or {}).get("policy") or {}).get("kind", NONE))
+    return out
+
+
+def _settings_words(st: dict[str, str]) -> str:
+    return f"{st['brokerRole']}, {st['flushDiskType']}, transientStorePoolEnable={st['transientStorePoolEnable']} " \
+           f"and the {st['policy']} send policy"
+
+
+def lost_phrase(s: dict[str, Any]) -> str:
+    c, sc = s["counts"], s.get("store_check")
+    out = f"lost {_n(c['lost'], 'acknowledged message', 'acknowledged messages')}"
+    if not c["lost"]:
+        return out
+    if sc is None:
+        return out + " (not checked against the brokers' stores)"
+    if sc["lost_from_store"] == c["lost"]:
+        return out + " (verified absent from every broker's store)"
+    return out + f" ({sc['lost_from_store']} verified absent from every broker's store, {sc['lost_in_delivery']} " \
+                 "stored but never delivered)"
+
+
+def verdict(s: dict[str, Any]) -> str:
+    """One sentence a release manager reads: what was done to the cluster, and what it lost."""
+    c, sc = s["counts"], s.get("store_check")
+    head = f"{s['scenario']}: with {_settings_words(settings(s))}, {faults_phrase(s) or 'a run without faults'}"
+    if s.get("complete") is False:
+        return (f"{head}: the run did not finish ({'; '.join(s.get('incomplete_reasons') or [])}), so loss is not "
+                f"verified: {c.get('undelivered_at_stop', 0)} acknowledged messages were not delivered before the "
+                "consumers stopped.")
+    causes = {k: v for k, v in s["duplicates_by_cause"].items() if v}
+    dup = (f"{c['duplicated']} delivered more than once (extra deliveries: "
+           + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in causes.items()) + ")") if c["duplicated"] else \
+        "none delivered twice"
+    extra = []
+    if c.get("acked_weak"):
+        extra.append(f"{c['acked_weak']} acknowledged only with a weak flush/slave status ({c['acked_weak_lost']} of them lost)")
+    if sc and sc.get("indeterminate_stored"):
+        extra.append(f"{sc['indeterminate_stored']} unanswered sends were stored and never delivered")
+    if c.get("corrupted_deliveries"):
+        extra.append(f"{c['corrupted_deliveries']} damaged deliveries")
+    if c.get("unexpected"):
+        extra.append(f"{c['unexpected']} deliveries of keys never sent")
+    return f"{head} {lost_phrase(s)}; {dup}" + "".join(f"; {x}" for x in extra) + "."
+
+
+def comparisons(sums: list[dict[str, Any]]) -> list[str]:
+    """A sentence per pair of different scenarios, taken in order, that had the same faults and differ in
+    at most three of the settings that decide loss: the difference, and what each lost."""
+    out = []
+    first = list({s["scenario"]: s for s in reversed(sums)}.values())[::-1]  # each scenario's first run
+    for a, b in zip(first, first[1:]):
+        if faults_phrase(a) != faults_phrase(b) or a.get("complete") is False or b.get("complete") is False:
+            continue
+        sa, sb = settings(a), settings(b)
+        diff = [k for k in sa if sa[k] != sb[k]]
+        if not 0 < len(diff) <= 3:
+            continue
+        d = ", ".join(f"{k}={sa[k]}" for k in diff)
+        other = ", ".join(f"{k}={sb[k]}" for k in diff)
+        under = f"Under {faults_phrase(a)}" if faults_phrase(a) else "Without faults"
+        out.append(f"{under}: with {d} ({a['scenario']}) the cluster {lost_phrase(a)}; with {other} "
+                   f"({b['scenario']}), {b['counts']['lost']}.")
+    return out
+
+
 def load_summary(run_or_file: str | Path) -> dict[str, Any]:
     p = Path(run_or_file)
     f = p / "analysis" / "summary.json" if p.is_dir() else p
@@ -300,17 +405,46 @@ COMPARE_HEAD = ["scenario", "run", "attempts", *BUSY_PREFIXES, "LOST", "DUPLICAT
                 "extra deliveries by cause", "p99 send from intended (ms)"]
 
 
+WEAK = ("FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")
+TRANSPORT = ("connection refused", "connection lost", "connect failed", "route lookup failed", "transport error")
+ANSWER_KINDS = {"weak status (stored)": "#ffb300", "broker busy": "#e53935", "other broker answer": "#f4511e",
+                "timeout": "#8e24aa", "transport": "#546e7a", "no answer recorded": "#212121"}
+
+
+def answer_kind(answer: str) -> str:
+    if answer in WEAK:
+        return "weak status (stored)"
+    if answer.startswith("[") or answer == "code 2":
+        return "broker busy"
+    if answer == "timeout":
+        return "timeout"
+    if answer in TRANSPORT:
+        return "transport"
+    return "other broker answer"
+
+
 def plot_errors(s: dict[str, Any]) -> str:
-    e = s["errors"]
-    items = [(f"status {k}", v) for k, v in e["by_status"].items()]
-    items += [(f"code {k}", v) for k, v in e["by_code"].items() if k != "0"]
-    items += [(k, v) for k, v in e["by_remark_prefix"].items()]
-    items += [(k, v) for k, v in e["by_outcome"].items() if k in ("timeout", "no_outcome")]
-    fig, ax = plt.subplots(figsize=(9, 0.5 + 0.3 * max(1, len(items))))
+    """Every attempt that did not end in a plain SEND_OK, by what it was, coloured by kind; the part of
+    each bar that was stored all the same is hatched."""
+    items = [(a["answer"], a["attempts"], a["stored"], answer_kind(a["answer"]))
+             for a in s.get("answers") or [] if a["answer"] != "SEND_OK"]
+    if s["errors"]["by_outcome"].get("no_outcome"):
+        items.append(("no answer (producer died)", s["errors"]["by_outcome"]["no_outcome"], 0, "no answer recorded"))
+    fig, ax = plt.subplots(figsize=(9, 0.9 + 0.32 * max(1, len(items))))
     if items:
-        ax.barh([k for k, _ in items][::-1], [v for _, v in items][::-1], color="#78909c")
+        items.sort(key=lambda x: (list(ANSWER_KINDS).index(x[3]), -x[1]))
+        names = [f"{a} ({n})" for a, n, _, _ in items][::-1]
+        ax.barh(names, [n for _, n, _, _ in items][::-1], color=[ANSWER_KINDS[k] for *_, k in items][::-1])
+        ax.barh(names, [st for _, _, st, _ in items][::-1], color="none", hatch="///", edgecolor="white", lw=0)
         ax.set_xscale("log")
-    ax.set_title("Attempts by send status, response code, busy text and outcome")
+        from matplotlib.patches import Patch
+        handles = [Patch(color=col, label=k) for k, col in ANSWER_KINDS.items() if any(x[3] == k for x in items)]
+        ax.legend(handles=handles + [Patch(facecolor="#bbb", hatch="///", edgecolor="white", label="stored all the same")],
+                  fontsize=7, loc="lower right")
+    else:
+        ax.text(0.5, 0.5, "every attempt was answered SEND_OK", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+    ax.set_title("Sends that failed or were stored with a weak status, by what they were")
     return _svg(fig)
 
 
@@ -340,8 +474,45 @@ def plot_compare(sums: list[dict[str, Any]]) -> str:
 
 def _table(rows: list[list[Any]], head: list[str]) -> str:
     h = "".join(f"<th>{html.escape(str(x))}</th>" for x in head)
-    b = "".join("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in r) + "</tr>" for r in rows)
+    b = "".join("<tr>" + "".join(f"<td>{html.escape(str(fmt(x)))}</td>" for x in r) + "</tr>" for r in rows)
     return f"<table><tr>{h}</tr>{b}</table>"
+
+
+def _where(x: dict[str, Any]) -> str:
+    return f"{fmt(x.get('broker'))} queue {fmt(x.get('queue_id'))} offset {fmt(x.get('queue_offset'))}"
+
+
+def _evidence(s: dict[str, Any]) -> list[str]:
+    """The store check of lost keys, and every damaged or unexpected delivery listed with its evidence."""
+    out = []
+    sc = s.get("store_check")
+    if sc is None:
+        if s["counts"]["lost"]:
+            out.append("<p class=warn>The lost keys were not checked against the brokers' stores (no store in this "
+                       "run directory).</p>")
+    elif sc["checked"]:
+        out.append(f"<h3>Lost and indeterminate keys, looked up in the brokers' stores</h3><p>{sc['checked']} keys "
+                   f"looked up in the store files of {html.escape(', '.join(sc['nodes']))} (by {sc['method']}, "
+                   f"{sc['seconds']} s): lost {sc['lost_from_store']} in no commit log, <b>{sc['lost_in_delivery']} "
+                   f"stored but never delivered</b>; indeterminate: {sc['indeterminate_stored']} stored and never "
+                   f"delivered, {sc['indeterminate_not_stored']} never stored.</p>")
+        rows = [[e["key"], e["class"], e["verdict"].replace("_", " "),
+                 "; ".join(f"{x['node']} queue {x['queue_id']} offset {x['queue_offset']} (commit log {x['commit_offset']})"
+                           for x in e["stored_at"]) or "in no commit log"] for e in sc["examples"]]
+        if rows:
+            out.append(_table(rows, ["key", "class", "verdict", "stored at"]))
+    kinds = s.get("corrupted_by_kind") or {}
+    if any(kinds.values()):
+        out.append("<h3>Damaged deliveries</h3><p>" + html.escape(", ".join(f"{k.replace('_', ' ')} {v}"
+                                                                           for k, v in kinds.items())) + "</p>")
+        out.append(_table([[x["kind"].replace("_", " "), x["key"], _where(x), x["msg_id"], x["damage"]]
+                           for x in s.get("corrupted", [])],
+                          ["kind", "counted for key", "read from", "msgId", "what was damaged"]))
+    if s.get("unexpected_examples"):
+        out.append("<h3>Deliveries of keys never sent</h3>" + _table(
+            [[x["key"], x.get("body_key"), x.get("body_ok"), _where(x), x["msg_id"]] for x in s["unexpected_examples"]],
+            ["KEYS property", "body's key", "body intact", "read from", "msgId"]))
+    return out
 
 
 def _run_section(s: dict[str, Any]) -> str:
@@ -350,6 +521,7 @@ def _run_section(s: dict[str, Any]) -> str:
     load = s.get("load") or {}
     tsp = {b: conf.get("transientStorePoolEnable", "false") for b, conf in s["cluster"]["brokers"].items()}
     parts = [f"<h2>{html.escape(s['scenario'])} <small>{html.escape(s['run_id'])}</small></h2>",
+             f"<p class=verdict><b>{html.escape(verdict(s))}</b></p>",
              f"<p>RocketMQ {html.escape(str(s['versions'].get('rocketmq', '?')))}; policy "
              f"{html.escape(str((load.get('policy') or {}).get('kind', '-')))}; transientStorePoolEnable "
              f"{html.escape(json.dumps(tsp))}; run directory <code>{html.escape(s['run_dir'])}</code></p>"]
@@ -367,11 +539,7 @@ def _run_section(s: dict[str, Any]) -> str:
                         ["keys", "attempts", "acked", "acked weak", "ok", "LOST", "undelivered at stop (not verified)",
                          "DUPLICATED", "extra deliveries", "recovered", "failed", "indeterminate", "unexpected",
                          "CORRUPTED copies"]))
-    for x in s.get("corrupted", []):
-        parts.append(f"<p class=warn>corrupted delivery: msgId {html.escape(x['msg_id'])} was sent as key "
-                     f"{html.escape(x['sent_key'])} ({html.escape(str(x['sent_outcome']))}) and delivered from "
-                     f"{html.escape(str(x['broker']))} queue {x['queue_id']} offset {x['queue_offset']} with key "
-                     f"{html.escape(x['key'][:80])}</p>")
+    parts += _evidence(s)
     parts.append("<h3>Duplicates by cause</h3>" + _table([list(s["duplicates_by_cause"].values())],
                                                           list(s["duplicates_by_cause"])))
     rb = s.get("retried_keys_by_batch_position") or {}
@@ -445,7 +613,9 @@ def spread(summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def render(summaries: list[dict[str, Any]], title: str = "RocketMQ loss and duplication report") -> str:
-    body = [f"<h1>{html.escape(title)}</h1>"]
+    body = [f"<h1>{html.escape(title)}</h1>", "<section id=verdict><h2>Verdict</h2>"
+            + "".join(f"<p class=verdict>{html.escape(v)}</p>" for v in [verdict(s) for s in summaries] + comparisons(summaries))
+            + "</section>"]
     if len(summaries) > 1:
         body.append("<h2>Spread per scenario (min / median / max)</h2>")
         body.append(_table([[r["scenario"], r["runs"], r["acked"], r["lost"], r["lost_per_kill"], r["duplicated"]]

@@ -29,6 +29,6 @@ def used(schema: StructType, *names: str) -> StructType:
 
 
 SEND_USED = used(SEND, "rec", "producer_id", "attempt_id", "key", "attempt", "topic", "intended_ms", "start_ms",
-                 "end_ms", "outcome", "status", "code", "remark", "sent", "broker", "msg_id")
+                 "end_ms", "outcome", "status", "code", "remark", "error", "sent", "broker", "msg_id")
 RECEIVE_USED = used(RECEIVE, "key", "msg_id", "origin_topic", "broker", "queue_id", "queue_offset",
-                    "reconsume_times", "batch_index", "receive_ms")
+                    "reconsume_times", "batch_index", "receive_ms", "body_key", "body_ok")

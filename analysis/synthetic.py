@@ -9,7 +9,10 @@ Key i gets a fate from i % 100:
   96 recovered: timed out yet stored and delivered once | 97 failed: [TIMEOUT_CLEAN_QUEUE] busy |
   98 indeterminate: intent without outcome | 99 indeterminate: timeout, never delivered
 plus n // 1000 deliveries of keys never attempted (unexpected); the even ones carry the msgId of a
-sent message (a damaged copy: `corrupted_deliveries`), the odd ones a msgId never sent.
+sent message (a damaged copy found by msgId only: `msgid_only`), the odd ones a msgId never sent.
+Every delivery of an attempted key carries its self-verifying body's verdict: for i % 1000 == 0 the
+KEYS property is missing but the body names the key (`properties_damaged`, still attributed), for
+i % 1000 == 1 the body fails its checksum (`body_damaged`); the unexpected ones have no such body.
 """
 from __future__ import annotations
 
@@ -25,7 +28,9 @@ def truth(n: int) -> dict[str, Any]:
             "failed": per[97], "indeterminate": per[98] + per[99], "unexpected": n // 1000,
             "acked": ok + per[90] + per[91] + dup_keys, "acked_weak": per[91], "acked_weak_lost": per[91],
             "attempts": n + per[92] + per[93], "duplicate_deliveries": dup_keys,
-            "corrupted_deliveries": len(range(0, n // 1000, 2)),
+            "corrupted_deliveries": len(range(0, n // 1000, 2)) + len(range(0, n, 1000)) + len(range(1, n, 1000)),
+            "corrupted_by_kind": {"properties_damaged": len(range(0, n, 1000)), "body_damaged": len(range(1, n, 1000)),
+                                  "msgid_only": len(range(0, n // 1000, 2))},
             "duplicates_by_cause": {"consumer_retry": per[94], "backup_topic": per[93], "producer_resend": per[92],
                                     "consumer_repull": per[95], "unexplained": 0}}
 
@@ -80,9 +85,12 @@ def write(run_ledgers: Path, n: int, files: int = 4, run_id: str = "synthetic") 
             UNION ALL SELECT key, i, 'T', 'T', i * 2 + 1, 0, 'U' FROM k WHERE f = {j} AND m = 95
             UNION ALL SELECT 'u' || i, i, 'T', 'T', -1 - i, 0, CASE WHEN i % 2 = 0 THEN 'U' ELSE 'X' END
               FROM range({n // 1000}) r(i) WHERE i % {files} = {j})
-          SELECT '{run_id}' AS run_id, key, mp || i AS msg_id, NULL AS offset_msg_id, topic, origin_topic,
+          SELECT '{run_id}' AS run_id, CASE WHEN i % 1000 = 0 AND key = 'k' || i THEN NULL ELSE key END AS key,
+                 mp || i AS msg_id, NULL AS offset_msg_id, topic, origin_topic,
                  'broker-' || (i % 2) AS broker, i % 4 AS queue_id, off AS queue_offset, rt AS reconsume_times,
                  'c{j}' AS consumer_id, 1 AS batch_size, 0 AS batch_index, {t0} AS store_ms,
-                 {t0} + i // 10 + 50 AS receive_ms FROM d)
+                 {t0} + i // 10 + 50 AS receive_ms,
+                 CASE WHEN key = 'k' || i THEN key END AS body_key,
+                 CASE WHEN key = 'k' || i THEN i % 1000 <> 1 END AS body_ok FROM d)
           TO '{run_ledgers}/receive-c{j}.jsonl' (FORMAT JSON)""")
     con.close()

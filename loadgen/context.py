@@ -12,6 +12,7 @@ from typing import Any
 import gevent
 
 from loadgen.policies import accepted, run_policy
+from rmqchaos import body as msgbody
 from rmqchaos.ledgers import LedgerWriter, intent_record, outcome_record, send_ledger_path
 from rmqchaos.spec import Load
 from rmqclient.producer import Producer, SendResult
@@ -58,7 +59,8 @@ class LoadContext:
         self.attempts = 0
         self.accepted = 0
         self._attempt_ids = itertools.count(1)
-        self.body = os.urandom(self.load.message_size // 2 + 1).hex()[: self.load.message_size].encode()
+        # the payload that fills each self-verifying body (rmqchaos/body.py) up to message_size
+        self.filler = os.urandom(self.load.message_size // 2 + 1).hex()[: self.load.message_size].encode()
         self.backup_topic = self.load.backup_topic()
         self.key_base = f"{self.load.key_prefix}{plan.run_id[-6:]}-{self.producer_id}-"
         self._flusher = gevent.spawn(self._flush_loop) if self.ledger else None
@@ -79,16 +81,17 @@ class LoadContext:
     # ------------------------------------------------------------ one business message
     def send_message(self, seq: int, intended_s: float) -> list[SendResult]:
         key = f"{self.key_base}{seq}"
+        body = msgbody.encode(key, self.producer_id, seq, self.filler, self.load.message_size)
         intended_ms = int(intended_s * 1000)
         n = itertools.count(1)
         self.inflight += 1
         try:
             return run_policy(self.load.policy, self.load.topic, self.backup_topic, self.load.timeout,
-                              lambda topic, excl, tmo: self._attempt(key, next(n), topic, excl, tmo, intended_ms))
+                              lambda topic, excl, tmo: self._attempt(key, body, next(n), topic, excl, tmo, intended_ms))
         finally:
             self.inflight -= 1
 
-    def _attempt(self, key: str, attempt: int, topic: str, exclude: str | None, timeout: float,
+    def _attempt(self, key: str, body: bytes, attempt: int, topic: str, exclude: str | None, timeout: float,
                  intended_ms: int) -> SendResult:
         aid = next(self._attempt_ids)
         policy = self.load.policy.kind
@@ -98,7 +101,7 @@ class LoadContext:
         if self.ledger:
             self.ledger.write_through(intent_record("intent", self.plan.run_id, self.producer_id, aid, key, attempt,
                                                     topic, policy, intended_ms, start_ms))
-        r = self.producer.send(topic, self.body, key=key, tags=self.load.tags, exclude_broker=exclude,
+        r = self.producer.send(topic, body, key=key, tags=self.load.tags, exclude_broker=exclude,
                                timeout=timeout)
         ok = accepted(self.load.policy, r)
         self.attempts += 1
@@ -109,7 +112,7 @@ class LoadContext:
                                               r.remark, r.error, r.sent, r.uniq_key, r.msg_id, r.broker, r.queue_id,
                                               r.queue_offset, ok))
         self.events.request.fire(request_type="SEND", name=f"{topic} [{self.load.policy.kind}]",
-                                 response_time=r.end_ms - r.start_ms, response_length=len(self.body),
+                                 response_time=r.end_ms - r.start_ms, response_length=len(body),
                                  exception=None if ok else SendFailed(failure_text(r)), context={})
         return r
 

@@ -62,6 +62,9 @@ def _write(run: RunDir) -> None:
            "witness": wres}
     run.report_json.write_text(json.dumps(rep, indent=2) + "\n")
     lines = []
+    if summ is not None:  # the verdict first, in the words of the HTML report
+        from analysis.report import verdict
+        lines.append(verdict(summ))
     if summ is not None and summ.get("complete") is False:  # the verdict's first line says what it cannot claim
         lines.append(f"INCOMPLETE RUN: loss not verified: {'; '.join(summ['incomplete_reasons'])}")
     lines += [f"run {st['run_id']}  scenario {rep['scenario']}",
@@ -84,10 +87,16 @@ def _write(run: RunDir) -> None:
                      f"{c['acked_weak']}): ok {c['ok']}, LOST {c['lost']}, {unverified}DUPLICATED {c['duplicated']} "
                      f"(+{c['duplicate_deliveries']} deliveries), recovered {c['recovered']}, failed "
                      f"{c['failed']}, indeterminate {c['indeterminate']}; unexpected {c['unexpected']}")
+        sc = summ.get("store_check")
+        if sc and sc["checked"]:
+            lines.append(f"store check ({sc['checked']} keys, {sc['method']}): lost in no commit log "
+                         f"{sc['lost_from_store']}, stored but never delivered {sc['lost_in_delivery']}; indeterminate "
+                         f"stored {sc['indeterminate_stored']}, never stored {sc['indeterminate_not_stored']}")
         if c.get("corrupted_deliveries"):
-            lines.append(f"CORRUPTED: {c['corrupted_deliveries']} deliveries carried the msgId of a sent message "
-                         f"with a damaged key (e.g. {summ['corrupted'][0]['sent_key']} came back as "
-                         f"{summ['corrupted'][0]['key'][:40]})")
+            lines.append(f"CORRUPTED: {c['corrupted_deliveries']} damaged deliveries ("
+                         + ", ".join(f"{k} {v}" for k, v in summ["corrupted_by_kind"].items() if v) + "), e.g. "
+                         + "; ".join(f"{x['kind']} from {x['broker']} queue {x['queue_id']} offset {x['queue_offset']}: "
+                                     f"{x['damage']}" for x in summ["corrupted"][:3]))
         causes = {k: v for k, v in summ["duplicates_by_cause"].items() if v}
         if causes:
             lines.append("extra deliveries by cause: " + ", ".join(f"{k} {v}" for k, v in causes.items()))

@@ -40,7 +40,9 @@ SEND_FIELDS = SEND_OUTCOME
 RECEIVE_FIELDS = (("run_id", "string"), ("key", "string"), ("msg_id", "string"), ("offset_msg_id", "string"),
                   ("topic", "string"), ("origin_topic", "string"), ("broker", "string"), ("queue_id", "int"),
                   ("queue_offset", "long"), ("reconsume_times", "int"), ("consumer_id", "string"),
-                  ("batch_size", "int"), ("batch_index", "int"), ("store_ms", "long"), ("receive_ms", "long"))
+                  ("batch_size", "int"), ("batch_index", "int"), ("store_ms", "long"), ("receive_ms", "long"),
+                  # what the self-verifying body (rmqchaos/body.py) says: its key, and whether it checked out
+                  ("body_key", "string"), ("body_ok", "bool"))
 
 INTENT_KEYS = tuple(n for n, _ in SEND_INTENT)
 OUTCOME_KEYS = tuple(n for n, _ in SEND_OUTCOME)

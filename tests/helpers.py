@@ -31,3 +31,26 @@ def run_id(run_dir: Path) -> str:
 def assert_nothing_left(run_dir: Path) -> None:
     assert live(run_dir) == [], f"processes of {run_dir} still running"
     assert cgroup_dirs(run_id(run_dir)) == [], f"cgroups of {run_dir} still present"
+
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def chromium() -> str:
+    import shutil
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert exe, "Debian's chromium is installed by `make setup`"
+    return exe
+
+
+def rendered_verdicts(page: Path, profile: Path) -> list[str]:
+    """The verdict sentences of an HTML report as headless Chromium renders them (its DOM after load)."""
+    import html
+    import re
+    import subprocess
+    dom = subprocess.run([chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
+                         capture_output=True, timeout=120, check=True, text=True).stdout
+    section = re.search(r'<section id="verdict">(.*?)</section>', dom, re.S)
+    assert section, "the report has a verdict section at the top"
+    return [html.unescape(re.sub(r"<[^>]+>", "", p)) for p in re.findall(r'<p class="verdict">(.*?)</p>', section[1], re.S)]

@@ -14,7 +14,10 @@ import pytest
 
 from analysis import duckdb_ref, synthetic
 from analysis.reconcile import LedgerError, analyze_ledgers, spark_session
+from analysis.report import verdict
 from tests.conftest import REPO, load_run
+from tests.helpers import CHROMIUM_FLAGS, chromium, rendered_verdicts
+from tests.test_client import consume_all
 
 SCHEMA = json.loads((REPO / "analysis" / "summary.schema.json").read_text())
 
@@ -45,9 +48,16 @@ def test_synthetic_truth_is_found_exactly_by_spark_and_duckdb(spark, tmp_path: P
     assert res["errors"]["by_remark_prefix"] == {"[TIMEOUT_CLEAN_QUEUE]": truth["failed"]}
     assert res["errors"]["by_status"]["FLUSH_DISK_TIMEOUT"] == truth["acked_weak"]
     assert res["errors"]["by_outcome"]["no_outcome"] == truth["indeterminate"] // 2
-    assert res["counts"]["corrupted_deliveries"] == truth["corrupted_deliveries"] == 10
-    assert all(c["sent_key"] == "k" + c["msg_id"][1:] and c["key"] == repr("u" + c["msg_id"][1:])
-               for c in res["corrupted"])
+    # damaged copies by kind: a missing KEYS property with an intact body still counts for its key
+    assert res["corrupted_by_kind"] == truth["corrupted_by_kind"] == {"properties_damaged": 20, "body_damaged": 20,
+                                                                     "msgid_only": 10}
+    assert res["counts"]["corrupted_deliveries"] == truth["corrupted_deliveries"] == 50
+    by_kind = {k: [c for c in res["corrupted"] if c["kind"] == k] for k in truth["corrupted_by_kind"]}
+    assert all(c["sent_key"] == "k" + c["msg_id"][1:] and c["prop_key"] == "u" + c["msg_id"][1:]
+               for c in by_kind["msgid_only"])
+    assert all(c["prop_key"] is None and c["key"] == c["body_key"] == "k" + c["msg_id"][1:]
+               and c["damage"].startswith("KEYS property missing") for c in by_kind["properties_damaged"])
+    assert all(c["damage"].startswith("body fails its checksum") for c in by_kind["body_damaged"])
 
 
 def test_incomplete_receive_side_turns_every_lost_key_into_undelivered_at_stop(spark, tmp_path: Path) -> None:
@@ -141,6 +151,73 @@ def test_withheld_deliveries_are_reported_lost_exactly(real_run, spark, tmp_path
     assert res["counts"]["duplicated"] == res["counts"]["unexpected"] == 0
 
 
+def test_store_check_and_self_verifying_bodies_on_the_real_cluster(real_run, cluster, spark, tmp_path: Path) -> None:
+    """On a copy of the real run's ledgers, with the real cluster's stores:
+    - a message sent (acked, stored) after the consumers stopped: lost_in_delivery, found where the
+      broker said it stored it; an acknowledgement planted for a message never sent: lost_from_store;
+    - deliveries crafted through the real broker and the Java consumer: a copy of a sent key with no
+      KEYS property but an intact body is counted for its key (properties_damaged, not unexpected); a
+      body with a flipped byte is body_damaged; the consumer's verdicts equal rmqchaos.body.check's."""
+    from cluster.store import Store
+    from rmqchaos import body
+    from rmqchaos.ledgers import intent_record, outcome_record
+    from rmqclient.admin import AdminClient
+    from rmqclient.producer import Producer
+    d = tmp_path / "ledgers"
+    shutil.copytree(real_run.path / "ledgers", d)
+    first = json.loads((sorted(d.glob("send-*.jsonl"))[0]).read_text().splitlines()[0])
+    k0, pid = first["key"], first["producer_id"]
+    AdminClient(cluster.namesrv_addr).create_topic_everywhere("T_CRAFT", queues=1)
+    prod = Producer(cluster.namesrv_addr, timeout=10)
+    try:
+        withheld = prod.send("T_ANALYZE", body.encode("withheld-1", "planted", 1, b"x" * 900, 1024), key="withheld-1")
+        assert withheld.ok, withheld
+        craft = [body.encode(k0, pid, 1, b"y" * 900, 1024),               # a copy of k0 without its KEYS property
+                 bytearray(body.encode("flip-1", "planted", 2, b"z" * 900, 1024)),  # a flipped byte
+                 b"not a self-verifying body", b"rmqc1|zzzzzzzz|w|1|k\n"]
+        craft[1][500] ^= 0x20
+        crafted = [prod.send("T_CRAFT", bytes(b), key=key) for b, key in zip(craft, (None, "flip-1", "foreign-1", "hex-1"))]
+        assert all(r.ok for r in crafted), crafted
+    finally:
+        prod.close()
+    with open(d / "send-planted.jsonl", "w") as f:
+        for i, (key, r) in enumerate([("withheld-1", withheld), ("planted-1", None)]):
+            rec = ("planted", f"planted", i + 1, key, 1, "T_ANALYZE", "no_retry", withheld.start_ms, withheld.start_ms)
+            f.write(json.dumps(intent_record("intent", *rec)) + "\n")
+            f.write(json.dumps(outcome_record("outcome", *rec, withheld.end_ms, "ok", "SEND_OK", 0, None, None, True,
+                                              r.uniq_key if r else "7F00000100002A9F0000000000000000",
+                                              r.msg_id if r else None, r.broker if r else "broker-a",
+                                              r.queue_id if r else 0, r.queue_offset if r else 10**9, True)) + "\n")
+    # flip-1, foreign-1 and hex-1 were never attempted: only the crafted deliveries' verdicts matter for them
+    got = consume_all(cluster, tmp_path, "g_craft", ["T_CRAFT"], 4)
+    assert {(x["key"], x["body_key"], x["body_ok"]) for x in got} == \
+        {(k, *body.check(bytes(b))) for b, k in zip(craft, (None, "flip-1", "foreign-1", "hex-1"))}
+    assert {(x["key"], x["body_ok"]) for x in got} == {(None, True), ("flip-1", False), ("foreign-1", None),
+                                                       ("hex-1", False)}
+    with open(d / "receive-craft.jsonl", "w") as f:
+        f.writelines(json.dumps(x) + "\n" for x in got)
+    store = Store(real_run.broker_configs())
+    try:
+        res = analyze_ledgers(spark, *_files(d), [], store=store)
+    finally:
+        store.close()
+    c, sc = res["counts"], res["store_check"]
+    assert c["lost"] == 2 and (sc["lost_from_store"], sc["lost_in_delivery"]) == (1, 1), sc
+    [found] = [e for e in sc["examples"] if e["key"] == "withheld-1"]
+    assert found["verdict"] == "lost_in_delivery"
+    [at] = found["stored_at"]
+    assert (at["broker"], at["queue_id"], at["queue_offset"], at["msg_id"], at["body_ok"]) == \
+        (withheld.broker, withheld.queue_id, withheld.queue_offset, withheld.uniq_key, True)
+    assert [e["stored_at"] for e in sc["examples"] if e["key"] == "planted-1"] == [[]]
+    assert sc["method"] == "index" and set(sc["nodes"]) == {"broker-a", "broker-b"}
+    # k0 came twice (its own delivery and the damaged copy): duplicated, not unexpected
+    assert res["corrupted_by_kind"] == {"properties_damaged": 1, "body_damaged": 2, "msgid_only": 0}
+    [pd] = [x for x in res["corrupted"] if x["kind"] == "properties_damaged"]
+    assert (pd["key"], pd["prop_key"], pd["body_key"]) == (k0, None, k0) and pd["damage"].startswith("KEYS property missing")
+    assert c["duplicated"] == 1 and c["unexpected"] == 3  # flip-1, foreign-1, hex-1: never attempted
+    assert {x["key"] for x in res["unexpected_examples"]} == {"flip-1", "foreign-1", "hex-1"}
+
+
 def test_html_report_renders_with_its_plots_in_headless_chromium(real_run, tmp_path: Path) -> None:
     from PIL import Image
     html = real_run.path / "report.html"
@@ -149,14 +226,16 @@ def test_html_report_renders_with_its_plots_in_headless_chromium(real_run, tmp_p
     assert "Broker put latency, from its own store log" in text
     for external in ("<script", "<link", "src=", "url(http", 'href="http'):  # self-contained: nothing to fetch
         assert external not in text, external
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert chromium, "Debian's chromium is installed by `make setup`"
+    # the verdict at the top, as the browser shows it, says what summary.json says
+    s = json.loads((real_run.path / "analysis" / "summary.json").read_text())
+    assert rendered_verdicts(html, tmp_path / "profile") == [verdict(s)]
+    assert verdict(s) == ("analyzed: with ASYNC_MASTER, ASYNC_FLUSH, transientStorePoolEnable=false and the "
+                                 "no_retry send policy, a run without faults lost 0 acknowledged messages; none delivered twice.")
+    assert "None" not in text  # an absent value reads as a dash
 
     def inked(page: Path) -> int:  # sampled pixels that are not background white
         png = page.with_suffix(".png")
-        subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                        f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,3200", f"--screenshot={png}",
+        subprocess.run([chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,3200", f"--screenshot={png}",
                         page.as_uri()], capture_output=True, timeout=120, check=True)
         img = Image.open(png).convert("RGB")
         return sum(1 for y in range(0, img.height, 3) for x in range(0, img.width, 3)

@@ -9,6 +9,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.zip.CRC32;
 
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyContext;
@@ -69,6 +70,49 @@ public final class Consumer {
         return b.append('"').toString();
     }
 
+    private static final byte[] MAGIC = "rmqc1|".getBytes(StandardCharsets.US_ASCII);
+    private static final int CRC_END = MAGIC.length + 9;
+
+    /**
+     * The self-verifying body (rmqchaos/body.py): {@code rmqc1|<crc32 hex>|<producer>|<seq>|<key>\n<payload>},
+     * the CRC-32 over every byte after {@code rmqc1|<crc>|}. Returns {key or null, "true"/"false"/null}:
+     * null when the body is not ours (no prefix), false when it is and does not check out.
+     */
+    static String[] checkBody(byte[] b) {
+        if (b == null || b.length < MAGIC.length) {
+            return new String[] {null, null};
+        }
+        for (int i = 0; i < MAGIC.length; i++) {
+            if (b[i] != MAGIC[i]) {
+                return new String[] {null, null};
+            }
+        }
+        if (b.length < CRC_END || b[CRC_END - 1] != '|') {
+            return new String[] {null, "false"};
+        }
+        long want;
+        try {
+            want = Long.parseLong(new String(b, MAGIC.length, 8, StandardCharsets.US_ASCII), 16);
+        } catch (NumberFormatException e) {
+            return new String[] {null, "false"};
+        }
+        CRC32 crc = new CRC32();
+        crc.update(b, CRC_END, b.length - CRC_END);
+        int nl = -1;
+        for (int i = CRC_END; i < b.length; i++) {
+            if (b[i] == '\n') {
+                nl = i;
+                break;
+            }
+        }
+        String key = null;
+        if (nl >= 0) {
+            String[] f = new String(b, CRC_END, nl - CRC_END, StandardCharsets.UTF_8).split("\\|", 3);
+            key = f.length == 3 ? f[2] : null;
+        }
+        return new String[] {key, String.valueOf(crc.getValue() == want && key != null)};
+    }
+
     public static void main(String[] a) throws Exception {
         if (a.length == 0 || a[0].equals("--help")) {
             System.out.println("usage: Consumer --namesrv H:P --group G --topic T [--topic T2 ...] --out FILE "
@@ -126,6 +170,7 @@ public final class Consumer {
                 // property tells that this delivery came through %RETRY%<group>.
                 boolean viaRetry = m.getProperty(MessageConst.PROPERTY_RETRY_TOPIC) != null;
                 String offsetMsgId = m instanceof MessageClientExt ? ((MessageClientExt) m).getOffsetMsgId() : null;
+                String[] body = checkBody(m.getBody());
                 sb.append("{\"run_id\":").append(esc(runId))
                     .append(",\"key\":").append(esc(m.getKeys()))
                     .append(",\"msg_id\":").append(esc(m.getMsgId()))
@@ -141,6 +186,8 @@ public final class Consumer {
                     .append(",\"batch_index\":").append(idx)
                     .append(",\"store_ms\":").append(m.getStoreTimestamp())
                     .append(",\"receive_ms\":").append(now)
+                    .append(",\"body_key\":").append(esc(body[0]))
+                    .append(",\"body_ok\":").append(body[1] == null ? "null" : body[1])
                     .append("}\n");
             }
             synchronized (lock) {

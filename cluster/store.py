@@ -1,0 +1,236 @@
+"""Find a message in a broker's store files by topic and key, offline (docs/broker-evidence.md,
+"Where a key is stored"): the run's `cluster/<node>/store/` is read as RocketMQ 5.5.0 wrote it, with
+the cluster up (the files are shared mappings: what the broker wrote is what we read) or long gone.
+
+- `index/<timestamp>`: IndexFile (store/index/IndexFile.java, IndexHeader.java). A 40-byte header
+  (beginTimestamp 8, endTimestamp 8, beginPhyOffset 8, endPhyOffset 8, hashSlotCount 4, indexCount 4),
+  `maxHashSlotNum` 4-byte slots holding the newest entry number of their chain, then 20-byte entries
+  (keyHash 4, phyOffset 8, timeDiff 4, prevIndex 4). A key is indexed as `<topic>#<key>` for each
+  KEYS key and for UNIQ_KEY (IndexService.buildIndex); its hash is Java's String.hashCode made
+  non-negative (IndexFile.indexKeyHashMethod), its slot that hash modulo maxHashSlotNum.
+- `commitlog/<20-digit start offset>`: the records (common/message/MessageDecoder.decode):
+  TOTALSIZE 4, MAGICCODE 4, BODYCRC 4, QUEUEID 4, FLAG 4, QUEUEOFFSET 8, PHYSICALOFFSET 8, SYSFLAG 4,
+  BORNTIMESTAMP 8, BORNHOST 8 (20 with sysflag bit 4, IPv6), STORETIMESTAMP 8, STOREHOST 8 (20 with
+  bit 5), RECONSUMETIMES 4, PREPAREDTRANSACTIONOFFSET 8, BODYLENGTH 4, BODY, TOPICLENGTH 1 (2 with
+  MESSAGE_MAGIC_CODE_V2), TOPIC, PROPERTIESLENGTH 2, PROPERTIES (`name\\x01value\\x02`…). A file ends
+  with a BLANK_MAGIC_CODE record or zeros.
+
+The index answers with candidate commit-log offsets (hash collisions included); each candidate is
+decoded and kept only if its topic and KEYS match. Records past the newest index entry (dispatched
+after the last index write, or never: a broker killed before its reput) are found by decoding that
+tail of the commit log. So a lookup costs a few reads per key, not a pass over the store.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from rmqchaos import body as msgbody
+
+MAGIC_V1, MAGIC_V2, BLANK_MAGIC = -626843481, -626843477, -875286124
+INDEX_HEADER, SLOT, ENTRY = 40, 4, 20
+DEFAULT_SLOTS, DEFAULT_INDEX = 5_000_000, 5_000_000 * 4  # MessageStoreConfig.maxHashSlotNum / maxIndexNum
+
+
+def java_hash(s: str) -> int:
+    """Java's String.hashCode (over UTF-16 code units), then IndexFile.indexKeyHashMethod's abs."""
+    h = 0
+    for u in struct.unpack(f"<{len(s.encode('utf-16-le')) // 2}H", s.encode("utf-16-le")):
+        h = (31 * h + u) & 0xFFFFFFFF
+    h = h - (1 << 32) if h & 0x80000000 else h
+    return 0 if h == -(1 << 31) else abs(h)
+
+
+def properties(raw: bytes) -> dict[str, str]:
+    out = {}
+    for kv in raw.decode("utf-8", errors="replace").split("\x02"):
+        k, sep, v = kv.partition("\x01")
+        if sep:
+            out[k] = v
+    return out
+
+
+@dataclass
+class Record:
+    size: int
+    queue_id: int
+    queue_offset: int
+    commit_offset: int
+    store_ms: int
+    topic: str
+    props: dict[str, str]
+    body: bytes
+
+    @property
+    def keys(self) -> list[str]:
+        return [k for k in self.props.get("KEYS", "").split(" ") if k]
+
+
+def decode(buf: Any, pos: int) -> Record | None:
+    """The record at `pos` of `buf` (bytes or mmap), or None at a file's end (blank, zeros, torn)."""
+    if pos + 8 > len(buf):
+        return None
+    size, magic = struct.unpack_from(">ii", buf, pos)
+    if magic not in (MAGIC_V1, MAGIC_V2) or size <= 0 or pos + size > len(buf):
+        return None
+    _crc, qid, _flag, qoff, phy, sysflag, _born = struct.unpack_from(">iiiqqiq", buf, pos + 8)
+    p = pos + 48 + (20 if sysflag & 0x10 else 8)
+    (store_ms,) = struct.unpack_from(">q", buf, p)
+    p += 8 + (20 if sysflag & 0x20 else 8) + 4 + 8
+    (blen,) = struct.unpack_from(">i", buf, p)
+    p += 4
+    body = bytes(buf[p:p + blen])
+    p += blen
+    if magic == MAGIC_V2:
+        (tlen,) = struct.unpack_from(">h", buf, p)
+        p += 2
+    else:
+        tlen = buf[p]
+        p += 1
+    topic = bytes(buf[p:p + tlen]).decode("utf-8", errors="replace")
+    p += tlen
+    (plen,) = struct.unpack_from(">h", buf, p)
+    props = properties(bytes(buf[p + 2:p + 2 + plen]))
+    return Record(size, qid, qoff, phy, store_ms, topic, props, body)
+
+
+@dataclass
+class NodeStore:
+    """One broker node's store: its commit log files and index files, mapped read-only."""
+    node: str
+    broker: str
+    root: Path
+    commitlog: Path
+    slots: int = DEFAULT_SLOTS
+    index_num: int = DEFAULT_INDEX
+    _maps: dict[Path, mmap.mmap] = field(default_factory=dict)
+
+    def _map(self, f: Path) -> mmap.mmap | None:
+        if f not in self._maps:
+            try:
+                with open(f, "rb") as fh:
+                    self._maps[f] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            except (OSError, ValueError):  # an empty file cannot be mapped
+                return None
+        return self._maps[f]
+
+    def close(self) -> None:
+        for m in self._maps.values():
+            m.close()
+        self._maps.clear()
+
+    def commit_files(self) -> list[tuple[int, Path]]:
+        if not self.commitlog.is_dir():
+            return []
+        return sorted((int(f.name), f) for f in self.commitlog.iterdir() if f.name.isdigit())
+
+    def index_files(self) -> list[Path]:
+        d = self.root / "index"
+        want = INDEX_HEADER + self.slots * SLOT + self.index_num * ENTRY
+        return sorted(f for f in d.iterdir() if f.is_file() and f.stat().st_size == want) if d.is_dir() else []
+
+    def record_at(self, phy: int) -> Record | None:
+        for start, f in reversed(self.commit_files()):
+            if start <= phy:
+                m = self._map(f)
+                return decode(m, phy - start) if m is not None else None
+        return None
+
+    def indexed_until(self) -> int:
+        """The commit-log offset of the newest indexed record (-1: nothing indexed)."""
+        end = -1
+        for f in self.index_files():
+            m = self._map(f)
+            if m is not None:
+                count, = struct.unpack_from(">i", m, 36)
+                if count > 1:
+                    end = max(end, struct.unpack_from(">q", m, 24)[0])
+        return end
+
+    def index_candidates(self, query: str) -> Iterator[int]:
+        h = java_hash(query)
+        for f in self.index_files():
+            m = self._map(f)
+            if m is None:
+                continue
+            count, = struct.unpack_from(">i", m, 36)
+            n, = struct.unpack_from(">i", m, INDEX_HEADER + (h % self.slots) * SLOT)
+            seen = 0
+            while 0 < n <= count and seen <= count:  # the chain, newest first
+                kh, phy, _td, prev = struct.unpack_from(">iqii", m, INDEX_HEADER + self.slots * SLOT + n * ENTRY)
+                if kh == h:
+                    yield phy
+                if prev == n:
+                    break
+                n, seen = prev, seen + 1
+
+    def scan(self, start: int) -> Iterator[Record]:
+        """Every record from commit-log offset `start` (or the first file) to the end of the log."""
+        for fstart, f in self.commit_files():
+            m = self._map(f)
+            if m is None or fstart + len(m) <= start:
+                continue
+            pos = max(0, start - fstart)
+            while True:
+                r = decode(m, pos)
+                if r is None:
+                    break
+                yield r
+                pos += r.size
+
+
+class Store:
+    """Every broker node's store of a run (masters and slaves), looked up by (topic, key)."""
+
+    def __init__(self, brokers: dict[str, dict[str, str]]) -> None:
+        """brokers: node -> its broker.conf (RunDir.broker_configs())."""
+        self.stores = []
+        for node, conf in sorted(brokers.items()):
+            root = Path(conf.get("storePathRootDir") or os.path.expanduser("~/store"))
+            self.stores.append(NodeStore(node, conf.get("brokerName", node), root,
+                                         Path(conf.get("storePathCommitLog") or root / "commitlog"),
+                                         int(conf.get("maxHashSlotNum", DEFAULT_SLOTS)),
+                                         int(conf.get("maxIndexNum", DEFAULT_INDEX))))
+        self._tails: dict[str, dict[tuple[str, str], list[Record]]] = {}
+
+    def nodes(self) -> list[str]:
+        return [s.node for s in self.stores if s.commit_files()]
+
+    def method(self) -> str:
+        return "index" if any(s.index_files() for s in self.stores) else "scan"
+
+    def _tail(self, s: NodeStore) -> dict[tuple[str, str], list[Record]]:
+        """(topic, key) -> records past the newest index entry (all records when nothing is indexed)."""
+        if s.node not in self._tails:
+            t: dict[tuple[str, str], list[Record]] = {}
+            for r in s.scan(max(0, s.indexed_until())):
+                for k in r.keys:
+                    t.setdefault((r.topic, k), []).append(r)
+            self._tails[s.node] = t
+        return self._tails[s.node]
+
+    def find(self, topic: str, key: str) -> list[dict[str, Any]]:
+        """Every stored copy of `key` sent to `topic`, on every node, with where it is."""
+        out = []
+        for s in self.stores:
+            found: dict[int, Record] = {}
+            for phy in s.index_candidates(f"{topic}#{key}"):
+                r = s.record_at(phy)
+                if r is not None and r.topic == topic and key in r.keys:
+                    found[r.commit_offset] = r
+            for r in self._tail(s).get((topic, key), []):
+                found[r.commit_offset] = r
+            for r in sorted(found.values(), key=lambda r: r.commit_offset):
+                checked = msgbody.check(r.body)
+                out.append({"node": s.node, "broker": s.broker, "topic": r.topic, "queue_id": r.queue_id,
+                            "queue_offset": r.queue_offset, "commit_offset": r.commit_offset,
+                            "store_ms": r.store_ms, "msg_id": r.props.get("UNIQ_KEY"), "body_ok": checked.ok})
+        return out
+
+    def close(self) -> None:
+        for s in self.stores:
+            s.close()
