@@ -53,8 +53,11 @@ def faults_phrase(s: dict[str, Any]) -> str:
         if e.get("kind") == "fault" and e.get("outcome") == "ok":
             k = (e.get("params", {}).get("fault_kind") or "fault", str(e.get("target")))
             seen[k] = seen.get(k, 0) + 1
-    parts = [_n(n, *FAULT_WORDS.get(k, (k, k + "s"))) + f" of {t}" for (k, t), n in seen.items()]
-    return ", ".join(parts)
+    killed = {t for k, t in seen if k in ("oom_kill", "jvm_oom", "kill")}
+    # the restart after a kill is its recovery, not a fault of its own
+    parts = [_n(n, *FAULT_WORDS.get(k, (k, k + "s"))) + f" of {t}" for (k, t), n in seen.items()
+             if not (k == "restart" and t in killed)]
+    return " and ".join(parts) if len(parts) <= 2 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 def settings(s: dict[str, Any]) -> dict[str, str]:

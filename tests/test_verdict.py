@@ -21,7 +21,9 @@ def summary(name: str, tsp: str, lost: int, store: dict[str, Any] | None, **more
             "cluster": {"brokers": {b: {"brokerRole": "ASYNC_MASTER", "flushDiskType": "ASYNC_FLUSH",
                                         "transientStorePoolEnable": tsp} for b in ("broker-a", "broker-b")}},
             "load": {"policy": {"kind": "no_retry"}},
-            "events": [{"kind": "fault", "outcome": "ok", "target": "broker-a", "params": {"fault_kind": "oom_kill"}}],
+            # the restart after the kill is its recovery: not named as a fault of its own
+            "events": [{"kind": "fault", "outcome": "ok", "target": "broker-a", "params": {"fault_kind": k}}
+                       for k in ("oom_kill", "restart")],
             **more}
 
 
