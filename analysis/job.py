@@ -33,7 +33,7 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
     spark = spark or spark_session(master, log_file=out / "spark.log")
     brokers = run.broker_configs()
     # the brokers' own store files (cluster/store.py): where a lost key is, or that it is nowhere
-    store = Store(brokers) if brokers else None
+    store = Store(brokers, run.path / "cluster") if brokers else None
     try:
         events = [e for e in run.timeline()]
         res = analyze_ledgers(spark, send, recv, events, out, receive_complete=comp["receive_complete"],

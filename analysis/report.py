@@ -501,9 +501,13 @@ def _evidence(s: dict[str, Any]) -> list[str]:
                    f"delivered, {sc['indeterminate_not_stored']} never stored.</p>")
         rows = [[e["key"], e["class"], e["verdict"].replace("_", " "),
                  "; ".join(f"{x['node']} queue {x['queue_id']} offset {x['queue_offset']} (commit log {x['commit_offset']})"
-                           for x in e["stored_at"]) or "in no commit log"] for e in sc["examples"]]
-        if rows:
+                           for x in e["stored_at"])] for e in sc["examples"] if e["stored_at"]]
+        if rows:  # the stored ones, with where: a consumer or offset problem, not the broker's
             out.append(_table(rows, ["key", "class", "verdict", "stored at"]))
+        absent = [e["key"] for e in sc["examples"] if not e["stored_at"]]
+        if absent:
+            out.append(f"<p>Lost keys in no commit log, e.g.: {html.escape(', '.join(absent[:10]))}"
+                       + (" …" if sc["lost_from_store"] > 10 else "") + "</p>")
     kinds = s.get("corrupted_by_kind") or {}
     if any(kinds.values()):
         out.append("<h3>Damaged deliveries</h3><p>" + html.escape(", ".join(f"{k.replace('_', ' ')} {v}"
@@ -518,13 +522,13 @@ def _evidence(s: dict[str, Any]) -> list[str]:
     return out
 
 
-def _run_section(s: dict[str, Any]) -> str:
+def _run_section(s: dict[str, Any], several: bool = False) -> str:
     c = s["counts"]
     lat = s["latency_ms"]
     load = s.get("load") or {}
     tsp = {b: conf.get("transientStorePoolEnable", "false") for b, conf in s["cluster"]["brokers"].items()}
     parts = [f"<h2>{html.escape(s['scenario'])} <small>{html.escape(s['run_id'])}</small></h2>",
-             f"<p class=verdict><b>{html.escape(verdict(s))}</b></p>",
+             *([f"<p><b>{html.escape(verdict(s))}</b></p>"] if several else []),
              f"<p>RocketMQ {html.escape(str(s['versions'].get('rocketmq', '?')))}; policy "
              f"{html.escape(str((load.get('policy') or {}).get('kind', '-')))}; transientStorePoolEnable "
              f"{html.escape(json.dumps(tsp))}; run directory <code>{html.escape(s['run_dir'])}</code></p>"]
@@ -629,7 +633,7 @@ def render(summaries: list[dict[str, Any]], title: str = "RocketMQ loss and dupl
                             + [kills(s)] for s in summaries], ["scenario", "run", "acked", *CLASSES, "kills"]))
         body.append(f"<div class=plot>{plot_compare(summaries)}</div>")
         body.append("<h2>Busy answers, loss, duplicates and latency</h2>" + _table(compare_rows(summaries), COMPARE_HEAD))
-    body += [_run_section(s) for s in summaries]
+    body += [_run_section(s, len(summaries) > 1) for s in summaries]
     style = ("body{font-family:sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse;margin:.5em 0}"
              "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}th{background:#eceff1}"
              ".warn{color:#b71c1c}.plot svg{max-width:100%;height:auto}section{margin-top:2em}")

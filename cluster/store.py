@@ -186,13 +186,17 @@ class NodeStore:
 class Store:
     """Every broker node's store of a run (masters and slaves), looked up by (topic, key)."""
 
-    def __init__(self, brokers: dict[str, dict[str, str]]) -> None:
-        """brokers: node -> its broker.conf (RunDir.broker_configs())."""
+    def __init__(self, brokers: dict[str, dict[str, str]], cluster_dir: Path | None = None) -> None:
+        """brokers: node -> its broker.conf (RunDir.broker_configs()). A store path that is not there
+        (a run directory copied elsewhere) falls back to `cluster_dir/<node>/store`."""
         self.stores = []
         for node, conf in sorted(brokers.items()):
             root = Path(conf.get("storePathRootDir") or os.path.expanduser("~/store"))
-            self.stores.append(NodeStore(node, conf.get("brokerName", node), root,
-                                         Path(conf.get("storePathCommitLog") or root / "commitlog"),
+            commitlog = Path(conf.get("storePathCommitLog") or root / "commitlog")
+            if not commitlog.is_dir() and cluster_dir is not None and (cluster_dir / node / "store").is_dir():
+                root = cluster_dir / node / "store"
+                commitlog = root / "commitlog"
+            self.stores.append(NodeStore(node, conf.get("brokerName", node), root, commitlog,
                                          int(conf.get("maxHashSlotNum", DEFAULT_SLOTS)),
                                          int(conf.get("maxIndexNum", DEFAULT_INDEX))))
         self._tails: dict[str, dict[tuple[str, str], list[Record]]] = {}
