@@ -163,8 +163,8 @@ def error_kind() -> Any:
     person acts on differs between a refused connection, a dropped one and no route."""
     e = F.col("error")
     return (F.when(F.col("outcome") != "error", F.lit(None))
+            .when(e.startswith("route lookup failed"), "route lookup failed")  # namesrv, not the broker
             .when(e.rlike("(?i)refused"), "connection refused")
-            .when(e.startswith("route lookup failed"), "route lookup failed")
             .when(e.startswith("connect to"), "connect failed")
             .when(e.rlike("(?i)closed|reset|broken pipe"), "connection lost")
             .when(e.isNotNull(), "transport error"))
