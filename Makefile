@@ -17,7 +17,7 @@ run: setup
 # The whole suite: the layering contracts, then every test (the fast tier first, then the ones that
 # run RocketMQ JVMs; tests/conftest.py orders them).
 test: setup lint
-	@.venv/bin/python -m pytest -q tests
+	@.venv/bin/python -m pytest -q --durations=20 tests
 
 # The fast tier: pure logic, no JVM (about a minute).
 test-fast: setup lint

@@ -246,11 +246,39 @@ def parser() -> argparse.ArgumentParser:
     af.add_argument("dag", nargs="?", help="test: the DAG id")
     af.add_argument("--conf", help="test: the DAG run's conf (Params) as JSON")
     af.set_defaults(fn=cmd_airflow)
+    sp = sub.add_parser("spark", help="a Spark standalone cluster on 127.0.0.1 for `analyze --master`",
+                        description="up: a master and workers from the pinned pyspark (spark-class), every listener "
+                                    "on 127.0.0.1, logs and pids under $RMQCHAOS_HOME/spark; status; down: stop them "
+                                    "by pid. Then `rmqchaos analyze RUN_DIR --master spark://127.0.0.1:17077`, or "
+                                    "RMQCHAOS_SPARK_MASTER for every analyze (the DAGs' too).")
+    sp.add_argument("action", choices=["up", "status", "down"])
+    sp.add_argument("--workers", type=int, default=2, help="up: workers (default 2)")
+    sp.add_argument("--cores", type=int, default=1, help="up: cores per worker (default 1)")
+    sp.add_argument("--memory-mb", type=int, default=2048, help="up: memory per worker in MiB (default 2048)")
+    sp.add_argument("--port", type=int, default=17077, help="up: the master's port (default 17077)")
+    sp.add_argument("--webui-port", type=int, default=18180,
+                    help="up: the master's web UI port; workers use the next ones (default 18180)")
+    sp.set_defaults(fn=cmd_spark)
     v = sub.add_parser("validate", help="validate a scenario file")
     v.add_argument("scenario")
     v.add_argument("--resolved", action="store_true", help="print the scenario with every default filled in")
     v.set_defaults(fn=cmd_validate)
     return p
+
+
+def cmd_spark(a: argparse.Namespace) -> int:
+    from orchestrator import spark
+    if a.action == "up":
+        r = spark.up(a.workers, a.cores, a.memory_mb, a.port, a.webui_port)
+        print(f"Spark master {r['master']} with {r['workers_alive']} worker(s), {r['cores']} core(s); web UI "
+              f"{r['web_ui']}; analyze with `rmqchaos analyze RUN_DIR --master {r['master']}`; stop it with "
+              "`rmqchaos spark down`")
+    elif a.action == "status":
+        print(json.dumps(spark.status(), indent=2))
+    else:
+        done = spark.down()
+        print("\n".join(done) if done else "no Spark cluster started by rmqchaos is running")
+    return 0
 
 
 def cmd_airflow(a: argparse.Namespace) -> int:

@@ -15,7 +15,7 @@ import pytest
 from analysis import duckdb_ref, synthetic
 from analysis.reconcile import LedgerError, analyze_ledgers, spark_session
 from analysis.report import verdict
-from tests.conftest import REPO, load_run
+from tests.conftest import REPO, cli, load_run
 from tests.helpers import CHROMIUM_FLAGS, chromium, rendered_verdicts
 from tests.test_client import consume_all
 
@@ -216,6 +216,36 @@ def test_store_check_and_self_verifying_bodies_on_the_real_cluster(real_run, clu
     assert (pd["key"], pd["prop_key"], pd["body_key"]) == (k0, None, k0) and pd["damage"].startswith("KEYS property missing")
     assert c["duplicated"] == 1 and c["unexpected"] == 3  # flip-1, foreign-1, hex-1: never attempted
     assert {x["key"] for x in res["unexpected_examples"]} == {"flip-1", "foreign-1", "hex-1"}
+
+
+def test_same_counts_on_a_standalone_spark_cluster_that_stops_leaving_nothing(real_run, tmp_path: Path) -> None:
+    """`rmqchaos spark up` (1 master, 2 workers of 1 core, on 127.0.0.1), `analyze --master spark://…`
+    on the real run, the same summary counts as local[*]; `spark down` ends every process it started."""
+    from rmqchaos.procs import alive
+    local = json.loads((real_run.path / "analysis" / "summary.json").read_text())
+    run = tmp_path / "run"
+    shutil.copytree(real_run.path, run, ignore=shutil.ignore_patterns("analysis"))
+    up = cli("spark", "up", "--workers", "2", "--cores", "1", "--memory-mb", "1024", "--port", "17177",
+             "--webui-port", "18280")
+    try:
+        assert up.returncode == 0, up.stderr[-2000:]
+        assert "Spark master spark://127.0.0.1:17177 with 2 worker(s), 2 core(s)" in up.stdout
+        assert cli("spark", "up", "--port", "17177").returncode != 0  # one cluster at a time, one clear line
+        st = json.loads(cli("spark", "status").stdout)
+        assert set(st["running"]) == {"master", "worker-1", "worker-2"} and st["workers_alive"] == 2
+        listening = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True).stdout
+        for line in listening.splitlines():  # every listener of the three JVMs is on loopback
+            if any(f"pid={p}," in line for p in st["running"].values()):
+                assert line.split()[3].startswith(("127.0.0.1:", "[::ffff:127.0.0.1]:")), line
+        an = cli("analyze", str(run), "--master", "spark://127.0.0.1:17177", timeout=600)
+        assert an.returncode == 0, an.stderr[-2000:]
+        assert "WARNING" not in an.stderr  # Spark's and the JVM's own lines go to analysis/spark.log
+    finally:
+        down = cli("spark", "down")
+    assert down.returncode == 0 and down.stdout.count(": terminated") + down.stdout.count(": killed") == 3, down.stdout
+    assert not any(alive(p, None) for p in st["running"].values())
+    remote = json.loads((run / "analysis" / "summary.json").read_text())
+    assert remote["counts"] == local["counts"] and remote["store_check"]["checked"] == local["store_check"]["checked"]
 
 
 def test_html_report_renders_with_its_plots_in_headless_chromium(real_run, tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ under a slow disk and a frozen slave answer FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIM
 classified as acknowledged-weak."""
 from __future__ import annotations
 
+import collections
 import json
 from pathlib import Path
 
@@ -96,10 +97,12 @@ def test_retry_flood_drives_a_broker_out_of_the_route_and_the_cleanup_brings_it_
         "extends": str(SCENARIOS / "retry-flood.yaml"),
         "cluster": {"namesrv": {"port": 24876}, "brokers": [{"name": "broker-a", "port": 24911},
                                                             {"name": "broker-b", "port": 24921}], "stop_timeout": "10s"},
-        "load": {"duration": "38s", "rate": 100},
+        "load": {"duration": "46s", "rate": 100},
         "consumers": {"settle": "8s", "drain_timeout": "60s"},
+        # broker-a leaves the route at its first full registration after the flood (every 10 s): the
+        # flood took 3 to 18 s here, so the cleanup waits until 34 s (it came at 28 s once, too early)
         "faults": [{"id": "flood-a", "kind": "topic_flood", "target": "broker-a", "at": "2s", "groups": 1500, "rate": 500},
-                   {"id": "cleanup", "kind": "cleanup_retry_topics", "at": "28s"}]})
+                   {"id": "cleanup", "kind": "cleanup_retry_topics", "at": "34s"}]})
     mon = [m for m in s["monitor"] if "brokers" in m]
     a = [(m["ts_ms"], m["brokers"]["broker-a"]) for m in mon]
     flood = next(e for e in s["events"] if e["kind"] == "fault" and e["params"]["fault_id"] == "flood-a")
@@ -142,7 +145,11 @@ def test_retry_pileup_redelivers_exactly_messages_after_the_first_of_each_batch(
     rb = s["retried_keys_by_batch_position"]
     assert rb == {"first_in_batch": 0, "later_in_batch": len(retried), "never_first": 0}
     c = s["counts"]
-    assert c["duplicated"] == len(retried) and c["lost"] == 0
+    # duplicated: the keys sent back, and any a rebalance re-pull delivered first-hand twice (seen: 4 keys)
+    firsts = collections.Counter(d["key"] for d in recv if d["reconsume_times"] == 0)
+    repulled = {k for k, n in firsts.items() if n > 1}
+    assert c["duplicated"] == len(retried | repulled) and c["lost"] == 0
+    assert s["duplicates_by_cause"]["consumer_repull"] == sum(n - 1 for n in firsts.values())
     assert s["complete"] is True  # capped redeliveries: the drain ends, the verdict is complete
     assert s["duplicates_by_cause"]["consumer_retry"] == sum(1 for d in recv if d["reconsume_times"] > 0)
     assert max(d["reconsume_times"] for d in recv) <= 2  # max_reconsume_times
