@@ -545,15 +545,13 @@ def _corrupted(send: DataFrame, keys: DataFrame, recv: DataFrame,
     - msgid_only: no verifiable body, a key never attempted, but the msgId (UNIQ_KEY) of a sent
       message (only the unexpected deliveries' msgIds are looked up among the sent ones)."""
     cols = ["key", "prop_key", "body_key", "msg_id", "broker", "queue_id", "queue_offset", "receive_ms"]
-    parts = {
-        "properties_damaged": recv.where((F.col("body_ok") == F.lit(True))
-                                         & ~F.col("prop_key").eqNullSafe(F.col("body_key"))).select(*cols),
-        "body_damaged": recv.where(F.col("body_ok") == F.lit(False)).select(*cols),
-    }
-    counts, examples = {}, []
-    for kind, df in parts.items():
-        counts[kind] = int(df.count())
-        examples += [{"kind": kind, **r.asDict()} for r in df.limit(CORRUPTED_EXAMPLES).collect()] if counts[kind] else []
+    conds = {"properties_damaged": (F.col("body_ok") == F.lit(True)) & ~F.col("prop_key").eqNullSafe(F.col("body_key")),
+             "body_damaged": F.col("body_ok") == F.lit(False)}
+    n = recv.agg(*[_n(c).alias(k) for k, c in conds.items()]).collect()[0]  # one scan for both counts
+    counts, examples = {k: int(n[k] or 0) for k in conds}, []
+    for kind, c in conds.items():
+        if counts[kind]:
+            examples += [{"kind": kind, **r.asDict()} for r in recv.where(c).select(*cols).limit(CORRUPTED_EXAMPLES).collect()]
     counts["msgid_only"] = 0
     if n_unexpected:
         small = (lambda df: F.broadcast(df)) if n_unexpected <= BROADCAST_MAX else (lambda df: df)
