@@ -62,11 +62,11 @@ def _write(run: RunDir) -> None:
            "witness": wres}
     run.report_json.write_text(json.dumps(rep, indent=2) + "\n")
     lines = []
-    if summ is not None:  # the verdict first, in the words of the HTML report
+    if summ is not None and summ.get("complete") is False:  # the first line says what it cannot claim
+        lines.append(f"INCOMPLETE RUN: loss not verified: {'; '.join(summ['incomplete_reasons'])}")
+    if summ is not None:  # then the verdict, in the words of the HTML report
         from analysis.report import verdict
         lines.append(verdict(summ))
-    if summ is not None and summ.get("complete") is False:  # the verdict's first line says what it cannot claim
-        lines.append(f"INCOMPLETE RUN: loss not verified: {'; '.join(summ['incomplete_reasons'])}")
     lines += [f"run {st['run_id']}  scenario {rep['scenario']}",
              f"cluster up: {rep['cluster_up_s']} s" if up_ev else "cluster up: (not run)"]
     for name, sg in stages.items():
