@@ -47,9 +47,11 @@ CASES = [  # (signal, the moment it is sent, what analyze may then say)
 @pytest.mark.parametrize("sig, when, ready", CASES, ids=[f"{s.name}-{w}" for s, w, _ in CASES])
 def test_interrupted_run_leaves_nothing_and_claims_no_unverified_loss(tmp_path: Path, sig: signal.Signals,
                                                                       when: str, ready: Callable[[Path], bool]) -> None:
+    # the load-stage cases are signalled ~1 s into the load; the later ones wait for it to end: 10 s
+    late = when in ("drain", "analyze")
     d = scenario_dict(f"int-{when}", 26876, [26911, 26921],
-                      load={"topic": "T_INT", "users": 4, "rate": 200, "duration": "25s"},
-                      consumers={"settle": "8s"})
+                      load={"topic": "T_INT", "users": 4, "rate": 200, "duration": "10s" if late else "25s"},
+                      consumers={"settle": "5s" if late else "8s"})
     f = write_scenario(tmp_path / "s.yaml", d)
     out = tmp_path / "run"
     p = subprocess.Popen([*RMQCHAOS, "run", str(f), "--out", str(out)], cwd=REPO, env=os.environ.copy(),
