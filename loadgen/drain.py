@@ -59,7 +59,7 @@ def started_consumers(run: RunDir, c: ClusterBackend, s: Scenario) -> list[JavaC
     run's cluster is that run, shared with other attached runs, so a record is this run's when its
     JVM's user.home is this run's consumers directory."""
     log = c.run.processes
-    exited = {(e.get("node"), e.get("pid")) for e in log.entries() if e.get("event") == "exit"}
+    exited = log.exited()
     mine = f"-Duser.home={run.consumers_dir}"
     out = []
     for jc in _consumers(run, c, s):

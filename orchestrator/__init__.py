@@ -26,7 +26,7 @@ from typing import Any
 
 from rmqchaos import paths
 from rmqchaos.errors import UserError
-from rmqchaos.procs import ProcessLog, alive, record_spawn, spawn, stop as stop_pid
+from rmqchaos.procs import ProcessLog, record_spawn, spawn, stop as stop_pid
 from rmqchaos.progress import say
 from rmqchaos.wait import poll_until
 
@@ -142,12 +142,7 @@ def _log() -> ProcessLog:
 
 def _running() -> dict[str, tuple[int, int]]:
     """Components started here and still alive: name -> (pid, start time)."""
-    out: dict[str, tuple[int, int]] = {}
-    exited = {(e.get("node"), e.get("pid")) for e in _log().entries() if e.get("event") == "exit"}
-    for rec in _log().starts():
-        if (rec.node, rec.pid) not in exited and alive(rec.pid, rec.starttime):
-            out[rec.node] = (rec.pid, rec.starttime)
-    return out
+    return _log().running()
 
 
 def _healthy() -> dict[str, Any] | None:

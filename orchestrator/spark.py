@@ -22,7 +22,7 @@ from cluster.jvm import find_java, java_home
 from cluster.plan import port_in_use
 from rmqchaos import paths
 from rmqchaos.errors import UserError
-from rmqchaos.procs import ProcessLog, alive, record_spawn, spawn, stop as stop_pid
+from rmqchaos.procs import ProcessLog, record_spawn, spawn, stop as stop_pid
 from rmqchaos.progress import say
 from rmqchaos.wait import poll_until
 
@@ -44,9 +44,7 @@ def _log() -> ProcessLog:
 
 def _running() -> dict[str, tuple[int, int]]:
     """Processes started here and still alive: name -> (pid, start time)."""
-    exited = {(e.get("node"), e.get("pid")) for e in _log().entries() if e.get("event") == "exit"}
-    return {r.node: (r.pid, r.starttime) for r in _log().starts()
-            if (r.node, r.pid) not in exited and alive(r.pid, r.starttime)}
+    return _log().running()
 
 
 def _state() -> dict[str, Any]:

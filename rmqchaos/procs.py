@@ -93,6 +93,16 @@ class ProcessLog:
         return [ProcRecord(**{k: v for k, v in e.items() if k in fields})  # type: ignore[arg-type]
                 for e in self.entries() if e.get("event") == "start"]
 
+    def exited(self) -> set[tuple[object, object]]:
+        """(node, pid) of every process recorded as ended."""
+        return {(e.get("node"), e.get("pid")) for e in self.entries() if e.get("event") == "exit"}
+
+    def running(self) -> dict[str, tuple[int, int]]:
+        """Node -> (pid, start time) of the processes started, not recorded as ended, and still alive."""
+        ended = self.exited()
+        return {r.node: (r.pid, r.starttime) for r in self.starts()
+                if (r.node, r.pid) not in ended and alive(r.pid, r.starttime)}
+
     def latest(self, node: str) -> ProcRecord | None:
         recs = [r for r in self.starts() if r.node == node]
         return recs[-1] if recs else None
