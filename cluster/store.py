@@ -26,6 +26,7 @@ import mmap
 import os
 import struct
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -123,18 +124,21 @@ class NodeStore:
             m.close()
         self._maps.clear()
 
+    # listed once per lookup session (like the tail below), not once per key
+    @cached_property
     def commit_files(self) -> list[tuple[int, Path]]:
         if not self.commitlog.is_dir():
             return []
         return sorted((int(f.name), f) for f in self.commitlog.iterdir() if f.name.isdigit())
 
+    @cached_property
     def index_files(self) -> list[Path]:
         d = self.root / "index"
         want = INDEX_HEADER + self.slots * SLOT + self.index_num * ENTRY
         return sorted(f for f in d.iterdir() if f.is_file() and f.stat().st_size == want) if d.is_dir() else []
 
     def record_at(self, phy: int) -> Record | None:
-        for start, f in reversed(self.commit_files()):
+        for start, f in reversed(self.commit_files):
             if start <= phy:
                 m = self._map(f)
                 return decode(m, phy - start) if m is not None else None
@@ -143,7 +147,7 @@ class NodeStore:
     def indexed_until(self) -> int:
         """The commit-log offset of the newest indexed record (-1: nothing indexed)."""
         end = -1
-        for f in self.index_files():
+        for f in self.index_files:
             m = self._map(f)
             if m is not None:
                 count, = struct.unpack_from(">i", m, 36)
@@ -153,7 +157,7 @@ class NodeStore:
 
     def index_candidates(self, query: str) -> Iterator[int]:
         h = java_hash(query)
-        for f in self.index_files():
+        for f in self.index_files:
             m = self._map(f)
             if m is None:
                 continue
@@ -170,7 +174,7 @@ class NodeStore:
 
     def scan(self, start: int) -> Iterator[Record]:
         """Every record from commit-log offset `start` (or the first file) to the end of the log."""
-        for fstart, f in self.commit_files():
+        for fstart, f in self.commit_files:
             m = self._map(f)
             if m is None or fstart + len(m) <= start:
                 continue
@@ -202,10 +206,10 @@ class Store:
         self._tails: dict[str, dict[tuple[str, str], list[Record]]] = {}
 
     def nodes(self) -> list[str]:
-        return [s.node for s in self.stores if s.commit_files()]
+        return [s.node for s in self.stores if s.commit_files]
 
     def method(self) -> str:
-        return "index" if any(s.index_files() for s in self.stores) else "scan"
+        return "index" if any(s.index_files for s in self.stores) else "scan"
 
     def _tail(self, s: NodeStore) -> dict[tuple[str, str], list[Record]]:
         """(topic, key) -> records past the newest index entry (all records when nothing is indexed)."""
