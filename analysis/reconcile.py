@@ -8,8 +8,8 @@ and per-event aggregates come back. Rules: analysis/rules.py; outputs: docs/anal
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import contextlib
-import json
 import os
 import shutil
 import sys
@@ -20,18 +20,13 @@ from typing import Any, Iterator
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import BooleanType, IntegerType, LongType, StringType
 
 from analysis import rules, schemas
-from rmqchaos.errors import UserError
 from rmqchaos.progress import say
+from rmqchaos.seal import LedgerError, seal  # noqa: F401  (LedgerError: what a malformed ledger raises)
 
 
 NOT_WINDOWS = ("stage", "cluster_up", "check", "restart", "consumer_stop")  # bookkeeping (a fault restart has its own event)
-
-
-class LedgerError(UserError):
-    pass
 
 
 _LOG4J2 = """rootLogger.level = warn
@@ -92,70 +87,46 @@ def _fds_to(log_file: Path) -> Iterator[None]:
             os.close(x)
 
 
-# ---------------------------------------------------------------- reading, with malformed-record checks
+# ---------------------------------------------------------------- reading: sealed ledgers only
 
-def _json(spark: SparkSession, files: list[Path], schema: Any) -> DataFrame:
-    """The ledger lines with only the columns the analysis uses: Spark's JSON reader skips the other
-    fields without converting them, which halves the parse (the dominant cost). Any line that is
-    not a JSON object of the right types lands in the `_corrupt` column."""
-    return (spark.read.schema(schema).option("mode", "PERMISSIVE")
-            .option("columnNameOfCorruptRecord", schemas.CORRUPT).json([str(f) for f in files]))
-
-
-def _check_files(files: list[Path], schema: Any, required: tuple[str, ...], malformed: int,
-                 warnings: list[str], allowed: dict[str, tuple[str, ...]] | None = None) -> None:
-    """The rare path once Spark counted `malformed` records: find the file and byte offset. A torn
-    last record (a writer killed mid-write) is a warning; anything else fails the job."""
-    torn_tails = 0
-    for f in files:
-        torn = _torn_tail(f)
-        off = _first_bad_offset(f, schema, required, allowed, stop=torn)
-        if off is not None:
-            raise LedgerError(f"{f}: malformed record at byte {off}",
-                              "a ledger must be complete JSON lines; fix or remove the record and analyze again")
-        if torn is not None and _is_bad(f, torn):
-            warnings.append(f"{f}: torn last record at byte {torn} (crash mid-write); not counted")
-            torn_tails += 1
-    if malformed > torn_tails:  # never drop a record silently, even one this check cannot place
-        raise LedgerError(f"{malformed - torn_tails} malformed record(s) in {', '.join(map(str, files))}",
-                          "a ledger must be complete JSON lines of the documented schema (docs/ledgers.md)")
+def seal_all(files: list[Path], warnings: list[str]) -> list[Path]:
+    """Seal every journal that has no current sealed copy (a crashed writer's, or one sealed before
+    it grew), a few at a time; the sealed paths, in the journals' order. A torn last record is a
+    warning; a malformed record fails with its file and byte offset (rmqchaos/seal.py)."""
+    if not files:
+        return []
+    t0 = time.monotonic()
+    # DuckDB parses each journal on every core; two journals at once cover a slow file's tail
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        done = list(pool.map(seal, files))
+    redone = [x for x in done if x.redone]
+    if redone:
+        say(f"analyze: sealed {len(redone)} journal(s) left unsealed ({sum(x.records for x in redone):,} records, "
+            f"{time.monotonic() - t0:.1f}s)")
+    warnings.extend(x.warning for x in done if x.warning)
+    return [x.path for x in done]
 
 
-def _stage(spark: SparkSession, files: list[Path], schema: Any, staging: Path, warnings: list[str],
-           columns: list[Any], required: tuple[str, ...] = (),
-           allowed: dict[str, tuple[str, ...]] | None = None) -> DataFrame:
-    """Parse `files` once with `schema` and write `columns` to Parquet under `staging` (every later
-    pass reads columns, not JSON). A record that is malformed, lacks a `required` field or holds a
-    value outside `allowed` fails the job with its file and position (`_check_files`)."""
-    df = _json(spark, files, schema) if files else spark.createDataFrame([], schema)
-    good = F.col(schemas.CORRUPT).isNull()
-    for c in required:
-        good = good & F.col(c).isNotNull()
-    for c, values in (allowed or {}).items():
-        good = good & F.col(c).isin(*values)
-    df.select(good.alias("good"), *columns).write.mode("overwrite").parquet(str(staging))
-    staged = spark.read.parquet(str(staging))
-    bad = staged.where(~F.col("good")).count()
-    if bad:
-        _check_files(files, schema, required, bad, warnings, allowed)
-    return staged.where(F.col("good")).drop("good")
+def _parquet(spark: SparkSession, files: list[Path], schema: Any) -> DataFrame:
+    """The sealed ledgers, read with the explicit schema (no footer merge, no inference): Spark reads
+    only the columns a pass uses."""
+    if not files:
+        return spark.createDataFrame([], schema)
+    return spark.read.schema(schema).parquet(*[str(f) for f in files])
 
 
-def read_receive(spark: SparkSession, files: list[Path], warnings: list[str], staging: Path) -> DataFrame:
-    """The receive ledger's used columns, parsed once into Parquet under `staging`."""
-    return _stage(spark, files, schemas.RECEIVE_USED, staging, warnings,
-                  [f.name for f in schemas.RECEIVE_USED.fields if f.name != schemas.CORRUPT])
+def read_receive(spark: SparkSession, files: list[Path], warnings: list[str]) -> DataFrame:
+    """The receive ledger's used columns, from the sealed copies of `files` (journals)."""
+    return _parquet(spark, seal_all(files, warnings), schemas.RECEIVE_USED)
 
 
-def read_send(spark: SparkSession, files: list[Path], warnings: list[str], staging: Path) -> DataFrame:
+def read_send(spark: SparkSession, files: list[Path], warnings: list[str]) -> DataFrame:
     """The send ledger's columns that the classification and the aggregates use (the remark cut to
-    its `[PREFIX]`), parsed once into Parquet under `staging`. A record that is malformed, lacks
-    an id (rec, key, producer_id, attempt_id) or is neither intent nor outcome fails the job with
-    its file and position. The attempt ids are not kept: nothing here pairs records."""
+    its `[PREFIX]`, the error text to its kind), from the sealed copies of `files` (journals). The
+    attempt ids are not kept: nothing here pairs records."""
     prefix = F.nullif(F.regexp_extract(F.coalesce("remark", F.lit("")), rules.REMARK_PREFIX_REGEX, 1), F.lit(""))
-    return _stage(spark, files, schemas.SEND_USED, staging, warnings,
-                  [*STAGED_SEND, prefix.alias("remark_prefix"), error_kind().alias("error_kind")],
-                  SEND_REQUIRED, {"rec": SEND_RECS})
+    return _parquet(spark, seal_all(files, warnings), schemas.SEND_USED) \
+        .select(*STAGED_SEND, prefix.alias("remark_prefix"), error_kind().alias("error_kind"))
 
 
 def error_kind() -> Any:
@@ -170,76 +141,8 @@ def error_kind() -> Any:
             .when(e.isNotNull(), "transport error"))
 
 
-def _torn_tail(f: Path) -> int | None:
-    """Byte offset of the last record if the file does not end with a newline (a crash mid-write)."""
-    size = f.stat().st_size
-    if size == 0:
-        return None
-    with open(f, "rb") as fh:
-        fh.seek(size - 1)
-        if fh.read(1) == b"\n":
-            return None
-        pos, chunk = size, 65536
-        while pos > 0:  # find the previous newline, reading backwards
-            start = max(0, pos - chunk)
-            fh.seek(start)
-            data = fh.read(pos - start)
-            nl = data.rfind(b"\n")
-            if nl >= 0:
-                return start + nl + 1
-            pos = start
-        return 0
-
-
-def _fits(v: Any, t: Any) -> bool:
-    """Whether Spark's JSON reader takes value `v` for a field of type `t` (null always fits)."""
-    if v is None or isinstance(t, StringType):
-        return True
-    if isinstance(t, (LongType, IntegerType)):
-        return isinstance(v, int) and not isinstance(v, bool)
-    if isinstance(t, BooleanType):
-        return isinstance(v, bool)
-    return True
-
-
-def _first_bad_offset(f: Path, schema: Any, required: tuple[str, ...] = (),
-                      allowed: dict[str, tuple[str, ...]] | None = None, stop: int | None = None) -> int | None:
-    """Offset of the first complete line before `stop` (the torn tail) that is not a JSON object
-    whose used fields have the schema's types, whose `required` fields are set and whose fields
-    named in `allowed` hold one of the allowed values, or None."""
-    fields = [(x.name, x.dataType) for x in schema.fields if x.name != schemas.CORRUPT]
-    off = 0
-    with open(f, "rb") as fh:
-        for line in fh:
-            if stop is not None and off >= stop:
-                return None
-            if line.strip():
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    return off
-                if (not isinstance(rec, dict) or any(rec.get(k) is None for k in required)
-                        or not all(_fits(rec.get(n), t) for n, t in fields)
-                        or any(rec.get(k) not in v for k, v in (allowed or {}).items())):
-                    return off
-            off += len(line)
-    return None
-
-
-def _is_bad(f: Path, off: int) -> bool:
-    with open(f, "rb") as fh:
-        fh.seek(off)
-        try:
-            json.loads(fh.read())
-            return False
-        except ValueError:
-            return True
-
-
 # ---------------------------------------------------------------- classification
 
-SEND_REQUIRED = ("rec", "key", "producer_id", "attempt_id")
-SEND_RECS = ("intent", "outcome")
 STAGED_SEND = ("rec", "key", "topic", "intended_ms", "start_ms", "end_ms", "outcome", "status", "code", "sent", "broker",
                "msg_id")
 
@@ -365,24 +268,23 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
     parts of summary.json. With out_dir, writes keys.parquet and series.parquet there. With `store`
     (cluster/store.py's, over the run's broker stores), lost and indeterminate keys are looked up in it.
 
-    Passes over the data: each ledger's JSON once (→ its used columns, Parquet), one job by key (→
-    keys.parquet), then column scans for the aggregates."""
+    `send_files`/`recv_files` are the journals (JSON Lines); Spark reads their sealed Parquet copies
+    only, sealing first whatever a crashed writer left unsealed. Passes over the data: one job by key
+    (→ keys.parquet), then column scans of the sealed ledgers and the key table for the aggregates."""
     warnings: list[str] = []
     own_tmp = out_dir is None
     work = Path(tempfile.mkdtemp(prefix="rmqchaos-analyze-")) if own_tmp else out_dir
     assert work is not None
     work.mkdir(parents=True, exist_ok=True)
-    stg = work / "_staging"
     spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions(send_files + recv_files)))
     t0 = time.monotonic()
 
     def step(what: str) -> None:  # progress: which pass took how long
         say(f"analyze: {what} ({time.monotonic() - t0:.1f}s)")
     try:
-        send = read_send(spark, send_files, warnings, stg / "send")
-        step("send ledger parsed")
-        recv = attribute(read_receive(spark, recv_files, warnings, stg / "receive"))
-        step("receive ledger parsed")
+        send = read_send(spark, send_files, warnings)
+        recv = attribute(read_receive(spark, recv_files, warnings))
+        step("ledgers sealed")
         key_table(send, recv, receive_complete).write.mode("overwrite").parquet(str(work / "keys.parquet"))
         keys = spark.read.parquet(str(work / "keys.parquet"))
         step("keys classified")
@@ -402,7 +304,6 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
             spark.createDataFrame(res["series"]).write.mode("overwrite").parquet(str(work / "series.parquet"))
         return res
     finally:
-        shutil.rmtree(stg, ignore_errors=True)
         if own_tmp:
             shutil.rmtree(work, ignore_errors=True)
 

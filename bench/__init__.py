@@ -84,7 +84,7 @@ def run_python(ns: str, count: int, size: int, conc: int, timeout: float, workdi
 
 
 def run_java(ns: str, count: int, size: int, conc: int, timeout: float, workdir: Path, heap_mb: int) -> Sample:
-    home = paths.rocketmq_home(paths.pinned_rocketmq_version())
+    paths.rocketmq_home(paths.pinned_rocketmq_version())  # installs the pinned jars when missing
     cmd = jvm_command(BENCH_PRODUCER, bench_args(ns, TOPIC, count, size, conc), heap_mb=heap_mb,
                       cp=classpath(paths.pinned_rocketmq_version()), user_home=workdir)
     out, wall, cpu, rc = _measure(cmd, dict(os.environ, ROCKETMQ_HOME=str(workdir)), timeout, workdir)
@@ -232,18 +232,42 @@ def _totals(samples: list[Sample], who: str) -> tuple[float, float]:
 
 
 def cmd_bench_ledger(a: argparse.Namespace) -> int:
+    """The same unpaced Locust load with the send ledger on and off: the ledger's cost as CPU per
+    acknowledged message of the load process (whole process, start-up included on both sides). The
+    seal that follows a closed journal (rmqchaos/seal.py, in the pipeline's process, not the
+    producer's) is timed apart and printed beside it."""
+    import resource
+
+    from rmqchaos.ledgers import ledger_files
+    from rmqchaos.seal import seal_closed
+    seal_cpu: list[tuple[float, int]] = []  # (CPU-s, records) of each ledger-on round's seal
+
+    def cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
     def one(cluster_run: Any, base: Path, who: str, i: int) -> Sample:
         run = _load_run_dir(base, cluster_run.path / "scenario.yaml", i, a.messages, a.users, a.size)
-        return run_locust(run, who == "ledger", a.timeout, base)
+        s = run_locust(run, who == "ledger", a.timeout, base)
+        if who == "ledger" and i < 1000:  # counted rounds only
+            c0 = cpu()
+            done = seal_closed(ledger_files(run.path, "send"), "send")
+            seal_cpu.append((cpu() - c0, sum(x.records for x in done)))
+        return s
 
     samples = _interleaved(a, ("ledger", "no-ledger"), one)
     (rate_on, cpu_on), (rate_off, cpu_off) = _totals(samples, "ledger"), _totals(samples, "no-ledger")
     on, off = [s for s in samples if s.who == "ledger"], [s for s in samples if s.who == "no-ledger"]
+    acked_on = sum(s.acked for s in on)
+    seal_s = sum(c for c, _ in seal_cpu)
     print(f"ledger benchmark: {a.rounds} interleaved rounds x {a.messages} messages, {a.users} Locust users, unpaced")
-    print(f"ledger on : {rate_on:8.0f} acked msg/s  {cpu_on:.3f} CPU-s per 10k acked")
-    print(f"ledger off: {rate_off:8.0f} acked msg/s  {cpu_off:.3f} CPU-s per 10k acked")
-    print("per-round overhead: " + ", ".join(f"{1 - x.rate / y.rate:+.3f}" for x, y in zip(on, off)))
-    print(f"ledger_overhead={1 - rate_on / rate_off:.3f}")
+    print(f"ledger on : {rate_on:8.0f} acked msg/s  {cpu_on:.3f} CPU-s per 10k acked (load process)")
+    print(f"ledger off: {rate_off:8.0f} acked msg/s  {cpu_off:.3f} CPU-s per 10k acked (load process)")
+    print(f"seal after the load: {seal_s / acked_on * 1e4:.3f} CPU-s per 10k acked "
+          f"({sum(n for _, n in seal_cpu):,} records, DuckDB, in the pipeline's process)")
+    print("per-round CPU overhead: " + ", ".join(f"{x.cpu_per_10k / y.cpu_per_10k - 1:+.3f}" for x, y in zip(on, off))
+          + "; per-round rate cost: " + ", ".join(f"{1 - x.rate / y.rate:+.3f}" for x, y in zip(on, off)))
+    print(f"ledger_overhead={cpu_on / cpu_off - 1:.3f}")
     return 0
 
 
@@ -268,60 +292,117 @@ def cmd_bench_locust(a: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- analysis benchmark
 
-def cmd_bench_analyze(a: argparse.Namespace) -> int:
-    """Synthetic ledgers with planted classes; Spark `analyze` (full, and classification only) vs the
-    DuckDB reference classification, side by side, per size."""
-    from analysis import duckdb_ref, synthetic
-    from analysis.reconcile import analyze_ledgers, key_table, read_receive, read_send, spark_session
-
-    spark = spark_session(a.master)
-    last = None
-    base = Path(a.dir) if a.dir else Path(tempfile.mkdtemp(prefix="rmqchaos-bench-analyze-"))
+def _driver_peak_mib() -> float | None:
+    """The Spark driver JVM's peak resident memory so far (VmHWM), in MiB."""
+    from pyspark import SparkContext
+    gw = SparkContext._gateway
+    proc = getattr(gw, "proc", None) if gw is not None else None
     try:
-        print(f"analysis benchmark: Spark {spark.version} ({spark.sparkContext.master}) vs DuckDB, same machine, "
-              "same files, one size at a time")
+        with open(f"/proc/{proc.pid}/status") as f:  # type: ignore[union-attr]
+            return next(int(x.split()[1]) / 1024 for x in f if x.startswith("VmHWM:"))
+    except (AttributeError, OSError, StopIteration):
+        return None
+
+
+def cmd_bench_analyze(a: argparse.Namespace) -> int:
+    """Synthetic ledgers with planted classes, per size: DuckDB's reference classification reading the
+    JSON Lines journals, against seal (JSON → Parquet, rmqchaos/seal.py) + Spark `analyze` reading the
+    sealed copies, side by side; then (--standalone) the same seal + analyze with a Spark standalone
+    cluster of 1 master and 2 workers of 1 core that the benchmark starts and stops."""
+    from analysis import duckdb_ref, synthetic
+    from analysis import spark_cluster
+    from analysis.reconcile import analyze_ledgers, key_table, read_receive, read_send, seal_all, spark_session
+    from rmqchaos.seal import sealed_path
+
+    keys = ("keys", "ok", "lost", "duplicated", "recovered", "failed", "indeterminate", "unexpected",
+            "acked", "acked_weak", "attempts", "duplicate_deliveries")
+    base = Path(a.dir) if a.dir else Path(tempfile.mkdtemp(prefix="rmqchaos-bench-analyze-"))
+    master = None
+    if a.standalone:
+        say("starting a Spark standalone cluster: 1 master, 2 workers of 1 core")
+        master = spark_cluster.up(workers=2, cores=1, memory_mb=a.worker_memory_mb, port=a.cluster_port,
+                                  webui_port=a.cluster_webui_port)["master"]
+
+    def unseal(files: list[Path]) -> None:
+        for f in files:
+            sealed_path(f).unlink(missing_ok=True)
+
+    def timed_analyze(spark: Any, send: list[Path], recv: list[Path]) -> tuple[float, float, dict[str, Any]]:
+        """(seal s, analyze s, result) from unsealed journals."""
+        unseal(send + recv)
+        t = time.monotonic()
+        seal_all(send + recv, [])
+        t_seal = time.monotonic() - t
+        t = time.monotonic()
+        res = analyze_ledgers(spark, send, recv, [])
+        return t_seal, time.monotonic() - t, res
+
+    results: list[tuple[int, float, float | None, bool]] = []
+    log = base / "spark.log"  # Spark's and its JVM's own lines, not the benchmark's output
+    spark = spark_session(a.master, log_file=log)
+    try:
+        print(f"analysis benchmark: seal + Spark {spark.version} analyze ({spark.sparkContext.master}"
+              + (f"; and {master}: 2 workers x 1 core" if master else "") + ") vs DuckDB on the JSON journals, "
+              "same machine, same files, one size at a time")
+        warm: tuple[list[Path], list[Path]] | None = None
         if a.warmup:  # uncounted: the first Spark job in a JVM runs interpreted until the JIT catches up
             d = base / "warmup"
             say(f"warm-up on {a.warmup} keys (not counted)")
             synthetic.write(d, a.warmup)
-            send, recv = sorted(d.glob("send-*.jsonl")), sorted(d.glob("receive-*.jsonl"))
-            duckdb_ref.classify(send, recv)
-            analyze_ledgers(spark, send, recv, [])
-            shutil.rmtree(d, ignore_errors=True)
+            warm = sorted(d.glob("send-*.jsonl")), sorted(d.glob("receive-*.jsonl"))
+            duckdb_ref.classify(*warm)
+            analyze_ledgers(spark, *warm, [])
         for n in a.rows:
             d = base / f"n{n}"
             say(f"writing synthetic ledgers for {n} keys")
             synthetic.write(d, n)
             send, recv = sorted(d.glob("send-*.jsonl")), sorted(d.glob("receive-*.jsonl"))
             rows = _count_lines(send + recv)
+            truth = synthetic.truth(n)
             t = time.monotonic()
             ref = duckdb_ref.classify(send, recv)
             t_duck = time.monotonic() - t
-            t = time.monotonic()
-            res = analyze_ledgers(spark, send, recv, [])
-            t_full = time.monotonic() - t
-            t = time.monotonic()  # classification only: parse, attempts, keys, class counts
-            w: list[str] = []
-            stg = d / "_cls"
-            key_table(read_send(spark, send, w, stg / "s"), read_receive(spark, recv, w, stg / "r")) \
-                .groupBy("class").count().collect()
+            t_seal, t_an, res = timed_analyze(spark, send, recv)
+            t = time.monotonic()  # classification only, on the sealed copies: attempts, keys, class counts
+            key_table(read_send(spark, send, []), read_receive(spark, recv, [])).groupBy("class").count().collect()
             t_cls = time.monotonic() - t
-            truth = synthetic.truth(n)
-            keys = ("keys", "ok", "lost", "duplicated", "recovered", "failed", "indeterminate", "unexpected",
-                    "acked", "acked_weak", "attempts", "duplicate_deliveries")
-            agree = all(res["counts"][k] == ref[k] == truth[k] for k in keys) and \
-                res["duplicates_by_cause"] == ref["duplicates_by_cause"] == truth["duplicates_by_cause"]
-            print(f"rows {rows:>11,}: duckdb {t_duck:7.1f}s ({rows / t_duck:>10,.0f} rows/s) | spark analyze "
-                  f"{t_full:7.1f}s ({rows / t_full:>9,.0f} rows/s) | spark classify only {t_cls:7.1f}s "
-                  f"({rows / t_cls:>9,.0f} rows/s) | agree={str(agree).lower()}")
-            last = (t_duck / t_full, rows, agree)
+
+            def agrees(r: dict[str, Any]) -> bool:
+                return all(r["counts"][k] == ref[k] == truth[k] for k in keys) and \
+                    r["duplicates_by_cause"] == ref["duplicates_by_cause"] == truth["duplicates_by_cause"]
+            agree = agrees(res)
+            total = t_seal + t_an
+            peak = _driver_peak_mib()
+            print(f"rows {rows:>11,}: duckdb {t_duck:6.1f}s ({rows / t_duck:>9,.0f} rows/s) | local[*]: seal "
+                  f"{t_seal:5.1f}s + analyze {t_an:6.1f}s = {total:6.1f}s ({total / rows * 1e6:5.2f} µs/row), "
+                  f"classify only {t_cls:5.1f}s | driver peak RSS "
+                  + (f"{peak:,.0f} MiB" if peak else "?") + f" | agree={str(agree).lower()}")
+            t_sa = None
+            if master:
+                spark.stop()
+                spark = spark_session(master, log_file=log)
+                if warm:  # new executors: their first job, uncounted, also waits until they are up
+                    analyze_ledgers(spark, *warm, [])
+                s_seal, s_an, s_res = timed_analyze(spark, send, recv)
+                t_sa = s_seal + s_an
+                agree = agree and agrees(s_res)
+                print(f"{'':17s}  standalone (2 x 1 core): seal {s_seal:5.1f}s + analyze {s_an:6.1f}s = {t_sa:6.1f}s "
+                      f"({t_sa / rows * 1e6:5.2f} µs/row) | agree={str(agrees(s_res)).lower()}")
+                spark.stop()
+                spark = spark_session(a.master, log_file=log)
+            results.append((rows, t_duck / total, t_duck / t_sa if t_sa else None, agree))
             if not a.keep:
                 shutil.rmtree(d, ignore_errors=True)
     finally:
         spark.stop()
-    assert last is not None
-    print(f"spark_vs_duckdb={last[0]:.3f} rows={last[1]} agree={str(last[2]).lower()}")
-    return 0 if last[2] else 1
+        if master:
+            spark_cluster.down()
+        if not a.keep:
+            shutil.rmtree(base / "warmup", ignore_errors=True)
+    rows, ratio, sa_ratio, agree = results[-1]
+    print(f"spark_vs_duckdb={ratio:.3f} " + (f"standalone_vs_duckdb={sa_ratio:.3f} " if sa_ratio else "")
+          + f"rows={rows} agree={str(all(r[3] for r in results)).lower()}")
+    return 0 if all(r[3] for r in results) else 1
 
 
 def _count_lines(files: list[Path]) -> int:
@@ -362,13 +443,21 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     an.add_argument("--warmup", type=int, default=200_000,
                     help="keys of an uncounted first round of both engines (default 200000; 0: none)")
     an.add_argument("--keep", action="store_true", help="keep the synthetic ledgers")
-    an.add_argument("--master", help="Spark master (default local[*])")
+    an.add_argument("--master", help="Spark master of the main rows (default local[*])")
+    an.add_argument("--standalone", action=argparse.BooleanOptionalAction, default=True,
+                    help="also run seal + analyze on a Spark standalone cluster (1 master, 2 workers of 1 core) "
+                         "that the benchmark starts and stops (default on)")
+    an.add_argument("--worker-memory-mb", type=int, default=2048, help="memory of each standalone worker (default 2048)")
+    an.add_argument("--cluster-port", type=int, default=17077, help="the standalone master's port (default 17077)")
+    an.add_argument("--cluster-webui-port", type=int, default=18180,
+                    help="the standalone master's web UI port; workers use the next ones (default 18180)")
     an.set_defaults(fn=cmd_bench_analyze)
-    for name, fn, hlp in (("ledger", cmd_bench_ledger, "the same Locust load with the send ledger on and off"),
-                          ("locust", cmd_bench_locust, "Locust-driven producer vs the bare producer")):
+    for name, fn, hlp, msgs in (("ledger", cmd_bench_ledger, "the same Locust load with the send ledger on and off",
+                                 50000),
+                                ("locust", cmd_bench_locust, "Locust-driven producer vs the bare producer", 20000)):
         q = bsub.add_parser(name, help=hlp, description=hlp + ", interleaved in one run.")
         q.add_argument("--rounds", type=int, default=4, help="interleaved rounds (default 4)")
-        q.add_argument("--messages", type=int, default=20000, help="messages per load (default 20000)")
+        q.add_argument("--messages", type=int, default=msgs, help=f"messages per load (default {msgs})")
         q.add_argument("--users", type=int, default=32, help="Locust users / concurrent sends (default 32)")
         q.add_argument("--size", type=int, default=1024, help="message body bytes (default 1024)")
         q.add_argument("--timeout", type=float, default=300.0, help="bound per load process (default 300 s)")

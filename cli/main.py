@@ -6,7 +6,6 @@ import json
 import shutil
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -267,7 +266,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def cmd_spark(a: argparse.Namespace) -> int:
-    from orchestrator import spark
+    from analysis import spark_cluster as spark
     if a.action == "up":
         r = spark.up(a.workers, a.cores, a.memory_mb, a.port, a.webui_port)
         print(f"Spark master {r['master']} with {r['workers_alive']} worker(s), {r['cores']} core(s); web UI "

@@ -13,7 +13,7 @@ import gevent
 
 from loadgen.policies import accepted, run_policy
 from rmqchaos import body as msgbody
-from rmqchaos.ledgers import LedgerWriter, intent_record, outcome_record, send_ledger_path
+from rmqchaos.ledgers import LedgerWriter, SendLines, send_ledger_path
 from rmqchaos.spec import Load
 from rmqclient.producer import Producer, SendResult
 
@@ -51,6 +51,7 @@ class LoadContext:
         self.producer_id = f"w{plan.worker}-{os.getpid()}"
         self.producer = Producer(plan.namesrv, group=f"rmqchaos_{plan.run_id[-6:]}", timeout=self.load.timeout)
         self.ledger = LedgerWriter(send_ledger_path(Path(plan.run_dir), self.producer_id)) if plan.ledger else None
+        self.lines = SendLines(plan.run_id, self.producer_id, self.load.policy.kind)
         total = self.load.messages
         self.quota: int | None = None if total is None else (
             total // plan.workers + (1 if plan.worker < total % plan.workers else 0))
@@ -94,23 +95,22 @@ class LoadContext:
     def _attempt(self, key: str, body: bytes, attempt: int, topic: str, exclude: str | None, timeout: float,
                  intended_ms: int) -> SendResult:
         aid = next(self._attempt_ids)
-        policy = self.load.policy.kind
         # One start time in both records: the analysis counts an attempt's missing outcome per
         # second without pairing the two records.
         start_ms = int(time.time() * 1000)
+        common = b""
         if self.ledger:
-            self.ledger.write_through(intent_record("intent", self.plan.run_id, self.producer_id, aid, key, attempt,
-                                                    topic, policy, intended_ms, start_ms))
+            common = self.lines.common(aid, key, attempt, topic, intended_ms, start_ms)
+            self.ledger.write_through(self.lines.intent(common))
         r = self.producer.send(topic, body, key=key, tags=self.load.tags, exclude_broker=exclude,
                                timeout=timeout)
         ok = accepted(self.load.policy, r)
         self.attempts += 1
         self.accepted += ok
         if self.ledger:
-            self.ledger.append(outcome_record("outcome", self.plan.run_id, self.producer_id, aid, key, attempt, topic,
-                                              policy, intended_ms, start_ms, r.end_ms, r.outcome, r.status, r.code,
-                                              r.remark, r.error, r.sent, r.uniq_key, r.msg_id, r.broker, r.queue_id,
-                                              r.queue_offset, ok))
+            self.ledger.append(self.lines.outcome(common, r.end_ms, r.outcome, r.status, r.code, r.remark, r.error,
+                                                  r.sent, r.uniq_key, r.msg_id, r.broker, r.queue_id, r.queue_offset,
+                                                  ok))
         self.events.request.fire(request_type="SEND", name=f"{topic} [{self.load.policy.kind}]",
                                  response_time=r.end_ms - r.start_ms, response_length=len(body),
                                  exception=None if ok else SendFailed(failure_text(r)), context={})

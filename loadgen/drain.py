@@ -12,10 +12,11 @@ from cluster.backend import ClusterBackend
 from loadgen.consumer import ConsumerOptions, JavaConsumer
 from rmqchaos import paths
 from rmqchaos.errors import UserError
-from rmqchaos.ledgers import receive_ledger_path
+from rmqchaos.ledgers import ledger_files, receive_ledger_path
 from rmqchaos.procs import now_ms
 from rmqchaos.progress import say
 from rmqchaos.rundir import RunDir
+from rmqchaos.seal import seal_closed
 from rmqchaos.spec import Scenario
 from rmqclient.admin import RemotingError
 
@@ -122,6 +123,8 @@ def stop_consumers(consumers: list[JavaConsumer], run: RunDir | None = None) -> 
         how = jc.stop().get("how", "not-started") if jc.pid is not None else "not-started"
         if run is not None:
             run.event("consumer_stop", jc.node, t0, now_ms(), how, deliveries=jc.deliveries())
+        if how == "terminated" and jc.out.is_file():  # its writer closed: seal the journal now
+            seal_closed([jc.out], "receive")
 
 
 def run_loadgen(run: RunDir, c: ClusterBackend, ledger: bool | None = None) -> None:
@@ -153,3 +156,4 @@ def run_loadgen(run: RunDir, c: ClusterBackend, ledger: bool | None = None) -> N
         run.processes.record_exit("loadgen", p.pid, f"exit {p.returncode}")
     if rc != 0:
         raise UserError(f"the load process failed (exit {rc})", "see its output above")
+    seal_closed(ledger_files(run.path, "send"), "send")  # every producer closed its journal

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 import yaml
@@ -47,9 +47,40 @@ def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> 
                           text=True, timeout=timeout)
 
 
+SHARED = ("cluster", "strict_cluster")  # session clusters, each stopped after its last user (_stop_after)
+_last_user: dict[str, str] = {}  # fixture -> node id of the last test that uses it
+_stoppers: dict[str, Callable[[], None]] = {}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The fast tier (pure logic, no JVM) runs first: a broken spec or schema fails in seconds."""
-    items.sort(key=lambda it: it.get_closest_marker("fast") is None)
+    """The fast tier (pure logic, no JVM) runs first: a broken spec or schema fails in seconds. Then
+    the modules that use a shared cluster, so those (four idle brokers) can stop early and leave
+    both cores to the tests that start clusters of their own."""
+    shared = {it.module.__name__ for it in items if set(SHARED) & set(getattr(it, "fixturenames", ()))}
+    items.sort(key=lambda it: (it.get_closest_marker("fast") is None, it.module.__name__ not in shared))
+    for it in items:
+        for name in SHARED:
+            if name in getattr(it, "fixturenames", ()):
+                _last_user[name] = it.nodeid
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    for name, nodeid in _last_user.items():
+        if item.nodeid == nodeid and name in _stoppers:
+            _stoppers.pop(name)()
+
+
+def _stop_after(name: str, stop: Callable[[], None]) -> Callable[[], None]:
+    """`stop` runs once: after the last test that uses fixture `name`, or at the session's end."""
+    done: list[bool] = []
+
+    def once() -> None:
+        if not done:
+            done.append(True)
+            stop()
+    _stoppers[name] = once
+    return once
 
 
 @pytest.fixture(autouse=True)
@@ -82,8 +113,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     home = tmp_path_factory.mktemp("session-home")
     mp.setenv("RMQCHAOS_HOME", str(home))
     run, c = _start(tmp_path_factory.mktemp("session-cluster"), scenario_dict("session", 19876, [19911, 19921]))
+    stop = _stop_after("cluster", lambda: down.run(run))
     yield c
-    down.run(run)
+    stop()
     mp.undo()
 
 
@@ -111,8 +143,9 @@ def strict_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     d["cluster"]["broker_defaults"] = {"config": STRICT_BROKER_CONFIG}
     run, c = _start(tmp_path_factory.mktemp("strict-cluster"), d)
     AdminClient(c.namesrv_addr).create_topic_everywhere("T_STRICT", queues=4)
+    stop = _stop_after("strict_cluster", lambda: down.run(run))
     yield c
-    down.run(run)
+    stop()
     mp.undo()
 
 

@@ -182,7 +182,7 @@ def test_store_check_and_self_verifying_bodies_on_the_real_cluster(real_run, clu
         prod.close()
     with open(d / "send-planted.jsonl", "w") as f:
         for i, (key, r) in enumerate([("withheld-1", withheld), ("planted-1", None)]):
-            rec = ("planted", f"planted", i + 1, key, 1, "T_ANALYZE", "no_retry", withheld.start_ms, withheld.start_ms)
+            rec = ("planted", "planted", i + 1, key, 1, "T_ANALYZE", "no_retry", withheld.start_ms, withheld.start_ms)
             f.write(json.dumps(intent_record("intent", *rec)) + "\n")
             f.write(json.dumps(outcome_record("outcome", *rec, withheld.end_ms, "ok", "SEND_OK", 0, None, None, True,
                                               r.uniq_key if r else "7F00000100002A9F0000000000000000",

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import RMQCHAOS, REPO, cli, scenario_dict, write_scenario
 from helpers import assert_nothing_left
-from rmqchaos.ledgers import check_run
+from rmqchaos.ledgers import check_run, journal_tail
 
 
 def _state(out: Path) -> dict:
@@ -32,7 +32,7 @@ def _stage_running(name: str) -> Callable[[Path], bool]:
 
 def _sending(out: Path) -> bool:
     """The load is on and the send ledger has some hundreds of records."""
-    return _stage_running("load")(out) and any(f.stat().st_size > 100_000 for f in (out / "ledgers").glob("send-*"))
+    return _stage_running("load")(out) and any(journal_tail(f).end > 100_000 for f in (out / "ledgers").glob("send-*.jsonl"))
 
 
 CASES = [  # (signal, the moment it is sent, what analyze may then say)

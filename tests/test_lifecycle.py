@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from conftest import RMQCHAOS, REPO, cli, scenario_dict, write_scenario
-from helpers import assert_nothing_left, live, run_id
+from helpers import assert_nothing_left, live
 
 
 def test_cluster_up_status_down_leaves_nothing(tmp_path: Path) -> None:

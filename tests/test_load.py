@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pipeline import drain, load
-from rmqchaos.ledgers import check_run, ledger_files, read_ledger
+from rmqchaos.ledgers import check_run, journal_tail, ledger_files, read_ledger
 from tests.conftest import REPO, cli, load_run, write_scenario
 
 
@@ -80,7 +80,7 @@ def test_sigkilled_producer_leaves_intents_and_parsable_ledgers(cluster, tmp_pat
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # kill it in full flight
         fs = list(send_dir.glob("send-*.jsonl"))
-        if fs and fs[0].stat().st_size > 200_000:
+        if fs and journal_tail(fs[0]).end > 200_000:  # written, not allocated
             break
         time.sleep(0.1)
     os.kill(p.pid, signal.SIGKILL)
@@ -90,7 +90,7 @@ def test_sigkilled_producer_leaves_intents_and_parsable_ledgers(cluster, tmp_pat
     assert not lf.corrupt
     if lf.torn_offset is not None:
         assert lf.problem == f"{f}: torn last record at byte {lf.torn_offset} ({lf.torn_bytes} bytes, crash mid-write)"
-        assert lf.torn_offset + lf.torn_bytes == f.stat().st_size
+        assert lf.torn_offset + lf.torn_bytes == journal_tail(f).end  # then only never-written NULs
     intents = {r["attempt_id"] for r in lf.records if r["rec"] == "intent"}
     outcomes = {r["attempt_id"] for r in lf.records if r["rec"] == "outcome"}
     assert outcomes < intents, "a killed producer leaves intents without outcomes"
@@ -143,7 +143,7 @@ def test_resend_to_backup_topic_on_timeout_duplicates_what_was_stored(fresh_clus
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:  # pause once the load has been running for a while
             fs = list((run.path / "ledgers").glob("send-*.jsonl"))
-            if fs and fs[0].stat().st_size > 150_000:
+            if fs and journal_tail(fs[0]).end > 150_000:
                 break
             time.sleep(0.1)
         node.pause()

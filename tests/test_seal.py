@@ -1,0 +1,122 @@
+"""Sealing a journal into its Parquet copy (no JVM): what a crash, a torn tail, a malformed record
+and a second seal do. The analysis through sealed ledgers is in test_analysis.py."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from rmqchaos.ledgers import LedgerWriter, RECEIVE_KEYS, intent_record, journal_tail, send_ledger_path
+from rmqchaos.seal import LedgerError, read_seal, seal, sealed_path
+
+pytestmark = pytest.mark.fast
+
+
+def _intents(path: Path, n: int) -> None:
+    w = LedgerWriter(path)
+    for i in range(n):
+        w.write_through(intent_record("intent", "r1", "w0-1", i + 1, f"k{i}", 1, "T", "sync", 1000 + i, 1001 + i))
+    w.close()
+
+
+def _rows(p: Path) -> list[tuple]:
+    return duckdb.connect().execute("SELECT key, attempt_id, intended_ms FROM read_parquet(?) ORDER BY attempt_id",
+                                    [str(p)]).fetchall()
+
+
+def test_seal_keeps_every_record_typed_and_is_idempotent(tmp_path: Path) -> None:
+    j = send_ledger_path(tmp_path, "w0-1")
+    _intents(j, 1000)
+    s = seal(j)
+    assert s.redone and s.records == 1000 and s.torn_offset is None and s.warning is None
+    assert s.path == sealed_path(j) == j.with_suffix(".parquet")
+    assert _rows(s.path)[:2] == [("k0", 1, 1000), ("k1", 2, 1001)]
+    types = dict(duckdb.connect().execute("SELECT name, type FROM parquet_schema(?)", [str(s.path)]).fetchall()[1:])
+    assert types["attempt_id"] == "INT64" and types["attempt"] == "INT32" and types["app_ok"] == "BOOLEAN"
+    again = seal(j)  # current: not redone
+    assert not again.redone and again.records == 1000 and os.path.getmtime(s.path) == os.path.getmtime(again.path)
+    with open(j, "ab") as f:  # the journal grew after its seal (a restarted writer): sealed again
+        f.write(b'{"rec":"intent","producer_id":"w0-1","attempt_id":1001,"key":"k1000"}\n')
+    assert read_seal(j) is None
+    third = seal(j)
+    assert third.redone and third.records == 1001
+
+
+def test_torn_tail_is_carried_by_the_sealed_file(tmp_path: Path) -> None:
+    j = send_ledger_path(tmp_path, "w0-1")
+    _intents(j, 50)
+    size = j.stat().st_size
+    with open(j, "ab") as f:
+        f.write(b'{"rec":"intent","run_id":"r1","produc')
+    s = seal(j)
+    assert (s.records, s.torn_offset, s.torn_bytes) == (50, size, 37)
+    assert s.warning == f"{j}: torn last record at byte {size} (crash mid-write); not counted"
+    back = read_seal(j)  # the finding travels with the file, not with the process that sealed it
+    assert back is not None and (back.torn_offset, back.torn_bytes, back.records) == (size, 37, 50)
+    assert j.read_bytes()[size:] == b'{"rec":"intent","run_id":"r1","produc'  # the journal is never modified
+    assert not list(tmp_path.rglob(".*"))  # no temporary file left behind
+
+
+def test_crashed_writer_journal_seals_to_its_complete_records(tmp_path: Path) -> None:
+    """A real writer process SIGKILLed while writing: its journal seals to every complete record."""
+    j = send_ledger_path(tmp_path, "w0-1")
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parents[1])!r})\n"
+            "from rmqchaos.ledgers import LedgerWriter, intent_record\n"
+            f"w = LedgerWriter({str(j)!r})\n"
+            "i = 0\n"
+            "while i < 10_000_000:\n"
+            "    i += 1\n"
+            "    w.write_through(intent_record('intent', 'r1', 'w0-1', i, 'k%d' % i, 1, 'T', 'sync', i, i))\n")
+    p = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 30
+        while (not j.exists() or journal_tail(j).end < 200_000) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(p.pid, signal.SIGKILL)
+    finally:
+        p.wait()
+    complete = j.read_bytes().count(b"\n")
+    assert complete > 1000
+    s = seal(j)
+    assert s.records == complete
+    ids = [r[1] for r in _rows(s.path)]
+    assert ids == list(range(1, complete + 1))  # nothing dropped, nothing out of order
+
+
+@pytest.mark.parametrize("line, why", [
+    (b'{"rec":"intent","key":\n', "not JSON"),
+    (b'{"rec":"intent","producer_id":"w0-1","attempt_id":"seven","key":"k1"}\n', "a wrong type"),
+    (b'{"rec":"outcome","producer_id":"w0-1","attempt_id":7,"outcome":"ok"}\n', "no key"),
+    (b'{"rec":"retry","producer_id":"w0-1","attempt_id":7,"key":"k1"}\n', "no such record kind"),
+    (b'[1, 2]\n', "not an object"),
+])
+def test_malformed_record_fails_with_file_and_offset_and_seals_nothing(tmp_path: Path, line: bytes, why: str) -> None:
+    j = send_ledger_path(tmp_path, "w0-1")
+    _intents(j, 100)
+    cut = j.stat().st_size
+    with open(j, "ab") as f:
+        f.write(line)
+        f.write(b'{"rec":"intent","producer_id":"w0-1","attempt_id":500,"key":"k500"}\n')
+    with pytest.raises(LedgerError) as e:
+        seal(j)
+    assert str(e.value).startswith(f"{j}: malformed record at byte {cut}:"), why
+    assert not sealed_path(j).exists() and not list(tmp_path.rglob(".*"))
+
+
+def test_receive_journal_and_empty_journal(tmp_path: Path) -> None:
+    r = tmp_path / "ledgers" / "receive-c0.jsonl"
+    r.parent.mkdir()
+    r.write_text('{"run_id":"r1","key":"k1","queue_offset":5,"body_ok":true,"extra":"ignored"}\n')
+    s = seal(r)
+    assert s.records == 1
+    cols = [x[0] for x in duckdb.connect().execute("DESCRIBE SELECT * FROM read_parquet(?)", [str(s.path)]).fetchall()]
+    assert tuple(cols) == RECEIVE_KEYS  # the schema's columns, in its order; unknown fields are not kept
+    e = tmp_path / "ledgers" / "receive-c1.jsonl"
+    e.touch()  # a consumer that never received anything
+    assert seal(e).records == 0
