@@ -59,6 +59,11 @@ def spark_session(master: str | None = None, log_file: Path | None = None) -> Sp
          # the key join's sides are co-partitioned, each partition from ~128 MiB of ledger: hashing
          # the smaller side beats sorting both (measured ~1.2x on the key table)
          .config("spark.sql.join.preferSortMergeJoin", "false")
+         # no broadcast the planner picks from file sizes: zstd Parquet of regular ledgers is tiny on
+         # disk (30M rows: 10M msgIds from ~3 MB) and the broadcast ran the 1 GiB driver out of
+         # memory; the joins that should broadcast say so (F.broadcast, BROADCAST_MAX rows)
+         .config("spark.sql.autoBroadcastJoinThreshold", "-1")
+         .config("spark.sql.adaptive.autoBroadcastJoinThreshold", "-1")
          .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1"))
     if log_file is None:
         spark = b.getOrCreate()

@@ -265,7 +265,8 @@ def cmd_bench_ledger(a: argparse.Namespace) -> int:
     print(f"ledger off: {rate_off:8.0f} acked msg/s  {cpu_off:.3f} CPU-s per 10k acked (load process)")
     print(f"seal after the load: {seal_s / acked_on * 1e4:.3f} CPU-s per 10k acked "
           f"({sum(n for _, n in seal_cpu):,} records, DuckDB, in the pipeline's process)")
-    print("per-round CPU overhead: " + ", ".join(f"{x.cpu_per_10k / y.cpu_per_10k - 1:+.3f}" for x, y in zip(on, off))
+    per = [x.cpu_per_10k / y.cpu_per_10k - 1 for x, y in zip(on, off)]
+    print("per-round CPU overhead: " + ", ".join(f"{v:+.3f}" for v in per) + f" (median {statistics.median(per):+.3f})"
           + "; per-round rate cost: " + ", ".join(f"{1 - x.rate / y.rate:+.3f}" for x, y in zip(on, off)))
     print(f"ledger_overhead={cpu_on / cpu_off - 1:.3f}")
     return 0

@@ -17,3 +17,16 @@ def test_producer_and_ledger_benchmarks_print_their_ratios(cluster) -> None:
     r = cli("bench", "ledger", "--rounds", "1", "--messages", "1000", "--users", "4", "--run-dir", rd, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert re.search(r"^ledger_overhead=-?\d+\.\d+$", r.stdout.strip().splitlines()[-1]), r.stdout
+    assert re.search(r"^seal after the load: \d+\.\d+ CPU-s per 10k acked \(1,000 records", r.stdout, re.M), r.stdout
+
+
+def test_analyze_benchmark_seals_agrees_with_the_planted_truth_and_prints_its_ratio(tmp_path) -> None:
+    """Small and local only (the standalone variant's cluster is tested in test_analysis.py)."""
+    r = cli("bench", "analyze", "--rows", "20000", "--warmup", "0", "--no-standalone", "--dir", str(tmp_path),
+            timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert re.search(r"^rows +[\d,]+: duckdb .* local\[\*\]: seal +\d+\.\d+s \+ analyze .* µs/row\), .* "
+                     r"driver peak RSS [\d,]+ MiB \| agree=true$", r.stdout, re.M), r.stdout
+    assert re.search(r"^spark_vs_duckdb=\d+\.\d+ rows=\d+ agree=true$", r.stdout.strip().splitlines()[-1]), r.stdout
+    assert "WARN" not in r.stdout + r.stderr  # Spark's own lines go to its log in --dir
+    assert (tmp_path / "spark.log").is_file() and not (tmp_path / "n20000").exists()
