@@ -39,15 +39,18 @@ def test_lines_equal_the_records_serialised(run_id, producer, policy, aid, key, 
     assert tuple(json.loads(line)) == OUTCOME_KEYS  # the schema's field order
 
 
-def test_writer_leaves_exactly_its_records_and_a_killed_one_only_nul_padding(tmp_path) -> None:
+def test_writer_leaves_exactly_its_records_and_a_killed_one_only_nul_padding(tmp_path, monkeypatch) -> None:
     from rmqchaos.ledgers import LedgerWriter, journal_tail, read_ledger
     f = tmp_path / "send-w0-1.jsonl"
+    monkeypatch.setattr(LedgerWriter, "CHUNK", 4096)  # grow (remap) many times
     w = LedgerWriter(f)
-    w.CHUNK = 4096  # grow (remap) many times
     recs = [{"rec": "intent", "key": f"k{i}", "attempt_id": i, "x": "é" * (i % 50)} for i in range(500)]
+    sizes = set()
     for r in recs:
         w.write_through(r)
-    assert f.stat().st_size % 4096 == 0 and f.stat().st_size > w.pos  # before close: the chunk, NUL-padded
+        sizes.add(f.stat().st_size)
+    assert len(sizes) > 10 and all(x % 4096 == 0 for x in sizes)  # grown chunk by chunk
+    assert f.stat().st_size > w.pos  # before close: the last chunk, NUL-padded
     assert journal_tail(f).complete == w.pos and journal_tail(f).torn_offset is None
     assert read_ledger(f).records == recs  # readable while written, up to the last record
     w.close()
