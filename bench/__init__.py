@@ -398,8 +398,8 @@ def cmd_bench_analyze(a: argparse.Namespace) -> int:
         spark.stop()
         if master:
             spark_cluster.down()
-        if not a.keep:
-            shutil.rmtree(base / "warmup", ignore_errors=True)
+        if not a.keep:  # its own temp dir goes whole (an interrupted run leaves GBs of ledgers)
+            shutil.rmtree(base if not a.dir else base / "warmup", ignore_errors=True)
     rows, ratio, sa_ratio, agree = results[-1]
     print(f"spark_vs_duckdb={ratio:.3f} " + (f"standalone_vs_duckdb={sa_ratio:.3f} " if sa_ratio else "")
           + f"rows={rows} agree={str(all(r[3] for r in results)).lower()}")
@@ -440,7 +440,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     an.add_argument("--rows", type=lambda v: [int(x) for x in v.split(",")], default=[1_000_000, 10_000_000, 50_000_000],
                     help="comma-separated numbers of keys (default 1000000,10000000,50000000; each key is "
                          "~3 ledger rows; 50M keys need ~55 GB of disk)")
-    an.add_argument("--dir", help="where to write the synthetic ledgers (default: a temp dir)")
+    an.add_argument("--dir", help="where to write the synthetic ledgers and spark.log (default: a temp dir, "
+                                  "removed at the end unless --keep)")
     an.add_argument("--warmup", type=int, default=200_000,
                     help="keys of an uncounted first round of both engines (default 200000; 0: none)")
     an.add_argument("--keep", action="store_true", help="keep the synthetic ledgers")
