@@ -72,7 +72,8 @@ def test_distributed_mode_two_workers_write_their_own_ledgers(cluster, tmp_path:
 
 
 def test_sigkilled_producer_leaves_intents_and_parsable_ledgers(cluster, tmp_path: Path) -> None:
-    run = load_run(tmp_path, cluster, {"topic": "T_LOAD_KILL", "users": 50, "rate": 3000, "duration": "30s"})
+    # far above what the broker takes, so every user is always mid-send: the kill cannot land between sends
+    run = load_run(tmp_path, cluster, {"topic": "T_LOAD_KILL", "users": 50, "rate": 200_000, "duration": "30s"})
     cluster.create_topics(["T_LOAD_KILL"], 4)
     (run.path / "ledgers").mkdir()
     p = subprocess.Popen([sys.executable, "-m", "loadgen", str(run.path)], cwd=REPO, stderr=subprocess.DEVNULL)
