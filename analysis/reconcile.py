@@ -8,7 +8,6 @@ and per-event aggregates come back. Rules: analysis/rules.py; outputs: docs/anal
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import contextlib
 import os
 import shutil
@@ -23,7 +22,7 @@ from pyspark.sql import functions as F
 
 from analysis import rules, schemas
 from rmqchaos.progress import say
-from rmqchaos.seal import LedgerError, seal  # noqa: F401  (LedgerError: what a malformed ledger raises)
+from rmqchaos.seal import LedgerError, seal_closed  # noqa: F401  (LedgerError: what a malformed ledger raises)
 
 
 NOT_WINDOWS = ("stage", "cluster_up", "check", "restart", "consumer_stop")  # bookkeeping (a fault restart has its own event)
@@ -94,20 +93,11 @@ def _fds_to(log_file: Path) -> Iterator[None]:
 
 # ---------------------------------------------------------------- reading: sealed ledgers only
 
-def seal_all(files: list[Path], warnings: list[str]) -> list[Path]:
+def seal_all(files: list[Path], warnings: list[str], what: str = "send and receive") -> list[Path]:
     """Seal every journal that has no current sealed copy (a crashed writer's, or one sealed before
-    it grew), a few at a time; the sealed paths, in the journals' order. A torn last record is a
-    warning; a malformed record fails with its file and byte offset (rmqchaos/seal.py)."""
-    if not files:
-        return []
-    t0 = time.monotonic()
-    # DuckDB parses each journal on every core; two journals at once cover a slow file's tail
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        done = list(pool.map(seal, files))
-    redone = [x for x in done if x.redone]
-    if redone:
-        say(f"analyze: sealed {len(redone)} journal(s) left unsealed ({sum(x.records for x in redone):,} records, "
-            f"{time.monotonic() - t0:.1f}s)")
+    it grew): the sealed paths, in the journals' order. A torn last record is a warning; a malformed
+    record fails with its file and byte offset (rmqchaos/seal.py)."""
+    done = seal_closed(files, what, strict=True)
     warnings.extend(x.warning for x in done if x.warning)
     return [x.path for x in done]
 
@@ -122,7 +112,7 @@ def _parquet(spark: SparkSession, files: list[Path], schema: Any) -> DataFrame:
 
 def read_receive(spark: SparkSession, files: list[Path], warnings: list[str]) -> DataFrame:
     """The receive ledger's used columns, from the sealed copies of `files` (journals)."""
-    return _parquet(spark, seal_all(files, warnings), schemas.RECEIVE_USED)
+    return _parquet(spark, seal_all(files, warnings, "receive"), schemas.RECEIVE_USED)
 
 
 def read_send(spark: SparkSession, files: list[Path], warnings: list[str]) -> DataFrame:
@@ -130,7 +120,7 @@ def read_send(spark: SparkSession, files: list[Path], warnings: list[str]) -> Da
     its `[PREFIX]`, the error text to its kind), from the sealed copies of `files` (journals). The
     attempt ids are not kept: nothing here pairs records."""
     prefix = F.nullif(F.regexp_extract(F.coalesce("remark", F.lit("")), rules.REMARK_PREFIX_REGEX, 1), F.lit(""))
-    return _parquet(spark, seal_all(files, warnings), schemas.SEND_USED) \
+    return _parquet(spark, seal_all(files, warnings, "send"), schemas.SEND_USED) \
         .select(*STAGED_SEND, prefix.alias("remark_prefix"), error_kind().alias("error_kind"))
 
 

@@ -14,15 +14,19 @@ that grew after its seal, e.g. a consumer restarted, is sealed again).
 """
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rmqchaos.errors import UserError
 from rmqchaos.ledgers import RECEIVE_FIELDS, SEND_FIELDS, journal_tail
+
+if TYPE_CHECKING:  # imported where used: sealing is the only DuckDB user here
+    import duckdb
 
 #: a send record without these cannot be classified; `rec` is one of SEND_RECS
 SEND_REQUIRED = ("rec", "key", "producer_id", "attempt_id")
@@ -71,31 +75,43 @@ def _fields(kind: str) -> tuple[tuple[str, str], ...]:
 def read_seal(journal: Path) -> Sealed | None:
     """The sealed copy's findings if it is current (sealed from the journal as it is now), else None."""
     import duckdb
+    with duckdb.connect() as con:
+        return _current(con, Path(journal))
+
+
+def _current(con: duckdb.DuckDBPyConnection, journal: Path) -> Sealed | None:
+    """read_seal() on an open DuckDB connection (seal() checks and seals on one)."""
+    import duckdb
     pq = sealed_path(journal)
     if not pq.is_file():
         return None
     try:
-        con = duckdb.connect()
         meta = dict(con.execute("SELECT key::VARCHAR, value::VARCHAR FROM parquet_kv_metadata(?)",
                                 [str(pq)]).fetchall())
         row = con.execute("SELECT sum(num_rows) FROM parquet_file_metadata(?)", [str(pq)]).fetchone()
     except duckdb.Error:  # not a whole Parquet file (seal() renames only finished ones): seal again
         return None
-    st = Path(journal).stat()
+    st = journal.stat()
     if (meta.get("rmqchaos_sealed") != "1" or meta.get("journal_bytes") != str(st.st_size)
             or meta.get("journal_mtime_ns") != str(st.st_mtime_ns)):
         return None
     torn = meta.get("torn_offset") or None
-    return Sealed(Path(journal), pq, int(row[0] or 0) if row else 0, int(torn) if torn else None,
+    return Sealed(journal, pq, int(row[0] or 0) if row else 0, int(torn) if torn else None,
                   int(meta.get("torn_bytes") or 0), 0.0, False)
 
 
 def seal(journal: Path, threads: int | None = None) -> Sealed:
     """Seal one closed journal (idempotent). Raises LedgerError on a malformed record."""
+    import duckdb
     journal = Path(journal)
-    current = read_seal(journal)
-    if current is not None:
-        return current
+    with duckdb.connect() as con:  # one connection for the currency check and the seal, closed on every path
+        current = _current(con, journal)
+        if current is not None:
+            return current
+        return _seal(con, journal, threads)
+
+
+def _seal(con: duckdb.DuckDBPyConnection, journal: Path, threads: int | None) -> Sealed:
     import duckdb
     t0 = time.monotonic()
     kind = kind_of(journal)
@@ -105,17 +121,15 @@ def seal(journal: Path, threads: int | None = None) -> Sealed:
     tail = journal_tail(journal)
     torn = tail.torn_offset
     src, tmp_src = journal, None
-    if tail.complete < size:  # a writer that did not close: parse the complete records only (rare path)
-        tmp_src = journal.with_name(f".{journal.name}.complete")
-        with open(journal, "rb") as fi, open(tmp_src, "wb") as fo:
-            _copy_prefix(fi, fo, tail.complete)
-        src = tmp_src
     out = sealed_path(journal)
     tmp = out.with_name(f".{out.name}.tmp")
-    con = duckdb.connect()
     con.execute(f"SET threads = {threads or os.cpu_count() or 1}")
     cols = "{" + ", ".join(f"'{n}': '{_DUCK[t]}'" for n, t in fields) + "}"
     try:
+        if tail.complete < size:  # a writer that did not close: parse the complete records only (rare path)
+            tmp_src = journal.with_name(f".{journal.name}.complete")
+            _copy_prefix(journal, tmp_src, tail.complete)
+            src = tmp_src
         con.execute(f"CREATE TEMP VIEW j AS SELECT * FROM read_json('{_sql_str(src)}', "
                     f"format = 'newline_delimited', columns = {cols}, maximum_object_size = 1048576)")
         torn_bytes = tail.end - tail.complete
@@ -137,7 +151,6 @@ def seal(journal: Path, threads: int | None = None) -> Sealed:
         for f in (tmp, tmp_src):
             if f is not None:
                 f.unlink(missing_ok=True)
-        con.close()
     return Sealed(journal, out, records, torn, torn_bytes, time.monotonic() - t0, True)
 
 
@@ -154,13 +167,26 @@ def _kv(meta: dict[str, str]) -> str:
     return "{" + ", ".join(f"{k}: '{v.replace(chr(39), chr(39) * 2)}'" for k, v in meta.items()) + "}"
 
 
-def _copy_prefix(fi: Any, fo: Any, n: int) -> None:
-    while n > 0:
-        chunk = fi.read(min(n, 1 << 22))
-        if not chunk:
-            break
-        fo.write(chunk)
-        n -= len(chunk)
+def _copy_prefix(src: Path, dst: Path, n: int) -> None:
+    """Write the first `n` bytes of `src` to a new `dst`: never more (a live writer may still append)."""
+    with open(src, "rb", buffering=0) as fi, open(dst, "wb", buffering=0) as fo:
+        fdi, fdo = fi.fileno(), fo.fileno()
+        try:  # in the kernel, no copy through user space
+            while n > 0:
+                k = os.copy_file_range(fdi, fdo, n)
+                if k == 0:  # end of `src`
+                    return
+                n -= k
+        except OSError:  # a filesystem or kernel without it (EXDEV, EINVAL, ENOSYS, ...): the loop below
+            pass  # goes on from the offsets the kernel left (a failed call copies nothing)
+        while n > 0:
+            chunk = os.read(fdi, min(n, 1 << 22))
+            if not chunk:
+                return
+            n -= len(chunk)
+            view = memoryview(chunk)
+            while view:  # os.write may write less than asked
+                view = view[os.write(fdo, view):]
 
 
 def _malformed(journal: Path, fields: tuple[tuple[str, str], ...], complete: int, why: str) -> LedgerError:
@@ -212,17 +238,27 @@ def first_bad_offset(f: Path, fields: tuple[tuple[str, str], ...], required: tup
     return None
 
 
-def seal_closed(journals: list[Path], what: str) -> list[Sealed]:
-    """Seal journals whose writers have closed (the load's producers, a consumer stopped cleanly) and
-    say what it cost. A malformed record is reported, not raised: the journal stays as it is and
-    `analyze` fails on it with the same line."""
+def seal_closed(journals: list[Path], what: str, strict: bool = False) -> list[Sealed]:
+    """Seal `journals` (a closed writer's, or one a crashed writer left unsealed), two at a time, and
+    say what the re-done seals cost; the Sealed of each, in the journals' order.
+
+    strict (the analysis): a malformed record raises its LedgerError (the first, in the journals'
+    order). Otherwise (after the load) it is reported, not raised, and that journal is left out: it
+    stays as it is and `analyze` fails on it with the same line."""
     from rmqchaos.progress import say
-    done, t0 = [], time.monotonic()
-    for j in journals:
-        try:
-            done.append(seal(j))
-        except LedgerError as e:
-            say(f"not sealed: {e}")
+    if not journals:
+        return []
+    done: list[Sealed] = []
+    t0 = time.monotonic()
+    # DuckDB parses each journal on every core; two journals at once cover a slow file's tail
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        for fut in [pool.submit(seal, j) for j in journals]:
+            try:
+                done.append(fut.result())
+            except LedgerError as e:
+                if strict:
+                    raise
+                say(f"not sealed: {e}")
     new = [x for x in done if x.redone]
     if new:
         say(f"sealed {len(new)} {what} ledger(s): {sum(x.records for x in new):,} records, "

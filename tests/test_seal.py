@@ -13,7 +13,9 @@ import duckdb
 import pytest
 
 from rmqchaos.ledgers import LedgerWriter, RECEIVE_KEYS, intent_record, journal_tail, send_ledger_path
-from rmqchaos.seal import LedgerError, read_seal, seal, sealed_path
+from rmqchaos import progress
+from rmqchaos import seal as seal_mod
+from rmqchaos.seal import LedgerError, read_seal, seal, seal_closed, sealed_path
 
 pytestmark = pytest.mark.fast
 
@@ -120,3 +122,81 @@ def test_receive_journal_and_empty_journal(tmp_path: Path) -> None:
     e = tmp_path / "ledgers" / "receive-c1.jsonl"
     e.touch()  # a consumer that never received anything
     assert seal(e).records == 0
+
+
+def _bad(j: Path) -> None:
+    _intents(j, 10)
+    with open(j, "ab") as f:
+        f.write(b'{"rec":"retry","producer_id":"w0-1","attempt_id":7,"key":"k1"}\n')
+
+
+def test_seal_closed_reports_a_malformed_journal_or_raises_when_strict(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    lines: list[str] = []
+    monkeypatch.setattr(progress, "say", lines.append)
+    good = [send_ledger_path(tmp_path, f"w{i}-1") for i in range(3)]
+    for j in good:
+        _intents(j, 100)
+    bad = send_ledger_path(tmp_path, "w9-1")
+    _bad(bad)
+    done = seal_closed([good[0], bad, good[1], good[2]], "send")  # after the load: reported, the rest sealed
+    assert [x.journal for x in done] == good and all(x.redone and x.records == 100 for x in done)
+    assert lines[0].startswith(f"not sealed: {bad}: malformed record at byte ")
+    assert lines[1].startswith("sealed 3 send ledger(s): 300 records, ") and " MB of JSON in " in lines[1]
+    assert not sealed_path(bad).exists()
+    lines.clear()
+    assert [x.redone for x in seal_closed(good, "send")] == [False] * 3 and lines == []  # current: nothing to say
+    with pytest.raises(LedgerError) as e:  # the analysis: the malformed journal fails it
+        seal_closed([good[0], bad], "send", strict=True)
+    assert str(e.value).startswith(f"{bad}: malformed record at byte ")
+    assert seal_closed([], "send", strict=True) == []
+
+
+def test_a_seal_uses_one_connection_and_closes_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    opened: list[duckdb.DuckDBPyConnection] = []
+    connect = duckdb.connect
+
+    def counted(*a: object, **k: object) -> duckdb.DuckDBPyConnection:
+        opened.append(connect(*a, **k))  # type: ignore[arg-type]
+        return opened[-1]
+
+    monkeypatch.setattr(duckdb, "connect", counted)
+    j = send_ledger_path(tmp_path, "w0-1")
+    _intents(j, 10)
+    for redone in (True, False):  # sealed, then current
+        opened.clear()
+        assert seal(j).redone is redone and len(opened) == 1
+        with pytest.raises(duckdb.ConnectionException):
+            opened[0].execute("SELECT 1")
+    opened.clear()
+    _bad(j)
+    with pytest.raises(LedgerError):
+        seal(j)
+    assert len(opened) == 1
+    with pytest.raises(duckdb.ConnectionException):
+        opened[0].execute("SELECT 1")
+
+
+@pytest.mark.parametrize("kernel", ["copy_file_range", "fails at once", "fails midway"])
+def test_copy_prefix_copies_exactly_n_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kernel: str) -> None:
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    data = os.urandom((1 << 22) * 2 + 12345)
+    src.write_bytes(data)
+    real = os.copy_file_range
+    calls = [0]
+
+    def flaky(fi: int, fo: int, n: int) -> int:  # an unsupported filesystem: EXDEV, after some bytes or at once
+        calls[0] += 1
+        if kernel == "fails at once" or calls[0] > 1:
+            raise OSError(18, "Invalid cross-device link")
+        return real(fi, fo, min(n, 1000))
+
+    if kernel != "copy_file_range":
+        monkeypatch.setattr(os, "copy_file_range", flaky)
+    for n in (0, 1, 999, 1000, 1001, (1 << 22) + 7, len(data) - 1, len(data)):
+        calls[0] = 0
+        seal_mod._copy_prefix(src, dst, n)
+        assert dst.read_bytes() == data[:n], n
+    calls[0] = 0
+    seal_mod._copy_prefix(src, dst, len(data) + 10)  # a shorter source: all of it, then stop
+    assert dst.read_bytes() == data
