@@ -87,6 +87,27 @@ def _broker_plan(s: Scenario, b: Broker, node: str, port: int, broker_id: int) -
                     b.jvm or c.broker_defaults.jvm, conf, b.name, broker_id)
 
 
+def jvm_options(p: NodePlan, gc_log: str) -> list[str]:
+    """A node's JVM options beyond heap size, the same for every backend."""
+    j = p.jvm
+    opts = [f"-XX:MaxDirectMemorySize={j.max_direct_memory_mb}m"] if j.max_direct_memory_mb else []
+    if p.is_broker:
+        # as RocketMQ's runbroker.sh: the whole heap is touched (and charged to the broker's memory
+        # domain) at start, so a memory squeeze does not stall the send path on first-touch heap faults
+        opts.append("-XX:+AlwaysPreTouch")
+    return opts + ["-XX:+UseG1GC", "-XX:-OmitStackTraceInFastThrow",
+                   f"-Xlog:gc*:file={gc_log}:time,tags:filecount=2,filesize=10M", *j.options]
+
+
+def main_args(p: NodePlan, conf: str, namesrv_addr: str) -> tuple[str, list[str], dict[str, object]]:
+    """(main class, arguments, extra system properties) that start node `p` with its config file `conf`."""
+    if p.role == "namesrv":
+        return MAIN["namesrv"], ["-c", conf], {}
+    if p.role == "proxy":
+        return MAIN["proxy"], ["-pm", "cluster", "-n", namesrv_addr], {"com.rocketmq.proxy.configPath": conf}
+    return MAIN["broker"], ["-c", conf, "-n", namesrv_addr], {}
+
+
 def _props(conf: dict[str, object]) -> str:
     def v(x: object) -> str:
         return ("true" if x else "false") if isinstance(x, bool) else str(x)

@@ -21,7 +21,7 @@ from cluster.backend import ClusterBackend, Node, NodeMemory, NodeStatus
 from cluster.jvm import classpath, find_java, jvm_command
 from cluster.local import cgroups
 from cluster.local.cgroups import Cgroup
-from cluster.plan import HOST, MAIN, READY_TOPIC, NodePlan, port_in_use, render_config
+from cluster.plan import HOST, READY_TOPIC, NodePlan, jvm_options, main_args, port_in_use, render_config
 from cluster.rmqlog import log_dir
 from rmqchaos import paths
 from rmqchaos.errors import UserError
@@ -284,20 +284,8 @@ class LocalNode(Node):
         conf = self.dir / name
         conf.write_text(text)
         j = self.plan.jvm
-        opts = [f"-XX:MaxDirectMemorySize={j.max_direct_memory_mb}m"] if j.max_direct_memory_mb else []
-        if self.plan.is_broker:
-            # as RocketMQ's runbroker.sh: the whole heap is touched (and charged to the broker's cgroup)
-            # at start, so a memory squeeze does not stall the send path on first-touch heap faults
-            opts.append("-XX:+AlwaysPreTouch")
-        opts += ["-XX:+UseG1GC", "-XX:-OmitStackTraceInFastThrow",
-                 f"-Xlog:gc*:file={self.dir / 'logs' / 'gc.log'}:time,tags:filecount=2,filesize=10M", *j.options]
-        ns = self.c.namesrv_addr
-        if self.role == "namesrv":
-            main, args, props = MAIN["namesrv"], ["-c", str(conf)], {}
-        elif self.role == "proxy":
-            main, args, props = MAIN["proxy"], ["-pm", "cluster", "-n", ns], {"com.rocketmq.proxy.configPath": conf}
-        else:
-            main, args, props = MAIN["broker"], ["-c", str(conf), "-n", ns], {}
+        opts = jvm_options(self.plan, str(self.dir / "logs" / "gc.log"))
+        main, args, props = main_args(self.plan, str(conf), self.c.namesrv_addr)
         return jvm_command(main, args, cp=f"{home / 'lib'}/*", heap_mb=j.heap_mb, java=java, options=opts,
                            user_home=self.dir, rocketmq_home=self.dir,
                            system_properties={**j.system_properties, **props})
