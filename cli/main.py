@@ -7,7 +7,7 @@ import shutil
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pipeline import analyze, check, down, drain, load, report, up
 from pipeline.runs import cluster_run_dir, create_run, load_scenario, open_cluster_run, reap_orphans
@@ -163,6 +163,36 @@ def cmd_validate(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compose(a: argparse.Namespace) -> int:
+    from cluster.compose import render
+    files = render(load_scenario(a.scenario), a.scenario)
+    out = Path(a.out)
+    for rel, text in files.items():
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_text(text)
+        print(out / rel)
+    return 0
+
+
+def cmd_docker(a: argparse.Namespace) -> int:
+    from cluster.container import engine
+
+    def started(st: dict[str, Any]) -> str:
+        return (f"Docker engine {st['server_version']} (API {st['api_version']}, dockerd pid {st['dockerd_pid']}) at "
+                f"{st['docker_host']}, without a bridge; for the docker CLI: export DOCKER_HOST={st['docker_host']}; "
+                "stop it with `rmqchaos docker down`")
+    return _service(a.action, lambda: started(engine.up()), engine.status, engine.down,
+                    "no dockerd started by rmqchaos is running")
+
+
+def cmd_image(a: argparse.Namespace) -> int:
+    from cluster.container import image
+    r = image.build(a.rocketmq_version)
+    print(f"built {r['image']} ({r['id']}, {r['size_mb']} MB) in {r['seconds']} s; "
+          f"run it with `docker compose -f docker-compose.yml up -d` or `cluster.backend: docker`")
+    return 0
+
+
 # ---------------------------------------------------------------- parser
 
 def parser() -> argparse.ArgumentParser:
@@ -258,6 +288,28 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--webui-port", type=int, default=18180,
                     help="up: the master's web UI port; workers use the next ones (default 18180)")
     sp.set_defaults(fn=cmd_spark)
+    co = sub.add_parser("compose", help="render docker-compose.yml and docker/*.conf from a scenario",
+                        description="render: the containerized cluster of SCENARIO, from the same node plan the "
+                                    "local backend starts (host networking, 127.0.0.1 listeners, per-node volumes, "
+                                    "memory limits), written under --out (default: the current directory)")
+    co.add_argument("action", choices=["render"])
+    co.add_argument("scenario")
+    co.add_argument("--out", default=".", help="directory to write docker-compose.yml and docker/ into")
+    co.set_defaults(fn=cmd_compose)
+    dk = sub.add_parser("docker", help="a Docker engine for the container parts: dockerd without a bridge",
+                        description="up: start Debian's dockerd by pid (--bridge=none --iptables=false "
+                                    "--ip6tables=false --ip-masq=false --ip-forward=false; unix socket only; data "
+                                    "under .cache/docker); status; down: stop it by pid. DOCKER_HOST, when set, "
+                                    "names the engine the container parts use instead.")
+    dk.add_argument("action", choices=["up", "status", "down"])
+    dk.set_defaults(fn=cmd_docker)
+    im = sub.add_parser("image", help="build the RocketMQ image offline (Debian JRE + the Maven jars)",
+                        description="build: rmqchaos/rocketmq:VERSION from a debootstrap'd Debian rootfs with "
+                                    "openjdk-17-jre-headless (cached in .cache/image) and the pinned RocketMQ jars, "
+                                    "imported with `docker import`; nothing is pulled")
+    im.add_argument("action", choices=["build"])
+    im.add_argument("--rocketmq-version", help="default: the version pinned in pom.xml")
+    im.set_defaults(fn=cmd_image)
     v = sub.add_parser("validate", help="validate a scenario file")
     v.add_argument("scenario")
     v.add_argument("--resolved", action="store_true", help="print the scenario with every default filled in")
@@ -267,16 +319,25 @@ def parser() -> argparse.ArgumentParser:
 
 def cmd_spark(a: argparse.Namespace) -> int:
     from analysis import spark_cluster as spark
-    if a.action == "up":
+
+    def started() -> str:
         r = spark.up(a.workers, a.cores, a.memory_mb, a.port, a.webui_port)
-        print(f"Spark master {r['master']} with {r['workers_alive']} worker(s), {r['cores']} core(s); web UI "
-              f"{r['web_ui']}; analyze with `rmqchaos analyze RUN_DIR --master {r['master']}`; stop it with "
-              "`rmqchaos spark down`")
-    elif a.action == "status":
-        print(json.dumps(spark.status(), indent=2))
+        return (f"Spark master {r['master']} with {r['workers_alive']} worker(s), {r['cores']} core(s); web UI "
+                f"{r['web_ui']}; analyze with `rmqchaos analyze RUN_DIR --master {r['master']}`; stop it with "
+                "`rmqchaos spark down`")
+    return _service(a.action, started, spark.status, spark.down, "no Spark cluster started by rmqchaos is running")
+
+
+def _service(action: str, up: Callable[[], str], status: Callable[[], dict[str, Any]], down: Callable[[], list[str]],
+             none: str) -> int:
+    """up | status | down of a service the platform starts by pid (Spark, dockerd)."""
+    if action == "up":
+        print(up())
+    elif action == "status":
+        print(json.dumps(status(), indent=2))
     else:
-        done = spark.down()
-        print("\n".join(done) if done else "no Spark cluster started by rmqchaos is running")
+        done = down()
+        print("\n".join(done) if done else none)
     return 0
 
 

@@ -22,10 +22,15 @@ def get_backend(run: RunDir) -> ClusterBackend:
     if kind == "local":
         from cluster.local import LocalCluster
         return LocalCluster(run)
-    raise UserError(f"cluster backend {kind!r} is not available", "use cluster.backend: local")
+    if kind == "docker":
+        from cluster.container import DockerCluster
+        return DockerCluster(run)
+    raise UserError(f"cluster backend {kind!r} is not available", "use cluster.backend: local or docker")
 
 
 def reap_lost_runs() -> list[str]:
     """End what registered runs whose run directory was deleted left running (every backend)."""
+    from cluster.container import reap_lost_containers
     from cluster.local.orphans import reap_lost_runs as local_lost
-    return local_lost()
+    from rmqchaos.rundir import lost_run_ids
+    return reap_lost_containers(lost_run_ids()) + local_lost()  # containers first: local_lost forgets the ids

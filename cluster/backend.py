@@ -140,6 +140,11 @@ class Node(ABC):
     def mark_exited(self, pid: int, how: str) -> None:
         """Record in the run that the node's process ended (by a fault, not by `down`)."""
 
+    def exit_evidence(self, pid: int) -> dict[str, object]:
+        """What the backend itself recorded about how the node's process `pid` ended (after
+        `wait_exit`), e.g. a container engine's OOMKilled; {} where there is nothing beyond the kernel's."""
+        return {}
+
     @property
     @abstractmethod
     def log_file(self) -> Path:

@@ -100,7 +100,7 @@ def _default_brokers() -> list[Broker]:
 
 
 class Cluster(Strict):
-    backend: Literal["local"] = "local"
+    backend: Literal["local", "docker"] = "local"  # docker: `rmqchaos image build` + an engine
     rocketmq_version: str = Field(default_factory=paths.pinned_rocketmq_version)
     name: NodeName = "DefaultCluster"
     namesrv: Namesrv = Namesrv()

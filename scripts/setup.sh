@@ -9,10 +9,11 @@ say() { printf '[setup] %s\n' "$*" >&2; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
 stamp_ok() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }
 
-# --- Debian tools the platform uses (cluster: java, mvn, gcc; noise: fio, redis; netns: ip; report test: chromium) ---
+# --- Debian tools the platform uses (cluster: java, mvn, gcc; noise: fio, redis; netns: ip; report test: chromium;
+#     docker backend: Debian's engine and debootstrap for the offline image) ---
 apt_updated=0
 need_pkgs=()
-for pair in fio:fio redis-server:redis-server ip:iproute2 gcc:gcc mvn:maven java:openjdk-17-jdk-headless javac:openjdk-17-jdk-headless ss:iproute2 pgrep:procps chromium:chromium; do
+for pair in fio:fio redis-server:redis-server ip:iproute2 gcc:gcc mvn:maven java:openjdk-17-jdk-headless javac:openjdk-17-jdk-headless ss:iproute2 pgrep:procps chromium:chromium dockerd:docker.io debootstrap:debootstrap; do
   cmd=${pair%%:*}; pkg=${pair#*:}
   command -v "$cmd" >/dev/null 2>&1 || need_pkgs+=("$pkg")
 done
@@ -23,7 +24,10 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
 fi
 # Debian starts a redis-server service on install; the platform runs its own instances.
-if [ $apt_updated = 1 ] && command -v systemctl >/dev/null 2>&1; then systemctl disable --now redis-server >/dev/null 2>&1 || true; fi
+# Likewise dockerd: the platform starts its own, without a bridge (`rmqchaos docker up`).
+if [ $apt_updated = 1 ] && command -v systemctl >/dev/null 2>&1; then
+  systemctl disable --now redis-server docker.service docker.socket containerd >/dev/null 2>&1 || true
+fi
 
 java_major=$(java -version 2>&1 | awk -F'"' '/version/ {print $2; exit}' | awk -F. '{print ($1 == 1) ? $2 : $1}')
 [ -n "$java_major" ] && [ "$java_major" -ge 11 ] || die "java ${java_major:-missing} found; RocketMQ here needs Java 11+ (apt-get install openjdk-17-jdk-headless)"

@@ -172,3 +172,12 @@ def load_run(tmp: Path, cluster, load: dict, consumers: dict | None = None, name
         (run.path / "cluster" / conf.parent.name).mkdir(parents=True, exist_ok=True)
         shutil.copy(conf, run.path / "cluster" / conf.parent.name / conf.name)
     return run
+
+
+@pytest.fixture(scope="module")
+def spark_session_for_module() -> Iterator:
+    """One local Spark session for a module's several `analyze` runs (each would start its own)."""
+    from analysis.reconcile import spark_session
+    s = spark_session()
+    yield s
+    s.stop()

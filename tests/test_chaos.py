@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import yaml
@@ -77,23 +76,17 @@ def test_bad_fault_settings_fail_before_anything_starts(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- the headline pair
 
-@pytest.fixture(scope="module")
-def spark_session_for_module() -> Iterator:
-    from analysis.reconcile import spark_session
-    s = spark_session()
-    yield s
-    s.stop()
-
-
-def _experiment(tmp: Path, scenario: str, ports: tuple[int, int, int], config: dict | None = None) -> dict:
+def _experiment(tmp: Path, scenario: str, ports: tuple[int, int, int], config: dict | None = None,
+                backend: str = "local") -> dict:
     """One scenario of the pair, shortened for CI, on ports of its own, with `config` over its broker
-    config: broker-a is OOM-killed and restarted 6 s later; returns its summary."""
+    config, on `backend`: broker-a is OOM-killed and restarted 6 s later; returns its summary."""
     from pipeline import analyze, down, up
     from pipeline.runs import create_run, load_scenario
     d = load_scenario(REPO / "scenarios" / scenario).resolved()  # its `extends:` chain merged in
     d["cluster"]["namesrv"] = {"port": ports[0]}
     d["cluster"]["brokers"] = [{"name": "broker-a", "port": ports[1]}, {"name": "broker-b", "port": ports[2]}]
     d["cluster"]["stop_timeout"] = "10s"
+    d["cluster"]["backend"] = backend
     d["cluster"]["broker_defaults"]["config"].update(config or {})
     # a kill takes ~1 s and a restart up to ~16 s until re-registered: room for both in the load
     d["load"].update(duration="36s", rate=800)

