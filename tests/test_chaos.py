@@ -77,7 +77,7 @@ def test_bad_fault_settings_fail_before_anything_starts(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- the headline pair
 
 def _experiment(tmp: Path, scenario: str, ports: tuple[int, int, int], config: dict | None = None,
-                backend: str = "local") -> dict:
+                backend: str = "local", duration: str = "36s") -> dict:
     """One scenario of the pair, shortened for CI, on ports of its own, with `config` over its broker
     config, on `backend`: broker-a is OOM-killed and restarted 6 s later; returns its summary."""
     from pipeline import analyze, down, up
@@ -89,7 +89,7 @@ def _experiment(tmp: Path, scenario: str, ports: tuple[int, int, int], config: d
     d["cluster"]["backend"] = backend
     d["cluster"]["broker_defaults"]["config"].update(config or {})
     # a kill takes ~1 s and a restart up to ~16 s until re-registered: room for both in the load
-    d["load"].update(duration="36s", rate=800)
+    d["load"].update(duration=duration, rate=800)
     d["consumers"] = {"settle": "10s"}
     d["faults"] = [{"id": "oom-broker-a", "kind": "oom_kill", "target": "broker-a", "at": "8s", "restart_after": "6s"}]
     tmp.mkdir(parents=True, exist_ok=True)

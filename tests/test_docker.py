@@ -126,7 +126,7 @@ def test_compose_file_brings_up_a_cluster_the_platforms_clients_use_and_down_lea
                          tmp_path / "cw")
         c.start()
         try:
-            c.wait_drained(expected=2000, idle_s=10, timeout=120)
+            c.wait_drained(expected=2000, idle_s=5, timeout=120)
         finally:
             assert c.stop()["how"] == "terminated"
         assert collections.Counter(d["key"] for d in read_deliveries(tmp_path / "recv.jsonl")) == \
@@ -154,10 +154,12 @@ def test_oom_kill_pair_on_docker_classifies_as_on_local(engine: Any, spark_sessi
     from tests.test_chaos import _experiment
     ports = (28876, 28911, 28921)
     tsp = {"commitCommitLogThoroughInterval": 1000}  # as test_chaos: "nothing lost" would be a finding
-    runs = [_experiment(tmp_path / "on", "oom-tsp-on.yaml", ports, config=tsp, backend="docker")]
+    # a container restarts in ~5 s (a local JVM takes up to ~16 s to re-register): a shorter load suffices
+    kw: dict[str, Any] = {"backend": "docker", "duration": "28s"}
+    runs = [_experiment(tmp_path / "on", "oom-tsp-on.yaml", ports, config=tsp, **kw)]
     if runs[0]["counts"]["lost"] == 0:  # a kill the host stalled lets the commit catch up: a second sample
-        runs.append(_experiment(tmp_path / "on2", "oom-tsp-on.yaml", ports, config=tsp, backend="docker"))
-    off = _experiment(tmp_path / "off", "oom-tsp-off.yaml", ports, backend="docker")
+        runs.append(_experiment(tmp_path / "on2", "oom-tsp-on.yaml", ports, config=tsp, **kw))
+    off = _experiment(tmp_path / "off", "oom-tsp-off.yaml", ports, **kw)
     for s in (*runs, off):
         [kill] = [e for e in s["events"] if e["kind"] == "fault" and e["params"]["fault_kind"] == "oom_kill"]
         ev = kill["params"]["evidence"]
