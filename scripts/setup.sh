@@ -13,6 +13,7 @@ stamp_ok() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }
 #     docker backend: Debian's engine and debootstrap for the offline image) ---
 apt_updated=0
 need_pkgs=()
+PATH=$PATH:/usr/sbin:/sbin  # dockerd and debootstrap live there, off a normal user's PATH
 for pair in fio:fio redis-server:redis-server ip:iproute2 gcc:gcc mvn:maven java:openjdk-17-jdk-headless javac:openjdk-17-jdk-headless ss:iproute2 pgrep:procps chromium:chromium dockerd:docker.io debootstrap:debootstrap; do
   cmd=${pair%%:*}; pkg=${pair#*:}
   command -v "$cmd" >/dev/null 2>&1 || need_pkgs+=("$pkg")
@@ -21,12 +22,22 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
   [ "$(id -u)" = 0 ] || die "missing tools (${need_pkgs[*]}); install them with apt-get as root"
   say "installing Debian packages: ${need_pkgs[*]}"
   DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && apt_updated=1
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+  # No service is started by these installs (policy-rc.d exit 101, unless the host already has a
+  # policy): Debian's docker.io would start a dockerd with its default bridge and NAT rules, and the
+  # platform starts its own engine without them (`rmqchaos docker up`) and its own redis instances.
+  policy=/usr/sbin/policy-rc.d; own_policy=0
+  if [ ! -e $policy ]; then printf '#!/bin/sh\nexit 101\n' > $policy && chmod +x $policy && own_policy=1; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null \
+    || { [ $own_policy = 0 ] || rm -f $policy; die "apt-get install ${need_pkgs[*]} failed"; }
+  [ $own_policy = 0 ] || rm -f $policy
+  # and not at the next boot either: the docker units we just installed stay disabled
+  if [[ " ${need_pkgs[*]} " == *" docker.io "* ]] && command -v systemctl >/dev/null 2>&1; then
+    systemctl disable docker.service docker.socket >/dev/null 2>&1 || true
+  fi
 fi
-# Debian starts a redis-server service on install; the platform runs its own instances.
-# Likewise dockerd: the platform starts its own, without a bridge (`rmqchaos docker up`).
+# Debian enables a redis-server service on install (started at the next boot); the platform runs its own.
 if [ $apt_updated = 1 ] && command -v systemctl >/dev/null 2>&1; then
-  systemctl disable --now redis-server docker.service docker.socket containerd >/dev/null 2>&1 || true
+  systemctl disable --now redis-server >/dev/null 2>&1 || true
 fi
 
 java_major=$(java -version 2>&1 | awk -F'"' '/version/ {print $2; exit}' | awk -F. '{print ($1 == 1) ? $2 : $1}')

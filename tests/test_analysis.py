@@ -161,13 +161,12 @@ def test_store_check_and_self_verifying_bodies_on_the_real_cluster(real_run, clu
     from cluster.store import Store
     from rmqchaos import body
     from rmqchaos.ledgers import intent_record, outcome_record
-    from rmqclient.admin import AdminClient
     from rmqclient.producer import Producer
     d = tmp_path / "ledgers"
     shutil.copytree(real_run.path / "ledgers", d)
     first = json.loads((sorted(d.glob("send-*.jsonl"))[0]).read_text().splitlines()[0])
     k0, pid = first["key"], first["producer_id"]
-    AdminClient(cluster.namesrv_addr).create_topic_everywhere("T_CRAFT", queues=1)
+    cluster.create_topics(["T_CRAFT"], 1)  # waits until it routes to both groups: the consumer must see both queues
     prod = Producer(cluster.namesrv_addr, timeout=10)
     try:
         withheld = prod.send("T_ANALYZE", body.encode("withheld-1", "planted", 1, b"x" * 900, 1024), key="withheld-1")

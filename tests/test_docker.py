@@ -112,11 +112,12 @@ def test_compose_file_brings_up_a_cluster_the_platforms_clients_use_and_down_lea
         assert AdminClient(ns, 10).create_topic_everywhere("T_COMPOSE", queues=4) == ["broker-a", "broker-b"]
         prod = Producer(ns, timeout=10)
         results = send_many(prod, (("T_COMPOSE", b"c" * 256, f"k{i}") for i in range(2000)), concurrency=16)
-        for _ in range(5):  # as test_client: a broker warming up may shed load (code 2, rejected before the append)
-            busy = [r for r in results if r.code == 2]
+        for _ in range(5):  # resent, as nothing was stored: a warming broker's busy answer (code 2, rejected
+            # before the append), or a route lookup that a just-started namesrv did not answer in time (code 105)
+            busy = [r for r in results if r.code == 2 or "(request code 105)" in (r.error or "")]
             if not busy:
                 break
-            results = [r for r in results if r.code != 2] + send_many(
+            results = [r for r in results if r not in busy] + send_many(
                 prod, (("T_COMPOSE", b"c" * 256, r.key) for r in busy), concurrency=4)
         prod.close()
         assert collections.Counter(r.outcome for r in results) == {"ok": 2000}, \
@@ -181,18 +182,43 @@ def test_oom_kill_pair_on_docker_classifies_as_on_local(engine: Any, spark_sessi
     assert off["cluster"]["brokers"]["broker-a"]["transientStorePoolEnable"] == "false"
 
 
-def test_containers_of_a_run_whose_directory_was_deleted_are_removed_by_down_all(engine: Any,
-                                                                               tmp_path: Path) -> None:
+def test_docker_cluster_by_hand_faults_status_loopback_and_a_lost_run_reaped(engine: Any, tmp_path: Path) -> None:
+    """`cluster up|status|pause|resume|kill|restart` on containers; every listener of their JVMs on
+    127.0.0.1; then the run directory is deleted under the running cluster and `down --all` removes
+    the containers by their labels."""
     import shutil
-    d = scenario_dict("orphan", 30976, [30991])
+    d = scenario_dict("by-hand", 30976, [30991])
     d["cluster"]["backend"] = "docker"
-    f = write_scenario(tmp_path / "orphan.yaml", d)
+    f = write_scenario(tmp_path / "by-hand.yaml", d)
     run = tmp_path / "run"
-    r = cli("cluster", "up", "--scenario", str(f), "--run-dir", str(run), timeout=180)
+    rd = ["--run-dir", str(run)]
+
+    def status() -> dict[str, dict]:
+        r = cli("cluster", "status", *rd, "--json")
+        assert r.returncode == 0, r.stderr
+        return {n["name"]: n for n in json.loads(r.stdout)}
+    r = cli("cluster", "up", "--scenario", str(f), *rd, timeout=180)
     assert r.returncode == 0, r.stderr
     run_id = json.loads((run / "state.json").read_text())["run_id"]
     label = {"label": f"rmqchaos.run_id={run_id}"}
     assert sorted(c.labels["rmqchaos.node"] for c in engine.containers.list(filters=label)) == ["broker-a", "namesrv"]
+    st = status()
+    assert {n: (s["state"], s["registered"]) for n, s in st.items()} == \
+           {"namesrv": ("running", None), "broker-a": ("running", True)}
+    pids = {str(s["pid"]) for s in st.values()}
+    listen = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True).stdout.splitlines()
+    ours = [ln.split()[3] for ln in listen if any(f"pid={p}," in ln for p in pids)]
+    assert sorted(a.rsplit(":", 1)[1] for a in ours) == ["30976", "30989", "30991", "30992"], ours
+    assert all(a.startswith("127.0.0.1:") for a in ours), ours  # the HA acceptor too (the image's shim)
+    from cluster import get_backend
+    from rmqchaos.rundir import RunDir
+    backend = get_backend(RunDir.open(run))
+    node = backend.node("broker-a")
+    for act, want in (("pause", "paused"), ("resume", "running"), ("kill", "down"), ("restart", "running")):
+        getattr(node, act)()
+        assert {s.name: s.state for s in backend.status()}["broker-a"] == want, act
+    after = status()["broker-a"]  # and the CLI sees it so
+    assert (after["state"], after["registered"]) == ("running", True) and after["pid"] != st["broker-a"]["pid"]
     shutil.rmtree(run)  # the run's records are gone; the containers' labels still say whose they are
     r = cli("cluster", "down", "--all", timeout=180)
     assert r.returncode == 0, r.stderr

@@ -22,6 +22,9 @@ class JvmOom(FaultKind):
 
     @classmethod
     def check(cls, params: Any, fault: Fault, scenario: Scenario) -> list[tuple[tuple[Any, ...], str]]:
+        if scenario.cluster.backend == "docker":  # the agent jar is a host path the container cannot open
+            return [(("kind",), "jvm_oom is not available on the docker backend yet; use oom_kill, or "
+                                "cluster.backend: local")]
         if fault.target not in [b.name for b in scenario.cluster.brokers]:
             return []
         b = scenario.cluster.broker(fault.target)

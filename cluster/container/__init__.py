@@ -29,7 +29,7 @@ from cluster.local import CgroupMemory, LocalCluster, LocalNode, reap
 from cluster.local.cgroups import Cgroup
 from cluster.plan import port_in_use
 from rmqchaos.errors import UserError
-from rmqchaos.procs import wait_gone
+from rmqchaos.procs import send, starttime, wait_gone
 from rmqchaos.rundir import RunDir
 from rmqchaos.wait import poll_until
 
@@ -43,6 +43,22 @@ def _java_pid(init_pid: int) -> int | None:
     except OSError:
         return None
     return int(kids[0]) if kids else None
+
+
+def _cgroup_rel(pid: int) -> str | None:
+    """A process's cgroup path (the memory controller's on v1, the unified one on v2), without the leading /."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    unified = None
+    for ln in lines:
+        _, ctrls, path = ln.split(":", 2)
+        if "memory" in ctrls.split(","):
+            return path.lstrip("/") or None
+        if ctrls == "":
+            unified = path.lstrip("/") or None
+    return unified
 
 
 class ContainerMemory(CgroupMemory):
@@ -109,8 +125,12 @@ class DockerNode(LocalNode):
 
     @property
     def cgroup(self) -> Cgroup:  # type: ignore[override]
-        c = self.container()
-        return Cgroup(f"docker/{c.id}") if c is not None else Cgroup(f"docker/none-{self.container_name}")
+        """The container's cgroup as the kernel names it for its init (cgroupfs driver: docker/<id>;
+        systemd driver: system.slice/docker-<id>.scope), read while it runs."""
+        st = self._state()
+        rel = _cgroup_rel(st["Pid"]) if st.get("Running") and st.get("Pid") else None
+        c = self.container() if rel is None else None
+        return Cgroup(rel or (f"docker/{c.id}" if c is not None else f"docker/none-{self.container_name}"))
 
     @cgroup.setter
     def cgroup(self, _: Cgroup) -> None:  # LocalNode.__init__ sets its own; a container has docker's
@@ -139,12 +159,13 @@ class DockerNode(LocalNode):
             return
         cmd = self.command("java", Path(rocketmq_home(self.c.scenario.cluster.rocketmq_version)))
         mb = self.mem_limit_mb
-        self.c.client.containers.run(
+        # create + start rather than run(): run() pulls a missing image, and nothing is ever pulled here
+        self.c.client.containers.create(
             image_tag(self.c.scenario.cluster.rocketmq_version), cmd, name=self.container_name, detach=True,
             network_mode="host", init=True, stop_signal="SIGTERM", mem_limit=f"{mb}m", memswap_limit=f"{mb}m",
             working_dir=str(self.dir), environment={"ROCKETMQ_HOME": str(self.dir)},
             volumes={str(self.dir): {"bind": str(self.dir), "mode": "rw"}},
-            labels={LABEL_RUN: self.c.run.run_id, LABEL_DIR: str(self.c.run.path), LABEL_NODE: self.name})
+            labels={LABEL_RUN: self.c.run.run_id, LABEL_DIR: str(self.c.run.path), LABEL_NODE: self.name}).start()
 
     def save_logs(self) -> None:
         """The container's stdout/stderr into the node's stdout.log (where `local` writes it)."""
@@ -157,14 +178,12 @@ class DockerNode(LocalNode):
         if c is None or pid is None:
             raise UserError(f"{self.name} is not running", "start or restart it first")
         if sig == signal.SIGKILL:
-            c.kill(signal="SIGKILL")  # tini, PID 1: the kernel ends everything in the container
-            if self._state().get("Paused"):
-                c.unpause()
+            c.kill(signal="SIGKILL")  # tini, PID 1: the kernel ends everything in the container (paused too)
             wait_gone([(pid, None)], 10)
             poll_until(lambda: not any(port_in_use(p) for p in self.plan.ports), 5, f"{self.name}'s ports",
                        interval=0.02, raise_on_timeout=False)
-        else:
-            c.kill(signal=signal.Signals(sig).name)  # tini forwards it to the JVM
+        else:  # to the JVM itself, as `local` does (tini would take SIGSTOP/SIGCONT for itself)
+            send(pid, starttime(pid), sig)
 
     def pause(self) -> None:
         c = self.container()
@@ -200,6 +219,7 @@ class DockerNode(LocalNode):
             return "not-started"
         st = c.attrs.get("State", {})
         if not st.get("Running"):
+            self.save_logs()
             return "already-exited"
         if st.get("Paused"):
             c.unpause()
@@ -221,6 +241,16 @@ class DockerCluster(LocalCluster):
         if self._client is None:
             self._client = engine.client()
         return self._client
+
+    def _fail(self, node: str, waited_for: str) -> Any:
+        self.node(node).save_logs()  # the container's stdout is where a JVM that cannot start says why
+        return super()._fail(node, waited_for)
+
+    def _check_alive(self, names: list[str], waited_for: str) -> None:
+        for n in names:
+            if not self.node(n).running():
+                self.node(n).save_logs()
+        super()._check_alive(names, waited_for)
 
     def node(self, name: str) -> DockerNode:
         if name not in self.plans:
@@ -249,17 +279,24 @@ class DockerCluster(LocalCluster):
         done: list[str] = []
         try:
             client = self.client
-        except UserError:
-            client = None  # no engine: nothing of ours can be running in one; still reap the clients
-        if client is not None:
+        except UserError as e:  # the clients are still ours to end; the run stays registered for a later down
+            reap(self.run, grace=self.scenario.cluster.stop_timeout)
+            self.run.register()
+            raise UserError(f"cannot remove this run's containers: {e.message}", e.hint) from None
+        if client is not None:  # always: the engine answered
             conts = self.containers()
 
             final: dict[str, dict[str, object]] = {}
 
             def stop(c: Any) -> str:
                 n = c.labels.get(LABEL_NODE, "")
-                how = self.node(n).stop() if n in self.plans else "not ours to stop gently"
-                c.reload()
+                try:
+                    how = self.node(n).stop() if n in self.plans else "not ours to stop gently"
+                    c.reload()
+                except Exception as e:  # one container's trouble must not keep the others (or reap) from running
+                    how = f"stop failed: {e}; removed by force"
+                    c.remove(force=True)
+                    return f"removed container {c.name} ({how})"
                 st = c.attrs.get("State", {})
                 final[n] = {"container": c.name, "how": how, "exit_code": st.get("ExitCode"),
                             "oom_killed": st.get("OOMKilled"), "finished_at": st.get("FinishedAt"),
@@ -290,8 +327,8 @@ class DockerCluster(LocalCluster):
                 registered=n.plan.listed_in(reg) if (n.plan.is_broker and reg is not None) else None,
                 memory_bytes=n.cgroup.memory_usage() if pid else None, log_file=str(n.log_file),
                 broker_name=n.plan.broker_name,
-                extra={"container": n.container_name, "image": c.image.tags[0] if c is not None and c.image.tags
-                       else None, "oom_killed": st.get("OOMKilled"), "exit_code": st.get("ExitCode"),
+                extra={"container": n.container_name, "image": c.attrs.get("Config", {}).get("Image") if c else None,
+                       "oom_killed": st.get("OOMKilled"), "exit_code": st.get("ExitCode"),
                        "store_dir": str(n.dir / "store") if n.plan.is_broker else None}))
         return out
 

@@ -70,11 +70,11 @@ def up(timeout: float = 60) -> dict[str, Any]:
     """Start dockerd (idempotent: an engine already started here is kept); returns status()."""
     if started_here():
         return status()
+    if os.geteuid() != 0:
+        raise UserError("dockerd needs root", "run `rmqchaos docker up` as root, or point DOCKER_HOST at an engine")
     dockerd = shutil.which("dockerd") or shutil.which("dockerd", path="/usr/sbin:/usr/local/sbin")  # root's PATH
     if not dockerd or not shutil.which("docker-init"):
         raise UserError("dockerd is not installed", "apt-get install docker.io (Debian's Docker engine)")
-    if os.geteuid() != 0:
-        raise UserError("dockerd needs root", "run `rmqchaos docker up` as root, or point DOCKER_HOST at an engine")
     h = home()
     for d in ("data", "exec"):
         (h / d).mkdir(parents=True, exist_ok=True)
@@ -82,7 +82,8 @@ def up(timeout: float = 60) -> dict[str, Any]:
     if len(str(h / "exec" / "containerd" / "containerd.sock.ttrpc")) > 100:  # unix socket paths max 107 bytes
         raise UserError(f"{h} is too deep a path for dockerd's sockets", "use a checkout with a shorter path")
     cmd = [dockerd, "-H", f"unix://{sock}", "--data-root", str(h / "data"), "--exec-root", str(h / "exec"),
-           "--pidfile", str(h / "dockerd.pid"), "--storage-driver", "overlay2", *SAFE_FLAGS]
+           "--pidfile", str(h / "dockerd.pid"), "--storage-driver", "overlay2",
+           "--exec-opt", "native.cgroupdriver=cgroupfs", *SAFE_FLAGS]  # cgroups named docker/<id>, no systemd
     proc = spawn(cmd, cwd=h, env={k: v for k, v in os.environ.items() if k != "DOCKER_HOST"},
                  log_file=h / "dockerd.log", new_session=True)
     record_spawn(_log(), "dockerd", proc, cmd)
