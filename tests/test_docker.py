@@ -81,7 +81,7 @@ def engine() -> Iterator[Any]:
     finally:
         if ours:
             eng.down()
-            assert eng.started_here() is None
+            assert eng.started_here() is None and eng.mounts() == []  # nothing left behind, not even a mount
 
 
 def test_compose_file_brings_up_a_cluster_the_platforms_clients_use_and_down_leaves_nothing(engine: Any,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -118,11 +119,23 @@ def status() -> dict[str, Any]:
             "api_version": info.get("ApiVersion"), "dockerd_pid": started_here(), "log": str(home() / "dockerd.log")}
 
 
+def mounts() -> list[str]:
+    """Mount points under the engine's directories (dockerd bind-mounts exec/netns/default)."""
+    with open("/proc/self/mountinfo") as f:
+        points = [ln.split()[4] for ln in f]
+    return [p for p in points if p.startswith(str(home()) + "/")]
+
+
 def down() -> list[str]:
-    """Stop the dockerd started here, by pid (SIGTERM, then SIGKILL); its containers stop with it."""
+    """Stop the dockerd started here, by pid (SIGTERM, then SIGKILL); its containers stop with it.
+    Then the mounts it leaves behind (its default network namespace's) are unmounted."""
     done = []
     for name, (pid, st) in _log().running().items():
         how = stop_pid(pid, st, 30)
         _log().record_exit(name, pid, how)
         done.append(f"{name} pid {pid}: {how}")
+    if started_here() is None:
+        for m in sorted(mounts(), reverse=True):
+            r = subprocess.run(["umount", m], capture_output=True, text=True, timeout=30)
+            done.append(f"unmounted {m}" if r.returncode == 0 else f"could not unmount {m}: {r.stderr.strip()}")
     return done
