@@ -27,7 +27,6 @@ from cluster.compose import container_plans, image_tag, rocketmq_home
 from cluster.container import engine
 from cluster.local import CgroupMemory, LocalCluster, LocalNode, reap
 from cluster.local.cgroups import Cgroup
-from cluster.plan import port_in_use
 from rmqchaos.errors import UserError
 from rmqchaos.procs import send, starttime, wait_gone
 from rmqchaos.rundir import RunDir
@@ -110,7 +109,6 @@ class DockerNode(LocalNode):
         self.c: DockerCluster = cluster
         self.container_name = f"rmqchaos-{cluster.run.run_id}-{plan.name}"
         self.mem_limit_mb = cluster.container_plans[plan.name].mem_limit_mb
-        self._cg: Cgroup | None = None
 
     def container(self) -> Any | None:
         import docker
@@ -180,8 +178,7 @@ class DockerNode(LocalNode):
         if sig == signal.SIGKILL:
             c.kill(signal="SIGKILL")  # tini, PID 1: the kernel ends everything in the container (paused too)
             wait_gone([(pid, None)], 10)
-            poll_until(lambda: not any(port_in_use(p) for p in self.plan.ports), 5, f"{self.name}'s ports",
-                       interval=0.02, raise_on_timeout=False)
+            self.wait_ports_closed()
         else:  # to the JVM itself, as `local` does (tini would take SIGSTOP/SIGCONT for itself)
             send(pid, starttime(pid), sig)
 
@@ -278,39 +275,37 @@ class DockerCluster(LocalCluster):
     def down(self) -> list[str]:
         done: list[str] = []
         try:
-            client = self.client
+            _ = self.client
         except UserError as e:  # the clients are still ours to end; the run stays registered for a later down
             reap(self.run, grace=self.scenario.cluster.stop_timeout)
             self.run.register()
             raise UserError(f"cannot remove this run's containers: {e.message}", e.hint) from None
-        if client is not None:  # always: the engine answered
-            conts = self.containers()
+        conts = self.containers()
+        final: dict[str, dict[str, object]] = {}
 
-            final: dict[str, dict[str, object]] = {}
-
-            def stop(c: Any) -> str:
-                n = c.labels.get(LABEL_NODE, "")
-                try:
-                    how = self.node(n).stop() if n in self.plans else "not ours to stop gently"
-                    c.reload()
-                except Exception as e:  # one container's trouble must not keep the others (or reap) from running
-                    how = f"stop failed: {e}; removed by force"
-                    c.remove(force=True)
-                    return f"removed container {c.name} ({how})"
-                st = c.attrs.get("State", {})
-                final[n] = {"container": c.name, "how": how, "exit_code": st.get("ExitCode"),
-                            "oom_killed": st.get("OOMKilled"), "finished_at": st.get("FinishedAt"),
-                            "memory_limit": c.attrs.get("HostConfig", {}).get("Memory")}
+        def stop(c: Any) -> str:
+            n = c.labels.get(LABEL_NODE, "")
+            try:
+                how = self.node(n).stop() if n in self.plans else "not ours to stop gently"
+                c.reload()
+            except Exception as e:  # one container's trouble must not keep the others (or reap) from running
+                how = f"stop failed: {e}; removed by force"
                 c.remove(force=True)
                 return f"removed container {c.name} ({how})"
-            # brokers together (each takes its stop_timeout at worst), then namesrv: brokers unregister cleanly
-            for group in ([c for c in conts if c.labels.get(LABEL_NODE) != "namesrv"],
-                          [c for c in conts if c.labels.get(LABEL_NODE) == "namesrv"]):
-                with ThreadPoolExecutor(max_workers=max(1, len(group))) as pool:
-                    done += list(pool.map(stop, group))
-            if final:  # what the engine said about each container's last life, for people and tests
-                f = self.run.node_dir("namesrv").parent / "containers.json"
-                f.write_text(json.dumps(final, indent=2, sort_keys=True) + "\n")
+            st = c.attrs.get("State", {})
+            final[n] = {"container": c.name, "how": how, "exit_code": st.get("ExitCode"),
+                        "oom_killed": st.get("OOMKilled"), "finished_at": st.get("FinishedAt"),
+                        "memory_limit": c.attrs.get("HostConfig", {}).get("Memory")}
+            c.remove(force=True)
+            return f"removed container {c.name} ({how})"
+        # brokers together (each takes its stop_timeout at worst), then namesrv: brokers unregister cleanly
+        for group in ([c for c in conts if c.labels.get(LABEL_NODE) != "namesrv"],
+                      [c for c in conts if c.labels.get(LABEL_NODE) == "namesrv"]):
+            with ThreadPoolExecutor(max_workers=max(1, len(group))) as pool:
+                done += list(pool.map(stop, group))
+        if final:  # what the engine said about each container's last life, for people and tests
+            f = self.run.node_dir("namesrv").parent / "containers.json"
+            f.write_text(json.dumps(final, indent=2, sort_keys=True) + "\n")
         return done + reap(self.run, grace=self.scenario.cluster.stop_timeout)
 
     def status(self) -> list[NodeStatus]:

@@ -18,7 +18,7 @@ from typing import Mapping, Sequence
 
 from cluster import tools
 from cluster.backend import ClusterBackend, Node, NodeMemory, NodeStatus
-from cluster.jvm import classpath, find_java, jvm_command
+from cluster.jvm import find_java, jvm_command
 from cluster.local import cgroups
 from cluster.local.cgroups import Cgroup
 from cluster.plan import HOST, READY_TOPIC, NodePlan, jvm_options, main_args, port_in_use, render_config
@@ -332,10 +332,13 @@ class LocalNode(Node):
         if sig == signal.SIGKILL:
             wait_gone([(r.pid, r.starttime)], 10)
             self.c.run.processes.record_exit(self.name, r.pid, "SIGKILL")
-            # Reaped is not yet closed: the kernel may release the listeners a moment later, and a
-            # client connecting in between is accepted and then reset. Return once the node is down.
-            poll_until(lambda: not any(port_in_use(p) for p in self.plan.ports), 5, f"{self.name}'s ports",
-                       interval=0.02, raise_on_timeout=False)
+            self.wait_ports_closed()
+
+    def wait_ports_closed(self) -> None:
+        """After a SIGKILL: reaped is not yet closed. The kernel may release the listeners a moment
+        later, and a client connecting in between is accepted and then reset. Return once they are gone."""
+        poll_until(lambda: not any(port_in_use(p) for p in self.plan.ports), 5, f"{self.name}'s ports",
+                   interval=0.02, raise_on_timeout=False)
 
     def pause(self) -> None:
         if not self.running():
