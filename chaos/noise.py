@@ -2,20 +2,21 @@
 
 A noise occurrence runs for `duration` (default: until the load ends) on the disk of the run
 directory (the broker's store is there), writes only under <run>/noise/<occurrence>/, starts its
-processes through the backend's spawn helper (recorded in processes.jsonl, so `down` ends them if we
-die) and ends them by PID at stop. Its evidence is what its own programs report plus the device's
+programs through the backend (`spawn_neighbour`: host processes recorded in processes.jsonl, or
+containers on the brokers' volume labelled with the run, so `down` ends them if we die) and ends
+them at stop. Its evidence is what its own programs report plus the device's
 counters from /proc/diskstats over the occurrence: writes, bytes, flushes (fsyncs).
 """
 from __future__ import annotations
 
 import shutil
-import subprocess
 import time
 from abc import abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
 from chaos.protocol import FaultError, FaultKind, Lasting, lasting_span
+from cluster.backend import Neighbour
 from rmqchaos import diskstats
 from rmqchaos.spec import Fault, Scenario
 
@@ -35,10 +36,26 @@ class NoiseKind(FaultKind):
 
     @classmethod
     def check(cls, params: Any, fault: Fault, scenario: Scenario) -> list[tuple[tuple[Any, ...], str]]:
+        if scenario.cluster.backend == "docker":  # its programs run in containers of the platform's image
+            return []
         missing = [p for p in cls.programs if shutil.which(p) is None]
         if missing:
             return [((), f"a {cls.name} fault needs {', '.join(missing)} on PATH: {cls.install_hint}")]
         return []
+
+    @classmethod
+    def compose_services(cls, params: Any, image: str, volume: str, root: str,
+                         bound_s: int) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+        """The same noise as compose services (profile `noise`) of `image`, writing under `root` on
+        the named `volume` (a broker's store volume: the brokers' disk): ({service: definition},
+        {relative path: file text}). Bounded to `bound_s` seconds like an occurrence."""
+        return {}, {}
+
+    @staticmethod
+    def compose_service(image: str, volume: str, root: str, command: list[str], **extra: Any) -> dict[str, Any]:
+        return {"image": image, "pull_policy": "never", "network_mode": "host", "init": True, "profiles": ["noise"],
+                "labels": {"rmqchaos.role": "noise"}, "volumes": [f"{volume}:{root}", *extra.pop("volumes", [])],
+                "command": command, **extra}
 
     @property
     def dir(self) -> Path:
@@ -49,24 +66,13 @@ class NoiseKind(FaultKind):
         load = self.ctx.run.scenario().load
         return (self.params.duration or (load.duration if load else 60.0)) + 30  # type: ignore[attr-defined]
 
-    def spawn(self, tag: str, cmd: Sequence[str], log: Path) -> subprocess.Popen:
-        return self.ctx.cluster.spawn_client(f"noise-{self.occurrence}-{tag}", cmd, cwd=self.dir, log_file=log)
-
-    def end(self, tag: str, p: subprocess.Popen, sig: int, grace: float = 10.0) -> str:
-        """End one of ours by PID (`sig`, SIGKILL after `grace`); record how in processes.jsonl."""
-        how = "exited"
-        if p.poll() is None:
-            p.send_signal(sig)
-            try:
-                p.wait(grace)
-                how = "stopped"
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-                how = "killed"
-        # beside its start record, which the backend's spawn helper writes to the cluster's run
-        self.ctx.cluster.run.processes.record_exit(f"noise-{self.occurrence}-{tag}", p.pid, how)
-        return how
+    def spawn(self, tag: str, cmd: Sequence[str], log: Path, beside: bool = True) -> Neighbour:
+        """`beside`: a noise program, on the cluster's host and disk as the backend places it (a host
+        process, or a container on the brokers' volume); else a client process of the run (a driver)."""
+        name, c = f"noise-{self.occurrence}-{tag}", self.ctx.cluster
+        if beside:
+            return c.spawn_neighbour(name, cmd, cwd=self.dir, log_file=log)
+        return c.client_neighbour(name, c.spawn_client(name, cmd, cwd=self.dir, log_file=log))
 
     # ------------------------------------------------------------ one occurrence
     def start(self) -> None:

@@ -164,8 +164,8 @@ def cmd_validate(a: argparse.Namespace) -> int:
 
 
 def cmd_compose(a: argparse.Namespace) -> int:
-    from cluster.compose import render
-    files = render(load_scenario(a.scenario), a.scenario)
+    from pipeline.compose import render
+    files = render(a.scenario)
     out = Path(a.out)
     for rel, text in files.items():
         (out / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ from cluster.plan import NodePlan, plan
 from cluster.tools import ToolResult
 from rmqchaos import paths
 from rmqchaos.errors import UserError
+from rmqchaos.procs import starttime, stop as stop_pid
 from rmqchaos.rundir import RunDir
 from rmqchaos.spec import Scenario
 from rmqchaos.wait import poll_until
@@ -156,6 +157,38 @@ class Node(ABC):
         """The node's stdout/stderr, inside the run directory."""
 
 
+class Neighbour(ABC):
+    """A program beside the cluster on its host and disk (noise: redis-server, fio), started by
+    `ClusterBackend.spawn_neighbour`, or a client process of the run wrapped by `client_neighbour`."""
+
+    name: str
+
+    @abstractmethod
+    def running(self) -> bool: ...
+
+    @abstractmethod
+    def end(self, sig: int, grace: float) -> str:
+        """`sig`, SIGKILL after `grace`; the end recorded in the run. Returns how it ended
+        (already-exited | terminated | killed)."""
+
+
+class ProcNeighbour(Neighbour):
+    """A host process of the run (recorded in processes.jsonl by the spawn that started it)."""
+
+    def __init__(self, run: RunDir, name: str, proc: subprocess.Popen) -> None:
+        self.run, self.name, self.proc = run, name, proc
+        self.start = starttime(proc.pid)
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def end(self, sig: int, grace: float) -> str:
+        how = stop_pid(self.proc.pid, self.start, grace, sig) if self.proc.poll() is None else "already-exited"
+        self.proc.wait()
+        self.run.processes.record_exit(self.name, self.proc.pid, how)
+        return how
+
+
 class ClusterBackend(ABC):
     """One cluster of one run. Backend-neutral helpers (admin calls, topics, routes) live here."""
 
@@ -191,6 +224,16 @@ class ClusterBackend(ABC):
         """Start a client-side process of this run (consumer, load process), recorded so `down`
         reaps it; it dies with the calling thread's process (PDEATHSIG) unless `outlive` (a consumer
         of a detached run, which a later task drains and stops)."""
+
+    def spawn_neighbour(self, name: str, cmd: Sequence[str], *, cwd: Path, log_file: Path) -> Neighbour:
+        """A program that shares the cluster's host and disk (noise), writing only under `cwd` (inside
+        the run directory, on the brokers' disk): a host process here; a container on the same
+        volume in a container backend. Ended by its `end`, and by `down` if we die."""
+        return self.client_neighbour(name, self.spawn_client(name, cmd, cwd=cwd, log_file=log_file))
+
+    def client_neighbour(self, name: str, proc: subprocess.Popen) -> Neighbour:
+        """A client process `spawn_client` started, ended the same way as a neighbour."""
+        return ProcNeighbour(self.run, name, proc)
 
     @abstractmethod
     def run_tool(self, main: str, args: list[str], timeout: float, workdir: Path) -> ToolResult:

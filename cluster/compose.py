@@ -76,14 +76,18 @@ HEADER = """\
 # --iptables=false --ip6tables=false --ip-masq=false --ip-forward=false):
 #   rmqchaos image build                  # the image, built offline from Debian's JRE + the Maven jars
 #   docker compose -f docker-compose.yml up -d && docker compose -f docker-compose.yml down -v
+# With the disk noise beside the brokers (Redis with appendfsync always, an Elasticsearch-like fio
+# profile) on broker-a's store volume: docker compose -f docker-compose.yml --profile noise up -d
 # ROCKETMQ_IMAGE=... picks another image with `java` (11+) on PATH and RocketMQ's jars in
-# {home}/lib (the official image's layout).
+# {home}/lib (the official image's layout); NOISE_IMAGE=... one with redis-server, fio and python3.
 # Host networking only; every listener is on 127.0.0.1; stores and logs are per-node volumes.
 """
 
 
-def render(s: Scenario, source: str) -> dict[str, str]:
-    """{relative path: text}: docker-compose.yml and docker/<node>.<ext> for scenario `s`."""
+def render(s: Scenario, source: str, extra_services: dict[str, dict[str, object]] | None = None,
+           extra_files: dict[str, str] | None = None) -> dict[str, str]:
+    """{relative path: text}: docker-compose.yml and docker/<node>.<ext> for scenario `s`, plus
+    services and files from above (the noise, pipeline/compose.py) that use the nodes' volumes."""
     version = s.cluster.rocketmq_version
     services: dict[str, object] = {}
     volumes: dict[str, None] = {}
@@ -110,6 +114,8 @@ def render(s: Scenario, source: str) -> dict[str, str]:
         services[p.name] = svc
         volumes.update({v: None for v in c.volumes})
         files[f"docker/{c.conf_name}"] = c.conf_text
+    services.update(extra_services or {})
+    files.update(extra_files or {})
     doc = {"services": services, "volumes": volumes}
     head = HEADER.format(source=source, home=rocketmq_home(version))
     files["docker-compose.yml"] = head + yaml.safe_dump(doc, sort_keys=False, width=120, default_flow_style=False)

@@ -207,13 +207,14 @@ def send(pid: int, start: int | None, sig: int) -> bool:
         return False
 
 
-def stop(pid: int, start: int | None, grace: float) -> str:
-    """SIGTERM (RocketMQ's shutdown hooks persist offsets and configs), then SIGKILL after `grace`."""
+def stop(pid: int, start: int | None, grace: float, sig: int = signal.SIGTERM) -> str:
+    """SIGTERM (RocketMQ's shutdown hooks persist offsets and configs; `sig` for a program that ends
+    cleanly on another, e.g. fio on SIGINT), then SIGKILL after `grace`."""
     if not alive(pid, start):
         return "already-exited"
     if state_char(pid) == "T":  # stopped by SIGSTOP: SIGTERM would wait forever
         send(pid, start, signal.SIGCONT)
-    send(pid, start, signal.SIGTERM)
+    send(pid, start, sig)
     if wait_gone([(pid, start)], grace):
         return "terminated"
     send(pid, start, signal.SIGKILL)

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from cluster.compose import image_tag, render
+from rmqchaos.errors import UserError
 from rmqchaos.spec import load_scenario
 from tests.conftest import REPO, cli, scenario_dict, write_scenario
 
@@ -22,7 +23,8 @@ COMPOSE = str(Path(sys.executable).parent / "docker-compose")  # pinned Compose 
 
 @pytest.mark.fast
 def test_committed_compose_file_is_the_rendering_of_the_default_scenario() -> None:
-    files = render(load_scenario(REPO / "scenarios" / "smoke.yaml"), "scenarios/smoke.yaml")
+    from pipeline.compose import render
+    files = render("scenarios/smoke.yaml")
     for rel, text in files.items():
         assert (REPO / rel).read_text() == text, f"{rel} drifted: run `rmqchaos compose render scenarios/smoke.yaml`"
     rendered = sorted(r.removeprefix("docker/") for r in files if r.startswith("docker/"))
@@ -33,12 +35,22 @@ def test_committed_compose_file_is_the_rendering_of_the_default_scenario() -> No
 def test_compose_file_is_host_network_only_on_loopback_with_hard_memory_limits() -> None:
     doc = yaml.safe_load((REPO / "docker-compose.yml").read_text())
     assert "networks" not in doc
+    nodes = {n: s for n, s in doc["services"].items() if "noise" not in s.get("profiles", [])}
     for name, svc in doc["services"].items():
         assert (svc["network_mode"], svc["pull_policy"], svc["init"]) == ("host", "never", True), name
-        assert svc["mem_limit"] == svc["memswap_limit"] and "ports" not in svc and "networks" not in svc, name
+        assert "ports" not in svc and "networks" not in svc, name
+    for name, svc in nodes.items():
+        assert svc["mem_limit"] == svc["memswap_limit"], name
         conf = (REPO / svc["volumes"][0].split(":")[0]).read_text()
         assert "bindAddress=127.0.0.1" in conf, name
-    brokers = {n: s for n, s in doc["services"].items() if n != "namesrv"}
+    # the noise (profile noise: not started by a plain `up`) on broker-a's store volume, on loopback
+    noise = {n: s for n, s in doc["services"].items() if n not in nodes}
+    assert sorted(noise) == sorted(["es-noise-0", "es-noise-1", "es-noise-2", "redis-noise-driver",
+                                    *(f"redis-noise-{p}" for p in range(16379, 16387))])
+    assert {s["volumes"][0] for s in noise.values()} == {"broker-a-store:/home/rocketmq/store"}
+    assert all("--bind 127.0.0.1" in s["command"][-1] and "--appendfsync always" in s["command"][-1]
+               for n, s in noise.items() if n.startswith("redis-noise-1"))
+    brokers = {n: s for n, s in nodes.items() if n != "namesrv"}
     assert {n: [v.split(":")[1] for v in s["volumes"][1:]] for n, s in brokers.items()} == \
            {n: ["/home/rocketmq/store", "/home/rocketmq/logs"] for n in ("broker-a", "broker-b")}
     assert set(doc["volumes"]) == {"namesrv-logs", "broker-a-store", "broker-a-logs", "broker-b-store", "broker-b-logs"}
@@ -72,8 +84,9 @@ def engine() -> Iterator[Any]:
     try:
         c = eng.client()
         try:
-            c.images.get(image_tag(load_scenario(REPO / "scenarios" / "smoke.yaml").cluster.rocketmq_version))
-        except docker.errors.ImageNotFound:
+            image.check_current(c.images.get(image_tag(load_scenario(REPO / "scenarios" / "smoke.yaml")
+                                                       .cluster.rocketmq_version)))
+        except (docker.errors.ImageNotFound, UserError):  # missing, or built by an older rmqchaos
             image.build()
         yield c
         assert not [n.name for n in c.networks.list() if n.attrs.get("Driver") not in ("host", "null")]
@@ -91,13 +104,21 @@ def test_compose_file_brings_up_a_cluster_the_platforms_clients_use_and_down_lea
     from rmqchaos.wait import poll_until
     from rmqclient.admin import AdminClient, RemotingError
     from rmqclient.producer import Producer, send_many
-    f = write_scenario(tmp_path / "compose-test.yaml", scenario_dict("compose-test", 30876, [30911, 30921]))
-    for rel, text in render(load_scenario(f), str(f)).items():
+    import shutil
+    from pipeline.compose import render
+    # with the noise profile: two Redis with appendfsync always and one ES-like fio on broker-a's store volume
+    f = write_scenario(tmp_path / "compose-test.yaml", scenario_dict(
+        "compose-test", 30876, [30911, 30921], load={"duration": "30s"}, faults=[
+            {"kind": "redis_noise", "at": "0s", "instances": 2, "base_port": 30800, "rate": 100},
+            {"kind": "es_like_noise", "at": "0s", "instances": 1, "file_mb": 64, "merge_mb_s": 20, "burst_mb": 8}]))
+    for rel, text in render(f).items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
+    (tmp_path / "chaos").mkdir()  # the file the driver service mounts, relative to the compose file
+    shutil.copy(REPO / "chaos" / "redis_driver.py", tmp_path / "chaos")
     project = "rmqchaos-compose-test"
     env = {**os.environ, "DOCKER_HOST": docker_host()}
-    dc = [COMPOSE, "-f", str(tmp_path / "docker-compose.yml"), "-p", project]
+    dc = [COMPOSE, "-f", str(tmp_path / "docker-compose.yml"), "-p", project, "--profile", "noise"]
     up = subprocess.run([*dc, "up", "-d"], env=env, capture_output=True, text=True, timeout=120)
     try:
         assert up.returncode == 0, up.stderr
@@ -133,13 +154,24 @@ def test_compose_file_brings_up_a_cluster_the_platforms_clients_use_and_down_lea
         assert collections.Counter(d["key"] for d in read_deliveries(tmp_path / "recv.jsonl")) == \
                collections.Counter(f"k{i}" for i in range(2000))
         # the containers are the image's JVMs on loopback only, memory limit = memory+swap limit
-        for ct in engine.containers.list(filters={"label": f"com.docker.compose.project={project}"}):
+        cts = engine.containers.list(filters={"label": f"com.docker.compose.project={project}"})
+        assert len(cts) == 3 + 2 + 1 + 1  # the nodes, two Redis, their driver, one fio
+        for ct in cts:
             hc = ct.attrs["HostConfig"]
-            assert (hc["NetworkMode"], hc["Init"]) == ("host", True) and hc["Memory"] == hc["MemorySwap"] > 0
+            assert (hc["NetworkMode"], hc["Init"]) == ("host", True), ct.name
+            if ct.labels.get("rmqchaos.role") != "noise":
+                assert hc["Memory"] == hc["MemorySwap"] > 0, ct.name
         listen = subprocess.run(["ss", "-Hltn"], capture_output=True, text=True).stdout
         ours = [ln.split()[3] for ln in listen.splitlines() if ln.split()[3].rsplit(":", 1)[1] in
-                {"30876", "30909", "30911", "30912", "30919", "30921", "30922"}]
-        assert len(ours) == 7 and all(a.startswith("127.0.0.1:") for a in ours), ours
+                {"30876", "30909", "30911", "30912", "30919", "30921", "30922", "30800", "30801"}]
+        assert len(ours) == 9 and all(a.startswith("127.0.0.1:") for a in ours), ours
+        # the noise wrote beside broker-a's store, in its volume: fsynced Redis appends, fio's files
+        from chaos.kinds.redis_noise import info
+        assert all(info(p)["aof_enabled"] == "1" and int(info(p)["total_commands_processed"]) > 100
+                   for p in (30800, 30801))
+        vol = Path(engine.volumes.get(f"{project}_broker-a-store").attrs["Mountpoint"])
+        assert {p.name for p in (vol / "noise").iterdir()} >= {"redis-30800", "redis-30801", "es-0"}
+        assert (vol / "commitlog").is_dir() and list((vol / "noise" / "redis-30800").rglob("*.aof"))
     finally:
         down = subprocess.run([*dc, "down", "-v", "-t", "10"], env=env, capture_output=True, text=True, timeout=120)
     assert down.returncode == 0, down.stderr
@@ -224,3 +256,65 @@ def test_docker_cluster_by_hand_faults_status_loopback_and_a_lost_run_reaped(eng
     assert r.returncode == 0, r.stderr
     assert f"run {run_id} (run directory gone): removed container rmqchaos-{run_id}-namesrv" in r.stdout + r.stderr
     assert engine.containers.list(all=True, filters=label) == []
+
+
+def test_noise_runs_as_containers_beside_the_brokers_and_disk_faults_act_on_the_container(engine: Any,
+                                                                                           tmp_path: Path) -> None:
+    """On the docker backend the disk noise (redis-server with appendfsync always, the ES-like fio
+    profile) runs as containers of the platform's image writing under the run directory, the
+    brokers' disk; blkio_throttle and page_cache_limit act on the broker's container (its cgroup and
+    its engine-side memory limit) and are lifted; nothing of the noise is left afterwards."""
+    import time
+    from chaos.scheduler import FaultScheduler
+    from cluster import get_backend
+    from pipeline import down, up
+    from pipeline.runs import create_run
+    seconds = 8
+    d = scenario_dict("docker-noise", 30776, [30791], load={"duration": "20s"}, faults=[
+        {"id": "redis", "kind": "redis_noise", "at": "0s", "duration": f"{seconds}s", "instances": 2,
+         "base_port": 30700, "rate": 100},
+        {"id": "es", "kind": "es_like_noise", "at": "0s", "duration": f"{seconds}s", "instances": 1, "file_mb": 64,
+         "merge_mb_s": 40, "burst_mb": 8, "burst_every": "1s"},
+        {"id": "slow-disk", "kind": "blkio_throttle", "target": "broker-a", "at": "0s", "duration": f"{seconds}s",
+         "write_mb_s": 5},
+        {"id": "squeeze", "kind": "page_cache_limit", "target": "broker-a", "at": "0s", "duration": f"{seconds}s",
+         "page_cache_mb": 64}])
+    d["cluster"]["backend"] = "docker"
+    run = create_run(write_scenario(tmp_path / "docker-noise.yaml", d), tmp_path / "run", mode="owned")
+    label = {"label": f"rmqchaos.run_id={run.run_id}"}
+    try:
+        up.run(run)
+        c = get_backend(run)
+        broker = c.node("broker-a").container()
+        sched = FaultScheduler(run, c, run.scenario().faults)
+        run.load_dir.mkdir()
+        run.load_started_file.write_text(json.dumps({"start_s": time.time()}))
+        sched.start()
+        time.sleep(seconds / 2)  # mid-fault: the noise is containers; the broker's limit is the squeeze's
+        during = sorted(ct.labels["rmqchaos.node"] for ct in engine.containers.list(filters=label))
+        broker.reload()
+        squeezed = broker.attrs["HostConfig"]["Memory"]
+        sched.join(seconds + 90)
+        assert not sched.is_alive()
+        sched.check()
+        broker.reload()
+        after = (broker.attrs["HostConfig"]["Memory"],
+                 sorted(ct.labels["rmqchaos.node"] for ct in engine.containers.list(all=True, filters=label)))
+    finally:
+        down.run(run)
+    assert during == ["broker-a", "namesrv", "noise-es-fio-0", "noise-redis-redis-30700", "noise-redis-redis-30701"]
+    assert after == ((512 + 512 + 768) << 20, ["broker-a", "namesrv"])  # the noise gone, the limit restored
+    ev = {e["params"]["fault_id"]: e for e in run.timeline() if e["kind"] == "fault"}
+    assert {k: e["outcome"] for k, e in ev.items()} == dict.fromkeys(("redis", "es", "slow-disk", "squeeze"), "ok")
+    redis, es = ev["redis"]["params"]["evidence"], ev["es"]["params"]["evidence"]
+    assert 2 * 100 * seconds * 0.6 <= redis["sets"] and all(s["commands"] > 0 and s["aof_bytes"] > 0
+                                                            for s in redis["redis"].values()), redis
+    assert es["fio"]["0"]["jobs"]["translog"]["fsyncs"] > 0 and es["write_mb"] > 0, es
+    for port in (30700, 30701):  # the container's own output, saved at its end
+        assert "Ready to accept connections" in (run.path / "noise" / "redis" / f"redis-{port}" / "redis.log").read_text()
+    # the servers and fio were containers, not host processes: only the driver (a client) is a process
+    assert sorted(p.node for p in run.processes.starts() if p.node.startswith("noise-")) == ["noise-redis-driver"]
+    slow, squeeze = ev["slow-disk"]["params"]["evidence"], ev["squeeze"]["params"]["evidence"]
+    assert slow["limits"] == {"write_bps": 5_000_000} and slow["lifted"] is True, slow
+    assert abs(squeezed - squeeze["limit_mb"] * (1 << 20)) < 1 << 17, (squeezed, squeeze)  # limit_mb: 0.1 MiB
+    assert squeeze["oom_kills"] == 0, squeeze

@@ -46,6 +46,18 @@ class EsLikeNoise(NoiseKind):
     programs = ("fio",)
     install_hint = "apt-get install fio (make setup installs it)"
 
+    @classmethod
+    def compose_services(cls, params: Any, image: str, volume: str, root: str,
+                         bound_s: int) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+        services, files = {}, {}
+        for i in range(params.instances):
+            d, job = f"{root}/noise/es-{i}", f"docker/es-noise-{i}.fio"
+            files[job] = job_file(params, d, bound_s)
+            services[f"es-noise-{i}"] = cls.compose_service(image, volume, root, [
+                "sh", "-c", f"mkdir -p {d} && exec fio --output-format=json --output={d}/fio.json /etc/rmqchaos/es.fio"],
+                volumes=[f"./{job}:/etc/rmqchaos/es.fio:ro"])
+        return services, files
+
     def begin(self) -> None:
         self.procs: dict[int, Any] = {}
         for i in range(self.params.instances):  # type: ignore[attr-defined]
@@ -55,14 +67,14 @@ class EsLikeNoise(NoiseKind):
             self.procs[i] = self.spawn(f"fio-{i}", ["fio", "--output-format=json", f"--output={d / 'fio.json'}",
                                                     str(d / "es.fio")], d / "fio.log")
         for i, proc in self.procs.items():
-            require(proc.poll() is None, f"es_like_noise: fio instance {i} exited at once",
+            require(proc.running(), f"es_like_noise: fio instance {i} exited at once",
                     f"see {self.dir / f'es-{i}' / 'fio.log'}")
 
     def finish(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for i, proc in getattr(self, "procs", {}).items():
             d = self.dir / f"es-{i}"
-            how = self.end(f"fio-{i}", proc, signal.SIGINT, grace=30)  # SIGINT: fio ends its jobs, writes results
+            how = proc.end(signal.SIGINT, 30)  # SIGINT: fio ends its jobs, writes results
             out[str(i)] = {"end": how, "jobs": _jobs(d / "fio.json")}
             for f in d.iterdir():  # noise data, not evidence
                 if f.suffix not in (".fio", ".json", ".log"):

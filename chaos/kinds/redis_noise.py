@@ -4,6 +4,7 @@ files in the run directory, each written at `rate` SETs/s by chaos/redis_driver.
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import signal
 import socket
@@ -64,6 +65,25 @@ class RedisNoise(NoiseKind):
                                          f"{', '.join(map(str, clash))}: pick another base_port"))
         return errs
 
+    @classmethod
+    def compose_services(cls, params: Any, image: str, volume: str, root: str,
+                         bound_s: int) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+        out: dict[str, dict[str, Any]] = {}
+        ports = [params.base_port + i for i in range(params.instances)]
+        for port in ports:
+            d = f"{root}/noise/redis-{port}"
+            out[f"redis-noise-{port}"] = cls.compose_service(image, volume, root, [
+                "sh", "-c", f"mkdir -p {d} && exec {shlex.join(['redis-server', *_server_args(port, d)])}"],
+                healthcheck={"test": ["CMD", "redis-cli", "-h", HOST, "-p", str(port), "ping"],
+                             "interval": "1s", "retries": 30})
+        # the platform's own paced driver (stdlib Python), mounted from the checkout
+        out["redis-noise-driver"] = cls.compose_service(image, volume, root, [
+            "python3", "/opt/rmqchaos/redis_driver.py", ",".join(map(str, ports)), str(params.rate),
+            str(params.value_bytes), str(bound_s), f"{root}/noise/redis-driver.json"],
+            volumes=["./chaos/redis_driver.py:/opt/rmqchaos/redis_driver.py:ro"],
+            depends_on={f"redis-noise-{p}": {"condition": "service_healthy"} for p in ports})
+        return out, {}
+
     def begin(self) -> None:
         p = self.params
         self.ports = [p.base_port + i for i in range(p.instances)]  # type: ignore[attr-defined]
@@ -75,23 +95,22 @@ class RedisNoise(NoiseKind):
         for port in self.ports:
             d = self.dir / f"redis-{port}"
             d.mkdir(parents=True, exist_ok=True)
-            self.servers[port] = self.spawn(f"redis-{port}", [
-                "redis-server", "--bind", HOST, "--port", str(port), "--protected-mode", "yes",
-                "--dir", str(d), "--appendonly", "yes", "--appendfsync", "always", "--save", "",
-                "--daemonize", "no", "--logfile", ""], d / "redis.log")
+            self.servers[port] = self.spawn(f"redis-{port}", ["redis-server", *_server_args(port, str(d))],
+                                            d / "redis.log")
         for port, proc in self.servers.items():
             poll_until(lambda port=port: _ping(port), self.fault.timeout, f"redis-server on port {port}",
                        interval=0.05, check=lambda proc=proc, port=port: require(
-                           proc.poll() is None, f"redis_noise: redis-server on port {port} exited",
+                           proc.running(), f"redis_noise: redis-server on port {port} exited",
                            f"see {self.dir / f'redis-{port}' / 'redis.log'}"))
+        # the driver is a client of the noise (as the load is of the cluster): a host process
         self.driver = self.spawn("driver", [sys.executable, str(DRIVER), ",".join(map(str, self.ports)), str(p.rate),
                                             str(p.value_bytes), str(self.bound_s()), str(self.dir / "driver.json")],
-                                 self.dir / "driver.log")
+                                 self.dir / "driver.log", beside=False)
 
     def finish(self) -> dict[str, Any]:
         ev: dict[str, Any] = {"instances": len(getattr(self, "servers", {}))}
         if getattr(self, "driver", None) is not None:
-            ev["driver_end"] = self.end("driver", self.driver, signal.SIGTERM)
+            ev["driver_end"] = self.driver.end(signal.SIGTERM, 10)
             f = self.dir / "driver.json"
             ev["driver"] = json.loads(f.read_text()) if f.exists() else None
         stats = {}
@@ -102,12 +121,18 @@ class RedisNoise(NoiseKind):
                                     "aof_bytes": int(i.get("aof_current_size", 0))}
             except (OSError, KeyError, ValueError) as e:
                 stats[str(port)] = {"error": f"{type(e).__name__}: {e}"}
-            self.end(f"redis-{port}", proc, signal.SIGTERM)
+            proc.end(signal.SIGTERM, 10)
             shutil.rmtree(self.dir / f"redis-{port}" / "appendonlydir", ignore_errors=True)  # noise data
         ev["redis"] = stats
         if ev.get("driver"):
             ev["sets"] = sum(r.get("sets", 0) for r in ev["driver"]["instances"].values())
         return ev
+
+
+def _server_args(port: int, directory: str) -> list[str]:
+    """One redis-server as on the incident's host: every write appended and fsynced (AOF, always)."""
+    return ["--bind", HOST, "--port", str(port), "--protected-mode", "yes", "--dir", directory, "--appendonly", "yes",
+            "--appendfsync", "always", "--save", "", "--daemonize", "no", "--logfile", ""]
 
 
 def _ping(port: int) -> bool:

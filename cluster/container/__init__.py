@@ -10,21 +10,24 @@ limit. Faults act on the container: kill/pause/unpause/restart through the API, 
 lowering the running container's limit (`update`) until the kernel kills it, block I/O caps and
 helpers through its cgroups (cgroup v1, cgroupfs driver: /sys/fs/cgroup/<ctrl>/docker/<id>).
 
-Client-side processes (load, consumers, tools) stay host processes, as with `local`. What the run
+Client-side processes (load, consumers, tools, the noise's Redis driver) stay host processes, as
+with `local`; the disk-noise programs (redis-server, fio) are containers of the same image
+(`spawn_neighbour`) writing under the run directory, on the brokers' disk. What the run
 started is recorded on the containers themselves (labels `rmqchaos.run_id`, `rmqchaos.run_dir`):
 `down` of any backend object on the run directory, or `reap_lost_runs`, finds and removes them.
 """
 from __future__ import annotations
 
 import json
+import re
 import signal
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from cluster.backend import NodeMemory, NodeStatus
+from cluster.backend import Neighbour, NodeMemory, NodeStatus
 from cluster.compose import container_plans, image_tag, rocketmq_home
-from cluster.container import engine
+from cluster.container import engine, image
 from cluster.local import CgroupMemory, LocalCluster, LocalNode, reap
 from cluster.local.cgroups import Cgroup
 from rmqchaos.errors import UserError
@@ -66,6 +69,19 @@ class ContainerMemory(CgroupMemory):
     def __init__(self, node: "DockerNode") -> None:
         super().__init__(node.cgroup)
         self.node = node
+        self._first: int | None = None
+        self._last = 0
+
+    def oom_kills(self) -> int:
+        """The cgroup's counter while it exists; a container that stopped took its cgroup with it, so
+        then the engine's OOMKilled flag says whether one more kill ended it (a fault's evidence reads
+        this before and after)."""
+        if self.cg.exists():
+            self._last = self.cg.oom_kills()
+            self._first = self._last if self._first is None else self._first
+            return self._last
+        first = self._last if self._first is None else self._first
+        return max(self._last, first + int(bool(self.node._state().get("OOMKilled"))))
 
     def cap(self, page_cache: int | None = None) -> int:
         c = self.node.container()
@@ -227,6 +243,35 @@ class DockerNode(LocalNode):
         return "killed" if code == 137 else "terminated"
 
 
+class ContainerNeighbour(Neighbour):
+    """A noise program as a container of the platform's image beside the nodes' containers: host
+    network, its directory (inside the run directory, on the brokers' disk) bind-mounted at the same
+    path, labelled with the run so `down` removes it if we die."""
+
+    def __init__(self, container: Any, name: str, log_file: Path) -> None:
+        self.c, self.name, self.log_file = container, name, log_file
+
+    def running(self) -> bool:
+        self.c.reload()
+        return bool(self.c.attrs.get("State", {}).get("Running"))
+
+    def end(self, sig: int, grace: float) -> str:
+        import requests
+        how = "already-exited"
+        if self.running():
+            self.c.kill(signal=signal.Signals(sig).name)  # tini, its init, forwards it to the program
+            try:
+                self.c.wait(timeout=grace)
+                how = "terminated"
+            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):  # still running
+                self.c.kill()
+                self.c.wait(timeout=30)
+                how = "killed"
+        self.log_file.write_bytes(self.c.logs(stdout=True, stderr=True))
+        self.c.remove(force=True)
+        return how
+
+
 class DockerCluster(LocalCluster):
     def __init__(self, run: RunDir, scenario: Any = None) -> None:
         super().__init__(run, scenario)
@@ -260,7 +305,7 @@ class DockerCluster(LocalCluster):
         super()._preflight()  # java for the clients, ports free, cgroups mounted
         tag = image_tag(self.scenario.cluster.rocketmq_version)
         try:
-            self.client.images.get(tag)
+            image.check_current(self.client.images.get(tag))
         except docker.errors.ImageNotFound:
             raise UserError(f"image {tag} is not in the engine at {engine.docker_host()}",
                             "build it offline with `rmqchaos image build` (nothing is pulled)") from None
@@ -268,6 +313,16 @@ class DockerCluster(LocalCluster):
         if left:
             raise UserError(f"containers of this run already exist ({', '.join(c.name for c in left)})",
                             f"rmqchaos cluster down --run-dir {self.run.path}")
+
+    def spawn_neighbour(self, name: str, cmd: Any, *, cwd: Path, log_file: Path) -> Neighbour:
+        cwd.mkdir(parents=True, exist_ok=True)
+        c = self.client.containers.create(
+            image_tag(self.scenario.cluster.rocketmq_version), list(cmd), detach=True,
+            name=f"rmqchaos-{self.run.run_id}-{re.sub(r'[^A-Za-z0-9_.-]', '-', name)}", network_mode="host",
+            init=True, working_dir=str(cwd), volumes={str(cwd): {"bind": str(cwd), "mode": "rw"}},
+            labels={LABEL_RUN: self.run.run_id, LABEL_DIR: str(self.run.path), LABEL_NODE: name})
+        c.start()
+        return ContainerNeighbour(c, name, log_file)
 
     def containers(self) -> list[Any]:
         return self.client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={self.run.run_id}"})
@@ -285,8 +340,11 @@ class DockerCluster(LocalCluster):
 
         def stop(c: Any) -> str:
             n = c.labels.get(LABEL_NODE, "")
+            if n not in self.plans:  # a neighbour (noise) a fault did not get to end: nothing to keep
+                c.remove(force=True)
+                return f"removed container {c.name} ({n})"
             try:
-                how = self.node(n).stop() if n in self.plans else "not ours to stop gently"
+                how = self.node(n).stop()
                 c.reload()
             except Exception as e:  # one container's trouble must not keep the others (or reap) from running
                 how = f"stop failed: {e}; removed by force"

@@ -1,7 +1,7 @@
 """`rmqchaos image build`: the RocketMQ image, built offline (no registry is reachable here, nothing
 is ever pulled). A Debian bookworm rootfs with Debian's `openjdk-17-jre-headless` (debootstrap from
 the Debian mirror apt already uses, cached in .cache/image), plus the Maven-resolved jars of the
-pinned RocketMQ in the official image's layout (/home/rocketmq/rocketmq-VERSION/lib) and the
+pinned RocketMQ in the official image's layout, the disk-noise programs (redis-server, fio) (/home/rocketmq/rocketmq-VERSION/lib) and the
 loopback bind() shim as LD_PRELOAD, imported with `docker import` as rmqchaos/rocketmq:VERSION.
 """
 from __future__ import annotations
@@ -20,7 +20,9 @@ from rmqchaos.errors import UserError
 from rmqchaos.progress import say
 
 SUITE, MIRROR = "bookworm", "http://deb.debian.org/debian"
-PACKAGES = ["openjdk-17-jre-headless"]
+# the noise programs too (python3 for the Redis driver of the compose file's noise services): noise on
+# the docker backend and in docker-compose.yml runs as containers of this image
+PACKAGES = ["openjdk-17-jre-headless", "redis-server", "fio", "python3"]
 SHIM = "/usr/local/lib/rmqchaos/libloopback_bind.so"
 JAVA_HOME = "/usr/lib/jvm/java-17-openjdk-amd64"
 
@@ -50,11 +52,21 @@ def _rootfs() -> Path:
     return d
 
 
+def check_current(img: Any) -> None:
+    """Refuse an image built with another package set (an older rmqchaos: no noise programs)."""
+    have = (img.attrs.get("Config") or {}).get("Labels") or {}
+    if have.get("rmqchaos.packages") != ",".join(PACKAGES):
+        raise UserError(f"image {img.tags[0] if img.tags else img.short_id} was built by an older rmqchaos "
+                        f"(packages {have.get('rmqchaos.packages') or 'not recorded'}; now {','.join(PACKAGES)})",
+                        "rebuild it offline with `rmqchaos image build`")
+
+
 def build(version: str | None = None) -> dict[str, Any]:
     """Build (or rebuild) rmqchaos/rocketmq:VERSION in the engine `engine.client()` reaches."""
     version = version or paths.pinned_rocketmq_version()
     jars = paths.rocketmq_home(version)
     shim = paths.loopback_shim()
+    import docker
     c = engine.client()
     t0 = time.monotonic()
     root = _rootfs()
@@ -66,11 +78,16 @@ def build(version: str | None = None) -> dict[str, Any]:
     (root / SHIM.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(shim, root / SHIM.lstrip("/"))
     tag = image_tag(version)
+    try:
+        old = c.images.get(tag).id
+    except docker.errors.ImageNotFound:
+        old = None
     say(f"importing {root} as {tag}")
     changes = [f"ENV JAVA_HOME={JAVA_HOME}", f"ENV ROCKETMQ_HOME={rocketmq_home(version)}",
                f"ENV LD_PRELOAD={SHIM}",  # the HA acceptor binds the wildcard address; the shim makes it 127.0.0.1
                f"ENV PATH={JAVA_HOME}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-               f"WORKDIR {rocketmq_home(version)}", f"LABEL rmqchaos.rocketmq_version={version}"]
+               f"WORKDIR {rocketmq_home(version)}", f"LABEL rmqchaos.rocketmq_version={version}",
+               f"LABEL rmqchaos.packages={','.join(PACKAGES)}"]
     tar = subprocess.Popen(["tar", "-C", str(root), "--numeric-owner", "--exclude=./.complete", "-cf", "-", "."],
                            stdout=subprocess.PIPE)
     assert tar.stdout is not None
@@ -83,5 +100,10 @@ def build(version: str | None = None) -> dict[str, Any]:
     if tar.returncode != 0:
         raise UserError(f"tar of {root} failed (exit {tar.returncode})", "rerun `rmqchaos image build`")
     img = c.images.get(tag)
+    if old and old != img.id:  # the image this one replaces, untagged now: removed unless a container uses it
+        try:
+            c.images.remove(old)
+        except docker.errors.APIError:
+            pass
     return {"image": tag, "id": img.short_id, "size_mb": round(img.attrs["Size"] / 2**20),
             "seconds": round(time.monotonic() - t0, 1)}
