@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 import yaml
@@ -181,3 +181,31 @@ def spark_session_for_module() -> Iterator:
     s = spark_session()
     yield s
     s.stop()
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[Any]:
+    """The engine the tests use: a dockerd this checkout runs (started here, stopped at the end, if
+    it was not running), or the one DOCKER_HOST names; the image built offline if it is missing."""
+    import docker
+    from cluster.compose import image_tag
+    from cluster.container import engine as eng, image
+    from rmqchaos.errors import UserError
+    from rmqchaos.spec import load_scenario
+    ours = not os.environ.get("DOCKER_HOST") and eng.started_here() is None
+    if ours:
+        eng.up()
+    try:
+        c = eng.client()
+        try:
+            image.check_current(c.images.get(image_tag(load_scenario(REPO / "scenarios" / "smoke.yaml")
+                                                       .cluster.rocketmq_version)))
+        except (docker.errors.ImageNotFound, UserError):  # missing, or built by an older rmqchaos
+            image.build()
+        yield c
+        assert not [n.name for n in c.networks.list() if n.attrs.get("Driver") not in ("host", "null")]
+        assert not c.containers.list(all=True, filters={"label": "rmqchaos.run_id"})
+    finally:
+        if ours:
+            eng.down()
+            assert eng.started_here() is None and eng.mounts() == []  # nothing left behind, not even a mount

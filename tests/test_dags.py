@@ -78,8 +78,10 @@ def test_prerelease_dag_passes_its_gates_on_a_healthy_cluster(env: dict[str, str
     assert "[" in r.stderr and "load: done" in r.stderr  # the stages' progress lines, as the CLI prints them
 
 
-def test_prerelease_dag_fails_naming_an_impossible_gate(env: dict[str, str], tmp_path: Path) -> None:
-    base = write_scenario(tmp_path / "base.yaml", BASE)
+def test_prerelease_dag_fails_naming_an_impossible_gate_on_the_docker_backend(engine: object, env: dict[str, str],
+                                                                             tmp_path: Path) -> None:
+    """The same DAG with `cluster.backend: docker` in its base scenario: the nodes are containers."""
+    base = write_scenario(tmp_path / "base.yaml", {**BASE, "cluster": {**BASE["cluster"], "backend": "docker"}})
     r, runs = dag_test(env, "rocketmq_prerelease_load_test",
                        {"scenario": str(base), "fault_set": "none", "max_lost": 0, "max_p99_send_ms": 0,
                         "max_busy_error_rate": None})
@@ -90,6 +92,8 @@ def test_prerelease_dag_fails_naming_an_impossible_gate(env: dict[str, str], tmp
     assert "max_lost" not in line  # lost 0 <= 0 passed
     assert len(runs) == 1 and no_jvm_of(runs) is None
     assert (runs[0] / "report.html").is_file()  # the report is written before the gates judge
+    final = json.loads((runs[0] / "cluster" / "containers.json").read_text())  # written by the docker `down`
+    assert sorted(final) == ["broker-a", "broker-b", "namesrv"] and not any(f["oom_killed"] for f in final.values())
 
 
 def test_nightly_dag_runs_the_matrix_one_cluster_at_a_time_and_tears_down_a_failed_run(

