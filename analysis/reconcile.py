@@ -285,15 +285,14 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
         step("keys classified")
         res = _aggregate(spark, send, keys, events, warnings)
         step("counts, errors, latency, series, windows")
-        res["corrupted_by_kind"], res["corrupted"] = _corrupted(send, keys, recv, res["counts"]["unexpected_deliveries"])
+        res["corrupted_by_kind"], res["corrupted"], res["unexpected_examples"] = _corrupted(
+            send, keys, recv, res["counts"]["unexpected_deliveries"])
         res["counts"]["corrupted_deliveries"] = sum(res["corrupted_by_kind"].values())
         step("damaged deliveries by kind")
-        res["unexpected_examples"] = _unexpected(keys, recv, res["counts"]["unexpected_deliveries"])
         res["store_check"] = store_check(send, keys, store, warnings) if store is not None else None
         if store is not None:
             step(f"{res['store_check']['checked']} lost or indeterminate keys looked up in the brokers' stores")
-        res["answers"] = _answers(send, recv, keys)
-        res["busy_series"] = _busy_series(send)
+        res["answers"] = _answers(send, recv, keys, res["counts"]["duplicated"])
         step("answers matched with the msgIds delivered")
         if res["series"] and not own_tmp:
             spark.createDataFrame(res["series"]).write.mode("overwrite").parquet(str(work / "series.parquet"))
@@ -309,9 +308,12 @@ ERROR_GROUPS_MAX = 100_000  # distinct (outcome, status, code, prefix, broker) c
 def _aggregate(spark: SparkSession, send: DataFrame, keys: DataFrame, events: list[dict[str, Any]],
                warnings: list[str]) -> dict[str, Any]:
     """Counts, errors, latency, series and windows: a few column scans, nothing brought back to the
-    driver in proportion to the data (per key class, per error kind, per second, per event)."""
+    driver in proportion to the data (per key class, per error kind, per second, per event). Every
+    event window is a few more columns of the key and send aggregations, not scans of its own."""
+    wins = _window_events(events)
     e2e = F.when(F.col("first_receive_ms").isNotNull() & F.col("first_intended_ms").isNotNull(),
                  F.col("first_receive_ms") - F.col("first_intended_ms"))
+    win_classes = rules.CLASSES + ("unexpected",)
     agg = keys.agg(
         F.sum((F.col("class") != "unexpected").cast("long")).alias("keys"),
         *[F.sum((F.col("class") == c).cast("long")).alias(c) for c in rules.CLASSES + ("unexpected",)],
@@ -331,11 +333,16 @@ def _aggregate(spark: SparkSession, send: DataFrame, keys: DataFrame, events: li
                           ("later_in_batch", F.col("first_batch_index") > 0),
                           ("never_first", F.col("first_batch_index").isNull()))],
         *_pct(e2e, "e2e"),
+        *[F.count(F.when(_between("first_intended_ms", s, t) & (F.col("class") == c), 1)).alias(f"w{i}_{c}")
+          for i, (_, s, t) in enumerate(wins) for c in win_classes],
     ).collect()[0].asDict()
     ok = _acked()
     a = send.agg(_n(_is_intent()).alias("attempts"), _n(_is_outcome()).alias("outcomes"),
                  *_pct(F.when(ok, F.col("end_ms") - F.col("start_ms")), "send"),
-                 *_pct(F.when(ok, F.col("end_ms") - F.col("intended_ms")), "intended")).collect()[0]
+                 *_pct(F.when(ok, F.col("end_ms") - F.col("intended_ms")), "intended"),
+                 *[x for i, (_, s, t) in enumerate(wins)
+                   for x in _pct(F.when(_between("start_ms", s, t) & ok, F.col("end_ms") - F.col("intended_ms")), f"w{i}")]
+                 ).collect()[0]
     counts = {k: int(agg[k] or 0) for k in ("keys", "acked", "acked_weak", "acked_weak_lost", "duplicate_deliveries",
                                             "unexpected_deliveries") + rules.CLASSES + ("unexpected",)}
     counts["attempts"] = int(a["attempts"] or 0)
@@ -348,13 +355,20 @@ def _aggregate(spark: SparkSession, send: DataFrame, keys: DataFrame, events: li
                              f"duplicate causes {dup_causes} vs {counts['duplicate_deliveries']} extra deliveries")
     latency = {"send": _pct_result(a, "send"), "send_from_intended": _pct_result(a, "intended"),
                "end_to_end": _pct_result(agg, "e2e")}
-    series = _series(send, keys)
-    windows = _windows(spark, send, keys, events, series)
+    per_second = _per_second(send)
+    series = _series(send, keys, per_second["acked_by_broker"])
+    windows = _windows(wins, series,
+                       [{c: int(agg[f"w{i}_{c}"]) for c in win_classes if agg[f"w{i}_{c}"]} for i in range(len(wins))],
+                       [_pct_result(a, f"w{i}") for i in range(len(wins))])
     retried = {n: int(agg[f"retried_{n}"] or 0) for n in ("first_in_batch", "later_in_batch", "never_first")}
     return {"counts": counts, "duplicates_by_cause": dup_causes, "duplicated_keys_by_send_outcome": dup_by_send,
             "retried_keys_by_batch_position": retried,
             "errors": _errors(send, counts["no_outcome"], warnings), "latency_ms": latency, "series": series, "windows": windows,
-            "warnings": warnings}
+            "busy_series": per_second["busy"], "warnings": warnings}
+
+
+def _between(col: str, s: int, t: int) -> Any:
+    return (F.col(col) >= s) & (F.col(col) <= t)
 
 
 def _errors(send: DataFrame, no_outcome: int, warnings: list[str]) -> dict[str, dict[str, int]]:
@@ -393,31 +407,38 @@ def answer_label() -> Any:
             .otherwise(F.col("outcome")))
 
 
-def _answers(send: DataFrame, recv: DataFrame, keys: DataFrame) -> list[dict[str, Any]]:
+def _answers(send: DataFrame, recv: DataFrame, keys: DataFrame, n_dup: int) -> list[dict[str, Any]]:
     """Per kind of answer: attempts that got it, how many of them were stored all the same, and the
     duplicated keys whose first attempt got it (and of those, whose first attempt was stored).
     Exact, not inferred: every attempt carries a fresh UNIQ_KEY (rmqclient), which the consumer
     records as msgId, so an attempt was stored iff its own msgId was delivered (a batch's attempt:
-    iff any of its msgIds was). Attempts without an outcome record are not here (no answer)."""
-    delivered = recv.where(F.col("msg_id").isNotNull()).select("msg_id").distinct()
+    iff any of its msgIds was). Attempts without an outcome record are not here (no answer).
+    One job: the attempts and the delivered msgIds are shuffled by msgId once, the matched attempts
+    by key once; the first answers of the duplicated keys only read their own attempts (Spark
+    pushes that semi-join down to the scan)."""
+    delivered = (recv.where(F.col("msg_id").isNotNull()).select("msg_id").distinct()
+                 .withColumn("stored", F.lit(1)).hint("shuffle_hash"))  # hashing the msgIds beats sorting both sides
     # an attempt is its msgId(s): a retry answered within the same millisecond shares key and start_ms
     att = (send.where(_is_outcome()).select("key", "start_ms", answer_label().alias("answer"),
                                             F.col("msg_id").alias("attempt"),
                                             F.explode_outer(F.split("msg_id", ",")).alias("msg_id"))
-           .join(delivered.withColumn("stored", F.lit(1)), "msg_id", "left")
+           .join(delivered, "msg_id", "left")
+           .repartition("key")  # by key, not by (key, start_ms, answer, attempt): the first answers need no other
            .groupBy("key", "start_ms", "answer", "attempt").agg(F.max(F.coalesce("stored", F.lit(0))).alias("stored")))
-    per = {r["answer"]: {"answer": r["answer"], "attempts": int(r["n"]), "stored": int(r["stored"] or 0)}
-           for r in att.groupBy("answer").agg(F.count("*").alias("n"), F.sum("stored").alias("stored")).collect()}
-    dup = (att.join(keys.where(F.col("class") == "duplicated").select("key"), "key", "left_semi")
-           .groupBy("key").agg(F.min(F.struct("start_ms", "answer", "stored")).alias("first"))
-           .groupBy(F.col("first.answer").alias("answer"))
-           .agg(F.count("*").alias("n"), F.sum("first.stored").alias("stored")).collect())
-    for r in per.values():
-        r["dup_keys_first_answer"] = r["dup_keys_first_stored"] = 0
-    for r in dup:
-        row = per.setdefault(r["answer"], {"answer": r["answer"], "attempts": 0, "stored": 0})
-        row["dup_keys_first_answer"], row["dup_keys_first_stored"] = int(r["n"]), int(r["stored"] or 0)
-    return sorted(per.values(), key=lambda r: -r["attempts"])
+    dup = keys.where(F.col("class") == "duplicated").select("key")
+    per = att.groupBy("answer").agg(F.lit(False).alias("dup"), F.count("*").alias("n"), F.sum("stored").alias("stored"))
+    first = (att.groupBy("key").agg(F.min(F.struct("start_ms", "answer", "stored")).alias("first"))
+             .join(F.broadcast(dup) if n_dup <= BROADCAST_MAX else dup, "key", "left_semi")
+             .groupBy(F.col("first.answer").alias("answer"))
+             .agg(F.lit(True).alias("dup"), F.count("*").alias("n"), F.sum("first.stored").alias("stored")))
+    rows = per.unionByName(first).collect()
+    out = {r["answer"]: {"answer": r["answer"], "attempts": int(r["n"]), "stored": int(r["stored"] or 0),
+                         "dup_keys_first_answer": 0, "dup_keys_first_stored": 0} for r in rows if not r["dup"]}
+    for r in rows:
+        if r["dup"]:
+            row = out.setdefault(r["answer"], {"answer": r["answer"], "attempts": 0, "stored": 0})
+            row["dup_keys_first_answer"], row["dup_keys_first_stored"] = int(r["n"]), int(r["stored"] or 0)
+    return sorted(out.values(), key=lambda r: -r["attempts"])
 
 
 BROADCAST_MAX = 100_000  # rows up to which the small side of a join is broadcast
@@ -432,47 +453,55 @@ def attribute(recv: DataFrame) -> DataFrame:
             .withColumn("key", F.when(F.col("body_ok") == F.lit(True), F.col("body_key")).otherwise(F.col("key"))))
 
 
-def _corrupted(send: DataFrame, keys: DataFrame, recv: DataFrame,
-               n_unexpected: int) -> tuple[dict[str, int], list[dict[str, Any]]]:
+def _corrupted(send: DataFrame, keys: DataFrame, recv: DataFrame, n_unexpected: int
+               ) -> tuple[dict[str, int], list[dict[str, Any]], list[dict[str, Any]]]:
     """Damaged deliveries by kind, and up to CORRUPTED_EXAMPLES of each with where they were read from:
     - properties_damaged: the body is intact but the KEYS property is missing or names another key
       (attributed to the body's key); seen after an OOM kill: a copy whose tail the kill cut;
     - body_damaged: a self-verifying body that fails its checksum;
     - msgid_only: no verifiable body, a key never attempted, but the msgId (UNIQ_KEY) of a sent
-      message (only the unexpected deliveries' msgIds are looked up among the sent ones)."""
+      message (only the unexpected deliveries' msgIds are looked up among the sent ones).
+    Also up to CORRUPTED_EXAMPLES deliveries of keys never attempted (`n_unexpected` deliveries).
+    The receive ledger is read once: its few odd deliveries (damaged or unexpected) are kept and
+    everything here is counted and listed from them."""
     cols = ["key", "prop_key", "body_key", "msg_id", "broker", "queue_id", "queue_offset", "receive_ms"]
     conds = {"properties_damaged": (F.col("body_ok") == F.lit(True)) & ~F.col("prop_key").eqNullSafe(F.col("body_key")),
              "body_damaged": F.col("body_ok") == F.lit(False)}
-    n = recv.agg(*[_n(c).alias(k) for k, c in conds.items()]).collect()[0]  # one scan for both counts
-    counts, examples = {k: int(n[k] or 0) for k in conds}, []
-    for kind, c in conds.items():
-        if counts[kind]:
-            examples += [{"kind": kind, **r.asDict()} for r in recv.where(c).select(*cols).limit(CORRUPTED_EXAMPLES).collect()]
-    counts["msgid_only"] = 0
+    small = (lambda df: F.broadcast(df)) if n_unexpected <= BROADCAST_MAX else (lambda df: df)
     if n_unexpected:
-        small = (lambda df: F.broadcast(df)) if n_unexpected <= BROADCAST_MAX else (lambda df: df)
-        bad_recv = recv.join(small(keys.where(F.col("class") == "unexpected").select("key")), "key")
-        ids = bad_recv.select("msg_id").where(F.col("msg_id").isNotNull()).distinct()
-        sent = (send.where(_is_outcome() & F.col("msg_id").isNotNull()).join(small(ids), "msg_id", "left_semi")
-                .select("msg_id", F.col("key").alias("sent_key"), F.col("outcome").alias("sent_outcome"))
-                .dropDuplicates(["msg_id"]))
-        bad = bad_recv.join(sent, "msg_id")
-        counts["msgid_only"] = int(bad.count())
-        examples += [{"kind": "msgid_only", **r.asDict()} for r in
-                     bad.select(*cols, "sent_key", "sent_outcome").limit(CORRUPTED_EXAMPLES).collect()]
+        unexp = keys.where(F.col("class") == "unexpected").select("key", F.lit(True).alias("unexpected"))
+        flagged = recv.join(small(unexp), "key", "left")
+    else:
+        flagged = recv.withColumn("unexpected", F.lit(None).cast("boolean"))
+    odd = flagged.where(conds["properties_damaged"] | conds["body_damaged"] | F.col("unexpected")).persist()
+    try:
+        n = odd.agg(*[_n(c).alias(k) for k, c in conds.items()]).collect()[0]
+        counts, examples = {k: int(n[k] or 0) for k in conds}, []
+        for kind, c in conds.items():
+            if counts[kind]:
+                examples += [{"kind": kind, **r.asDict()} for r in odd.where(c).select(*cols).limit(CORRUPTED_EXAMPLES).collect()]
+        counts["msgid_only"] = 0
+        unexpected: list[dict[str, Any]] = []
+        if n_unexpected:
+            bad_recv = odd.where(F.col("unexpected"))
+            unexpected = [r.asDict() for r in bad_recv.select(
+                "key", "prop_key", "body_key", "body_ok", "msg_id", "origin_topic", "broker", "queue_id", "queue_offset",
+                "receive_ms").limit(CORRUPTED_EXAMPLES).collect()]
+            ids = bad_recv.select("msg_id").where(F.col("msg_id").isNotNull()).distinct()
+            sent = (send.where(_is_outcome() & F.col("msg_id").isNotNull()).join(small(ids), "msg_id", "left_semi")
+                    .select("msg_id", F.col("key").alias("sent_key"), F.col("outcome").alias("sent_outcome"))
+                    .dropDuplicates(["msg_id"]))
+            bad = bad_recv.join(sent, "msg_id").select(*cols, "sent_key", "sent_outcome").persist()
+            try:
+                counts["msgid_only"] = int(bad.count())
+                examples += [{"kind": "msgid_only", **r.asDict()} for r in bad.limit(CORRUPTED_EXAMPLES).collect()]
+            finally:
+                bad.unpersist()
+    finally:
+        odd.unpersist()
     for e in examples:
         e["damage"] = _damage(e)
-    return counts, examples
-
-
-def _unexpected(keys: DataFrame, recv: DataFrame, n: int) -> list[dict[str, Any]]:
-    """Up to CORRUPTED_EXAMPLES deliveries of keys never attempted, with where they were read from."""
-    if not n:
-        return []
-    small = F.broadcast if n <= BROADCAST_MAX else (lambda df: df)
-    return [r.asDict() for r in recv.join(small(keys.where(F.col("class") == "unexpected").select("key")), "key")
-            .select("key", "prop_key", "body_key", "body_ok", "msg_id", "origin_topic", "broker", "queue_id", "queue_offset",
-                    "receive_ms").limit(CORRUPTED_EXAMPLES).collect()]
+    return counts, examples, unexpected
 
 
 def _damage(e: dict[str, Any]) -> str:
@@ -520,7 +549,7 @@ def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str
             "examples": (stored + [a for a in absent if a["class"] == "lost"])[:STORE_EXAMPLES]}
 
 
-def _series(send: DataFrame, keys: DataFrame) -> list[dict[str, Any]]:
+def _series(send: DataFrame, keys: DataFrame, acked_by_broker: dict[int, dict[str, int]]) -> list[dict[str, Any]]:
     """Per 1 s bucket (epoch seconds) of the attempt start: attempts by outcome (timeouts include
     attempts without outcome), busy, deliveries, latency p50/p99, and keys lost / duplicated by the
     second they were meant to be sent."""
@@ -542,10 +571,6 @@ def _series(send: DataFrame, keys: DataFrame) -> list[dict[str, Any]]:
         F.sum((F.col("class") == "duplicated").cast("int")).alias("duplicated"),
         F.sum((F.col("class") == "indeterminate").cast("int")).alias("indeterminate"))
     rows = a.join(r, "t", "full_outer").join(k, "t", "full_outer").orderBy("t").collect()
-    # where the acked sends went, per second (a broker out of the route stops getting any)
-    by_broker: dict[int, dict[str, int]] = {}
-    for x in send.where(ok).groupBy(sec.alias("t"), F.coalesce("broker", F.lit("?")).alias("b")).count().collect():
-        by_broker.setdefault(int(x["t"]), {})[x["b"]] = int(x["count"])
     out = []
     for x in rows:
         lat, lat_i = x["lat"] or [None, None], x["lat_i"] or [None, None]
@@ -554,34 +579,45 @@ def _series(send: DataFrame, keys: DataFrame) -> list[dict[str, Any]]:
                     "deliveries": x["deliveries"] or 0, "lost": x["lost"] or 0, "duplicated": x["duplicated"] or 0,
                     "indeterminate": x["indeterminate"] or 0, "send_p50_ms": lat[0], "send_p99_ms": lat[1],
                     "intended_p50_ms": lat_i[0], "intended_p99_ms": lat_i[1],
-                    "acked_by_broker": by_broker.get(int(x["t"]), {})})
+                    "acked_by_broker": acked_by_broker.get(int(x["t"]), {})})
     return out
 
 
-def _busy_series(send: DataFrame) -> dict[str, list[list[int]]]:
-    """Busy answers (code 2) per text prefix and second of the attempt's start: {prefix: [[t, n]]}."""
-    rows = (send.where(_is_outcome() & (F.col("code") == 2))
-            .groupBy(F.coalesce("remark_prefix", F.lit("code 2")).alias("p"), (F.col("start_ms") / 1000).cast("long").alias("t"))
-            .agg(F.count("*").alias("n")).orderBy("p", "t").collect())
-    out: dict[str, list[list[int]]] = {}
+def _per_second(send: DataFrame) -> dict[str, Any]:
+    """One grouping of the acked and the busy outcome records by second of the attempt's start:
+    where the acked sends went (a broker out of the route stops getting any), {t: {broker: n}}, and
+    busy answers (code 2) per text prefix, {prefix: [[t, n]]}."""
+    acked, busy = _acked(), _is_outcome() & (F.col("code") == 2)
+    rows = (send.where(acked | busy)
+            .groupBy((F.col("start_ms") / 1000).cast("long").alias("t"), acked.alias("acked"),
+                     F.when(acked, F.coalesce("broker", F.lit("?"))).alias("b"),
+                     F.when(busy, F.coalesce("remark_prefix", F.lit("code 2"))).alias("p"))
+            .agg(F.count("*").alias("n")).collect())
+    by_broker: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    by_prefix: dict[str, collections.Counter[int]] = collections.defaultdict(collections.Counter)
     for r in rows:
-        out.setdefault(r["p"], []).append([int(r["t"]), int(r["n"])])
-    return out
+        if r["acked"]:
+            by_broker[int(r["t"])][r["b"]] += int(r["n"])
+        if r["p"] is not None:
+            by_prefix[r["p"]][int(r["t"])] += int(r["n"])
+    return {"acked_by_broker": {t: dict(c) for t, c in by_broker.items()},
+            "busy": {p: [[t, n] for t, n in sorted(c.items())] for p, c in sorted(by_prefix.items())}}
 
 
-def _windows(spark: SparkSession, send: DataFrame, keys: DataFrame, events: list[dict[str, Any]],
-             series: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per timeline event (not stage bookkeeping): keys by class meant to be sent inside the window,
-    send latency inside it, the acked-rate drop against the 10 s before, and the time from the
-    window's start until the rate is back to 90 % of that (RTO)."""
+def _window_events(events: list[dict[str, Any]]) -> list[tuple[dict[str, Any], int, int]]:
+    """The timeline events that open a window (not stage bookkeeping), each with its start and end ms."""
+    return [(e, int(e["start_ms"]), int(e.get("end_ms") or e["start_ms"])) for e in events
+            if e.get("kind") not in NOT_WINDOWS]
+
+
+def _windows(wins: list[tuple[dict[str, Any], int, int]], series: list[dict[str, Any]],
+             classes: list[dict[str, int]], latency: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per timeline event (not stage bookkeeping): keys by class meant to be sent inside the window
+    (`classes`), send latency from intended inside it (`latency`), the acked-rate drop against the
+    10 s before, and the time from the window's start until the rate is back to 90 % of that (RTO)."""
     out = []
-    for i, e in enumerate(ev for ev in events if ev.get("kind") not in NOT_WINDOWS):
-        s, t = int(e["start_ms"]), int(e.get("end_ms") or e["start_ms"])
-        kw = keys.where((F.col("first_intended_ms") >= s) & (F.col("first_intended_ms") <= t))
-        cls = {r["class"]: int(r["n"]) for r in kw.groupBy("class").agg(F.count("*").alias("n")).collect()}
-        lat = _percentiles(send.where((F.col("start_ms") >= s) & (F.col("start_ms") <= t) & _acked())
-                           .withColumn("l", F.col("end_ms") - F.col("intended_ms")), "l")
-        by_t = {r["t"]: r["acked"] for r in series}
+    by_t = {r["t"]: r["acked"] for r in series}
+    for i, (e, s, t) in enumerate(wins):
         pre = [by_t.get(x, 0) for x in range(s // 1000 - 10, s // 1000)]
         pre_rate = sum(pre) / len(pre) if pre else 0.0
         during = [by_t.get(x, 0) for x in range(s // 1000, t // 1000 + 1)]
@@ -593,7 +629,7 @@ def _windows(spark: SparkSession, send: DataFrame, keys: DataFrame, events: list
                     break
         out.append({"id": e.get("params", {}).get("fault_id", f"{e['kind']}-{i}"), "kind": e["kind"],
                     "target": e.get("target"), "start_ms": s, "end_ms": t, "outcome": e.get("outcome"),
-                    "keys_by_class": cls, "latency_from_intended_ms": lat,
+                    "keys_by_class": classes[i], "latency_from_intended_ms": latency[i],
                     "pre_rate": round(pre_rate, 1), "rate_during": round(sum(during) / len(during), 1) if during else None,
                     "throughput_drop": round(1 - (sum(during) / len(during)) / pre_rate, 3) if pre_rate and during else None,
                     "rto_s": rto})
