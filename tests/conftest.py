@@ -29,7 +29,7 @@ def scenario_dict(name: str, ns_port: int, broker_ports: list[int], **extra: obj
             "namesrv": {"port": ns_port},
             "brokers": [{"name": f"broker-{chr(ord('a') + i)}", "port": p} for i, p in enumerate(broker_ports)],
             "ready_timeout": "90s",
-            "stop_timeout": "10s",
+            "stop_timeout": "3s",
         },
     }
     for k, v in extra.items():

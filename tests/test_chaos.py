@@ -85,7 +85,7 @@ def _experiment(tmp: Path, scenario: str, ports: tuple[int, int, int], config: d
     d = load_scenario(REPO / "scenarios" / scenario).resolved()  # its `extends:` chain merged in
     d["cluster"]["namesrv"] = {"port": ports[0]}
     d["cluster"]["brokers"] = [{"name": "broker-a", "port": ports[1]}, {"name": "broker-b", "port": ports[2]}]
-    d["cluster"]["stop_timeout"] = "10s"
+    d["cluster"]["stop_timeout"] = "3s"
     d["cluster"]["backend"] = backend
     d["cluster"]["broker_defaults"]["config"].update(config or {})
     # a kill takes ~1 s and a restart up to ~16 s until re-registered: room for both in the load

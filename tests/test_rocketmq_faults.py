@@ -96,7 +96,7 @@ def test_retry_flood_drives_a_broker_out_of_the_route_and_the_cleanup_brings_it_
     run, s = _run(tmp_path, "retry-flood-ci", {
         "extends": str(SCENARIOS / "retry-flood.yaml"),
         "cluster": {"namesrv": {"port": 24876}, "brokers": [{"name": "broker-a", "port": 24911},
-                                                            {"name": "broker-b", "port": 24921}], "stop_timeout": "10s"},
+                                                            {"name": "broker-b", "port": 24921}], "stop_timeout": "3s"},
         "load": {"duration": "46s", "rate": 100},
         "consumers": {"settle": "8s", "drain_timeout": "60s"},
         # broker-a leaves the route at its first full registration after the flood (every 10 s): the
@@ -130,7 +130,7 @@ def test_retry_pileup_redelivers_exactly_messages_after_the_first_of_each_batch(
     run, s = _run(tmp_path, "retry-pileup-ci", {
         "extends": str(SCENARIOS / "retry-pileup.yaml"),
         "cluster": {"namesrv": {"port": 18876}, "brokers": [{"name": "broker-a", "port": 18911},
-                                                            {"name": "broker-b", "port": 18921}], "stop_timeout": "10s"},
+                                                            {"name": "broker-b", "port": 18921}], "stop_timeout": "3s"},
         "load": {"duration": "15s"}})
     recv = [json.loads(x) for f in (run / "ledgers").glob("receive-*.jsonl") for x in f.read_text().splitlines()]
     retried = {d["key"] for d in recv if d["reconsume_times"] > 0}
@@ -169,7 +169,7 @@ def test_flush_timeouts_are_recorded_and_classified_acknowledged_weak(tmp_path: 
         "cluster": {"namesrv": {"port": 20876},
                     "brokers": [{"name": "broker-a", "port": 20911, "slave": {},
                                  "config": {"brokerRole": "SYNC_MASTER", "inSyncReplicas": 2, "slaveTimeout": 500}},
-                                {"name": "broker-b", "port": 20921}], "stop_timeout": "10s"},
+                                {"name": "broker-b", "port": 20921}], "stop_timeout": "3s"},
         "load": {"duration": "24s", "rate": 200},
         "faults": [{"id": "slow-disk-a", "kind": "blkio_throttle", "target": "broker-a", "at": "3s", "duration": "6s",
                     "write_iops": 20},
