@@ -416,9 +416,9 @@ def _answers(send: DataFrame, recv: DataFrame, keys: DataFrame, n_dup: int) -> l
     Exact, not inferred: every attempt carries a fresh UNIQ_KEY (rmqclient), which the consumer
     records as msgId, so an attempt was stored iff its own msgId was delivered (a batch's attempt:
     iff any of its msgIds was). Attempts without an outcome record are not here (no answer).
-    One job: the attempts and the delivered msgIds are shuffled by msgId once, the matched attempts
-    by key once; the first answers of the duplicated keys only read their own attempts (Spark
-    pushes that semi-join down to the scan)."""
+    The attempts and the delivered msgIds are shuffled by msgId once, the matched attempts by key
+    once and kept: both groupings read them (the duplicated keys' first answers without a shuffle
+    of the attempts: they are partitioned by key already, the duplicated keys are hashed)."""
     delivered = recv.where(F.col("msg_id").isNotNull()).select("msg_id").distinct().withColumn("stored", F.lit(1))
     # an attempt is its msgId(s): a retry answered within the same millisecond shares key and start_ms
     att = (send.where(_is_outcome()).select("key", "start_ms", answer_label().alias("answer"),
@@ -428,12 +428,18 @@ def _answers(send: DataFrame, recv: DataFrame, keys: DataFrame, n_dup: int) -> l
            .repartition("key")  # by key, not by (key, start_ms, answer, attempt): the first answers need no other
            .groupBy("key", "start_ms", "answer", "attempt").agg(F.max(F.coalesce("stored", F.lit(0))).alias("stored")))
     dup = keys.where(F.col("class") == "duplicated").select("key")
-    per = att.groupBy("answer").agg(F.lit(False).alias("dup"), F.count("*").alias("n"), F.sum("stored").alias("stored"))
-    first = (att.groupBy("key").agg(F.min(F.struct("start_ms", "answer", "stored")).alias("first"))
-             .join(F.broadcast(dup) if n_dup <= BROADCAST_MAX else dup, "key", "left_semi")
-             .groupBy(F.col("first.answer").alias("answer"))
-             .agg(F.lit(True).alias("dup"), F.count("*").alias("n"), F.sum("first.stored").alias("stored")))
-    rows = per.unionByName(first).collect()
+    # kept for its two readers: a semi-join Spark would push below the msgId join otherwise, so that
+    # the duplicated keys' attempts are matched a second time (all of them, shuffled, past BROADCAST_MAX)
+    att = att.persist()
+    try:
+        rows = att.groupBy("answer").agg(F.lit(False).alias("dup"), F.count("*").alias("n"),
+                                         F.sum("stored").alias("stored")).collect()
+        rows += (att.join(F.broadcast(dup) if n_dup <= BROADCAST_MAX else dup.hint("shuffle_hash"), "key", "left_semi")
+                 .groupBy("key").agg(F.min(F.struct("start_ms", "answer", "stored")).alias("first"))
+                 .groupBy(F.col("first.answer").alias("answer"))
+                 .agg(F.lit(True).alias("dup"), F.count("*").alias("n"), F.sum("first.stored").alias("stored")).collect())
+    finally:
+        att.unpersist()
     out = {r["answer"]: {"answer": r["answer"], "attempts": int(r["n"]), "stored": int(r["stored"] or 0),
                          "dup_keys_first_answer": 0, "dup_keys_first_stored": 0} for r in rows if not r["dup"]}
     for r in rows:
