@@ -12,7 +12,7 @@ from typing import Iterator
 import jsonschema
 import pytest
 
-from analysis import duckdb_ref, synthetic
+from analysis import duckdb_ref, rules, synthetic
 from analysis.reconcile import LedgerError, analyze_ledgers, spark_session
 from analysis.report import verdict
 from tests.conftest import REPO, cli, load_run
@@ -58,6 +58,25 @@ def test_synthetic_truth_is_found_exactly_by_spark_and_duckdb(spark, tmp_path: P
     assert all(c["prop_key"] is None and c["key"] == c["body_key"] == "k" + c["msg_id"][1:]
                and c["damage"].startswith("KEYS property missing") for c in by_kind["properties_damaged"])
     assert all(c["damage"].startswith("body fails its checksum") for c in by_kind["body_damaged"])
+
+
+def test_event_windows_count_the_keys_and_acked_sends_meant_inside_them(spark, tmp_path: Path) -> None:
+    n = 20_000
+    synthetic.write(tmp_path, n)
+    send, recv = _files(tmp_path)
+    t0 = 1_800_000_000_000  # synthetic.write: key i is meant to go at t0 + i // 10, its resend 1 s later
+    events = [{"kind": "kill", "start_ms": t0, "end_ms": t0 + 999, "params": {"fault_id": "f"}},
+              {"kind": "stage", "start_ms": t0, "end_ms": t0 + 5000}]  # bookkeeping: no window
+    res = analyze_ledgers(spark, send, recv, events)
+    inside = synthetic.truth(n // 2)  # keys 0..9999
+    (w,) = res["windows"]
+    assert w["id"] == "f" and w["keys_by_class"] == {c: inside[c] for c in rules.CLASSES if inside.get(c)}
+    # every acknowledged first attempt; the acknowledged resends (i % 100 in 92, 93) start after the window
+    resent = inside["duplicates_by_cause"]["producer_resend"] + inside["duplicates_by_cause"]["backup_topic"]
+    assert w["latency_from_intended_ms"]["n"] == inside["acked"] - resent
+    failed = synthetic.truth(n)["failed"]  # one busy answer each, in the second its key was meant to go
+    assert res["busy_series"] == {"[TIMEOUT_CLEAN_QUEUE]": [[t0 // 1000, inside["failed"]],
+                                                            [t0 // 1000 + 1, failed - inside["failed"]]]}
 
 
 def test_incomplete_receive_side_turns_every_lost_key_into_undelivered_at_stop(spark, tmp_path: Path) -> None:
