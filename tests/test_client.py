@@ -23,7 +23,10 @@ def consume_all(cluster, tmp: Path, group: str, topics: list[str], expected: int
                      launcher=cluster.spawn_client, proc_log=cluster.run.processes)
     c.start()
     try:
-        c.wait_drained(expected=expected, idle_s=20, timeout=180)
+        # idle past the client's 30 s heartbeat: a consumer whose first heartbeat to a broker failed
+        # ("sendHeartbeatToAllBrokerWithLockV2 ... failed") has that broker's pulls refused ("the
+        # subscription is not latest") until its next one (seen: a fresh-clone run got one broker's share)
+        c.wait_drained(expected=expected, idle_s=40, timeout=180)
     finally:
         summary = c.stop()
     assert summary["how"] == "terminated", summary
