@@ -61,10 +61,13 @@ class NoiseKind(FaultKind):
     def dir(self) -> Path:
         return self.ctx.run.path / "noise" / self.occurrence.replace("#", "-")
 
-    def bound_s(self) -> float:
+    @staticmethod
+    def bound(params: Any, scenario: Scenario) -> float:
         """An upper bound on how long its programs may run (they are stopped earlier, at stop)."""
-        load = self.ctx.run.scenario().load
-        return (self.params.duration or (load.duration if load else 60.0)) + 30  # type: ignore[attr-defined]
+        return (params.duration or (scenario.load.duration if scenario.load else 60.0)) + 30
+
+    def bound_s(self) -> float:
+        return self.bound(self.params, self.ctx.run.scenario())
 
     def spawn(self, tag: str, cmd: Sequence[str], log: Path, beside: bool = True) -> Neighbour:
         """`beside`: a noise program, on the cluster's host and disk as the backend places it (a host

@@ -18,7 +18,6 @@ NOISE_IMAGE = "NOISE_IMAGE"  # the variable that picks another image with redis-
 def render(scenario_file: str | Path) -> dict[str, str]:
     """{relative path: text} for the scenario at `scenario_file`."""
     s = load_scenario(scenario_file)
-    load_s = s.load.duration if s.load else 60.0
     broker = next(b.name for b in s.cluster.brokers)
     image = f"${{{NOISE_IMAGE}:-{image_tag(s.cluster.rocketmq_version)}}}"
     services: dict[str, dict[str, Any]] = {}
@@ -28,8 +27,7 @@ def render(scenario_file: str | Path) -> dict[str, str]:
             continue
         mine = [f for f in s.faults if f.kind == name]
         params = kind.Params.model_validate(mine[0].params if mine else {})
-        bound = int((getattr(params, "duration", None) or load_s) + 30)
-        svc, extra = kind.compose_services(params, image, f"{broker}-store", STORE, bound)
+        svc, extra = kind.compose_services(params, image, f"{broker}-store", STORE, int(kind.bound(params, s)))
         services.update(svc)
         files.update(extra)
     return render_cluster(s, str(scenario_file), services, files)

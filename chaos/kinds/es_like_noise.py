@@ -8,6 +8,7 @@ are deleted at stop; fio's own JSON result is the evidence."""
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 from typing import Any
 
@@ -54,7 +55,7 @@ class EsLikeNoise(NoiseKind):
             d, job = f"{root}/noise/es-{i}", f"docker/es-noise-{i}.fio"
             files[job] = job_file(params, d, bound_s)
             services[f"es-noise-{i}"] = cls.compose_service(image, volume, root, [
-                "sh", "-c", f"mkdir -p {d} && exec fio --output-format=json --output={d}/fio.json /etc/rmqchaos/es.fio"],
+                "sh", "-c", f"mkdir -p {d} && exec {shlex.join(_fio(d, '/etc/rmqchaos/es.fio'))}"],
                 volumes=[f"./{job}:/etc/rmqchaos/es.fio:ro"])
         return services, files
 
@@ -64,8 +65,7 @@ class EsLikeNoise(NoiseKind):
             d = self.dir / f"es-{i}"
             d.mkdir(parents=True, exist_ok=True)
             (d / "es.fio").write_text(job_file(self.params, str(d), int(self.bound_s())))  # type: ignore[arg-type]
-            self.procs[i] = self.spawn(f"fio-{i}", ["fio", "--output-format=json", f"--output={d / 'fio.json'}",
-                                                    str(d / "es.fio")], d / "fio.log")
+            self.procs[i] = self.spawn(f"fio-{i}", _fio(str(d), str(d / "es.fio")), d / "fio.log")
         for i, proc in self.procs.items():
             require(proc.running(), f"es_like_noise: fio instance {i} exited at once",
                     f"see {self.dir / f'es-{i}' / 'fio.log'}")
@@ -81,6 +81,11 @@ class EsLikeNoise(NoiseKind):
                     f.unlink()
         total = sum(j["write_mb"] for r in out.values() for j in (r["jobs"] or {}).values())
         return {"instances": len(out), "write_mb": round(total, 1), "fio": out}
+
+
+def _fio(directory: str, job_file: str) -> list[str]:
+    """One instance: its jobs from `job_file`, fio's JSON result in `directory` (the evidence)."""
+    return ["fio", "--output-format=json", f"--output={directory}/fio.json", job_file]
 
 
 def _jobs(f: Any) -> dict[str, Any] | None:

@@ -80,7 +80,7 @@ class ContainerMemory(CgroupMemory):
             self._last = self.cg.oom_kills()
             self._first = self._last if self._first is None else self._first
             return self._last
-        first = self._last if self._first is None else self._first
+        first = self._first or 0  # never read while it existed: no kill counted yet
         return max(self._last, first + int(bool(self.node._state().get("OOMKilled"))))
 
     def cap(self, page_cache: int | None = None) -> int:

@@ -1,8 +1,9 @@
 """`rmqchaos image build`: the RocketMQ image, built offline (no registry is reachable here, nothing
 is ever pulled). A Debian bookworm rootfs with Debian's `openjdk-17-jre-headless` (debootstrap from
 the Debian mirror apt already uses, cached in .cache/image), plus the Maven-resolved jars of the
-pinned RocketMQ in the official image's layout, the disk-noise programs (redis-server, fio) (/home/rocketmq/rocketmq-VERSION/lib) and the
-loopback bind() shim as LD_PRELOAD, imported with `docker import` as rmqchaos/rocketmq:VERSION.
+pinned RocketMQ in the official image's layout (/home/rocketmq/rocketmq-VERSION/lib), the loopback
+bind() shim as LD_PRELOAD and the disk-noise programs (redis-server, fio, python3), imported with
+`docker import` as rmqchaos/rocketmq:VERSION.
 """
 from __future__ import annotations
 
