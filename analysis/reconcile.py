@@ -235,21 +235,46 @@ def key_table(send: DataFrame, recv: DataFrame, receive_complete: bool = True) -
 
 # ---------------------------------------------------------------- the job
 
-def _pct(col: Any, name: str) -> list[Any]:
-    """Aggregate expressions for p50/p95/p99/max/n of `col` (nulls ignored), to put in one `agg`."""
-    return [F.percentile_approx(col, [0.5, 0.95, 0.99], 10000).alias(f"{name}_p"), F.max(col).alias(f"{name}_max"),
-            F.count(col).alias(f"{name}_n")]
+PERCENTS = (50, 95, 99)
 
 
-def _pct_result(r: Any, name: str) -> dict[str, Any]:
-    if not r[f"{name}_n"]:
-        return {"n": 0, "p50": None, "p95": None, "p99": None, "max": None}
-    p = r[f"{name}_p"]
-    return {"n": int(r[f"{name}_n"]), "p50": p[0], "p95": p[1], "p99": p[2], "max": r[f"{name}_max"]}
+def _histogram(df: DataFrame, measures: dict[str, Any], group: Any) -> DataFrame:
+    """(g, m, v, c): how many rows of `df` have the integer value v (ms) of measure m, per group g;
+    nulls are not counted. One grouping for every measure: latencies take few distinct values."""
+    cells = F.explode(F.array(*[F.struct(F.lit(m).alias("m"), col.cast("long").alias("v"))
+                                for m, col in measures.items()]))
+    return (df.select(group.alias("g"), cells.alias("x")).where(F.col("x.v").isNotNull())
+            .groupBy("g", F.col("x.m").alias("m"), F.col("x.v").alias("v")).agg(F.count("*").alias("c")))
 
 
-def _percentiles(df: DataFrame, col: Any) -> dict[str, Any]:
-    return _pct_result(df.agg(*_pct(col, "x")).collect()[0], "x")
+def _percentiles(h: DataFrame) -> dict[tuple[Any, str], dict[str, Any]]:
+    """Exact nearest-rank percentiles from a histogram (g, m, v, c): per (g, m) its n, p50/p95/p99
+    (the smallest value with at least p % of the values at or below it) and max. Running counts
+    over each measure's distinct values, in Spark; only those few rows reach the driver."""
+    from pyspark.sql import Window
+    n, cum = F.sum("c").over(Window.partitionBy("g", "m")), F.sum("c").over(
+        Window.partitionBy("g", "m").orderBy("v").rowsBetween(Window.unboundedPreceding, 0))
+    h = h.select("g", "m", "v", "c", n.alias("n"), cum.alias("cum"))
+    # rank ceil(n * p / 100), in integers; the row whose running count first reaches it holds it
+    hit = {p: (F.col("cum") - F.col("c") < F.expr(f"(n * {p} + 99) div 100"))
+           & (F.col("cum") >= F.expr(f"(n * {p} + 99) div 100")) for p in PERCENTS}
+    last = F.col("cum") == F.col("n")
+    rows = h.select("g", "m", "v", "n", last.alias("last"), *[c.alias(f"p{p}") for p, c in hit.items()]).where(
+        F.col("last") | F.greatest(*[F.col(f"p{p}") for p in PERCENTS])).collect()
+    out: dict[tuple[Any, str], dict[str, Any]] = {}
+    for r in rows:
+        d = out.setdefault((r["g"], r["m"]), {"n": int(r["n"])})
+        for p in PERCENTS:
+            if r[f"p{p}"]:
+                d[f"p{p}"] = int(r["v"])
+        if r["last"]:
+            d["max"] = int(r["v"])
+    return out
+
+
+def _pct_result(pcts: dict[tuple[Any, str], dict[str, Any]], key: tuple[Any, str]) -> dict[str, Any]:
+    d = pcts.get(key, {})
+    return {"n": d.get("n", 0), **{f"p{p}": d.get(f"p{p}") for p in PERCENTS}, "max": d.get("max")}
 
 
 def shuffle_partitions(files: list[Path]) -> int:
@@ -335,39 +360,45 @@ def _aggregate(spark: SparkSession, send: DataFrame, keys: DataFrame, events: li
           for n, cond in (("first_in_batch", F.col("first_batch_index") == 0),
                           ("later_in_batch", F.col("first_batch_index") > 0),
                           ("never_first", F.col("first_batch_index").isNull()))],
-        *_pct(e2e, "e2e"),
         *[F.count(F.when(_between("first_intended_ms", s, t) & (F.col("class") == c), 1)).alias(f"w{i}_{c}")
           for i, (_, s, t) in enumerate(wins) for c in win_classes],
     ).collect()[0].asDict()
     ok = _acked()
-    a = send.agg(_n(_is_intent()).alias("attempts"), _n(_is_outcome()).alias("outcomes"),
-                 *_pct(F.when(ok, F.col("end_ms") - F.col("start_ms")), "send"),
-                 *_pct(F.when(ok, F.col("end_ms") - F.col("intended_ms")), "intended"),
-                 *[x for i, (_, s, t) in enumerate(wins)
-                   for x in _pct(F.when(_between("start_ms", s, t) & ok, F.col("end_ms") - F.col("intended_ms")), f"w{i}")]
-                 ).collect()[0]
+    a = send.agg(_n(_is_intent()).alias("attempts"), _n(_is_outcome()).alias("outcomes")).collect()[0]
+    # latency: exact percentiles from one histogram per second of the acked attempts' start (the
+    # series reads it per second, the totals summed over seconds) and one of the keys' end to end
+    hist = _histogram(send.where(ok), {
+        "send": F.col("end_ms") - F.col("start_ms"), "intended": F.col("end_ms") - F.col("intended_ms"),
+        **{f"w{i}": F.when(_between("start_ms", s, t), F.col("end_ms") - F.col("intended_ms"))
+           for i, (_, s, t) in enumerate(wins)}}, (F.col("start_ms") / 1000).cast("long")).persist()
+    try:
+        total = _percentiles(hist.groupBy(F.lit(0).alias("g"), "m", "v").agg(F.sum("c").alias("c")))
+        per_second = _percentiles(hist.where(F.col("m").isin("send", "intended")))
+    finally:
+        hist.unpersist()
+    total.update(_percentiles(_histogram(keys, {"e2e": e2e}, F.lit(0))))
     counts = {k: int(agg[k] or 0) for k in ("keys", "acked", "acked_weak", "acked_weak_lost", "duplicate_deliveries",
                                             "unexpected_deliveries") + rules.CLASSES + ("unexpected",)}
     counts["attempts"] = int(a["attempts"] or 0)
     counts["no_outcome"] = counts["attempts"] - int(a["outcomes"] or 0)
     dup_causes = {c: int(agg[f"dup_{c}"] or 0) for c in rules.DUPLICATE_CAUSES}
     dup_by_send = {n: int(agg[f"dupkeys_{n}"] or 0) for n in ("acked", "rejected", "unknown", "never_attempted")}
-    total = sum(counts[c] for c in rules.CLASSES)
-    if total != counts["keys"] or sum(dup_causes.values()) != counts["duplicate_deliveries"]:
-        raise AssertionError(f"classification is not exact: classes sum to {total}, keys {counts['keys']}; "
+    n_classes = sum(counts[c] for c in rules.CLASSES)
+    if n_classes != counts["keys"] or sum(dup_causes.values()) != counts["duplicate_deliveries"]:
+        raise AssertionError(f"classification is not exact: classes sum to {n_classes}, keys {counts['keys']}; "
                              f"duplicate causes {dup_causes} vs {counts['duplicate_deliveries']} extra deliveries")
-    latency = {"send": _pct_result(a, "send"), "send_from_intended": _pct_result(a, "intended"),
-               "end_to_end": _pct_result(agg, "e2e")}
-    per_second = _per_second(send)
-    series = _series(send, keys, per_second["acked_by_broker"])
+    latency = {"send": _pct_result(total, (0, "send")), "send_from_intended": _pct_result(total, (0, "intended")),
+               "end_to_end": _pct_result(total, (0, "e2e"))}
+    per_t = _per_second(send)
+    series = _series(send, keys, per_t["acked_by_broker"], per_second)
     windows = _windows(wins, series,
                        [{c: int(agg[f"w{i}_{c}"]) for c in win_classes if agg[f"w{i}_{c}"]} for i in range(len(wins))],
-                       [_pct_result(a, f"w{i}") for i in range(len(wins))])
+                       [_pct_result(total, (0, f"w{i}")) for i in range(len(wins))])
     retried = {n: int(agg[f"retried_{n}"] or 0) for n in ("first_in_batch", "later_in_batch", "never_first")}
     return {"counts": counts, "duplicates_by_cause": dup_causes, "duplicated_keys_by_send_outcome": dup_by_send,
             "retried_keys_by_batch_position": retried,
             "errors": _errors(send, counts["no_outcome"], warnings), "latency_ms": latency, "series": series, "windows": windows,
-            "busy_series": per_second["busy"], "warnings": warnings}
+            "busy_series": per_t["busy"], "warnings": warnings}
 
 
 def _between(col: str, s: int, t: int) -> Any:
@@ -557,10 +588,11 @@ def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str
             "examples": (stored + [a for a in absent if a["class"] == "lost"])[:STORE_EXAMPLES]}
 
 
-def _series(send: DataFrame, keys: DataFrame, acked_by_broker: dict[int, dict[str, int]]) -> list[dict[str, Any]]:
+def _series(send: DataFrame, keys: DataFrame, acked_by_broker: dict[int, dict[str, int]],
+            latency: dict[tuple[Any, str], dict[str, Any]]) -> list[dict[str, Any]]:
     """Per 1 s bucket (epoch seconds) of the attempt start: attempts by outcome (timeouts include
     attempts without outcome), busy, deliveries, latency p50/p99, and keys lost / duplicated by the
-    second they were meant to be sent."""
+    second they were meant to be sent. `latency`: _percentiles per (second, "send" | "intended")."""
     sec = (F.col("start_ms") / 1000).cast("long")
     out_is = _is_outcome()
     ok = _acked()
@@ -568,9 +600,7 @@ def _series(send: DataFrame, keys: DataFrame, acked_by_broker: dict[int, dict[st
         _n(_is_intent()).alias("attempts"), _n(ok).alias("acked"),
         _n(out_is & (F.col("outcome") == "error")).alias("errors"),
         (_n(out_is & (F.col("outcome") == "timeout")) + _n(_is_intent()) - _n(out_is)).alias("timeouts"),
-        _n(out_is & (F.col("code") == 2)).alias("busy"),
-        F.percentile_approx(F.when(ok, F.col("end_ms") - F.col("start_ms")), [0.5, 0.99], 1000).alias("lat"),
-        F.percentile_approx(F.when(ok, F.col("end_ms") - F.col("intended_ms")), [0.5, 0.99], 1000).alias("lat_i"))
+        _n(out_is & (F.col("code") == 2)).alias("busy"))
     r = keys.where(F.col("first_receive_ms").isNotNull()).groupBy(
         (F.col("first_receive_ms") / 1000).cast("long").alias("t")).agg(F.count("*").alias("deliveries"))
     k = keys.where(F.col("first_intended_ms").isNotNull()).groupBy(
@@ -581,12 +611,12 @@ def _series(send: DataFrame, keys: DataFrame, acked_by_broker: dict[int, dict[st
     rows = a.join(r, "t", "full_outer").join(k, "t", "full_outer").orderBy("t").collect()
     out = []
     for x in rows:
-        lat, lat_i = x["lat"] or [None, None], x["lat_i"] or [None, None]
+        lat, lat_i = latency.get((x["t"], "send"), {}), latency.get((x["t"], "intended"), {})
         out.append({"t": int(x["t"]), "attempts": x["attempts"] or 0, "acked": x["acked"] or 0,
                     "errors": x["errors"] or 0, "timeouts": x["timeouts"] or 0, "busy": x["busy"] or 0,
                     "deliveries": x["deliveries"] or 0, "lost": x["lost"] or 0, "duplicated": x["duplicated"] or 0,
-                    "indeterminate": x["indeterminate"] or 0, "send_p50_ms": lat[0], "send_p99_ms": lat[1],
-                    "intended_p50_ms": lat_i[0], "intended_p99_ms": lat_i[1],
+                    "indeterminate": x["indeterminate"] or 0, "send_p50_ms": lat.get("p50"), "send_p99_ms": lat.get("p99"),
+                    "intended_p50_ms": lat_i.get("p50"), "intended_p99_ms": lat_i.get("p99"),
                     "acked_by_broker": acked_by_broker.get(int(x["t"]), {})})
     return out
 

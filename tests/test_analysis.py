@@ -60,6 +60,29 @@ def test_synthetic_truth_is_found_exactly_by_spark_and_duckdb(spark, tmp_path: P
     assert all(c["damage"].startswith("body fails its checksum") for c in by_kind["body_damaged"])
 
 
+def test_latency_percentiles_are_exact_nearest_rank_per_group(spark) -> None:
+    import math
+    import random
+
+    from analysis.reconcile import PERCENTS, _histogram, _percentiles
+    from pyspark.sql import functions as F
+    rnd = random.Random(7)
+    # skewed ms latencies (few distinct values, long tail), some nulls, groups of very different sizes
+    rows = [(g, rnd.choice([None, int(rnd.expovariate(1 / 40))]), rnd.randrange(0, 5000))
+            for g in range(6) for _ in range(10 ** (g % 4) + g)]
+    df = spark.createDataFrame(rows, "g long, a long, b long")
+    got = _percentiles(_histogram(df, {"a": F.col("a"), "b": F.col("b")}, F.col("g")))
+    for g in range(6):
+        for m, i in (("a", 1), ("b", 2)):
+            vals = sorted(r[i] for r in rows if r[0] == g and r[i] is not None)
+            if not vals:
+                assert (g, m) not in got
+                continue
+            want = {"n": len(vals), "max": vals[-1],  # nearest rank: the value at rank ceil(n * p / 100)
+                    **{f"p{p}": vals[math.ceil(len(vals) * p / 100) - 1] for p in PERCENTS}}
+            assert got[(g, m)] == want, (g, m)
+
+
 def test_event_windows_count_the_keys_and_acked_sends_meant_inside_them(spark, tmp_path: Path) -> None:
     n = 20_000
     synthetic.write(tmp_path, n)
