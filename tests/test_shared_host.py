@@ -195,9 +195,11 @@ def test_answers_say_which_attempts_were_stored_and_what_first_answer_duplicated
         *_attempt("k4", 1, "T", 4000, "ok", msg_id="m4a"),
         # k5: busy, and busy again within the same millisecond (two attempts), then not resent
         *_attempt("k5", 1, "T", 5000, "error", 2, busy, "m5a"), *_attempt("k5", 2, "T", 5000, "error", 2, busy, "m5b"),
+        # k6, k7: batch attempts (one msgId per message): stored iff any of their msgIds was delivered
+        *_attempt("k6", 1, "T", 6000, "ok", msg_id="m6a,m6b"), *_attempt("k7", 1, "T", 7000, "timeout", msg_id="m7a,m7b"),
     ]
     recv = [_delivery("k1", "m1a", "T", 0), _delivery("k1", "m1b", "T_bak", 0), _delivery("k2", "m2b", "T_bak", 1),
-            _delivery("k3", "m3b", "T_bak", 2), _delivery("k4", "m4a", "T", 1)]
+            _delivery("k3", "m3b", "T_bak", 2), _delivery("k4", "m4a", "T", 1), _delivery("k6", "m6b", "T", 2)]
     (tmp_path / "send-p0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in send))
     (tmp_path / "receive-c0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in recv))
     spark = spark_session()
@@ -207,8 +209,8 @@ def test_answers_say_which_attempts_were_stored_and_what_first_answer_duplicated
         spark.stop()
     answers = {a["answer"]: a for a in res["answers"]}
     assert answers == {
-        "SEND_OK": {"answer": "SEND_OK", "attempts": 4, "stored": 4, "dup_keys_first_answer": 0, "dup_keys_first_stored": 0},
-        "timeout": {"answer": "timeout", "attempts": 2, "stored": 1, "dup_keys_first_answer": 1, "dup_keys_first_stored": 1},
+        "SEND_OK": {"answer": "SEND_OK", "attempts": 5, "stored": 5, "dup_keys_first_answer": 0, "dup_keys_first_stored": 0},
+        "timeout": {"answer": "timeout", "attempts": 3, "stored": 1, "dup_keys_first_answer": 1, "dup_keys_first_stored": 1},
         "[PCBUSY_CLEAN_QUEUE]": {"answer": "[PCBUSY_CLEAN_QUEUE]", "attempts": 3, "stored": 0,
                                  "dup_keys_first_answer": 0, "dup_keys_first_stored": 0}}
     assert res["counts"]["duplicated"] == 1 and res["duplicates_by_cause"]["backup_topic"] == 1
