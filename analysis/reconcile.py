@@ -256,8 +256,8 @@ def _percentiles(h: DataFrame) -> dict[tuple[Any, str], dict[str, Any]]:
         Window.partitionBy("g", "m").orderBy("v").rowsBetween(Window.unboundedPreceding, 0))
     h = h.select("g", "m", "v", "c", n.alias("n"), cum.alias("cum"))
     # rank ceil(n * p / 100), in integers; the row whose running count first reaches it holds it
-    hit = {p: (F.col("cum") - F.col("c") < F.expr(f"(n * {p} + 99) div 100"))
-           & (F.col("cum") >= F.expr(f"(n * {p} + 99) div 100")) for p in PERCENTS}
+    rank = {p: F.expr(f"(n * {p} + 99) div 100") for p in PERCENTS}
+    hit = {p: (F.col("cum") - F.col("c") < r) & (F.col("cum") >= r) for p, r in rank.items()}
     last = F.col("cum") == F.col("n")
     rows = h.select("g", "m", "v", "n", last.alias("last"), *[c.alias(f"p{p}") for p, c in hit.items()]).where(
         F.col("last") | F.greatest(*[F.col(f"p{p}") for p in PERCENTS])).collect()
@@ -372,11 +372,11 @@ def _aggregate(spark: SparkSession, send: DataFrame, keys: DataFrame, events: li
         **{f"w{i}": F.when(_between("start_ms", s, t), F.col("end_ms") - F.col("intended_ms"))
            for i, (_, s, t) in enumerate(wins)}}, (F.col("start_ms") / 1000).cast("long")).persist()
     try:
-        total = _percentiles(hist.groupBy(F.lit(0).alias("g"), "m", "v").agg(F.sum("c").alias("c")))
-        per_second = _percentiles(hist.where(F.col("m").isin("send", "intended")))
+        lat = _percentiles(hist.groupBy(F.lit(0).alias("g"), "m", "v").agg(F.sum("c").alias("c")))
+        lat_by_second = _percentiles(hist.where(F.col("m").isin("send", "intended")))
     finally:
         hist.unpersist()
-    total.update(_percentiles(_histogram(keys, {"e2e": e2e}, F.lit(0))))
+    lat.update(_percentiles(_histogram(keys, {"e2e": e2e}, F.lit(0))))
     counts = {k: int(agg[k] or 0) for k in ("keys", "acked", "acked_weak", "acked_weak_lost", "duplicate_deliveries",
                                             "unexpected_deliveries") + rules.CLASSES + ("unexpected",)}
     counts["attempts"] = int(a["attempts"] or 0)
@@ -387,18 +387,18 @@ def _aggregate(spark: SparkSession, send: DataFrame, keys: DataFrame, events: li
     if n_classes != counts["keys"] or sum(dup_causes.values()) != counts["duplicate_deliveries"]:
         raise AssertionError(f"classification is not exact: classes sum to {n_classes}, keys {counts['keys']}; "
                              f"duplicate causes {dup_causes} vs {counts['duplicate_deliveries']} extra deliveries")
-    latency = {"send": _pct_result(total, (0, "send")), "send_from_intended": _pct_result(total, (0, "intended")),
-               "end_to_end": _pct_result(total, (0, "e2e"))}
-    per_t = _per_second(send)
-    series = _series(send, keys, per_t["acked_by_broker"], per_second)
+    latency = {"send": _pct_result(lat, (0, "send")), "send_from_intended": _pct_result(lat, (0, "intended")),
+               "end_to_end": _pct_result(lat, (0, "e2e"))}
+    per_second = _per_second(send)
+    series = _series(send, keys, per_second["acked_by_broker"], lat_by_second)
     windows = _windows(wins, series,
                        [{c: int(agg[f"w{i}_{c}"]) for c in win_classes if agg[f"w{i}_{c}"]} for i in range(len(wins))],
-                       [_pct_result(total, (0, f"w{i}")) for i in range(len(wins))])
+                       [_pct_result(lat, (0, f"w{i}")) for i in range(len(wins))])
     retried = {n: int(agg[f"retried_{n}"] or 0) for n in ("first_in_batch", "later_in_batch", "never_first")}
     return {"counts": counts, "duplicates_by_cause": dup_causes, "duplicated_keys_by_send_outcome": dup_by_send,
             "retried_keys_by_batch_position": retried,
             "errors": _errors(send, counts["no_outcome"], warnings), "latency_ms": latency, "series": series, "windows": windows,
-            "busy_series": per_t["busy"], "warnings": warnings}
+            "busy_series": per_second["busy"], "warnings": warnings}
 
 
 def _between(col: str, s: int, t: int) -> Any:
