@@ -189,7 +189,7 @@ def cmd_image(a: argparse.Namespace) -> int:
     from cluster.container import image
     r = image.build(a.rocketmq_version)
     print(f"built {r['image']} ({r['id']}, {r['size_mb']} MB) in {r['seconds']} s; "
-          f"run it with `docker compose -f docker-compose.yml up -d` or `cluster.backend: docker`")
+          f"run it with `.venv/bin/docker-compose -f docker-compose.yml up -d` or `cluster.backend: docker`")
     return 0
 
 
