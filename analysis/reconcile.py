@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -117,8 +118,8 @@ def read_receive(spark: SparkSession, files: list[Path], warnings: list[str]) ->
 
 def read_send(spark: SparkSession, files: list[Path], warnings: list[str]) -> DataFrame:
     """The send ledger's columns that the classification and the aggregates use (the remark cut to
-    its `[PREFIX]`, the error text to its kind), from the sealed copies of `files` (journals). The
-    attempt ids are not kept: nothing here pairs records."""
+    its `[PREFIX]`, the error text to its kind), from the sealed copies of `files` (journals). Nothing
+    pairs an intent with its outcome; (producer_id, attempt_id) names an answered attempt in _answers."""
     prefix = F.nullif(F.regexp_extract(F.coalesce("remark", F.lit("")), rules.REMARK_PREFIX_REGEX, 1), F.lit(""))
     return _parquet(spark, seal_all(files, warnings, "send"), schemas.SEND_USED) \
         .select(*STAGED_SEND, prefix.alias("remark_prefix"), error_kind().alias("error_kind"))
@@ -138,8 +139,8 @@ def error_kind() -> Any:
 
 # ---------------------------------------------------------------- classification
 
-STAGED_SEND = ("rec", "key", "topic", "intended_ms", "start_ms", "end_ms", "outcome", "status", "code", "sent", "broker",
-               "msg_id")
+STAGED_SEND = ("rec", "producer_id", "attempt_id", "key", "topic", "intended_ms", "start_ms", "end_ms", "outcome",
+               "status", "code", "sent", "broker", "msg_id", "msg_hi", "msg_lo")
 
 # Send records, column by column. An intent and its outcome share key, producer_id, attempt_id,
 # topic and start_ms, so nothing needs pairing them: a key's attempts are its intents; an attempt
@@ -166,6 +167,9 @@ def _n(cond: Any) -> Any:
     return F.sum(cond.cast("long"))
 
 
+RECV_KEYED = ("key", "origin_topic", "broker", "queue_id", "queue_offset", "receive_ms", "batch_index")
+
+
 def key_table(send: DataFrame, recv: DataFrame, receive_complete: bool = True) -> DataFrame:
     """One row per key (attempted or received) with its class and duplicate causes. With the
     receive side incomplete, an acknowledged key never delivered is `undelivered_at_stop`, not
@@ -174,28 +178,40 @@ def key_table(send: DataFrame, recv: DataFrame, receive_complete: bool = True) -
     # one shuffle by key on each side serves every aggregation and the join (measured: ~1.5x
     # faster than letting Spark shuffle by (key, topic) first, then by key). Each send record is
     # cut to its flags before the shuffle (fewer bytes shuffled than its text columns).
+    # The msgIds ride along as the seal's numeric halves (msg_hi/msg_lo: exact, hash-aggregatable): a
+    # key whose one answered attempt was delivered under its own msgId, and under no other, needs no
+    # msgId join in _answers (`own_msgid_delivered`).
+    outcome = _is_outcome()
     flags = send.select("key", "topic", _is_intent().cast("long").alias("i"), _acked().cast("int").alias("a"),
                         (_acked() & (F.col("status") == "SEND_OK")).cast("int").alias("s"),
-                        _rejected().cast("long").alias("r"), "intended_ms", "start_ms")
+                        _rejected().cast("long").alias("r"), "intended_ms", "start_ms",
+                        outcome.cast("long").alias("o"), (outcome & F.col("msg_hi").isNotNull()).cast("long").alias("c"),
+                        F.when(outcome, F.col("msg_hi")).alias("h"), F.when(outcome, F.col("msg_lo")).alias("l"))
     per_topic = flags.repartition("key").groupBy("key", "topic").agg(
         F.sum("i").alias("attempts"), F.max("a").alias("acked"), F.max("s").alias("acked_strong"),
-        F.sum("r").alias("rejected"), F.min("intended_ms").alias("intended_ms"), F.min("start_ms").alias("start_ms"))
+        F.sum("r").alias("rejected"), F.min("intended_ms").alias("intended_ms"), F.min("start_ms").alias("start_ms"),
+        F.sum("o").alias("o"), F.sum("c").alias("c"), F.min("h").alias("h"), F.min("l").alias("l"))
     sent = per_topic.groupBy("key").agg(
         F.sum("attempts").alias("attempts"), _n(F.col("attempts") > 0).alias("topics_attempted"),
         F.max("attempts").alias("max_attempts_per_topic"), F.max("acked").alias("acked"),
         F.max("acked_strong").alias("acked_strong"), F.sum("rejected").alias("rejected"),
         F.min("intended_ms").alias("first_intended_ms"), F.min("start_ms").alias("first_start_ms"),
+        F.sum("o").alias("s_outcomes"), F.sum("c").alias("s_canonical"), F.min("h").alias("s_h"), F.min("l").alias("s_l"),
     ).where(F.col("attempts") > 0).withColumn(
         "all_rejected", (F.col("rejected") == F.col("attempts")).cast("int")).drop("rejected")
     # Distinct copies and topics per key by aggregating twice (cheaper than countDistinct's expand):
     # first per (key, stored copy), then per key. Retry deliveries are copies of their own (%RETRY%).
     nonretry = F.col("reconsume_times") == 0
-    per_copy = recv.withColumn("nr", nonretry).repartition("key").groupBy(
-        "key", "origin_topic", "broker", "queue_id", "queue_offset", "nr").agg(
-        F.count("*").alias("n"), F.min("receive_ms").alias("rm"), F.max("batch_index").alias("bi"))
+    msg = [F.min("h").alias("h0"), F.max("h").alias("h1"), F.min("l").alias("l0"), F.max("l").alias("l1")]
+    msg_again = [F.min("h0").alias("h0"), F.max("h1").alias("h1"), F.min("l0").alias("l0"), F.max("l1").alias("l1")]
+    per_copy = recv.select(*RECV_KEYED, nonretry.alias("nr"), F.col("msg_hi").alias("h"), F.col("msg_lo").alias("l")) \
+        .repartition("key").groupBy("key", "origin_topic", "broker", "queue_id", "queue_offset", "nr").agg(
+        F.count("*").alias("n"), F.min("receive_ms").alias("rm"), F.max("batch_index").alias("bi"),
+        F.count("h").alias("dm"), *msg)
     per_topic = per_copy.groupBy("key", "origin_topic", "nr").agg(
-        F.sum("n").alias("n"), F.count("*").alias("copies"), F.min("rm").alias("rm"), F.max("bi").alias("bi"))
-    got = per_topic.groupBy("key").agg(
+        F.sum("n").alias("n"), F.count("*").alias("copies"), F.min("rm").alias("rm"), F.max("bi").alias("bi"),
+        F.sum("dm").alias("dm"), *msg_again)
+    got = per_topic.groupBy("key").agg(F.sum("dm").alias("r_canonical"), *msg_again,
         F.sum("n").alias("deliveries"),
         F.sum(F.when(~F.col("nr"), F.col("n")).otherwise(0)).alias("retry_deliveries"),
         F.sum(F.when(F.col("nr"), F.col("n")).otherwise(0)).alias("first_deliveries"),
@@ -216,7 +232,11 @@ def key_table(send: DataFrame, recv: DataFrame, receive_complete: bool = True) -
            .when(F.col("acked") == 1, "lost" if receive_complete else "undelivered_at_stop")
            .when(F.col("all_rejected") == 1, "failed")
            .otherwise("indeterminate"))
-    k = k.withColumn("class", cls)
+    own = ((F.col("s_outcomes") == 1) & (F.col("s_canonical") == 1) & (d > 0) & (F.col("r_canonical") == d)
+           & (F.col("h0") == F.col("s_h")) & (F.col("h1") == F.col("s_h"))
+           & (F.col("l0") == F.col("s_l")) & (F.col("l1") == F.col("s_l")))
+    k = k.withColumn("class", cls).withColumn("own_msgid_delivered", F.coalesce(own, F.lit(False)).cast("int")).drop(
+        "s_outcomes", "s_canonical", "s_h", "s_l", "r_canonical", "h0", "h1", "l0", "l1")
     dup = F.col("class") == "duplicated"
     has_first = F.col("first_deliveries") > 0
     extra_copies = F.col("copies") - F.col("topics_received")
@@ -364,7 +384,7 @@ def _aggregate(spark: SparkSession, send: DataFrame, keys: DataFrame, events: li
           for i, (_, s, t) in enumerate(wins) for c in win_classes],
     ).collect()[0].asDict()
     ok = _acked()
-    a = send.agg(_n(_is_intent()).alias("attempts"), _n(_is_outcome()).alias("outcomes")).collect()[0]
+    per_second = _per_second(send)
     # latency: exact percentiles from one histogram per second of the acked attempts' start (the
     # series reads it per second, the totals summed over seconds) and one of the keys' end to end
     hist = _histogram(send.where(ok), {
@@ -379,8 +399,8 @@ def _aggregate(spark: SparkSession, send: DataFrame, keys: DataFrame, events: li
     lat.update(_percentiles(_histogram(keys, {"e2e": e2e}, F.lit(0))))
     counts = {k: int(agg[k] or 0) for k in ("keys", "acked", "acked_weak", "acked_weak_lost", "duplicate_deliveries",
                                             "unexpected_deliveries") + rules.CLASSES + ("unexpected",)}
-    counts["attempts"] = int(a["attempts"] or 0)
-    counts["no_outcome"] = counts["attempts"] - int(a["outcomes"] or 0)
+    counts["attempts"] = sum(r["attempts"] for r in per_second["send"].values())
+    counts["no_outcome"] = counts["attempts"] - sum(r["outcomes"] for r in per_second["send"].values())
     dup_causes = {c: int(agg[f"dup_{c}"] or 0) for c in rules.DUPLICATE_CAUSES}
     dup_by_send = {n: int(agg[f"dupkeys_{n}"] or 0) for n in ("acked", "rejected", "unknown", "never_attempted")}
     n_classes = sum(counts[c] for c in rules.CLASSES)
@@ -389,8 +409,7 @@ def _aggregate(spark: SparkSession, send: DataFrame, keys: DataFrame, events: li
                              f"duplicate causes {dup_causes} vs {counts['duplicate_deliveries']} extra deliveries")
     latency = {"send": _pct_result(lat, (0, "send")), "send_from_intended": _pct_result(lat, (0, "intended")),
                "end_to_end": _pct_result(lat, (0, "e2e"))}
-    per_second = _per_second(send)
-    series = _series(send, keys, per_second["acked_by_broker"], lat_by_second)
+    series = _series(per_second, keys, lat_by_second)
     windows = _windows(wins, series,
                        [{c: int(agg[f"w{i}_{c}"]) for c in win_classes if agg[f"w{i}_{c}"]} for i in range(len(wins))],
                        [_pct_result(lat, (0, f"w{i}")) for i in range(len(wins))])
@@ -447,40 +466,60 @@ def _answers(send: DataFrame, recv: DataFrame, keys: DataFrame, n_dup: int) -> l
     Exact, not inferred: every attempt carries a fresh UNIQ_KEY (rmqclient), which the consumer
     records as msgId, so an attempt was stored iff its own msgId was delivered (a batch's attempt:
     iff any of its msgIds was). Attempts without an outcome record are not here (no answer).
-    The attempts and the delivered msgIds are shuffled by msgId once, the matched attempts by key
-    once and kept: both groupings read them (the duplicated keys' first answers without a shuffle
-    of the attempts: they are partitioned by key already, the duplicated keys are hashed)."""
-    delivered = recv.where(F.col("msg_id").isNotNull()).select("msg_id").distinct().withColumn("stored", F.lit(1))
-    # an attempt is its msgId(s): a retry answered within the same millisecond shares key and start_ms
-    att = (send.where(_is_outcome()).select("key", "start_ms", answer_label().alias("answer"),
-                                            F.col("msg_id").alias("attempt"),
-                                            F.explode_outer(F.split("msg_id", ",")).alias("msg_id"))
-           .join(delivered, "msg_id", "left")
-           .repartition("key")  # by key, not by (key, start_ms, answer, attempt): the first answers need no other
-           .groupBy("key", "start_ms", "answer", "attempt").agg(F.max(F.coalesce("stored", F.lit(0))).alias("stored")))
-    dup = keys.where(F.col("class") == "duplicated").select("key")
-    # kept for its two readers: a semi-join Spark would push below the msgId join otherwise, so that
-    # the duplicated keys' attempts are matched a second time (all of them, shuffled, past BROADCAST_MAX)
-    att = att.persist()
-    try:
-        rows = att.groupBy("answer").agg(F.lit(False).alias("dup"), F.count("*").alias("n"),
-                                         F.sum("stored").alias("stored")).collect()
-        rows += (att.join(F.broadcast(dup) if n_dup <= BROADCAST_MAX else dup.hint("shuffle_hash"), "key", "left_semi")
-                 .groupBy("key").agg(F.min(F.struct("start_ms", "answer", "stored")).alias("first"))
-                 .groupBy(F.col("first.answer").alias("answer"))
-                 .agg(F.lit(True).alias("dup"), F.count("*").alias("n"), F.sum("first.stored").alias("stored")).collect())
-    finally:
-        att.unpersist()
-    out = {r["answer"]: {"answer": r["answer"], "attempts": int(r["n"]), "stored": int(r["stored"] or 0),
-                         "dup_keys_first_answer": 0, "dup_keys_first_stored": 0} for r in rows if not r["dup"]}
-    for r in rows:
-        if r["dup"]:
-            row = out.setdefault(r["answer"], {"answer": r["answer"], "attempts": 0, "stored": 0})
-            row["dup_keys_first_answer"], row["dup_keys_first_stored"] = int(r["n"]), int(r["stored"] or 0)
+
+    Most keys need no matching here: the key table already knows the keys whose one answered attempt
+    was delivered under its own msgId (`own_msgid_delivered`; stored). Only the other keys' attempts,
+    and the duplicated keys' (for their first answers), are matched with the delivered msgIds: a
+    broadcast of those keys while they are few (PATH_BROADCAST_MAX), a shuffle beyond."""
+    label = answer_label().alias("answer")
+    outcomes = send.where(_is_outcome())
+    totals = {r["answer"]: int(r["n"]) for r in outcomes.groupBy(label).agg(F.count("*").alias("n")).collect()}
+    rest = keys.where(F.col("attempts").isNotNull()
+                      & ((F.col("own_msgid_delivered") == 0) | (F.col("class") == "duplicated"))).select("key")
+    n_rest = int(rest.count())
+    out = {a: {"answer": a, "attempts": n, "stored": n, "dup_keys_first_answer": 0, "dup_keys_first_stored": 0}
+           for a, n in totals.items()}  # until matched below, every attempt is one of an own-msgId key: stored
+    if n_rest:
+        small = F.broadcast if n_rest <= PATH_BROADCAST_MAX else (lambda df: df.hint("shuffle_hash"))
+        # cached on disk: in memory they competed with the broadcasts and were evicted and recomputed
+        # one row per msgId of an attempt (a batch has several); (producer_id, attempt_id) names the attempt
+        att = (outcomes.join(small(rest), "key", "left_semi")
+               .select("key", "producer_id", "attempt_id", "start_ms", label,
+                       F.explode_outer(F.split("msg_id", ",")).alias("msg_id"))).persist(StorageLevel.DISK_ONLY)
+        try:
+            ids = att.where(F.col("msg_id").isNotNull()).select("msg_id")
+            few_ids = ids.count() <= PATH_BROADCAST_MAX
+            delivered = (recv.where(F.col("msg_id").isNotNull()).select("msg_id")
+                         .join(F.broadcast(ids) if few_ids else ids.hint("shuffle_hash"), "msg_id", "left_semi")
+                         .distinct().withColumn("stored", F.lit(1)))
+            matched = (att.join(delivered, "msg_id", "left").repartition("key")
+                       .groupBy("key", "producer_id", "attempt_id", "start_ms", "answer")
+                       .agg(F.max(F.coalesce("stored", F.lit(0))).alias("stored"))).persist(StorageLevel.DISK_ONLY)
+        finally:
+            att.unpersist()
+        dup = keys.where(F.col("class") == "duplicated").select("key")
+        try:
+            rows = matched.groupBy("answer").agg(F.lit(False).alias("dup"), F.count("*").alias("n"),
+                                                 F.sum("stored").alias("stored")).collect()
+            rows += (matched.join(F.broadcast(dup) if n_dup <= BROADCAST_MAX else dup.hint("shuffle_hash"), "key",
+                                  "left_semi")
+                     .groupBy("key").agg(F.min(F.struct("start_ms", "answer", "stored")).alias("first"))
+                     .groupBy(F.col("first.answer").alias("answer"))
+                     .agg(F.lit(True).alias("dup"), F.count("*").alias("n"), F.sum("first.stored").alias("stored"))
+                     .collect())
+        finally:
+            matched.unpersist()
+        for r in rows:
+            row = out[r["answer"]]
+            if r["dup"]:
+                row["dup_keys_first_answer"], row["dup_keys_first_stored"] = int(r["n"]), int(r["stored"] or 0)
+            else:  # these attempts were counted as stored above: as they were matched, instead
+                row["stored"] += int(r["stored"] or 0) - int(r["n"])
     return sorted(out.values(), key=lambda r: -r["attempts"])
 
 
 BROADCAST_MAX = 100_000  # rows up to which the small side of a join is broadcast
+PATH_BROADCAST_MAX = 2_000_000  # keys (or msgIds) to match by msgId up to which they are broadcast (~100 MB)
 CORRUPTED_KINDS = ("properties_damaged", "body_damaged", "msgid_only")
 CORRUPTED_EXAMPLES = 20  # listed per kind
 
@@ -588,19 +627,12 @@ def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str
             "examples": (stored + [a for a in absent if a["class"] == "lost"])[:STORE_EXAMPLES]}
 
 
-def _series(send: DataFrame, keys: DataFrame, acked_by_broker: dict[int, dict[str, int]],
+def _series(per_second: dict[str, Any], keys: DataFrame,
             latency: dict[tuple[Any, str], dict[str, Any]]) -> list[dict[str, Any]]:
     """Per 1 s bucket (epoch seconds) of the attempt start: attempts by outcome (timeouts include
     attempts without outcome), busy, deliveries, latency p50/p99, and keys lost / duplicated by the
-    second they were meant to be sent. `latency`: _percentiles per (second, "send" | "intended")."""
-    sec = (F.col("start_ms") / 1000).cast("long")
-    out_is = _is_outcome()
-    ok = _acked()
-    a = send.groupBy(sec.alias("t")).agg(
-        _n(_is_intent()).alias("attempts"), _n(ok).alias("acked"),
-        _n(out_is & (F.col("outcome") == "error")).alias("errors"),
-        (_n(out_is & (F.col("outcome") == "timeout")) + _n(_is_intent()) - _n(out_is)).alias("timeouts"),
-        _n(out_is & (F.col("code") == 2)).alias("busy"))
+    second they were meant to be sent. `per_second`: _per_second's; `latency`: _percentiles per
+    (second, "send" | "intended")."""
     r = keys.where(F.col("first_receive_ms").isNotNull()).groupBy(
         (F.col("first_receive_ms") / 1000).cast("long").alias("t")).agg(F.count("*").alias("deliveries"))
     k = keys.where(F.col("first_intended_ms").isNotNull()).groupBy(
@@ -608,37 +640,64 @@ def _series(send: DataFrame, keys: DataFrame, acked_by_broker: dict[int, dict[st
         F.sum((F.col("class") == "lost").cast("int")).alias("lost"),
         F.sum((F.col("class") == "duplicated").cast("int")).alias("duplicated"),
         F.sum((F.col("class") == "indeterminate").cast("int")).alias("indeterminate"))
-    rows = a.join(r, "t", "full_outer").join(k, "t", "full_outer").orderBy("t").collect()
+    by_t: dict[int, dict[str, Any]] = collections.defaultdict(dict)
+    for x in r.join(k, "t", "full_outer").collect():
+        by_t[int(x["t"])].update(deliveries=x["deliveries"] or 0, lost=x["lost"] or 0,
+                                 duplicated=x["duplicated"] or 0, indeterminate=x["indeterminate"] or 0)
+    for t, a in per_second["send"].items():
+        if t is not None:
+            by_t[t].update(a)
     out = []
-    for x in rows:
-        lat, lat_i = latency.get((x["t"], "send"), {}), latency.get((x["t"], "intended"), {})
-        out.append({"t": int(x["t"]), "attempts": x["attempts"] or 0, "acked": x["acked"] or 0,
-                    "errors": x["errors"] or 0, "timeouts": x["timeouts"] or 0, "busy": x["busy"] or 0,
-                    "deliveries": x["deliveries"] or 0, "lost": x["lost"] or 0, "duplicated": x["duplicated"] or 0,
-                    "indeterminate": x["indeterminate"] or 0, "send_p50_ms": lat.get("p50"), "send_p99_ms": lat.get("p99"),
+    for t in sorted(by_t):
+        x = by_t[t]
+        lat, lat_i = latency.get((t, "send"), {}), latency.get((t, "intended"), {})
+        out.append({"t": t, "attempts": x.get("attempts", 0), "acked": x.get("acked", 0), "errors": x.get("errors", 0),
+                    # an attempt without an outcome record counts as a timeout
+                    "timeouts": x.get("timeouts", 0) + x.get("attempts", 0) - x.get("outcomes", 0),
+                    "busy": x.get("busy", 0), "deliveries": x.get("deliveries", 0), "lost": x.get("lost", 0),
+                    "duplicated": x.get("duplicated", 0), "indeterminate": x.get("indeterminate", 0),
+                    "send_p50_ms": lat.get("p50"), "send_p99_ms": lat.get("p99"),
                     "intended_p50_ms": lat_i.get("p50"), "intended_p99_ms": lat_i.get("p99"),
-                    "acked_by_broker": acked_by_broker.get(int(x["t"]), {})})
+                    "acked_by_broker": per_second["acked_by_broker"].get(t, {})})
     return out
 
 
 def _per_second(send: DataFrame) -> dict[str, Any]:
-    """One grouping of the acked and the busy outcome records by second of the attempt's start:
-    where the acked sends went (a broker out of the route stops getting any), {t: {broker: n}}, and
-    busy answers (code 2) per text prefix, {prefix: [[t, n]]}."""
-    acked, busy = _acked(), _is_outcome() & (F.col("code") == 2)
-    rows = (send.where(acked | busy)
-            .groupBy((F.col("start_ms") / 1000).cast("long").alias("t"), acked.alias("acked"),
-                     F.when(acked, F.coalesce("broker", F.lit("?"))).alias("b"),
-                     F.when(busy, F.coalesce("remark_prefix", F.lit("code 2"))).alias("p"))
+    """One grouping of the send ledger by second of the attempt's start, kind of record, the broker of
+    an acked send and the text prefix of a busy answer (few rows: seconds x kinds x brokers x prefixes):
+    - `send`: {t: {attempts, outcomes, acked, errors, timeouts, busy}} (the series' send columns, and
+      summed, the run's attempts and outcome records);
+    - `acked_by_broker`: where the acked sends went (a broker out of the route stops getting any),
+      {t: {broker: n}};
+    - `busy`: busy answers (code 2) per text prefix, {prefix: [[t, n]]}."""
+    acked, out_is = _acked(), _is_outcome()
+    busy = out_is & (F.col("code") == 2)
+    kind = (F.when(_is_intent(), "attempts").when(acked, "acked").when(out_is & (F.col("outcome") == "error"), "errors")
+            .when(out_is & (F.col("outcome") == "timeout"), "timeouts").when(out_is, "other"))
+    rows = (send.groupBy((F.col("start_ms") / 1000).cast("long").alias("t"), kind.alias("kind"),
+                         F.when(acked, F.coalesce("broker", F.lit("?"))).alias("b"),
+                         F.when(busy, F.coalesce("remark_prefix", F.lit("code 2"))).alias("p"))
             .agg(F.count("*").alias("n")).collect())
+    per_t: dict[int | None, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     by_broker: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     by_prefix: dict[str, collections.Counter[int]] = collections.defaultdict(collections.Counter)
-    for r in rows:
-        if r["acked"]:
-            by_broker[int(r["t"])][r["b"]] += int(r["n"])
+    for r in rows:  # t None: a record without start_ms, counted in the totals, in no second
+        t, n = (None if r["t"] is None else int(r["t"])), int(r["n"])
+        c = per_t[t]
+        c[r["kind"]] += n
+        if r["kind"] != "attempts":
+            c["outcomes"] += n
         if r["p"] is not None:
-            by_prefix[r["p"]][int(r["t"])] += int(r["n"])
-    return {"acked_by_broker": {t: dict(c) for t, c in by_broker.items()},
+            c["busy"] += n
+        if t is None:
+            continue
+        if r["b"] is not None:
+            by_broker[t][r["b"]] += n
+        if r["p"] is not None:
+            by_prefix[r["p"]][t] += n
+    return {"send": {t: {k: c[k] for k in ("attempts", "outcomes", "acked", "errors", "timeouts", "busy")}
+                     for t, c in per_t.items()},
+            "acked_by_broker": {t: dict(c) for t, c in by_broker.items()},
             "busy": {p: [[t, n] for t, n in sorted(c.items())] for p, c in sorted(by_prefix.items())}}
 
 

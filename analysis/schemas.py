@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pyspark.sql.types import BooleanType, IntegerType, LongType, StringType, StructField, StructType
 
-from rmqchaos.ledgers import RECEIVE_FIELDS, SEND_FIELDS
+from rmqchaos.ledgers import RECEIVE_FIELDS, SEALED_EXTRA, SEND_FIELDS
 
 CORRUPT = "_corrupt"
 _SPARK = {"string": StringType(), "int": IntegerType(), "long": LongType(), "bool": BooleanType()}
@@ -15,8 +15,8 @@ def _s(fields: tuple[tuple[str, str], ...]) -> StructType:
     return StructType([StructField(n, _SPARK[t], True) for n, t in fields] + [StructField(CORRUPT, StringType(), True)])
 
 
-SEND = _s(SEND_FIELDS)
-RECEIVE = _s(RECEIVE_FIELDS)
+SEND = _s(SEND_FIELDS + SEALED_EXTRA)  # the sealed copies' columns
+RECEIVE = _s(RECEIVE_FIELDS + SEALED_EXTRA)
 
 
 def used(schema: StructType, *names: str) -> StructType:
@@ -29,6 +29,6 @@ def used(schema: StructType, *names: str) -> StructType:
 
 
 SEND_USED = used(SEND, "rec", "producer_id", "attempt_id", "key", "attempt", "topic", "intended_ms", "start_ms",
-                 "end_ms", "outcome", "status", "code", "remark", "error", "sent", "broker", "msg_id")
-RECEIVE_USED = used(RECEIVE, "key", "msg_id", "origin_topic", "broker", "queue_id", "queue_offset",
+                 "end_ms", "outcome", "status", "code", "remark", "error", "sent", "broker", "msg_id", "msg_hi", "msg_lo")
+RECEIVE_USED = used(RECEIVE, "key", "msg_id", "msg_hi", "msg_lo", "origin_topic", "broker", "queue_id", "queue_offset",
                     "reconsume_times", "batch_index", "receive_ms", "body_key", "body_ok")

@@ -20,6 +20,12 @@ from pathlib import Path
 from typing import Any
 
 
+# msgIds in RocketMQ's form (32 uppercase hex digits), a fresh one per attempt: attempt a of key i,
+# and the ones never sent (unexpected deliveries that carry no sent message's msgId)
+_SENT_ID = "printf('7F0000010064%08X%012X', {a}, i)"
+_UNSENT_ID = "printf('7F0000020064%08X%012X', 0, i)"
+
+
 def truth(n: int) -> dict[str, Any]:
     per = {m: len(range(m, n, 100)) for m in range(100)}
     ok = sum(per[m] for m in range(90))
@@ -32,7 +38,25 @@ def truth(n: int) -> dict[str, Any]:
             "corrupted_by_kind": {"properties_damaged": len(range(0, n, 1000)), "body_damaged": len(range(1, n, 1000)),
                                   "msgid_only": len(range(0, n // 1000, 2))},
             "duplicates_by_cause": {"consumer_retry": per[94], "backup_topic": per[93], "producer_resend": per[92],
-                                    "consumer_repull": per[95], "unexplained": 0}}
+                                    "consumer_repull": per[95], "unexplained": 0},
+            "answers": answers(n)}
+
+
+def answers(n: int) -> list[dict[str, Any]]:
+    """analyze's `answers` for write(n): every attempt by its answer, the stored ones, and the first answer of
+    each duplicated key. A lost key's msgId delivered under an unexpected key (even i < n // 1000) was stored."""
+    per = {m: len(range(m, n, 100)) for m in range(100)}
+    send_ok = sum(per[m] for m in range(90)) + per[90] + per[92] + per[93] + per[94] + per[95]
+    rows = [{"answer": "SEND_OK", "attempts": send_ok, "stored": send_ok - per[90] + len(range(90, n // 1000, 100)),
+             "dup_keys_first_answer": per[94] + per[95], "dup_keys_first_stored": per[94] + per[95]},
+            {"answer": "timeout", "attempts": per[92] + per[93] + per[96] + per[99],
+             "stored": per[92] + per[93] + per[96],
+             "dup_keys_first_answer": per[92] + per[93], "dup_keys_first_stored": per[92] + per[93]},
+            {"answer": "FLUSH_DISK_TIMEOUT", "attempts": per[91], "stored": 0,
+             "dup_keys_first_answer": 0, "dup_keys_first_stored": 0},
+            {"answer": "[TIMEOUT_CLEAN_QUEUE]", "attempts": per[97], "stored": 0,
+             "dup_keys_first_answer": 0, "dup_keys_first_stored": 0}]
+    return [r for r in rows if r["attempts"]]
 
 
 def write(run_ledgers: Path, n: int, files: int = 4, run_id: str = "synthetic") -> None:
@@ -70,23 +94,24 @@ def write(run_ledgers: Path, n: int, files: int = 4, run_id: str = "synthetic") 
             UNION ALL
             SELECT 'outcome', '{run_id}', '{pid}', i * 2 + attempt, key, attempt, topic, 'resend_to_backup_topic', t, t,
                    t + 5, outcome, status, code, remark,
-                   CASE WHEN outcome = 'timeout' THEN 'no response within 3s' END, true, 'U' || i, NULL,
+                   CASE WHEN outcome = 'timeout' THEN 'no response within 3s' END, true, {_SENT_ID.format(a='attempt')}, NULL,
                    CASE WHEN outcome = 'ok' THEN 'broker-' || (i % 2) END, i % 4,
                    CASE WHEN outcome = 'ok' THEN i * 2 + attempt END, outcome = 'ok' AND status = 'SEND_OK', i, 1
               FROM o WHERE f = {j} AND m <> 98)
           ORDER BY ord, attempt_id, sub) TO '{run_ledgers}/send-w{j}-1.jsonl' (FORMAT JSON)""")
         con.execute(f"""COPY (
           WITH d AS (
-            SELECT key, i, 'T' AS topic, 'T' AS origin_topic, i * 2 + 1 AS off, 0 AS rt, 'U' AS mp FROM k
-              WHERE f = {j} AND (m < 90 OR m IN (92, 94, 95, 96))
-            UNION ALL SELECT key, i, 'T', 'T', i * 2 + 2, 0, 'U' FROM k WHERE f = {j} AND m IN (92, 93)
-            UNION ALL SELECT key, i, 'T_bak', 'T_bak', i * 2 + 2, 0, 'U' FROM k WHERE f = {j} AND m = 93
-            UNION ALL SELECT key, i, '%RETRY%g', 'T', i * 2 + 9, 1, 'U' FROM k WHERE f = {j} AND m = 94
-            UNION ALL SELECT key, i, 'T', 'T', i * 2 + 1, 0, 'U' FROM k WHERE f = {j} AND m = 95
-            UNION ALL SELECT 'u' || i, i, 'T', 'T', -1 - i, 0, CASE WHEN i % 2 = 0 THEN 'U' ELSE 'X' END
+            SELECT key, i, 'T' AS topic, 'T' AS origin_topic, i * 2 + 1 AS off, 0 AS rt, 1 AS att FROM k
+              WHERE f = {j} AND (m < 90 OR m IN (92, 93, 94, 95, 96))
+            UNION ALL SELECT key, i, 'T', 'T', i * 2 + 2, 0, 2 FROM k WHERE f = {j} AND m = 92
+            UNION ALL SELECT key, i, 'T_bak', 'T_bak', i * 2 + 2, 0, 2 FROM k WHERE f = {j} AND m = 93
+            UNION ALL SELECT key, i, '%RETRY%g', 'T', i * 2 + 9, 1, 1 FROM k WHERE f = {j} AND m = 94
+            UNION ALL SELECT key, i, 'T', 'T', i * 2 + 1, 0, 1 FROM k WHERE f = {j} AND m = 95
+            UNION ALL SELECT 'u' || i, i, 'T', 'T', -1 - i, 0, CASE WHEN i % 2 = 0 THEN 1 ELSE 0 END
               FROM range({n // 1000}) r(i) WHERE i % {files} = {j})
           SELECT '{run_id}' AS run_id, CASE WHEN i % 1000 = 0 AND key = 'k' || i THEN NULL ELSE key END AS key,
-                 mp || i AS msg_id, NULL AS offset_msg_id, topic, origin_topic,
+                 CASE WHEN att = 0 THEN {_UNSENT_ID} ELSE {_SENT_ID.format(a='att')} END AS msg_id,
+                 NULL AS offset_msg_id, topic, origin_topic,
                  'broker-' || (i % 2) AS broker, i % 4 AS queue_id, off AS queue_offset, rt AS reconsume_times,
                  'c{j}' AS consumer_id, 1 AS batch_size, 0 AS batch_index, {t0} AS store_ms,
                  {t0} + i // 10 + 50 AS receive_ms,

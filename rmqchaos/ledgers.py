@@ -49,6 +49,11 @@ RECEIVE_FIELDS = (("run_id", "string"), ("key", "string"), ("msg_id", "string"),
                   # what the self-verifying body (rmqchaos/body.py) says: its key, and whether it checked out
                   ("body_key", "string"), ("body_ok", "bool"))
 
+#: columns the seal adds to both sealed ledgers (rmqchaos/seal.py, docs/ledgers.md): the msgId as two
+#: numbers when it has RocketMQ's form (32 uppercase hex digits; null otherwise), so that the analysis
+#: compares msgIds inside its numeric per-key aggregations, exactly, instead of joining strings
+SEALED_EXTRA = (("msg_hi", "long"), ("msg_lo", "long"))
+
 INTENT_KEYS = tuple(n for n, _ in SEND_INTENT)
 OUTCOME_KEYS = tuple(n for n, _ in SEND_OUTCOME)
 RECEIVE_KEYS = tuple(n for n, _ in RECEIVE_FIELDS)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rmqchaos.errors import UserError
-from rmqchaos.ledgers import RECEIVE_FIELDS, SEND_FIELDS, journal_tail
+from rmqchaos.ledgers import RECEIVE_FIELDS, SEALED_EXTRA, SEND_FIELDS, journal_tail
 
 if TYPE_CHECKING:  # imported where used: sealing is the only DuckDB user here
     import duckdb
@@ -33,6 +33,12 @@ SEND_REQUIRED = ("rec", "key", "producer_id", "attempt_id")
 SEND_RECS = ("intent", "outcome")
 
 _DUCK = {"string": "VARCHAR", "int": "INTEGER", "long": "BIGINT", "bool": "BOOLEAN"}
+#: the sealed layout's version (KV metadata rmqchaos_sealed): a copy of another version is sealed again
+SEALED_VERSION = "2"
+# SEALED_EXTRA: a canonical msgId's 128 bits as two signed halves (value - 2^63, a bijection), else null
+_MSG_HALVES = {"msg_hi": "((x >> 64)::HUGEINT - 9223372036854775808)::BIGINT",
+               "msg_lo": "((x & 18446744073709551615::UHUGEINT)::HUGEINT - 9223372036854775808)::BIGINT"}
+assert tuple(_MSG_HALVES) == tuple(n for n, _ in SEALED_EXTRA)
 
 
 class LedgerError(UserError):
@@ -92,7 +98,7 @@ def _current(con: duckdb.DuckDBPyConnection, journal: Path) -> Sealed | None:
     except duckdb.Error:  # not a whole Parquet file (seal() renames only finished ones): seal again
         return None
     st = journal.stat()
-    if (meta.get("rmqchaos_sealed") != "1" or meta.get("journal_bytes") != str(st.st_size)
+    if (meta.get("rmqchaos_sealed") != SEALED_VERSION or meta.get("journal_bytes") != str(st.st_size)
             or meta.get("journal_mtime_ns") != str(st.st_mtime_ns)):
         return None
     torn = meta.get("torn_offset") or None
@@ -133,10 +139,15 @@ def _seal(con: duckdb.DuckDBPyConnection, journal: Path, threads: int | None) ->
         con.execute(f"CREATE TEMP VIEW j AS SELECT * FROM read_json('{_sql_str(src)}', "
                     f"format = 'newline_delimited', columns = {cols}, maximum_object_size = 1048576)")
         torn_bytes = tail.end - tail.complete
-        meta = {"rmqchaos_sealed": "1", "journal": journal.name, "journal_bytes": str(size),
+        meta = {"rmqchaos_sealed": SEALED_VERSION, "journal": journal.name, "journal_bytes": str(size),
                 "journal_mtime_ns": str(st.st_mtime_ns), "torn_offset": "" if torn is None else str(torn),
                 "torn_bytes": str(torn_bytes), "unwritten_bytes": str(size - tail.end)}
-        con.execute(f"COPY j TO '{_sql_str(tmp)}' (FORMAT parquet, COMPRESSION zstd, KV_METADATA {_kv(meta)})")
+        canonical = "CASE WHEN regexp_full_match(msg_id, '[0-9A-F]{32}') THEN ('0x' || msg_id)::UHUGEINT END"
+        extra = ", ".join(f"{e} AS {n}" for n, e in _MSG_HALVES.items())
+        # zstd level 1: ~13 % less seal time than the default level 3 here, files ~15 % larger
+        con.execute(f"COPY (SELECT * EXCLUDE (x), {extra} FROM (SELECT *, {canonical} AS x FROM j)) "
+                    f"TO '{_sql_str(tmp)}' (FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL 1, "
+                    f"KV_METADATA {_kv(meta)})")
         # the record-level rules JSON types cannot express, checked on the columns just written
         invalid = f"count(*) FILTER (WHERE {_invalid()})" if kind == "send" else "0"
         row = con.execute(f"SELECT {invalid}, count(*) FROM read_parquet(?)", [str(tmp)]).fetchone()

@@ -205,8 +205,9 @@ def test_scheduler_stops_long_faults_and_skips_later_ones_when_the_load_ends(tmp
 
 def test_writers_and_readers_share_the_ledger_schema(tmp_path: Path) -> None:
     from analysis import duckdb_ref, schemas, synthetic
-    assert [f.name for f in schemas.SEND.fields][:-1] == list(ledgers.OUTCOME_KEYS)
-    assert [f.name for f in schemas.RECEIVE.fields][:-1] == list(ledgers.RECEIVE_KEYS)
+    extra = [n for n, _ in ledgers.SEALED_EXTRA]  # the seal's msgId halves, after the journal's fields
+    assert [f.name for f in schemas.SEND.fields][:-1] == list(ledgers.OUTCOME_KEYS) + extra
+    assert [f.name for f in schemas.RECEIVE.fields][:-1] == list(ledgers.RECEIVE_KEYS) + extra
     assert ledgers.OUTCOME_KEYS[:len(ledgers.INTENT_KEYS)] == ledgers.INTENT_KEYS
     synthetic.write(tmp_path, 200, files=1)
     send = [json.loads(x) for x in (tmp_path / "send-w0-1.jsonl").read_text().splitlines()]

@@ -2,6 +2,7 @@
 and a second seal do. The analysis through sealed ledgers is in test_analysis.py."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from rmqchaos.ledgers import LedgerWriter, RECEIVE_KEYS, intent_record, journal_tail, send_ledger_path
+from rmqchaos.ledgers import LedgerWriter, RECEIVE_KEYS, SEALED_EXTRA, intent_record, journal_tail, send_ledger_path
 from rmqchaos import progress
 from rmqchaos import seal as seal_mod
 from rmqchaos.seal import LedgerError, read_seal, seal, seal_closed, sealed_path
@@ -118,7 +119,8 @@ def test_receive_journal_and_empty_journal(tmp_path: Path) -> None:
     s = seal(r)
     assert s.records == 1
     cols = [x[0] for x in duckdb.connect().execute("DESCRIBE SELECT * FROM read_parquet(?)", [str(s.path)]).fetchall()]
-    assert tuple(cols) == RECEIVE_KEYS  # the schema's columns, in its order; unknown fields are not kept
+    # the schema's columns, in its order (unknown fields are not kept), then the msgId's halves
+    assert tuple(cols) == RECEIVE_KEYS + tuple(n for n, _ in SEALED_EXTRA)
     e = tmp_path / "ledgers" / "receive-c1.jsonl"
     e.touch()  # a consumer that never received anything
     assert seal(e).records == 0
@@ -200,3 +202,23 @@ def test_copy_prefix_copies_exactly_n_bytes(tmp_path: Path, monkeypatch: pytest.
     calls[0] = 0
     seal_mod._copy_prefix(src, dst, len(data) + 10)  # a shorter source: all of it, then stop
     assert dst.read_bytes() == data
+
+
+def test_sealed_msgid_halves_are_exact_for_rocketmqs_form_and_null_otherwise(tmp_path: Path) -> None:
+    """msg_hi/msg_lo: a msgId of 32 uppercase hex digits as its two 64-bit halves minus 2^63 (one to one,
+    so equal halves mean equal msgIds); any other form (lower case, another length, a batch's list,
+    a sign, a space) null, so the analysis matches those by their text."""
+    ids = ["7F0000010064AB12CD34EF5600000001", "FFFFFFFFFFFFFFFF0000000000000000", "00000000000000000000000000000000",
+           "7f0000010064ab12cd34ef5600000001", "7F0000010064AB12CD34EF560000001", "7F0000010064AB12CD34EF56000000012",
+           "7F0000010064AB12CD34EF5600000001,7F0000010064AB12CD34EF5600000002", " F0000010064AB12CD34EF5600000001",
+           "-F0000010064AB12CD34EF5600000001", "0x000010064AB12CD34EF5600000001", None]
+    r = tmp_path / "ledgers" / "receive-c0.jsonl"
+    r.parent.mkdir()
+    r.write_text("".join(json.dumps({"run_id": "r", "key": f"k{i}", "msg_id": m}) + "\n" for i, m in enumerate(ids)))
+    rows = duckdb.connect().execute("SELECT msg_id, msg_hi, msg_lo FROM read_parquet(?)", [str(seal(r).path)]).fetchall()
+    for m, hi, lo in rows:
+        if m is not None and len(m) == 32 and all(c in "0123456789ABCDEF" for c in m):
+            assert (hi, lo) == (int(m[:16], 16) - 2**63, int(m[16:], 16) - 2**63), m
+        else:
+            assert hi is None and lo is None, m
+    assert sum(hi is not None for _, hi, _ in rows) == 3

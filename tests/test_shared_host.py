@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -168,8 +169,9 @@ def test_shared_host_scaled_for_ci_records_busy_answers_verbatim_and_classifies_
 def _attempt(key: str, n: int, topic: str, start: int, outcome: str, code: int | None = None, remark: str | None = None,
              msg_id: str | None = None) -> list[dict]:
     from rmqchaos.ledgers import intent_record, outcome_record
-    i = intent_record("intent", "r", "p0", start, key, n, topic, "resend_to_backup_topic", start, start)
-    o = outcome_record("outcome", "r", "p0", start, key, n, topic, "resend_to_backup_topic", start, start, start + 30,
+    i = intent_record("intent", "r", "p0", start * 10 + n, key, n, topic, "resend_to_backup_topic", start, start)
+    o = outcome_record("outcome", "r", "p0", start * 10 + n, key, n, topic, "resend_to_backup_topic", start, start,
+                       start + 30,
                        outcome, "SEND_OK" if outcome == "ok" else None, code, remark, None, True, msg_id, None,
                        "broker-a", 0, None, outcome == "ok")
     return [i, o]
@@ -181,38 +183,61 @@ def _delivery(key: str, msg_id: str, topic: str, offset: int) -> dict:
             "batch_index": 0, "store_ms": 1, "receive_ms": 2}
 
 
-def test_answers_say_which_attempts_were_stored_and_what_first_answer_duplicated_keys_got(tmp_path: Path) -> None:
-    from analysis.reconcile import analyze_ledgers, spark_session
+def _canonical(m: str) -> str:
+    """A planted msgId in RocketMQ's form (32 uppercase hex digits); a batch's ids one by one."""
+    return ",".join(f"{int.from_bytes(x.encode(), 'big'):032X}" for x in m.split(","))
+
+
+@pytest.mark.parametrize("form", ["plain", "canonical"])
+def test_answers_say_which_attempts_were_stored_and_what_first_answer_duplicated_keys_got(
+        spark_session_for_module: Any, tmp_path: Path, form: str) -> None:
+    """The same planted answers with msgIds of no particular form (every key matched by msgId) and in
+    RocketMQ's form (keys whose one attempt was delivered under its own msgId settled in the key table)."""
+    from analysis.reconcile import analyze_ledgers, attribute, key_table, read_receive, read_send
+    mid = _canonical if form == "canonical" else (lambda m: m)
+    other_case = (lambda m: _canonical(m).lower()) if form == "canonical" else (lambda m: m.upper())
     busy = "[PCBUSY_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: 12ms, size of queue: 3"
     send = [
         # k1: timed out but stored (its msgId delivered), resent to the backup topic: duplicated
-        *_attempt("k1", 1, "T", 1000, "timeout", msg_id="m1a"), *_attempt("k1", 2, "T_bak", 1040, "ok", msg_id="m1b"),
+        *_attempt("k1", 1, "T", 1000, "timeout", msg_id=mid("m1a")), *_attempt("k1", 2, "T_bak", 1040, "ok", msg_id=mid("m1b")),
         # k2: busy (not stored), resent: delivered once
-        *_attempt("k2", 1, "T", 2000, "error", 2, busy, "m2a"), *_attempt("k2", 2, "T_bak", 2040, "ok", msg_id="m2b"),
+        *_attempt("k2", 1, "T", 2000, "error", 2, busy, mid("m2a")), *_attempt("k2", 2, "T_bak", 2040, "ok", msg_id=mid("m2b")),
         # k3: timed out, not stored, resent: delivered once
-        *_attempt("k3", 1, "T", 3000, "timeout", msg_id="m3a"), *_attempt("k3", 2, "T_bak", 3040, "ok", msg_id="m3b"),
+        *_attempt("k3", 1, "T", 3000, "timeout", msg_id=mid("m3a")), *_attempt("k3", 2, "T_bak", 3040, "ok", msg_id=mid("m3b")),
         # k4: plain success
-        *_attempt("k4", 1, "T", 4000, "ok", msg_id="m4a"),
+        *_attempt("k4", 1, "T", 4000, "ok", msg_id=mid("m4a")),
         # k5: busy, and busy again within the same millisecond (two attempts), then not resent
-        *_attempt("k5", 1, "T", 5000, "error", 2, busy, "m5a"), *_attempt("k5", 2, "T", 5000, "error", 2, busy, "m5b"),
+        *_attempt("k5", 1, "T", 5000, "error", 2, busy, mid("m5a")), *_attempt("k5", 2, "T", 5000, "error", 2, busy, mid("m5b")),
         # k6, k7: batch attempts (one msgId per message): stored iff any of their msgIds was delivered
-        *_attempt("k6", 1, "T", 6000, "ok", msg_id="m6a,m6b"), *_attempt("k7", 1, "T", 7000, "timeout", msg_id="m7a,m7b"),
+        *_attempt("k6", 1, "T", 6000, "ok", msg_id=mid("m6a,m6b")), *_attempt("k7", 1, "T", 7000, "timeout", msg_id=mid("m7a,m7b")),
+        # k8: its one delivery carries its msgId in other letter case: another msgId, so not this attempt's
+        *_attempt("k8", 1, "T", 8000, "ok", msg_id=mid("m8a")),
+        # k9: never delivered under its key, but its msgId was, under a key never sent: stored
+        *_attempt("k9", 1, "T", 9000, "ok", msg_id=mid("m9a")),
+        # k10: one attempt, the same copy delivered twice: duplicated, its first answer stored
+        *_attempt("k10", 1, "T", 10000, "ok", msg_id=mid("m10a")),
     ]
-    recv = [_delivery("k1", "m1a", "T", 0), _delivery("k1", "m1b", "T_bak", 0), _delivery("k2", "m2b", "T_bak", 1),
-            _delivery("k3", "m3b", "T_bak", 2), _delivery("k4", "m4a", "T", 1), _delivery("k6", "m6b", "T", 2)]
+    recv = [_delivery("k1", mid("m1a"), "T", 0), _delivery("k1", mid("m1b"), "T_bak", 0),
+            _delivery("k2", mid("m2b"), "T_bak", 1), _delivery("k3", mid("m3b"), "T_bak", 2),
+            _delivery("k4", mid("m4a"), "T", 1), _delivery("k6", mid("m6b"), "T", 2),
+            _delivery("k8", other_case("m8a"), "T", 3), _delivery("k9x", mid("m9a"), "T", 4),
+            _delivery("k10", mid("m10a"), "T", 5), _delivery("k10", mid("m10a"), "T", 5)]
     (tmp_path / "send-p0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in send))
     (tmp_path / "receive-c0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in recv))
-    spark = spark_session()
-    try:
-        res = analyze_ledgers(spark, [tmp_path / "send-p0.jsonl"], [tmp_path / "receive-c0.jsonl"], [])
-    finally:
-        spark.stop()
+    spark = spark_session_for_module
+    res = analyze_ledgers(spark, [tmp_path / "send-p0.jsonl"], [tmp_path / "receive-c0.jsonl"], [])
+    own = {r["key"]: r["own_msgid_delivered"] for r in key_table(
+        read_send(spark, [tmp_path / "send-p0.jsonl"], []),
+        attribute(read_receive(spark, [tmp_path / "receive-c0.jsonl"], []))).collect()}
+    # settled without a msgId join: only canonical msgIds, one answered attempt, all deliveries under it
+    assert {k for k, v in own.items() if v} == ({"k4", "k10"} if form == "canonical" else set())
     answers = {a["answer"]: a for a in res["answers"]}
     assert answers == {
-        "SEND_OK": {"answer": "SEND_OK", "attempts": 5, "stored": 5, "dup_keys_first_answer": 0, "dup_keys_first_stored": 0},
+        "SEND_OK": {"answer": "SEND_OK", "attempts": 8, "stored": 7, "dup_keys_first_answer": 1, "dup_keys_first_stored": 1},
         "timeout": {"answer": "timeout", "attempts": 3, "stored": 1, "dup_keys_first_answer": 1, "dup_keys_first_stored": 1},
         "[PCBUSY_CLEAN_QUEUE]": {"answer": "[PCBUSY_CLEAN_QUEUE]", "attempts": 3, "stored": 0,
                                  "dup_keys_first_answer": 0, "dup_keys_first_stored": 0}}
-    assert res["counts"]["duplicated"] == 1 and res["duplicates_by_cause"]["backup_topic"] == 1
+    assert res["counts"]["duplicated"] == 2 and res["duplicates_by_cause"]["backup_topic"] == 1
+    assert res["duplicates_by_cause"]["consumer_repull"] == 1
     assert res["busy_series"] == {"[PCBUSY_CLEAN_QUEUE]": [[2, 1], [5, 2]]}
     assert res["counts"]["failed"] == 1  # k5
