@@ -481,11 +481,13 @@ def _answers(send: DataFrame, recv: DataFrame, keys: DataFrame, n_dup: int) -> l
            for a, n in totals.items()}  # until matched below, every attempt is one of an own-msgId key: stored
     if n_rest:
         small = F.broadcast if n_rest <= PATH_BROADCAST_MAX else (lambda df: df.hint("shuffle_hash"))
-        # cached on disk: in memory they competed with the broadcasts and were evicted and recomputed
-        # one row per msgId of an attempt (a batch has several); (producer_id, attempt_id) names the attempt
+        # one row per msgId of an attempt (a batch has several); (producer_id, attempt_id) names the attempt.
+        # Both kept until the last grouping, on disk: in memory they competed with the broadcasts, were
+        # evicted and recomputed (a scan of the send ledger each time)
         att = (outcomes.join(small(rest), "key", "left_semi")
                .select("key", "producer_id", "attempt_id", "start_ms", label,
                        F.explode_outer(F.split("msg_id", ",")).alias("msg_id"))).persist(StorageLevel.DISK_ONLY)
+        matched: DataFrame | None = None
         try:
             ids = att.where(F.col("msg_id").isNotNull()).select("msg_id")
             few_ids = ids.count() <= PATH_BROADCAST_MAX
@@ -495,10 +497,7 @@ def _answers(send: DataFrame, recv: DataFrame, keys: DataFrame, n_dup: int) -> l
             matched = (att.join(delivered, "msg_id", "left").repartition("key")
                        .groupBy("key", "producer_id", "attempt_id", "start_ms", "answer")
                        .agg(F.max(F.coalesce("stored", F.lit(0))).alias("stored"))).persist(StorageLevel.DISK_ONLY)
-        finally:
-            att.unpersist()
-        dup = keys.where(F.col("class") == "duplicated").select("key")
-        try:
+            dup = keys.where(F.col("class") == "duplicated").select("key")
             rows = matched.groupBy("answer").agg(F.lit(False).alias("dup"), F.count("*").alias("n"),
                                                  F.sum("stored").alias("stored")).collect()
             rows += (matched.join(F.broadcast(dup) if n_dup <= BROADCAST_MAX else dup.hint("shuffle_hash"), "key",
@@ -508,7 +507,9 @@ def _answers(send: DataFrame, recv: DataFrame, keys: DataFrame, n_dup: int) -> l
                      .agg(F.lit(True).alias("dup"), F.count("*").alias("n"), F.sum("first.stored").alias("stored"))
                      .collect())
         finally:
-            matched.unpersist()
+            for df in (matched, att):
+                if df is not None:
+                    df.unpersist()
         for r in rows:
             row = out[r["answer"]]
             if r["dup"]:
