@@ -26,8 +26,13 @@ _SENT_ID = "printf('7F0000010064%08X%012X', {a}, i)"
 _UNSENT_ID = "printf('7F0000020064%08X%012X', 0, i)"
 
 
+def _fates(n: int) -> dict[int, int]:
+    """How many of the keys 0..n-1 have each fate i % 100."""
+    return {m: len(range(m, n, 100)) for m in range(100)}
+
+
 def truth(n: int) -> dict[str, Any]:
-    per = {m: len(range(m, n, 100)) for m in range(100)}
+    per = _fates(n)
     ok = sum(per[m] for m in range(90))
     dup_keys = per[92] + per[93] + per[94] + per[95]
     return {"keys": n, "ok": ok, "lost": per[90] + per[91], "duplicated": dup_keys, "recovered": per[96],
@@ -45,7 +50,7 @@ def truth(n: int) -> dict[str, Any]:
 def answers(n: int) -> list[dict[str, Any]]:
     """analyze's `answers` for write(n): every attempt by its answer, the stored ones, and the first answer of
     each duplicated key. A lost key's msgId delivered under an unexpected key (even i < n // 1000) was stored."""
-    per = {m: len(range(m, n, 100)) for m in range(100)}
+    per = _fates(n)
     send_ok = sum(per[m] for m in range(90)) + per[90] + per[92] + per[93] + per[94] + per[95]
     rows = [{"answer": "SEND_OK", "attempts": send_ok, "stored": send_ok - per[90] + len(range(90, n // 1000, 100)),
              "dup_keys_first_answer": per[94] + per[95], "dup_keys_first_stored": per[94] + per[95]},

@@ -39,6 +39,10 @@ SEALED_VERSION = "2"
 _MSG_HALVES = {"msg_hi": "((x >> 64)::HUGEINT - 9223372036854775808)::BIGINT",
                "msg_lo": "((x & 18446744073709551615::UHUGEINT)::HUGEINT - 9223372036854775808)::BIGINT"}
 assert tuple(_MSG_HALVES) == tuple(n for n, _ in SEALED_EXTRA)
+# the journal's columns, then the halves of `x`: the msgId as a 128-bit number when it is canonical
+_SEALED_SELECT = ("SELECT * EXCLUDE (x), " + ", ".join(f"{e} AS {n}" for n, e in _MSG_HALVES.items())
+                  + " FROM (SELECT *, CASE WHEN regexp_full_match(msg_id, '[0-9A-F]{32}') "
+                  "THEN ('0x' || msg_id)::UHUGEINT END AS x FROM j)")
 
 
 class LedgerError(UserError):
@@ -142,10 +146,8 @@ def _seal(con: duckdb.DuckDBPyConnection, journal: Path, threads: int | None) ->
         meta = {"rmqchaos_sealed": SEALED_VERSION, "journal": journal.name, "journal_bytes": str(size),
                 "journal_mtime_ns": str(st.st_mtime_ns), "torn_offset": "" if torn is None else str(torn),
                 "torn_bytes": str(torn_bytes), "unwritten_bytes": str(size - tail.end)}
-        canonical = "CASE WHEN regexp_full_match(msg_id, '[0-9A-F]{32}') THEN ('0x' || msg_id)::UHUGEINT END"
-        extra = ", ".join(f"{e} AS {n}" for n, e in _MSG_HALVES.items())
         # zstd level 1: ~13 % less seal time than the default level 3 here, files ~15 % larger
-        con.execute(f"COPY (SELECT * EXCLUDE (x), {extra} FROM (SELECT *, {canonical} AS x FROM j)) "
+        con.execute(f"COPY ({_SEALED_SELECT}) "
                     f"TO '{_sql_str(tmp)}' (FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL 1, "
                     f"KV_METADATA {_kv(meta)})")
         # the record-level rules JSON types cannot express, checked on the columns just written
