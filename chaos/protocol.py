@@ -55,6 +55,7 @@ class FaultKind(ABC):
     Params: ClassVar[type[BaseModel]] = NoParams
     target: ClassVar[str] = "node"  # node | broker | none
     ends_node: ClassVar[bool] = False  # its occurrences end the node: `restart_after` is allowed
+    tick_s: ClassVar[float | None] = None  # a lasting fault that must follow the node: `tick` this often
 
     def __init__(self, ctx: FaultContext, fault: Fault, params: BaseModel, occurrence: str = "") -> None:
         self.ctx, self.fault, self.params = ctx, fault, params
@@ -77,6 +78,9 @@ class FaultKind(ABC):
     @abstractmethod
     def start(self) -> None:
         """Inject. Raise FaultError when it cannot be applied."""
+
+    def tick(self) -> None:
+        """Called every `tick_s` between start and stop (kinds that declare tick_s)."""
 
     def stop(self) -> dict[str, Any]:
         """Undo what start left in place (if anything); return the evidence."""

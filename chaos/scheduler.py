@@ -101,11 +101,12 @@ class FaultScheduler(threading.Thread):
         h: FaultKind = k(self.ctx, f, params, fid)
         try:
             h.start()  # a start that fails undoes its own partial work (e.g. oom_kill lifts the limit)
-            span = k.span(params)
-            if math.isinf(span):
-                self.ctx.halt.wait()
-            elif span:
-                self.ctx.halt.wait(max(0.0, start / 1000 + span - time.time()))
+            end = start / 1000 + k.span(params)  # inf: until the load ends
+            while True:
+                wait = min(end - time.time(), k.tick_s or math.inf)
+                if self.ctx.halt.wait(None if math.isinf(wait) else max(0.0, wait)) or time.time() >= end:
+                    break
+                h.tick()
             ev, outcome = h.stop(), "ok"
         except Exception as e:  # noqa: BLE001 - recorded, then fails the stage
             ev, outcome = {"error": e.line() if isinstance(e, UserError) else f"{type(e).__name__}: {e}"}, "failed"

@@ -162,6 +162,34 @@ def test_disk_sampler_writes_a_record_a_second_on_the_run_clock(tmp_path: Path) 
     assert sum(r["flushes_s"] for r in recs) >= 10 and sum(r["write_mb_s"] for r in recs) > 0.5, recs
 
 
+def test_a_memory_cap_can_be_raised_as_the_page_cache_allowance_follows_the_node(tmp_path: Path) -> None:
+    """The mechanism under page_cache_limit's tick: a cgroup with page cache, capped with a small
+    allowance, then raised (memory+swap first: the kernel refuses memory above it), then lifted."""
+    from cluster.local.cgroups import PREFIX, Cgroup, remove_empty_parents
+    from rmqchaos.procs import spawn
+    cg = Cgroup(f"{PREFIX}/test-memcap-{os.getpid()}/broker-a")
+    cg.create()
+    mib = 1 << 20
+    try:  # 64 MiB of page cache charged to the cgroup, by a writer inside it
+        spawn(["dd", "if=/dev/zero", f"of={tmp_path / 'f.bin'}", "bs=1M", "count=64"], join=cg.procs_files(),
+              stderr=subprocess.DEVNULL).wait(30)
+        os.sync()  # clean pages: reclaim takes them at once
+        assert cg.file_cache() > 48 * mib
+        low = cg.cap_memory(page_cache=8 * mib)
+        assert cg.file_cache() <= 16 * mib  # reclaimed down to about the allowance
+        high = cg.cap_memory(page_cache=32 * mib)
+        assert high > low
+        mem = cg._mem()
+        assert int((mem / "memory.limit_in_bytes").read_text()) == high
+        assert int((mem / "memory.memsw.limit_in_bytes").read_text()) == high
+        assert cg.cap_memory(page_cache=8 * mib) < high  # and lowered again
+        cg.clear_memory_limit()
+        assert int((mem / "memory.limit_in_bytes").read_text()) > 1 << 40
+    finally:
+        cg.remove()
+        remove_empty_parents(cg.rel)
+
+
 def test_blkio_throttle_caps_a_cgroups_direct_writes_exactly_and_lifts(tmp_path: Path) -> None:
     """The mechanism under `blkio_throttle`: a writer in a node's cgroup, capped at 20 MB/s, then not."""
     from cluster.local.cgroups import PREFIX, Cgroup, remove_empty_parents

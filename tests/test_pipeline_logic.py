@@ -201,6 +201,36 @@ def test_scheduler_stops_long_faults_and_skips_later_ones_when_the_load_ends(tmp
         sched.check()
 
 
+class Follow(Hold):
+    """A lasting test kind that follows something: ticked every tick_s while it holds."""
+    name = "test_follow"
+    tick_s = 0.2
+
+    def tick(self) -> None:
+        Hold.log.append((self.fault.id or "", "tick", time.monotonic()))
+
+
+def test_scheduler_ticks_a_following_kind_between_its_start_and_stop_only(tmp_path: Path, hold_kind) -> None:
+    register(Follow)
+    try:
+        f = scenario_with(tmp_path, {"id": "f", "kind": "test_follow", "at": "0s", "hold": "1s"})
+        run = create_run(f, tmp_path / "run")
+        sched = FaultScheduler(run, get_backend(run), run.scenario().faults)
+        run.load_dir.mkdir()
+        run.load_started_file.write_text(json.dumps({"start_s": time.time()}))
+        sched.start()
+        sched.join(10)
+        sched.check()
+    finally:
+        KINDS.pop("test_follow", None)
+    f_log = [(what, t) for fid, what, t in Hold.log if fid == "f"]
+    assert [w for w, _ in f_log][0] == "start" and [w for w, _ in f_log][-1] == "stop"
+    ticks = [t for w, t in f_log if w == "tick"]
+    assert 3 <= len(ticks) <= 5, f_log  # 1 s at 0.2 s: not after the stop, not in a busy loop
+    assert all(0.1 < b - a < 0.4 for a, b in zip(ticks, ticks[1:]))
+    assert f_log[-1][1] - f_log[0][1] == pytest.approx(1.0, abs=0.3)  # the tick does not change the span
+
+
 # ---------------------------------------------------------------- the one ledger schema
 
 def test_writers_and_readers_share_the_ledger_schema(tmp_path: Path) -> None:

@@ -111,9 +111,12 @@ class Cgroup:
             if page_cache is not None:
                 usage = usage - self.file_cache() + page_cache
             try:
-                if self.v == 1:
-                    self._write("memory.limit_in_bytes", str(usage))  # first: it must stay <= memsw
-                    self._write("memory.memsw.limit_in_bytes", str(usage))
+                if self.v == 1:  # memory must stay <= memory+swap: lower memory first, raise it last
+                    names = ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"]
+                    if usage > int((self._mem() / names[0]).read_text()):
+                        names.reverse()
+                    for n in names:
+                        self._write(n, str(usage))
                 else:
                     self._write("memory.swap.max", "0")
                     self._write("memory.max", str(usage))
