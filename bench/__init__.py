@@ -440,9 +440,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(fn=cmd_bench_producer)
     an = bsub.add_parser("analyze", help="Spark analyze vs a DuckDB reference on synthetic ledgers",
                          description=cmd_bench_analyze.__doc__)
-    an.add_argument("--rows", type=lambda v: [int(x) for x in v.split(",")], default=[1_000_000, 10_000_000, 50_000_000],
-                    help="comma-separated numbers of keys (default 1000000,10000000,50000000; each key is "
-                         "~3 ledger rows; 50M keys need ~55 GB of disk)")
+    an.add_argument("--rows", type=lambda v: [int(x) for x in v.split(",")], default=[1_000_000, 10_000_000, 16_700_000],
+                    help="comma-separated numbers of keys; each key is ~3 ledger rows (default "
+                         "1000000,10000000,16700000: ~3M, 30M and 50M rows; 16.7M keys need ~20 GB of JSON "
+                         "beside its sealed copies, one size on disk at a time unless --keep)")
     an.add_argument("--dir", help="where to write the synthetic ledgers and spark.log (default: a temp dir, "
                                   "removed at the end unless --keep)")
     an.add_argument("--warmup", type=int, default=200_000,
