@@ -37,6 +37,9 @@ def completeness(run: RunDir) -> dict[str, Any]:
     drains = [e for e in run.timeline() if e["kind"] == "drain"]
     if not drains:
         receive.append("the consumers were never drained")
+    elif drains[-1]["params"].get("out_of_reach"):
+        receive.append(f"the drain stopped early: broker group(s) {', '.join(drains[-1]['params']['out_of_reach'])} "
+                       "had no running node, so their stored messages were out of reach")
     elif drains[-1]["params"].get("drained") is not True:
         left = "not recorded" if "drained" not in drains[-1]["params"] else "above 0"
         receive.append(f"the drain did not reach lag 0 for every consumer group (lag {left} when it stopped)")

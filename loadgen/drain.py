@@ -71,11 +71,14 @@ def started_consumers(run: RunDir, c: ClusterBackend, s: Scenario) -> list[JavaC
 
 
 def drain(consumers: list[JavaConsumer], settle: float, timeout: float,
-          lag: Callable[[], int | None] | None = None) -> tuple[int, bool]:
+          lag: Callable[[], int | None] | None = None,
+          out_of_reach: Callable[[], list[str]] | None = None) -> tuple[int, bool, list[str]]:
     """Wait until every consumer group has consumed everything the brokers hold (lag 0: a restarted
     broker's queues come back to a consumer only after its next route poll and rebalance, up to
-    ~50 s) and no new delivery was recorded for `settle` seconds; at most `timeout`.
-    Returns (deliveries, drained)."""
+    ~50 s) and no new delivery was recorded for `settle` seconds; at most `timeout`. Stops early,
+    not drained, once nothing new arrived for `settle` while a broker group has no running node
+    (`out_of_reach`: after the load nothing restarts it, so its stored messages stay out of reach).
+    Returns (deliveries, drained, the groups out of reach)."""
     t0 = time.monotonic()
     last, last_change, last_say, left = -1, t0, t0, None
     while True:
@@ -87,10 +90,15 @@ def drain(consumers: list[JavaConsumer], settle: float, timeout: float,
             left = lag() if lag else 0
             if left == 0:
                 say(f"drain: nothing left to consume and no new delivery for {settle:g}s; {n} deliveries")
-                return n, True
+                return n, True, []
+            gone = out_of_reach() if left is None and out_of_reach else []
+            if gone:
+                say(f"drain: broker group(s) {', '.join(gone)} have no running node, so their stored messages are "
+                    f"out of reach; no new delivery for {settle:g}s; stopping the consumers with {n} deliveries")
+                return n, False, gone
         if now - t0 > timeout:
             say(f"drain: not drained after {timeout:g}s (lag {left}); stopping the consumers with {n} deliveries")
-            return n, False
+            return n, False, []
         if now - last_say >= 5:
             say(f"drain: {n} deliveries so far" + (f", {left} stored messages not consumed yet" if left else ""))
             last_say = now
@@ -113,6 +121,15 @@ def group_lag(c: ClusterBackend, s: Scenario) -> Callable[[], int | None]:
         except (RemotingError, OSError):
             return None
     return total
+
+
+def dead_groups(c: ClusterBackend) -> Callable[[], list[str]]:
+    """The broker groups none of whose broker nodes is running."""
+    def gone() -> list[str]:
+        groups = sorted({p.broker_name for p in c.masters() if p.broker_name})
+        alive = {n.plan.broker_name for n in c.nodes() if n.plan.is_broker and n.running()}
+        return [g for g in groups if g not in alive]
+    return gone
 
 
 def stop_consumers(consumers: list[JavaConsumer], run: RunDir | None = None) -> None:

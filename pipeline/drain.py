@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster import get_backend
-from loadgen.drain import drain, group_lag, started_consumers, stop_consumers
+from loadgen.drain import dead_groups, drain, group_lag, started_consumers, stop_consumers
 from pipeline.runs import as_run
 from pipeline.stage import stage
 from rmqchaos.procs import now_ms
@@ -27,10 +27,10 @@ def run(run_dir: str | Path | RunDir) -> dict[str, Any]:
             return {"deliveries": None, "drained": None}
         try:
             t1 = now_ms()
-            n, drained = drain(consumers, s.consumers.settle, s.consumers.drain_timeout,  # type: ignore[union-attr]
-                               group_lag(c, s))
-            r.event("drain", "consumers", t1, now_ms(), "done" if drained else "timeout", deliveries=n,
-                    drained=drained)
+            n, drained, gone = drain(consumers, s.consumers.settle, s.consumers.drain_timeout,  # type: ignore[union-attr]
+                                     group_lag(c, s), dead_groups(c))
+            r.event("drain", "consumers", t1, now_ms(), "done" if drained else "out_of_reach" if gone else "timeout",
+                    deliveries=n, drained=drained, **({"out_of_reach": gone} if gone else {}))
         finally:
             stop_consumers(consumers, r)
         return {"deliveries": n, "drained": drained}

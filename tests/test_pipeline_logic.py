@@ -276,13 +276,15 @@ def _load_run(tmp_path: Path):
     f.write_text(yaml.safe_dump({"name": "s", "load": {"duration": "10s"}}))
     run = create_run(f, tmp_path / "run")
 
-    def finish(drained: bool | None = True, consumer: str | None = "terminated", load_ok: bool = True) -> None:
+    def finish(drained: bool | None = True, consumer: str | None = "terminated", load_ok: bool = True,
+               out_of_reach: list[str] | None = None) -> None:
         run.set_stage("load", {"status": "ok" if load_ok else "failed", "start_ms": 1, "end_ms": 2})
         run.load_dir.mkdir(exist_ok=True)
         if load_ok:
             (run.load_dir / "summary.json").write_text("{}")
         if drained is not None:
-            run.event("drain", "consumers", now_ms(), now_ms(), "done" if drained else "timeout", drained=drained)
+            run.event("drain", "consumers", now_ms(), now_ms(), "done" if drained else "timeout", drained=drained,
+                      **({"out_of_reach": out_of_reach} if out_of_reach else {}))
         if consumer is not None:
             run.event("consumer_stop", "consumer-c0", now_ms(), now_ms(), consumer)
     return run, finish
@@ -300,6 +302,8 @@ def test_a_run_is_complete_only_when_the_load_finished_the_drain_reached_zero_an
 
 @pytest.mark.parametrize("kw, reason, receive_ok", [
     ({"drained": False}, "the drain did not reach lag 0 for every consumer group", False),
+    ({"drained": False, "out_of_reach": ["broker-a"]},
+     "the drain stopped early: broker group(s) broker-a had no running node", False),
     ({"consumer": "died (exit 137)"}, "consumer c0 did not stop cleanly (died (exit 137))", False),
     ({"consumer": None}, "consumer c0 did not stop cleanly (no stop recorded: killed with the platform)", False),
 ])
@@ -347,3 +351,25 @@ def test_drain_lag_is_unknown_while_a_broker_group_is_out_of_the_route(tmp_path:
     assert lag() == 0
     routes["T"]["brokerDatas"].pop()  # broker-b died: namesrv no longer routes it
     assert lag() is None
+
+
+@pytest.mark.fast
+def test_drain_stops_early_once_settled_while_a_broker_group_has_no_running_node() -> None:
+    """After the load nothing restarts a dead broker: the drain stops once deliveries settle, not
+    drained, naming the group (it waited its whole drain_timeout before, 300 s in one test run)."""
+    from types import SimpleNamespace
+
+    from loadgen.drain import dead_groups, drain
+    nodes = [SimpleNamespace(plan=SimpleNamespace(broker_name=g, is_broker=True), running=lambda up=up: up)
+             for g, up in (("broker-a", False), ("broker-b", True))]
+    backend = SimpleNamespace(masters=lambda: [n.plan for n in nodes], nodes=lambda: nodes)
+    assert dead_groups(backend)() == ["broker-a"]  # type: ignore[arg-type]
+    consumers = [SimpleNamespace(deliveries=lambda: 7)]
+    t = time.monotonic()
+    assert drain(consumers, 0.3, 30, lambda: None, dead_groups(backend)) == (7, False, ["broker-a"])  # type: ignore[arg-type]
+    assert time.monotonic() - t < 2
+    nodes[0].running = lambda: True  # every group has a running broker: the lag decides, up to the timeout
+    t = time.monotonic()
+    assert drain(consumers, 0.3, 1.0, lambda: None, dead_groups(backend)) == (7, False, [])  # type: ignore[arg-type]
+    assert time.monotonic() - t >= 1.0
+    assert drain(consumers, 0.3, 30, lambda: 0, dead_groups(backend)) == (7, True, [])  # type: ignore[arg-type]
