@@ -101,13 +101,10 @@ class FaultScheduler(threading.Thread):
         h: FaultKind = k(self.ctx, f, params, fid)
         try:
             h.start()  # a start that fails undoes its own partial work (e.g. oom_kill lifts the limit)
-            end = start / 1000 + k.span(params)  # inf: until the load ends
-            while True:
-                wait = min(end - time.time(), k.tick_s or math.inf)
-                if self.ctx.halt.wait(None if math.isinf(wait) else max(0.0, wait)) or time.time() >= end:
-                    break
-                h.tick()
-            ev, outcome = h.stop(), "ok"
+            try:
+                self._hold(h, start / 1000 + k.span(params), k.tick_s)
+            finally:  # a fault that started is undone even when a tick failed
+                ev, outcome = h.stop(), "ok"
         except Exception as e:  # noqa: BLE001 - recorded, then fails the stage
             ev, outcome = {"error": e.line() if isinstance(e, UserError) else f"{type(e).__name__}: {e}"}, "failed"
             self._error(f"fault {fid} ({f.kind} {f.target or ''}) failed: {ev['error']}")
@@ -115,6 +112,14 @@ class FaultScheduler(threading.Thread):
         with self._lock:
             self.results.append({**rec, "outcome": outcome, "evidence": ev})
         say(f"fault {fid}: {outcome} {json.dumps(ev)[:200]}")
+
+    def _hold(self, h: FaultKind, end: float, tick_s: float | None) -> None:
+        """Until `end` (inf: until the load ends), ticking `h` every tick_s if it declares one."""
+        while True:
+            wait = min(end - time.time(), tick_s or math.inf)
+            if self.ctx.halt.wait(None if math.isinf(wait) else max(0.0, wait)) or time.time() >= end:
+                return
+            h.tick()
 
     def check(self) -> None:
         if self.errors:

@@ -213,12 +213,14 @@ class AdminClient:
             self._broker(addr, DELETE_SUBSCRIPTIONGROUP, {"groupName": group, "cleanOffset": clean_offset},
                          f"delete group {group}")
 
-    def consumer_lag(self, group: str, topics: list[str], brokers: set[str] | None = None) -> dict[str, int]:
+    def consumer_lag(self, group: str, topics: list[str], brokers: set[str] | None = None,
+                     skip: set[str] | None = None) -> dict[str, int]:
         """"broker/topic/queue" -> messages stored but not yet consumed by `group` (the broker's max
         offset minus the group's committed offset; the Java consumer commits every 5 s), for every
         readable queue that namesrv routes now. Raises RemotingError if a broker does not answer, or
         if one of `brokers` (group names) has no master in a topic's route: a dead broker drops out
-        of the route, and its stored messages are out of reach, not consumed."""
+        of the route, and its stored messages are out of reach, not consumed. `skip`: broker groups
+        left out (known dead), routed or not."""
         out: dict[str, int] = {}
         for topic in topics:
             route = self.topic_route(topic) or {}
@@ -228,7 +230,7 @@ class AdminClient:
                 raise RemotingError(f"{', '.join(missing)} not in the route of {topic}: lag unknown")
             for q in route.get("queueDatas", []):
                 addr = masters.get(q["brokerName"])
-                if not addr:
+                if not addr or q["brokerName"] in (skip or ()):
                     continue
                 got = self.offsets(addr, group, [(topic, qid) for qid in range(q["readQueueNums"])])
                 for (_, qid), (mx, consumed) in got.items():

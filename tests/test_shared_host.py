@@ -150,7 +150,7 @@ def test_shared_host_scaled_for_ci_records_busy_answers_verbatim_and_classifies_
     ev = pc["params"]["evidence"]
     assert pc["outcome"] == "ok" and ev["oom_kills"] == 0, ev
     assert ev["before"]["page_cache_mb"] > 40 and ev["page_cache_mb_after_cap"] <= 40, ev
-    assert ev["raises"] == 0 or ev["limit_mb_max"] > ev["limit_mb"], ev  # the cap followed the broker up
+    assert ev["at_end"]["page_cache_mb"] <= 48, ev  # still squeezed at the end, whatever the cap's raises
 
     # the time axis: disk pressure rose with the noise, the broker's own put latency is there
     disk = s["disk"]
