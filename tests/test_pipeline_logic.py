@@ -210,19 +210,24 @@ class Follow(Hold):
         Hold.log.append((self.fault.id or "", "tick", time.monotonic()))
 
 
-def test_scheduler_ticks_a_following_kind_between_its_start_and_stop_only(tmp_path: Path, hold_kind) -> None:
-    register(Follow)
+def _one_fault_run(tmp_path: Path, kind: type[FaultKind], fault: dict) -> tuple[Any, FaultScheduler]:
+    """Register `kind`, run the scheduler over one fault on a load clock that starts now, to its end."""
+    register(kind)
     try:
-        f = scenario_with(tmp_path, {"id": "f", "kind": "test_follow", "at": "0s", "hold": "1s"})
-        run = create_run(f, tmp_path / "run")
+        run = create_run(scenario_with(tmp_path, {"kind": kind.name, **fault}), tmp_path / "run")
         sched = FaultScheduler(run, get_backend(run), run.scenario().faults)
         run.load_dir.mkdir()
         run.load_started_file.write_text(json.dumps({"start_s": time.time()}))
         sched.start()
         sched.join(10)
-        sched.check()
     finally:
-        KINDS.pop("test_follow", None)
+        KINDS.pop(kind.name, None)
+    return run, sched
+
+
+def test_scheduler_ticks_a_following_kind_between_its_start_and_stop_only(tmp_path: Path, hold_kind) -> None:
+    _, sched = _one_fault_run(tmp_path, Follow, {"id": "f", "at": "0s", "hold": "1s"})
+    sched.check()
     f_log = [(what, t) for fid, what, t in Hold.log if fid == "f"]
     assert [w for w, _ in f_log][0] == "start" and [w for w, _ in f_log][-1] == "stop"
     ticks = [t for w, t in f_log if w == "tick"]
@@ -240,17 +245,7 @@ class FailingFollow(Follow):
 
 
 def test_a_tick_that_fails_fails_the_fault_and_its_stop_still_undoes_it(tmp_path: Path, hold_kind) -> None:
-    register(FailingFollow)
-    try:
-        f = scenario_with(tmp_path, {"id": "f", "kind": "test_failing_follow", "at": "0s", "hold": "1s"})
-        run = create_run(f, tmp_path / "run")
-        sched = FaultScheduler(run, get_backend(run), run.scenario().faults)
-        run.load_dir.mkdir()
-        run.load_started_file.write_text(json.dumps({"start_s": time.time()}))
-        sched.start()
-        sched.join(10)
-    finally:
-        KINDS.pop("test_failing_follow", None)
+    run, sched = _one_fault_run(tmp_path, FailingFollow, {"id": "f", "at": "0s", "hold": "1s"})
     assert [w for _, w, _ in Hold.log] == ["start", "tick", "stop"]  # no tick after the failure; stopped
     (ev,) = [e for e in run.timeline() if e["kind"] == "fault"]
     assert ev["outcome"] == "failed" and "the node's cgroup is gone" in ev["params"]["evidence"]["error"]
