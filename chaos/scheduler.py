@@ -104,7 +104,8 @@ class FaultScheduler(threading.Thread):
             try:
                 self._hold(h, start / 1000 + k.span(params), k.tick_s)
             finally:  # a fault that started is undone even when a tick failed
-                ev, outcome = h.stop(), "ok"
+                ev = h.stop()
+            outcome = "ok"
         except Exception as e:  # noqa: BLE001 - recorded, then fails the stage
             ev, outcome = {"error": e.line() if isinstance(e, UserError) else f"{type(e).__name__}: {e}"}, "failed"
             self._error(f"fault {fid} ({f.kind} {f.target or ''}) failed: {ev['error']}")

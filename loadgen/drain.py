@@ -112,7 +112,7 @@ def group_lag(c: ClusterBackend, s: Scenario) -> Callable[..., int | None]:
     `total(skip)` leaves the broker groups in `skip` out."""
     assert s.consumers is not None
     default_topics = s.load.topics() if s.load else []
-    groups = {p.broker_name for p in c.masters() if p.broker_name}
+    groups = _broker_groups(c)
 
     def total(skip: frozenset[str] = frozenset()) -> int | None:
         try:
@@ -124,10 +124,15 @@ def group_lag(c: ClusterBackend, s: Scenario) -> Callable[..., int | None]:
     return total
 
 
+def _broker_groups(c: ClusterBackend) -> set[str]:
+    return {p.broker_name for p in c.masters() if p.broker_name}
+
+
 def dead_groups(c: ClusterBackend) -> Callable[[], list[str]]:
     """The broker groups none of whose broker nodes is running."""
+    groups = sorted(_broker_groups(c))
+
     def gone() -> list[str]:
-        groups = sorted({p.broker_name for p in c.masters() if p.broker_name})
         try:
             alive = {n.plan.broker_name for n in c.nodes() if n.plan.is_broker and n.running()}
         except Exception:  # noqa: BLE001 - an engine that does not answer: nothing known to be gone
