@@ -106,6 +106,20 @@ def test_event_windows_count_the_keys_and_acked_sends_meant_inside_them(spark, t
                                                             [t0 // 1000 + 1, failed - inside["failed"]]]}
 
 
+def test_answers_stay_exact_when_the_kinds_of_answer_exceed_the_cap(spark, tmp_path: Path, monkeypatch) -> None:
+    """The answers' totals come from the error grouping's rows; past ERROR_GROUPS_MAX kinds those rows
+    are cut (a warning), and the answers are then counted apart: still the planted truth."""
+    import analysis.reconcile as reconcile
+    n = 5_000
+    synthetic.write(tmp_path, n)
+    monkeypatch.setattr(reconcile, "ERROR_GROUPS_MAX", 2)
+    res = analyze_ledgers(spark, *_files(tmp_path), [])
+    assert any("more than 2 kinds of answer" in w for w in res["warnings"])
+    assert sum(res["errors"]["by_outcome"].values()) < res["counts"]["attempts"]  # the cut rows
+    assert sorted(res["answers"], key=lambda r: r["answer"]) == \
+        sorted(synthetic.truth(n)["answers"], key=lambda r: r["answer"])
+
+
 def test_incomplete_receive_side_turns_every_lost_key_into_undelivered_at_stop(spark, tmp_path: Path) -> None:
     n = 5_000
     synthetic.write(tmp_path, n)
