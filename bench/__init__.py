@@ -378,7 +378,8 @@ def cmd_bench_analyze(a: argparse.Namespace) -> int:
             total = t_seal + t_an
             peak = _driver_peak_mib()
             print(f"rows {rows:>11,}: duckdb {t_duck:6.1f}s ({rows / t_duck:>9,.0f} rows/s) | local[*]: seal "
-                  f"{t_seal:5.1f}s + analyze {t_an:6.1f}s = {total:6.1f}s ({total / rows * 1e6:5.2f} µs/row), "
+                  f"{t_seal:5.1f}s + analyze {t_an:6.1f}s = {total:6.1f}s ({total / rows * 1e6:5.2f} µs/row, "
+                  f"spark_vs_duckdb {t_duck / total:.3f}), "
                   f"classify only {t_cls:5.1f}s | driver peak RSS "
                   + (f"{peak:,.0f} MiB" if peak else "?") + f" | agree={str(agree).lower()}")
             t_sa = None
@@ -391,7 +392,8 @@ def cmd_bench_analyze(a: argparse.Namespace) -> int:
                 t_sa = s_seal + s_an
                 agree = agree and agrees(s_res)
                 print(f"{'':17s}  standalone (2 x 1 core): seal {s_seal:5.1f}s + analyze {s_an:6.1f}s = {t_sa:6.1f}s "
-                      f"({t_sa / rows * 1e6:5.2f} µs/row) | agree={str(agrees(s_res)).lower()}")
+                      f"({t_sa / rows * 1e6:5.2f} µs/row, standalone_vs_duckdb {t_duck / t_sa:.3f}) "
+                      f"| agree={str(agrees(s_res)).lower()}")
                 spark.stop()
                 spark = spark_session(a.master, log_file=log)
             results.append((rows, t_duck / total, t_duck / t_sa if t_sa else None, agree))

@@ -25,7 +25,7 @@ def test_analyze_benchmark_seals_agrees_with_the_planted_truth_and_prints_its_ra
     r = cli("bench", "analyze", "--rows", "20000", "--warmup", "0", "--no-standalone", "--dir", str(tmp_path),
             timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert re.search(r"^rows +[\d,]+: duckdb .* local\[\*\]: seal +\d+\.\d+s \+ analyze .* µs/row\), .* "
+    assert re.search(r"^rows +[\d,]+: duckdb .* local\[\*\]: seal +\d+\.\d+s \+ analyze .* µs/row, spark_vs_duckdb \d\.\d{3}\), .* "
                      r"driver peak RSS [\d,]+ MiB \| agree=true$", r.stdout, re.M), r.stdout
     assert re.search(r"^spark_vs_duckdb=\d+\.\d+ rows=\d+ agree=true$", r.stdout.strip().splitlines()[-1]), r.stdout
     assert "WARN" not in r.stdout + r.stderr  # Spark's own lines go to its log in --dir
