@@ -363,7 +363,7 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
 # keys.parquet's columns of (nearly) unique values: a dictionary would fill up and be dropped, after
 # the work; without one the 30M-row key table was written in ~29 s against ~33 s, and smaller
 KEYS_NO_DICTIONARY = ("key", "first_intended_ms", "first_start_ms", "first_receive_ms")
-ERROR_GROUPS_MAX = 100_000  # distinct (outcome, status, code, prefix, broker) combinations brought back
+ERROR_GROUPS_MAX = 100_000  # distinct (outcome, status, code, prefix, broker, answer) combinations brought back
 
 
 def _aggregate(spark: SparkSession, send: DataFrame, keys: DataFrame, events: list[dict[str, Any]],
