@@ -40,7 +40,9 @@ class Sample:
     acked: int
     attempts: int
     wall_s: float
-    cpu_s: float
+    cpu_s: float  # user + system
+    sys_s: float = 0.0  # of which in the kernel (the Locust benchmarks only)
+    minflt: int = 0  # minor page faults (the Locust benchmarks only)
 
     @property
     def rate(self) -> float:
@@ -51,8 +53,9 @@ class Sample:
         return self.cpu_s / self.acked * 10_000 if self.acked else float("inf")
 
 
-def _measure(cmd: list[str], env: dict[str, str] | None, timeout: float, workdir: Path) -> tuple[str, float, float, int]:
-    """Run cmd to completion: (stdout, wall s, cpu s of the child, exit code)."""
+def _measure(cmd: list[str], env: dict[str, str] | None, timeout: float,
+             workdir: Path) -> tuple[str, float, Any, int]:
+    """Run cmd to completion: (stdout, wall s, the child's rusage, exit code)."""
     out_f = workdir / "out.txt"
     with open(out_f, "wb") as out:
         t0 = time.monotonic()
@@ -70,29 +73,29 @@ def _measure(cmd: list[str], env: dict[str, str] | None, timeout: float, workdir
             time.sleep(0.01)
         wall = time.monotonic() - t0
     p.returncode = os.waitstatus_to_exitcode(status)
-    return out_f.read_text(errors="replace"), wall, ru.ru_utime + ru.ru_stime, p.returncode
+    return out_f.read_text(errors="replace"), wall, ru, p.returncode
 
 
 def run_python(ns: str, count: int, size: int, conc: int, timeout: float, workdir: Path) -> Sample:
     cmd = [sys.executable, "-m", "rmqclient.bench_worker", "--namesrv", ns, "--topic", TOPIC, "--count", str(count),
            "--size", str(size), "--concurrency", str(conc)]
-    out, wall, cpu, rc = _measure(cmd, dict(os.environ), timeout, workdir)
+    out, wall, ru, rc = _measure(cmd, dict(os.environ), timeout, workdir)
     res = next((json.loads(x) for x in reversed(out.splitlines()) if x.startswith("{")), None)
     if rc != 0 or res is None:
         raise UserError(f"the platform's benchmark producer failed (exit {rc})", out.strip()[-300:])
-    return Sample("python", res["acked"], res["attempts"], wall, cpu)
+    return Sample("python", res["acked"], res["attempts"], wall, ru.ru_utime + ru.ru_stime)
 
 
 def run_java(ns: str, count: int, size: int, conc: int, timeout: float, workdir: Path, heap_mb: int) -> Sample:
     paths.rocketmq_home(paths.pinned_rocketmq_version())  # installs the pinned jars when missing
     cmd = jvm_command(BENCH_PRODUCER, bench_args(ns, TOPIC, count, size, conc), heap_mb=heap_mb,
                       cp=classpath(paths.pinned_rocketmq_version()), user_home=workdir)
-    out, wall, cpu, rc = _measure(cmd, dict(os.environ, ROCKETMQ_HOME=str(workdir)), timeout, workdir)
+    out, wall, ru, rc = _measure(cmd, dict(os.environ, ROCKETMQ_HOME=str(workdir)), timeout, workdir)
     done = bench_complete(out)
     if rc != 0 or done is None:
         raise UserError(f"RocketMQ's benchmark Producer failed (exit {rc})", out.strip()[-300:])
     total, failed, resp_failed = done
-    return Sample("java", total - failed, total + resp_failed, wall, cpu)
+    return Sample("java", total - failed, total + resp_failed, wall, ru.ru_utime + ru.ru_stime)
 
 
 def compare(samples: list[Sample]) -> dict[str, float]:
@@ -176,14 +179,14 @@ def _load_run_dir(base: Path, cluster_scenario: Path, i: int, messages: int, use
 def run_locust(run, ledger: bool, timeout: float, workdir: Path) -> Sample:
     cmd = [sys.executable, "-m", "loadgen", str(run.path), "--ledger", "on" if ledger else "off"]
     env = dict(os.environ, RMQCHAOS_QUIET="1", PYTHONPATH=str(paths.REPO))
-    out, wall, cpu, rc = _measure(cmd, env, timeout, workdir)
+    out, wall, ru, rc = _measure(cmd, env, timeout, workdir)
     if rc != 0:
         raise UserError(f"the Locust load process failed (exit {rc})", out.strip()[-300:])
     summ = json.loads((run.path / "load" / "summary.json").read_text())
     acked = summ["locust_requests"] - summ["locust_failures"]
     # rate over the load itself (start-up excluded on both sides: the same code path)
     return Sample("ledger" if ledger else "no-ledger", acked, summ["locust_requests"],
-                  summ["end_s"] - summ["start_s"], cpu)
+                  summ["end_s"] - summ["start_s"], ru.ru_utime + ru.ru_stime, ru.ru_stime, ru.ru_minflt)
 
 
 def _with_cluster(a: argparse.Namespace, fn):  # type: ignore[no-untyped-def]
@@ -210,8 +213,11 @@ def _interleaved(a: argparse.Namespace, kinds: tuple[str, str],
         time.sleep(1)
         samples: list[Sample] = []
         with tempfile.TemporaryDirectory(prefix="rmqchaos-bench-") as td:
-            say("warm-up: one run of each kind (not counted; a fresh broker is slow at first)")
-            for i, who in enumerate(kinds):
+            # two of each, ABBA: after one of each, the first counted run was still the slowest of its
+            # benchmark every time (3 of 3 ledger runs on 2026-11-26, one of them A/A, where it alone
+            # made +0.03 of "overhead")
+            say("warm-up: two runs of each kind (not counted; a fresh broker is slow at first)")
+            for i, who in enumerate(kinds + kinds[::-1]):
                 one(cluster_run, Path(td), who, 1000 + i)
             i = 0
             for r in range(a.rounds):
@@ -261,8 +267,13 @@ def cmd_bench_ledger(a: argparse.Namespace) -> int:
     acked_on = sum(s.acked for s in on)
     seal_s = sum(c for c, _ in seal_cpu)
     print(f"ledger benchmark: {a.rounds} interleaved rounds x {a.messages} messages, {a.users} Locust users, unpaced")
-    print(f"ledger on : {rate_on:8.0f} acked msg/s  {cpu_on:.3f} CPU-s per 10k acked (load process)")
-    print(f"ledger off: {rate_off:8.0f} acked msg/s  {cpu_off:.3f} CPU-s per 10k acked (load process)")
+    for name, xs, rate, c in (("ledger on ", on, rate_on, cpu_on), ("ledger off", off, rate_off, cpu_off)):
+        acked = sum(x.acked for x in xs)
+        # where the cost lies: the kernel's share (the journal's page-cache pages are faulted in
+        # by the copies into the mapping, one per 4 KiB) against the interpreter's formatting
+        print(f"{name}: {rate:8.0f} acked msg/s  {c:.3f} CPU-s per 10k acked (load process; "
+              f"{sum(x.sys_s for x in xs) / acked * 1e4:.3f} of it in the kernel, "
+              f"{sum(x.minflt for x in xs) / acked * 1e4:,.0f} minor page faults)")
     print(f"seal after the load: {seal_s / acked_on * 1e4:.3f} CPU-s per 10k acked "
           f"({sum(n for _, n in seal_cpu):,} records, DuckDB, in the pipeline's process)")
     per = [x.cpu_per_10k / y.cpu_per_10k - 1 for x, y in zip(on, off)]

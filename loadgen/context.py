@@ -98,19 +98,19 @@ class LoadContext:
         # One start time in both records: the analysis counts an attempt's missing outcome per
         # second without pairing the two records.
         start_ms = int(time.time() * 1000)
-        common = b""
+        intent = b""
         if self.ledger:
-            common = self.lines.common(aid, key, attempt, topic, intended_ms, start_ms)
-            self.ledger.write_through(self.lines.intent(common))
+            intent = self.lines.intent(aid, key, attempt, topic, intended_ms, start_ms)
+            self.ledger.write_through(intent)
         r = self.producer.send(topic, body, key=key, tags=self.load.tags, exclude_broker=exclude,
                                timeout=timeout)
         ok = accepted(self.load.policy, r)
         self.attempts += 1
         self.accepted += ok
         if self.ledger:
-            self.ledger.append(self.lines.outcome(common, r.end_ms, r.outcome, r.status, r.code, r.remark, r.error,
-                                                  r.sent, r.uniq_key, r.msg_id, r.broker, r.queue_id, r.queue_offset,
-                                                  ok))
+            self.ledger.write_through(self.lines.outcome(intent, r.end_ms, r.outcome, r.status, r.code, r.remark,
+                                                         r.error, r.sent, r.uniq_key, r.msg_id, r.broker, r.queue_id,
+                                                         r.queue_offset, ok))
         self.events.request.fire(request_type="SEND", name=f"{topic} [{self.load.policy.kind}]",
                                  response_time=r.end_ms - r.start_ms, response_length=len(body),
                                  exception=None if ok else SendFailed(failure_text(r)), context={})

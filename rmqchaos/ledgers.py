@@ -78,38 +78,40 @@ class SendLines:
     writer would make of intent_record(...) / outcome_record(...), at a fraction of the CPU (the
     ledger's cost is per attempt, on the producer's hot path; bench ledger).
 
-    The fields an intent and its outcome share (SEND_INTENT after `rec`) are formatted once per
-    attempt (`common`), the process's constants (run id, producer id, policy) once per process; only
-    the answer goes through orjson per outcome. tests/test_ledgers.py holds the bytes equal to
-    json.dumps of the records, field order included."""
+    The intent line is one %-format of a template holding the process's constants (run id,
+    producer id, policy); an outcome repeats its intent's fields, so it is made from the intent line
+    by slicing, and only the answer goes through orjson. tests/test_ledgers.py holds the bytes equal
+    to json.dumps of the records, field order included."""
+
+    _INTENT_HEAD = b'{"rec":"intent",'
+    _OUTCOME_HEAD = b'{"rec":"outcome",'
+    _CUT = len(_INTENT_HEAD)
 
     def __init__(self, run_id: str, producer_id: str, policy: str) -> None:
         assert INTENT_KEYS[:4] == ("rec", "run_id", "producer_id", "attempt_id") and INTENT_KEYS[7] == "policy"
         j = lambda v: orjson.dumps(v).replace(b"%", b"%%")  # noqa: E731 - a constant inside a %-template
-        self._common = (b'"run_id":' + j(run_id) + b',"producer_id":' + j(producer_id)
+        self._intent = (self._INTENT_HEAD + b'"run_id":' + j(run_id) + b',"producer_id":' + j(producer_id)
                         + b',"attempt_id":%d,"key":%b,"attempt":%d,"topic":%b,"policy":' + j(policy)
-                        + b',"intended_ms":%d,"start_ms":%d')
+                        + b',"intended_ms":%d,"start_ms":%d}\n')
         self._topics: dict[str, bytes] = {}
 
-    def common(self, attempt_id: int, key: str, attempt: int, topic: str, intended_ms: int, start_ms: int) -> bytes:
+    def intent(self, attempt_id: int, key: str, attempt: int, topic: str, intended_ms: int, start_ms: int) -> bytes:
         t = self._topics.get(topic)
         if t is None:
             t = self._topics[topic] = orjson.dumps(topic)
-        return self._common % (attempt_id, orjson.dumps(key), attempt, t, intended_ms, start_ms)
+        return self._intent % (attempt_id, orjson.dumps(key), attempt, t, intended_ms, start_ms)
 
-    @staticmethod
-    def intent(common: bytes) -> bytes:
-        return b'{"rec":"intent",' + common + b"}\n"
-
-    @staticmethod
-    def outcome(common: bytes, end_ms: int | None, outcome: str | None, status: str | None, code: int | None,
+    @classmethod
+    def outcome(cls, intent: bytes, end_ms: int | None, outcome: str | None, status: str | None, code: int | None,
                 remark: str | None, error: str | None, sent: bool | None, msg_id: str | None,
                 offset_msg_id: str | None, broker: str | None, queue_id: int | None, queue_offset: int | None,
                 app_ok: bool | None) -> bytes:
+        """The outcome line of the attempt whose intent line is `intent`."""
         answer = orjson.dumps({"end_ms": end_ms, "outcome": outcome, "status": status, "code": code, "remark": remark,
                                "error": error, "sent": sent, "msg_id": msg_id, "offset_msg_id": offset_msg_id,
                                "broker": broker, "queue_id": queue_id, "queue_offset": queue_offset, "app_ok": app_ok})
-        return b'{"rec":"outcome",' + common + b"," + answer[1:] + b"\n"
+        # the intent's fields: between its head and its closing "}\n"
+        return cls._OUTCOME_HEAD + intent[cls._CUT:-2] + b"," + answer[1:] + b"\n"
 
 
 # ---------------------------------------------------------------- files
@@ -176,8 +178,6 @@ class LedgerWriter:
         self._map[self.pos:end] = line
         self.pos = end
         self.records += 1
-
-    append = write_through  # outcomes too: nothing is buffered in the process any more
 
     def tick(self) -> None:
         """Call often (a flusher greenlet does): fsync every FSYNC_S."""

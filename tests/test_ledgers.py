@@ -30,11 +30,11 @@ def test_lines_equal_the_records_serialised(run_id, producer, policy, aid, key, 
                                             outcome, status, code, remark, error, sent, msg_id, omid, broker, qid,
                                             qoff, ok) -> None:
     lines = SendLines(run_id, producer, policy)
-    common = lines.common(aid, key, attempt, topic, intended, start)
+    intent = lines.intent(aid, key, attempt, topic, intended, start)
     base = (run_id, producer, aid, key, attempt, topic, policy, intended, start)
-    assert lines.intent(common) == _line(intent_record("intent", *base))
+    assert intent == _line(intent_record("intent", *base))
     answer = (end, outcome, status, code, remark, error, sent, msg_id, omid, broker, qid, qoff, ok)
-    line = lines.outcome(common, *answer)
+    line = lines.outcome(intent, *answer)
     assert line == _line(outcome_record("outcome", *base, *answer))
     assert tuple(json.loads(line)) == OUTCOME_KEYS  # the schema's field order
 
