@@ -13,17 +13,31 @@ sent message (a damaged copy found by msgId only: `msgid_only`), the odd ones a 
 Every delivery of an attempted key carries its self-verifying body's verdict: for i % 1000 == 0 the
 KEYS property is missing but the body names the key (`properties_damaged`, still attributed), for
 i % 1000 == 1 the body fails its checksum (`body_damaged`); the unexpected ones have no such body.
+
+Each line has the shape the platform writes: an intent only the intent's fields (SendLines), an
+outcome and a delivery every field, nulls included. Until 2026-11-26 intents carried the outcome's 13
+fields as nulls too, which made the send journals ~30 % larger than the writer's and DuckDB's
+reference (which parses them) slower: `bench analyze` at 30M rows measured 0.304 on those, 0.270 on these.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from rmqchaos.ledgers import INTENT_KEYS, OUTCOME_KEYS
+
 
 # msgIds in RocketMQ's form (32 uppercase hex digits), a fresh one per attempt: attempt a of key i,
 # and the ones never sent (unexpected deliveries that carry no sent message's msgId)
 _SENT_ID = "printf('7F0000010064%08X%012X', {a}, i)"
 _UNSENT_ID = "printf('7F0000020064%08X%012X', 0, i)"
+# one JSON text per row, written as is: a one-column CSV without quoting (JSON text holds no raw
+# newline or control character, so nothing needs it)
+_LINES = "FORMAT CSV, HEADER false, QUOTE '', ESCAPE '', DELIMITER '\x01'"
+
+
+def _pairs(keys: tuple[str, ...]) -> str:
+    return ", ".join(f"'{k}', {k}" for k in keys)
 
 
 def _fates(n: int) -> dict[int, int]:
@@ -88,8 +102,11 @@ def write(run_ledgers: Path, n: int, files: int = 4, run_id: str = "synthetic") 
     """)
     for j in range(files):
         pid = f"w{j}-1"
+        # each line as the load writes it (rmqchaos/ledgers.py SendLines): an intent carries the
+        # intent's fields only, an outcome all of them, nulls included
         con.execute(f"""COPY (
-          SELECT * EXCLUDE (ord, sub) FROM (
+          SELECT CASE WHEN sub = 0 THEN json_object({_pairs(INTENT_KEYS)}) ELSE json_object({_pairs(OUTCOME_KEYS)})
+                 END::VARCHAR AS line FROM (
             SELECT 'intent' AS rec, '{run_id}' AS run_id, '{pid}' AS producer_id, i * 2 + attempt AS attempt_id, key,
                    attempt, topic, 'resend_to_backup_topic' AS policy, t AS intended_ms, t AS start_ms,
                    NULL::BIGINT AS end_ms, NULL AS outcome, NULL AS status, NULL::INT AS code, NULL AS remark,
@@ -103,7 +120,7 @@ def write(run_ledgers: Path, n: int, files: int = 4, run_id: str = "synthetic") 
                    CASE WHEN outcome = 'ok' THEN 'broker-' || (i % 2) END, i % 4,
                    CASE WHEN outcome = 'ok' THEN i * 2 + attempt END, outcome = 'ok' AND status = 'SEND_OK', i, 1
               FROM o WHERE f = {j} AND m <> 98)
-          ORDER BY ord, attempt_id, sub) TO '{run_ledgers}/send-w{j}-1.jsonl' (FORMAT JSON)""")
+          ORDER BY ord, attempt_id, sub) TO '{run_ledgers}/send-w{j}-1.jsonl' ({_LINES})""")
         con.execute(f"""COPY (
           WITH d AS (
             SELECT key, i, 'T' AS topic, 'T' AS origin_topic, i * 2 + 1 AS off, 0 AS rt, 1 AS att FROM k
