@@ -45,7 +45,10 @@ def spark_session(master: str | None = None, log_file: Path | None = None) -> Sp
     to the terminal (it applies when this process starts its first session)."""
     master = master or os.environ.get("RMQCHAOS_SPARK_MASTER", "local[*]")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # the driver listens on loopback only
-    java_opts = "-Djava.net.preferIPv4Stack=true"
+    # the throughput collector: the job is batch work, where G1's concurrent marking and barriers only
+    # cost; at 30M rows `analyze` took 66.5 s against 73.3 s with G1 (three interleaved pairs)
+    gc = "-XX:+UseParallelGC"
+    java_opts = f"-Djava.net.preferIPv4Stack=true {gc}"
     if log_file is not None:
         log_file.parent.mkdir(parents=True, exist_ok=True)
         conf = log_file.with_suffix(".log4j2.properties")
@@ -58,6 +61,7 @@ def spark_session(master: str | None = None, log_file: Path | None = None) -> Sp
          # memory at ~1 GiB of journal per shuffle partition (at 1 GiB, 30M rows took ~5 % longer)
          .config("spark.driver.memory", os.environ.get("RMQCHAOS_SPARK_DRIVER_MEMORY", "2g"))
          .config("spark.driver.extraJavaOptions", java_opts)
+         .config("spark.executor.extraJavaOptions", gc)  # a cluster's executors (local[*] runs in the driver)
          # the key join's sides are co-partitioned, each partition from ~1 GiB of ledger: hashing
          # the smaller side beats sorting both (measured ~1.2x on the key table)
          .config("spark.sql.join.preferSortMergeJoin", "false")
