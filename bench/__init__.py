@@ -162,15 +162,27 @@ def cmd_bench_producer(a: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- load benchmarks (Locust)
 
-def _load_run_dir(base: Path, cluster_scenario: Path, i: int, messages: int, users: int, size: int):
-    """A throw-away run directory whose scenario drives an unpaced Locust load through the cluster."""
+UNPACED = 200_000  # msg/s: above what one load process reaches here, so the load runs as fast as it can
+
+
+def _rate(v: str) -> float:
+    r = float(v)
+    if not 0 < r <= UNPACED:
+        raise argparse.ArgumentTypeError(f"{v}: a rate is messages/s above 0 and at most {UNPACED}")
+    return r
+
+
+def _load_run_dir(base: Path, cluster_scenario: Path, i: int, messages: int, users: int, size: int,
+                  rate: float = UNPACED):
+    """A throw-away run directory whose scenario drives a Locust load through the cluster, at `rate`
+    messages/s in total (UNPACED: as fast as it goes)."""
     import yaml
 
     from rmqchaos.rundir import RunDir
     from rmqchaos.spec import parse_scenario
     d = yaml.safe_load(cluster_scenario.read_text())
     d.update(name=f"bench{i}", checks={}, consumers=None,
-             load={"topic": TOPIC, "users": users, "spawn_rate": 10000, "rate": 200000, "duration": "300s",
+             load={"topic": TOPIC, "users": users, "spawn_rate": 10000, "rate": rate, "duration": "300s",
                    "messages": messages, "message_size": size})
     text = yaml.safe_dump(d, sort_keys=False)
     return RunDir.create(base / f"r{i}", parse_scenario(text), text, mode="owned")
@@ -238,7 +250,7 @@ def _totals(samples: list[Sample], who: str) -> tuple[float, float]:
 
 
 def cmd_bench_ledger(a: argparse.Namespace) -> int:
-    """The same unpaced Locust load with the send ledger on and off: the ledger's cost as CPU per
+    """The same Locust load (unpaced, or at --rate) with the send ledger on and off: the ledger's cost as CPU per
     acknowledged message of the load process (whole process, start-up included on both sides). The
     seal that follows a closed journal (rmqchaos/seal.py, in the pipeline's process, not the
     producer's) is timed apart and printed beside it."""
@@ -253,7 +265,7 @@ def cmd_bench_ledger(a: argparse.Namespace) -> int:
         return r.ru_utime + r.ru_stime
 
     def one(cluster_run: Any, base: Path, who: str, i: int) -> Sample:
-        run = _load_run_dir(base, cluster_run.path / "scenario.yaml", i, a.messages, a.users, a.size)
+        run = _load_run_dir(base, cluster_run.path / "scenario.yaml", i, a.messages, a.users, a.size, a.rate)
         s = run_locust(run, who == "ledger", a.timeout, base)
         if who == "ledger" and i < 1000:  # counted rounds only
             c0 = cpu()
@@ -266,7 +278,8 @@ def cmd_bench_ledger(a: argparse.Namespace) -> int:
     on, off = [s for s in samples if s.who == "ledger"], [s for s in samples if s.who == "no-ledger"]
     acked_on = sum(s.acked for s in on)
     seal_s = sum(c for c, _ in seal_cpu)
-    print(f"ledger benchmark: {a.rounds} interleaved rounds x {a.messages} messages, {a.users} Locust users, unpaced")
+    print(f"ledger benchmark: {a.rounds} interleaved rounds x {a.messages} messages, {a.users} Locust users, "
+          + ("unpaced" if a.rate >= UNPACED else f"paced at {a.rate:g} msg/s"))
     for name, xs, rate, c in (("ledger on ", on, rate_on, cpu_on), ("ledger off", off, rate_off, cpu_off)):
         acked = sum(x.acked for x in xs)
         # where the cost lies: the kernel's share (the journal's page-cache pages are faulted in
@@ -479,6 +492,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         q.add_argument("--messages", type=int, default=msgs, help=f"messages per load (default {msgs})")
         q.add_argument("--users", type=int, default=32, help="Locust users / concurrent sends (default 32)")
         q.add_argument("--size", type=int, default=1024, help="message body bytes (default 1024)")
+        if name == "ledger":  # the bare producer of `bench locust` has no pacing to match
+            q.add_argument("--rate", type=_rate, default=UNPACED,
+                           help="messages/s of each load, all users together (default: unpaced, as fast as it goes)")
         q.add_argument("--timeout", type=float, default=300.0, help="bound per load process (default 300 s)")
         _cluster_args(q)
         q.set_defaults(fn=fn)

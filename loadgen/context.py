@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import gevent
+import gevent.event
 
 from loadgen.policies import accepted, run_policy
 from rmqchaos import body as msgbody
@@ -64,6 +65,7 @@ class LoadContext:
         self.filler = os.urandom(self.load.message_size // 2 + 1).hex()[: self.load.message_size].encode()
         self.backup_topic = self.load.backup_topic()
         self.key_base = f"{self.load.key_prefix}{plan.run_id[-6:]}-{self.producer_id}-"
+        self._closing = gevent.event.Event()
         self._flusher = gevent.spawn(self._flush_loop) if self.ledger else None
 
     # ------------------------------------------------------------ quota and deadline
@@ -118,14 +120,17 @@ class LoadContext:
 
     # ------------------------------------------------------------ ledger
     def _flush_loop(self) -> None:
-        while True:
-            gevent.sleep(0.1)
-            if self.ledger:
-                self.ledger.tick()
+        pool = gevent.get_hub().threadpool
+        while not self._closing.wait(0.1):
+            if self.ledger and self.ledger.due():
+                # in a thread: the other greenlets send while the disk works (a blocking fsync
+                # stalled the whole load, most under an unpaced one)
+                pool.apply(self.ledger.sync)
 
     def close(self) -> None:
         if self._flusher is not None:
-            self._flusher.kill()
+            self._closing.set()
+            self._flusher.join()  # its sync done: the journal's fd is not closed under it
         if self.ledger:
             self.ledger.close()
         self.producer.close()

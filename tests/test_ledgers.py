@@ -47,11 +47,11 @@ def test_writer_leaves_exactly_its_records_and_a_killed_one_only_nul_padding(tmp
     recs = [{"rec": "intent", "key": f"k{i}", "attempt_id": i, "x": "é" * (i % 50)} for i in range(500)]
     sizes = set()
     for r in recs:
-        w.write_through(r)
+        w.write_record(r)
         sizes.add(f.stat().st_size)
     assert len(sizes) > 10 and all(x % 4096 == 0 for x in sizes)  # grown chunk by chunk
-    assert f.stat().st_size > w.pos  # before close: the last chunk, NUL-padded
-    assert journal_tail(f).complete == w.pos and journal_tail(f).torn_offset is None
+    assert f.stat().st_size > w.position  # before close: the last chunk, NUL-padded
+    assert journal_tail(f).complete == w.position and journal_tail(f).torn_offset is None
     assert read_ledger(f).records == recs  # readable while written, up to the last record
     w.close()
     assert f.stat().st_size == journal_tail(f).complete and f.read_bytes().endswith(b"\n")

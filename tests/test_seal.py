@@ -24,7 +24,7 @@ pytestmark = pytest.mark.fast
 def _intents(path: Path, n: int) -> None:
     w = LedgerWriter(path)
     for i in range(n):
-        w.write_through(intent_record("intent", "r1", "w0-1", i + 1, f"k{i}", 1, "T", "sync", 1000 + i, 1001 + i))
+        w.write_record(intent_record("intent", "r1", "w0-1", i + 1, f"k{i}", 1, "T", "sync", 1000 + i, 1001 + i))
     w.close()
 
 
@@ -75,7 +75,7 @@ def test_crashed_writer_journal_seals_to_its_complete_records(tmp_path: Path) ->
             "i = 0\n"
             "while i < 10_000_000:\n"
             "    i += 1\n"
-            "    w.write_through(intent_record('intent', 'r1', 'w0-1', i, 'k%d' % i, 1, 'T', 'sync', i, i))\n")
+            "    w.write_record(intent_record('intent', 'r1', 'w0-1', i, 'k%d' % i, 1, 'T', 'sync', i, i))\n")
     p = subprocess.Popen([sys.executable, "-c", code])
     try:
         deadline = time.monotonic() + 30
