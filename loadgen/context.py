@@ -110,9 +110,7 @@ class LoadContext:
         self.attempts += 1
         self.accepted += ok
         if self.ledger:
-            self.ledger.write_through(self.lines.outcome(intent, r.end_ms, r.outcome, r.status, r.code, r.remark,
-                                                         r.error, r.sent, r.uniq_key, r.msg_id, r.broker, r.queue_id,
-                                                         r.queue_offset, ok))
+            self.ledger.write_through(self.lines.outcome_of(intent, r, ok))
         self.events.request.fire(request_type="SEND", name=f"{topic} [{self.load.policy.kind}]",
                                  response_time=r.end_ms - r.start_ms, response_length=len(body),
                                  exception=None if ok else SendFailed(failure_text(r)), context={})

@@ -79,6 +79,13 @@ if [ ! -f "$SHIM" ] || [ cluster/native/loopback_bind.c -nt "$SHIM" ]; then
   mkdir -p .cache/native
   gcc -O2 -Wall -shared -fPIC -o "$SHIM" cluster/native/loopback_bind.c -ldl
 fi
+# --- the send ledger's outcome line in C (rmqchaos/ledgers.py; without it, the same bytes through orjson) ---
+EXT=rmqchaos/_outcome_line$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+if [ ! -f "$EXT" ] || [ rmqchaos/native/outcome_line.c -nt "$EXT" ]; then
+  say "building $EXT"
+  gcc -O2 -Wall -shared -fPIC -I"$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
+      -o "$EXT" rmqchaos/native/outcome_line.c || die "could not build $EXT (gcc and Python's headers)"
+fi
 # --- the embedded Airflow: metadata DB (SQLite under $RMQCHAOS_HOME/airflow) and the cluster pool ---
 .venv/bin/rmqchaos airflow init >/dev/null || die "could not initialise the embedded Airflow"
 say "ready: RocketMQ $RMQ_VERSION, $(java -version 2>&1 | head -1), $(.venv/bin/python --version)"

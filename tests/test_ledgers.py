@@ -39,6 +39,71 @@ def test_lines_equal_the_records_serialised(run_id, producer, policy, aid, key, 
     assert tuple(json.loads(line)) == OUTCOME_KEYS  # the schema's field order
 
 
+hexid = st.text(alphabet="0123456789ABCDEF", min_size=32, max_size=32)
+i32 = st.integers(min_value=-2**31, max_value=2**31 - 1)
+
+
+@st.composite
+def answers(draw) -> tuple:
+    """(end, outcome, status, code, remark, error, sent, uniq_key, msg_id, broker, queue_id, queue_offset, app_ok):
+    half of them the common answer (stored with SEND_OK and accepted) but for one field drawn from
+    anything; the other half anything (text with quotes, backslashes, control characters, surrogates;
+    ints beyond 64 bits; floats)."""
+    big = st.integers(min_value=-2**70, max_value=2**70) | st.sampled_from([-2**63, 2**63 - 1, 2**63, -2**63 - 1])
+    anything = (st.none() | big, st.sampled_from(["ok", "error", "timeout"]) | opt_text,
+                st.sampled_from(["SEND_OK", "FLUSH_DISK_TIMEOUT"]) | opt_text, st.sampled_from([0, 10, False]) | opt_int,
+                opt_text, opt_text, st.sampled_from([True, False, None, 1]), opt_text | hexid, opt_text | hexid,
+                opt_text, opt_int | st.just(True), st.none() | big | st.just(False) | st.floats(allow_nan=False),
+                st.sampled_from([True, False, None, 1]))
+    if not draw(st.booleans()):
+        return tuple(draw(x) for x in anything)
+    common = [draw(long_), "ok", "SEND_OK", 0, None, None, True, draw(hexid), draw(hexid), draw(text), draw(i32),
+              draw(long_), True]
+    i = draw(st.integers(0, len(common)))  # len(common): none perturbed
+    if i < len(common):
+        common[i] = draw(anything[i])
+    return tuple(common)
+
+
+@settings(max_examples=600, deadline=None)
+@given(answer=answers())
+def test_outcome_of_an_answer_is_the_record_serialised_on_both_paths(answer: tuple) -> None:
+    """The C encoder writes a line (or declines), and `outcome_of` gives the line the orjson path gives;
+    where both encode the record, json.dumps of it gives the same bytes."""
+    from types import SimpleNamespace
+
+    from rmqchaos.ledgers import c_outcome
+    lines = SendLines("r1", "w0-1", "sync")
+    intent = lines.intent(7, "k7", 1, "T", 100, 101)
+    r = SimpleNamespace(**dict(zip(("end_ms", "outcome", "status", "code", "remark", "error", "sent", "uniq_key",
+                                    "msg_id", "broker", "queue_id", "queue_offset"), answer)))
+    try:
+        want = lines.outcome(intent, *answer)
+    except TypeError:  # orjson refuses it (a lone surrogate, an int beyond 64 bits): so must the C path
+        assert c_outcome(intent, r, answer[-1]) is None
+        return
+    assert c_outcome(intent, r, answer[-1]) in (None, want)
+    assert lines.outcome_of(intent, r, answer[-1]) == want
+    if not any(isinstance(v, float) for v in answer):  # json.dumps writes floats its own way
+        assert want == _line(outcome_record("outcome", "r1", "w0-1", 7, "k7", 1, "T", "sync", 100, 101, *answer))
+
+
+def test_the_c_encoder_is_built_and_writes_the_common_answer() -> None:
+    """scripts/setup.sh builds it; a stored answer of the real producer goes through it."""
+    from rmqchaos.ledgers import c_outcome
+    from rmqclient.producer import SendResult
+    assert c_outcome is not None, "rmqchaos/_outcome_line*.so is missing: run scripts/setup.sh"
+    lines = SendLines("r1", "w0-1", "sync")
+    intent = lines.intent(7, "k7", 1, "T", 100, 101)
+    r = SendResult(outcome="ok", topic="T", key="k7", start_ms=101, end_ms=105, status="SEND_OK", code=0,
+                   msg_id="7F00000100002A9F0000000012345678", uniq_key="7F00000130394B2A1C0D00000000001A",
+                   broker="broker-a", queue_id=3, queue_offset=42, sent=True)
+    line = c_outcome(intent, r, True)
+    assert line == lines.outcome(intent, 105, "ok", "SEND_OK", 0, None, None, True, r.uniq_key, r.msg_id, "broker-a",
+                                 3, 42, True)
+    assert c_outcome(intent, r, 1.5) is None and c_outcome(intent, r, "x\n") is None  # declined: orjson's
+
+
 def test_writer_leaves_exactly_its_records_and_a_killed_one_only_nul_padding(tmp_path, monkeypatch) -> None:
     from rmqchaos.ledgers import LedgerWriter, journal_tail, read_ledger
     f = tmp_path / "send-w0-1.jsonl"
