@@ -27,10 +27,10 @@ from typing import Any, Iterator
 
 import orjson
 
-try:  # the outcome line in C, built by scripts/setup.sh from rmqchaos/native/outcome_line.c
-    from rmqchaos._outcome_line import outcome as c_outcome
-except ImportError:  # not built: the orjson path alone, the same bytes
-    c_outcome = None
+try:  # the send ledger's lines in C, built by scripts/setup.sh from rmqchaos/native/send_lines.c
+    from rmqchaos._send_lines import intent as c_intent, outcome as c_outcome
+except ImportError:  # not built: the Python path alone, the same bytes
+    c_intent = c_outcome = None
 
 # ---------------------------------------------------------------- the schema (one source)
 # Field types: "string" | "int" (32 bit) | "long" (64 bit) | "bool". Every field may be null.
@@ -83,12 +83,13 @@ class SendLines:
     writer would make of intent_record(...) / outcome_record(...), at a fraction of the CPU (the
     ledger's cost is per attempt, on the producer's hot path; bench ledger).
 
-    The intent line is one %-format of a template holding the process's constants (run id,
-    producer id, policy); an outcome repeats its intent's fields, so it is made from the intent line
-    by slicing, and only the answer is encoded: in C (`c_outcome`, about half the CPU of building a
-    dict for orjson), or through orjson for a value the C encoder does not write (a string JSON must
-    escape, an int beyond 64 bits). tests/test_ledgers.py holds the bytes equal to json.dumps of the
-    records, field order included, on both paths."""
+    Both lines are made in C (`c_intent`, `c_outcome`: in the load, formatting them in Python cost
+    about twice as much as the rest of the ledger), or in Python for a value the C encoder does not
+    write (a string JSON must escape, an int beyond 64 bits): the intent line as one %-format of a
+    template holding the process's constants (run id, producer id, policy); an outcome repeats its
+    intent's fields, so it is made from the intent line by slicing, and only the answer is encoded,
+    through orjson. tests/test_ledgers.py holds the bytes equal to json.dumps of the records, field
+    order included, on both paths."""
 
     _INTENT_HEAD = b'{"rec":"intent",'
     _OUTCOME_HEAD = b'{"rec":"outcome",'
@@ -96,17 +97,21 @@ class SendLines:
 
     def __init__(self, run_id: str, producer_id: str, policy: str) -> None:
         assert INTENT_KEYS[:4] == ("rec", "run_id", "producer_id", "attempt_id") and INTENT_KEYS[7] == "policy"
-        j = lambda v: orjson.dumps(v).replace(b"%", b"%%")  # noqa: E731 - a constant inside a %-template
-        self._intent = (self._INTENT_HEAD + b'"run_id":' + j(run_id) + b',"producer_id":' + j(producer_id)
-                        + b',"attempt_id":%d,"key":%b,"attempt":%d,"topic":%b,"policy":' + j(policy)
-                        + b',"intended_ms":%d,"start_ms":%d}\n')
-        self._topics: dict[str, bytes] = {}
+        # the constant parts around the values: up to "attempt_id": and after the topic
+        self._head = (self._INTENT_HEAD + b'"run_id":' + orjson.dumps(run_id) + b',"producer_id":'
+                      + orjson.dumps(producer_id) + b',"attempt_id":')
+        self._policy = b',"policy":' + orjson.dumps(policy)
+        self._template = (self._head.replace(b"%", b"%%") + b'%d,"key":%b,"attempt":%d,"topic":%b'
+                          + self._policy.replace(b"%", b"%%") + b',"intended_ms":%d,"start_ms":%d}\n')
 
     def intent(self, attempt_id: int, key: str, attempt: int, topic: str, intended_ms: int, start_ms: int) -> bytes:
-        t = self._topics.get(topic)
-        if t is None:
-            t = self._topics[topic] = orjson.dumps(topic)
-        return self._intent % (attempt_id, orjson.dumps(key), attempt, t, intended_ms, start_ms)
+        return (c_intent is not None and c_intent(self._head, self._policy, attempt_id, key, attempt, topic,
+                                                  intended_ms, start_ms)) or self.intent_py(
+            attempt_id, key, attempt, topic, intended_ms, start_ms)
+
+    def intent_py(self, attempt_id: int, key: str, attempt: int, topic: str, intended_ms: int, start_ms: int) -> bytes:
+        """The intent line without C."""
+        return self._template % (attempt_id, orjson.dumps(key), attempt, orjson.dumps(topic), intended_ms, start_ms)
 
     def outcome_of(self, intent: bytes, r: Any, app_ok: bool | None) -> bytes:
         """The outcome line of the attempt whose intent line is `intent`, from its answer `r` (an object

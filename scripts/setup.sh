@@ -79,12 +79,12 @@ if [ ! -f "$SHIM" ] || [ cluster/native/loopback_bind.c -nt "$SHIM" ]; then
   mkdir -p .cache/native
   gcc -O2 -Wall -shared -fPIC -o "$SHIM" cluster/native/loopback_bind.c -ldl
 fi
-# --- the send ledger's outcome line in C (rmqchaos/ledgers.py; without it, the same bytes through orjson) ---
-EXT=rmqchaos/_outcome_line$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
-if [ ! -f "$EXT" ] || [ rmqchaos/native/outcome_line.c -nt "$EXT" ]; then
+# --- the send ledger's lines in C (rmqchaos/ledgers.py; without it, the same bytes from Python) ---
+EXT=rmqchaos/_send_lines$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+if [ ! -f "$EXT" ] || [ rmqchaos/native/send_lines.c -nt "$EXT" ]; then
   say "building $EXT"
   gcc -O2 -Wall -shared -fPIC -I"$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
-      -o "$EXT" rmqchaos/native/outcome_line.c || die "could not build $EXT (gcc and Python's headers)"
+      -o "$EXT" rmqchaos/native/send_lines.c || die "could not build $EXT (gcc and Python's headers)"
 fi
 # --- the embedded Airflow: metadata DB (SQLite under $RMQCHAOS_HOME/airflow) and the cluster pool ---
 .venv/bin/rmqchaos airflow init >/dev/null || die "could not initialise the embedded Airflow"

@@ -29,10 +29,16 @@ def _line(rec: dict) -> bytes:
 def test_lines_equal_the_records_serialised(run_id, producer, policy, aid, key, attempt, topic, intended, start, end,
                                             outcome, status, code, remark, error, sent, msg_id, omid, broker, qid,
                                             qoff, ok) -> None:
+    from rmqchaos.ledgers import c_intent
     lines = SendLines(run_id, producer, policy)
     intent = lines.intent(aid, key, attempt, topic, intended, start)
     base = (run_id, producer, aid, key, attempt, topic, policy, intended, start)
     assert intent == _line(intent_record("intent", *base))
+    assert lines.intent_py(aid, key, attempt, topic, intended, start) == intent  # the path without C
+    # C writes it, or declines a key or topic that JSON must escape
+    assert c_intent(lines._head, lines._policy, aid, key, attempt, topic, intended, start) in (
+        intent, *((None,) if {'"', "\\"} & set(key + topic) or min(key + topic + " ") < " "
+                  or any(0xD800 <= ord(c) < 0xE000 for c in key + topic) else ()))
     answer = (end, outcome, status, code, remark, error, sent, msg_id, omid, broker, qid, qoff, ok)
     line = lines.outcome(intent, *answer)
     assert line == _line(outcome_record("outcome", *base, *answer))
@@ -88,13 +94,15 @@ def test_outcome_of_an_answer_is_the_record_serialised_on_both_paths(answer: tup
         assert want == _line(outcome_record("outcome", "r1", "w0-1", 7, "k7", 1, "T", "sync", 100, 101, *answer))
 
 
-def test_the_c_encoder_is_built_and_writes_the_common_answer() -> None:
-    """scripts/setup.sh builds it; a stored answer of the real producer goes through it."""
-    from rmqchaos.ledgers import c_outcome
+def test_the_c_encoder_is_built_and_writes_the_common_lines() -> None:
+    """scripts/setup.sh builds it; an attempt of the load and a stored answer of the real producer go
+    through it."""
+    from rmqchaos.ledgers import c_intent, c_outcome
     from rmqclient.producer import SendResult
-    assert c_outcome is not None, "rmqchaos/_outcome_line*.so is missing: run scripts/setup.sh"
+    assert c_outcome is not None and c_intent is not None, "rmqchaos/_send_lines*.so is missing: run scripts/setup.sh"
     lines = SendLines("r1", "w0-1", "sync")
-    intent = lines.intent(7, "k7", 1, "T", 100, 101)
+    intent = c_intent(lines._head, lines._policy, 7, "rmqchaos-ab12cd-w0-4242-7", 1, "rmqchaos_T", 100, 101)
+    assert intent == lines.intent_py(7, "rmqchaos-ab12cd-w0-4242-7", 1, "rmqchaos_T", 100, 101)
     r = SendResult(outcome="ok", topic="T", key="k7", start_ms=101, end_ms=105, status="SEND_OK", code=0,
                    msg_id="7F00000100002A9F0000000012345678", uniq_key="7F00000130394B2A1C0D00000000001A",
                    broker="broker-a", queue_id=3, queue_offset=42, sent=True)

@@ -1,10 +1,12 @@
-/* The send ledger's outcome line in C: rmqchaos.ledgers.SendLines.outcome_of (bench ledger: building
- * a dict per attempt for orjson was most of the ledger's cost in the load).
+/* The send ledger's two lines of an attempt in C: rmqchaos.ledgers.SendLines (bench ledger: formatting
+ * them in Python was most of the ledger's cost in the load).
  *
- * outcome(intent, answer, app_ok) -> bytes, or None when a value is not one this encoder writes
- * exactly as orjson would: None, True/False, an int that fits 64 bits, or a str holding no '"', '\\'
- * or control character (written as its UTF-8 bytes, as orjson does). The caller then takes the
- * orjson path. tests/test_ledgers.py holds both paths to json.dumps of the record, byte for byte.
+ * intent(head, policy, attempt_id, key, attempt, topic, intended_ms, start_ms) -> the intent line
+ * outcome(intent, answer, app_ok) -> the outcome line
+ * Either returns None when a value is not one this encoder writes exactly as orjson would: None,
+ * True/False, an int that fits 64 bits, or a str holding no '"', '\\' or control character (written
+ * as its UTF-8 bytes, as orjson does). The caller then takes the Python path. tests/test_ledgers.py
+ * holds both paths to json.dumps of the record, byte for byte.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -64,6 +66,8 @@ static int encode(PyObject *v, Value *out) {
     return 0;
 }
 
+#define PUT(ptr, len) do { memcpy(o, (ptr), (size_t)(len)); o += (len); } while (0)
+
 static PyObject *outcome(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3 || !PyBytes_Check(args[0])) {
         PyErr_SetString(PyExc_TypeError, "outcome(intent: bytes, answer, app_ok)");
@@ -90,7 +94,6 @@ static PyObject *outcome(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     res = PyBytes_FromStringAndSize(NULL, total);
     if (res == NULL) goto done;
     char *o = PyBytes_AS_STRING(res);
-#define PUT(ptr, len) do { memcpy(o, (ptr), (size_t)(len)); o += (len); } while (0)
     PUT(HEAD, strlen(HEAD));
     PUT(intent + INTENT_HEAD_LEN, ilen - INTENT_HEAD_LEN - 2); /* the intent's fields, without its "}\n" */
     for (int i = 0; i < NFIELDS; i++) {
@@ -100,20 +103,54 @@ static PyObject *outcome(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         if (vals[i].quoted) *o++ = '"';
     }
     PUT("}\n", 2);
-#undef PUT
 done:
     for (int i = 0; i < NFIELDS; i++) Py_XDECREF(held[i]);
     return res;
 }
 
+/* the intent line: head (bytes: its fields up to "attempt_id":), then the values, with policy
+ * (bytes: ,"policy":...) after the topic; the order of rmqchaos/ledgers.py SEND_INTENT */
+#define NINTENT 6
+static const char *const IKEYS[NINTENT] = {
+    "", ",\"key\":", ",\"attempt\":", ",\"topic\":", ",\"intended_ms\":", ",\"start_ms\":"};
+
+static PyObject *intent(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 + NINTENT || !PyBytes_Check(args[0]) || !PyBytes_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "intent(head: bytes, policy: bytes, attempt_id, key, attempt, topic, intended_ms, start_ms)");
+        return NULL;
+    }
+    Value vals[NINTENT];
+    Py_ssize_t total = PyBytes_GET_SIZE(args[0]) + PyBytes_GET_SIZE(args[1]) + 2;
+    for (int i = 0; i < NINTENT; i++) {
+        if (!encode(args[2 + i], &vals[i])) Py_RETURN_NONE;
+        total += (Py_ssize_t)strlen(IKEYS[i]) + vals[i].n + 2 * vals[i].quoted;
+    }
+    PyObject *res = PyBytes_FromStringAndSize(NULL, total);
+    if (res == NULL) return NULL;
+    char *o = PyBytes_AS_STRING(res);
+    PUT(PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]));
+    for (int i = 0; i < NINTENT; i++) {
+        PUT(IKEYS[i], strlen(IKEYS[i]));
+        if (vals[i].quoted) *o++ = '"';
+        PUT(vals[i].p, vals[i].n);
+        if (vals[i].quoted) *o++ = '"';
+        if (i == 3) PUT(PyBytes_AS_STRING(args[1]), PyBytes_GET_SIZE(args[1])); /* after the topic */
+    }
+    PUT("}\n", 2);
+    return res;
+}
+
 static PyMethodDef methods[] = {
+    {"intent", (PyCFunction)(void (*)(void))intent, METH_FASTCALL,
+     "intent(head, policy, attempt_id, key, attempt, topic, intended_ms, start_ms) -> the intent line, or None"},
     {"outcome", (PyCFunction)(void (*)(void))outcome, METH_FASTCALL,
      "outcome(intent, answer, app_ok) -> the outcome line, or None (then use the orjson path)"},
     {NULL, NULL, 0, NULL}};
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_outcome_line", NULL, -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_send_lines", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__outcome_line(void) {
+PyMODINIT_FUNC PyInit__send_lines(void) {
     for (int i = 0; i < NFIELDS; i++)
         if (ATTRS[i] != NULL && (attr_names[i] = PyUnicode_InternFromString(ATTRS[i])) == NULL) return NULL;
     return PyModule_Create(&module);
