@@ -172,6 +172,13 @@ def _rate(v: str) -> float:
     return r
 
 
+def _turn(v: str) -> float:
+    t = float(v)
+    if not 0.5 <= t <= 60:
+        raise argparse.ArgumentTypeError(f"{v}: a turn is 0.5 to 60 seconds")
+    return t
+
+
 def _load_run_dir(base: Path, cluster_scenario: Path, i: int, messages: int, users: int, size: int,
                   rate: float = UNPACED):
     """A throw-away run directory whose scenario drives a Locust load through the cluster, at `rate`
@@ -188,8 +195,10 @@ def _load_run_dir(base: Path, cluster_scenario: Path, i: int, messages: int, use
     return RunDir.create(base / f"r{i}", parse_scenario(text), text, mode="owned")
 
 
-def run_locust(run, ledger: bool, timeout: float, workdir: Path) -> Sample:
+def run_locust(run, ledger: bool, timeout: float, workdir: Path, turns: float = 0.0) -> Sample:
     cmd = [sys.executable, "-m", "loadgen", str(run.path), "--ledger", "on" if ledger else "off"]
+    if turns:
+        cmd += ["--ledger-turns", str(turns)]
     env = dict(os.environ, RMQCHAOS_QUIET="1", PYTHONPATH=str(paths.REPO))
     out, wall, ru, rc = _measure(cmd, env, timeout, workdir)
     if rc != 0:
@@ -249,6 +258,53 @@ def _totals(samples: list[Sample], who: str) -> tuple[float, float]:
     return sum(x.acked for x in s) / sum(x.wall_s for x in s), sum(x.cpu_s for x in s) / sum(x.acked for x in s) * 1e4
 
 
+def _alternating(a: argparse.Namespace) -> int:
+    """bench ledger --alternate: each load process turns its ledger on and off every a.alternate
+    seconds; CPU per accepted message in the on turns against the off turns (each load's first turn,
+    start-up and ramp, and its last, cut by the end, left out)."""
+    def body(cluster_run: Any) -> list[list[Any]]:
+        from rmqclient.admin import AdminClient
+        AdminClient(get_backend(cluster_run).namesrv_addr).create_topic_everywhere(TOPIC, queues=4)
+        out: list[list[Any]] = []
+        with tempfile.TemporaryDirectory(prefix="rmqchaos-bench-") as td:
+            say("warm-up: one load (not counted; a fresh broker is slow at first)")
+            for i in range(-1, a.rounds):
+                run = _load_run_dir(Path(td), cluster_run.path / "scenario.yaml", i + 1000 * (i < 0), a.messages,
+                                    a.users, a.size, a.rate)
+                run_locust(run, True, a.timeout, Path(td), a.alternate)
+                turns = json.loads((run.path / "load" / "summary.json").read_text()).get("ledger_turns", [])
+                if i >= 0:
+                    out.append(turns)
+                    say(f"load {i + 1}/{a.rounds}: {max(0, len(turns) - 2)} turns of {a.alternate:g}s counted")
+        return out
+
+    loads = _with_cluster(a, body)
+    tot = {True: [0.0, 0.0, 0], False: [0.0, 0.0, 0]}  # user CPU-s, system CPU-s, accepted
+    per_load = []
+    for turns in loads:
+        mine = {True: [0.0, 0.0, 0], False: [0.0, 0.0, 0]}
+        for (on, u0, s0, n0), (_, u1, s1, n1) in zip(turns[1:-1], turns[2:]):
+            for d in (mine[on], tot[on]):
+                d[0] += u1 - u0
+                d[1] += s1 - s0
+                d[2] += n1 - n0
+        if mine[True][2] and mine[False][2]:
+            per_load.append(((mine[True][0] + mine[True][1]) / mine[True][2])
+                            / ((mine[False][0] + mine[False][1]) / mine[False][2]) - 1)
+    if not (tot[True][2] and tot[False][2]):
+        raise UserError(f"no complete on and off turns of {a.alternate:g}s", "use more --messages or a shorter --alternate")
+    per10k = {k: ((v[0] + v[1]) / v[2] * 1e4, v[0] / v[2] * 1e4, v[1] / v[2] * 1e4) for k, v in tot.items()}
+    print(f"ledger benchmark: {a.rounds} load(s) x {a.messages} messages, {a.users} Locust users, "
+          + ("unpaced" if a.rate >= UNPACED else f"paced at {a.rate:g} msg/s")
+          + f", the ledger on and off in turns of {a.alternate:g}s within each load")
+    for name, k in (("ledger on ", True), ("ledger off", False)):
+        c, u, sy = per10k[k]
+        print(f"{name}: {tot[k][2]:8d} accepted in its turns  {c:.3f} CPU-s per 10k (user {u:.3f}, kernel {sy:.3f})")
+    print("per-load CPU overhead: " + ", ".join(f"{v:+.3f}" for v in per_load))
+    print(f"ledger_overhead={per10k[True][0] / per10k[False][0] - 1:.3f}")
+    return 0
+
+
 def cmd_bench_ledger(a: argparse.Namespace) -> int:
     """The same Locust load (unpaced, or at --rate) with the send ledger on and off: the ledger's cost as CPU per
     acknowledged message of the load process (whole process, start-up included on both sides). The
@@ -256,6 +312,8 @@ def cmd_bench_ledger(a: argparse.Namespace) -> int:
     producer's) is timed apart and printed beside it."""
     import resource
 
+    if a.alternate:
+        return _alternating(a)
     from rmqchaos.ledgers import ledger_files
     from rmqchaos.seal import seal_closed
     seal_cpu: list[tuple[float, int]] = []  # (CPU-s, records) of each ledger-on round's seal
@@ -495,6 +553,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         if name == "ledger":  # the bare producer of `bench locust` has no pacing to match
             q.add_argument("--rate", type=_rate, default=UNPACED,
                            help="messages/s of each load, all users together (default: unpaced, as fast as it goes)")
+            q.add_argument("--alternate", type=_turn, default=0.0, metavar="SECONDS",
+                           help="instead of separate loads with the ledger on and off, --rounds loads that each turn "
+                                "it on and off every SECONDS (drift between neighbouring turns cancels; start-up is "
+                                "in no turn)")
         q.add_argument("--timeout", type=float, default=300.0, help="bound per load process (default 300 s)")
         _cluster_args(q)
         q.set_defaults(fn=fn)

@@ -11,6 +11,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m loadgen", description=__doc__)
     p.add_argument("run_dir")
     p.add_argument("--ledger", choices=["on", "off"], help="override the scenario's load.ledger")
+    p.add_argument("--ledger-turns", type=float, default=0.0, metavar="SECONDS",
+                   help="(bench ledger --alternate) the ledger on and off in turns of this many seconds")
     p.add_argument("--worker", type=int, help="(internal) worker index of a distributed run")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--master-port", type=int)
@@ -26,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.worker is not None:
             runner.run_worker(a.run_dir, a.worker, a.workers, a.master_port, a.deadline, ledger)
         else:
-            runner.run_load(a.run_dir, ledger)
+            runner.run_load(a.run_dir, ledger, a.ledger_turns)
     except UserError as e:
         print(f"loadgen: error: {e.line()}", file=sys.stderr)
         return 1

@@ -44,6 +44,8 @@ class LoadPlan:
     workers: int  # processes producing (1 with the local runner)
     deadline: float  # wall clock (time.time()): no message starts after it
     ledger: bool
+    # bench ledger --alternate: the ledger on and off in turns of this many seconds (0: always as `ledger`)
+    ledger_turns: float = 0.0
 
 
 class LoadContext:
@@ -51,7 +53,10 @@ class LoadContext:
         self.plan, self.load, self.events = plan, plan.load, events
         self.producer_id = f"w{plan.worker}-{os.getpid()}"
         self.producer = Producer(plan.namesrv, group=f"rmqchaos_{plan.run_id[-6:]}", timeout=self.load.timeout)
-        self.ledger = LedgerWriter(send_ledger_path(Path(plan.run_dir), self.producer_id)) if plan.ledger else None
+        self.writer = LedgerWriter(send_ledger_path(Path(plan.run_dir), self.producer_id)) if plan.ledger else None
+        self.ledger = self.writer  # what an attempt writes to: None in the off turns of bench ledger --alternate
+        #: bench ledger --alternate: at each turn's start (ledger on, user CPU-s, system CPU-s, accepted so far)
+        self.turns: list[tuple[bool, float, float, int]] = []
         self.lines = SendLines(plan.run_id, self.producer_id, self.load.policy.kind)
         total = self.load.messages
         self.quota: int | None = None if total is None else (
@@ -66,7 +71,9 @@ class LoadContext:
         self.backup_topic = self.load.backup_topic()
         self.key_base = f"{self.load.key_prefix}{plan.run_id[-6:]}-{self.producer_id}-"
         self._closing = gevent.event.Event()
-        self._flusher = gevent.spawn(self._flush_loop) if self.ledger else None
+        self._flusher = gevent.spawn(self._flush_loop) if self.writer else None
+        self._alternator = (gevent.spawn(self._alternate, plan.ledger_turns)
+                            if self.writer and plan.ledger_turns > 0 else None)
 
     # ------------------------------------------------------------ quota and deadline
     def take(self) -> int | None:
@@ -96,21 +103,22 @@ class LoadContext:
 
     def _attempt(self, key: str, body: bytes, attempt: int, topic: str, exclude: str | None, timeout: float,
                  intended_ms: int) -> SendResult:
+        ledger = self.ledger  # the attempt's two lines go to the same place (--alternate turns)
         aid = next(self._attempt_ids)
         # One start time in both records: the analysis counts an attempt's missing outcome per
         # second without pairing the two records.
         start_ms = int(time.time() * 1000)
         intent = b""
-        if self.ledger:
+        if ledger:
             intent = self.lines.intent(aid, key, attempt, topic, intended_ms, start_ms)
-            self.ledger.write_through(intent)
+            ledger.write_through(intent)
         r = self.producer.send(topic, body, key=key, tags=self.load.tags, exclude_broker=exclude,
                                timeout=timeout)
         ok = accepted(self.load.policy, r)
         self.attempts += 1
         self.accepted += ok
-        if self.ledger:
-            self.ledger.write_through(self.lines.outcome_of(intent, r, ok))
+        if ledger:
+            ledger.write_through(self.lines.outcome_of(intent, r, ok))
         self.events.request.fire(request_type="SEND", name=f"{topic} [{self.load.policy.kind}]",
                                  response_time=r.end_ms - r.start_ms, response_length=len(body),
                                  exception=None if ok else SendFailed(failure_text(r)), context={})
@@ -118,17 +126,34 @@ class LoadContext:
 
     # ------------------------------------------------------------ ledger
     def _flush_loop(self) -> None:
+        assert self.writer is not None
         pool = gevent.get_hub().threadpool
         while not self._closing.wait(0.1):
-            if self.ledger and self.ledger.due():
+            if self.writer.due():
                 # in a thread: the other greenlets send while the disk works (the sync took
                 # 4-74 ms a second in the load; mmap.flush, before, held the GIL all that time)
-                pool.apply(self.ledger.sync)
+                pool.apply(self.writer.sync)
+
+    def _alternate(self, turn_s: float) -> None:
+        """The ledger on and off in turns of one process (bench ledger --alternate): the host's and
+        the brokers' drift cancels between neighbouring turns, and start-up is in no turn. An on
+        turn ends with an fsync, so that it pays for its own lines' writeback."""
+        assert self.writer is not None
+        pool = gevent.get_hub().threadpool
+        while True:
+            t = os.times()
+            self.turns.append((self.ledger is not None, t.user, t.system, self.accepted))
+            if self._closing.wait(turn_s):
+                break
+            if self.ledger is not None:
+                pool.apply(self.writer.sync)
+            self.ledger = None if self.ledger is not None else self.writer
 
     def close(self) -> None:
-        if self._flusher is not None:
-            self._closing.set()
-            self._flusher.join()  # its sync done: the journal's fd is not closed under it
-        if self.ledger:
-            self.ledger.close()
+        self._closing.set()
+        for g in (self._alternator, self._flusher):
+            if g is not None:
+                g.join()  # its sync done: the journal's fd is not closed under it
+        if self.writer:
+            self.writer.close()
         self.producer.close()

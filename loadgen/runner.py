@@ -37,13 +37,14 @@ from rmqchaos.wait import poll_until
 STOP_GRACE_S = 30.0  # after the deadline: in-flight attempts end within their timeouts
 
 
-def plan_for(run: RunDir, worker: int, workers: int, deadline: float, ledger: bool | None) -> LoadPlan:
+def plan_for(run: RunDir, worker: int, workers: int, deadline: float, ledger: bool | None,
+             ledger_turns: float = 0.0) -> LoadPlan:
     s = run.scenario()
     if s.load is None:
         raise UserError(f"{run.path}: the scenario has no `load:` section", "add one (see scenarios/load-smoke.yaml)")
     return LoadPlan(run_dir=str(run.path), run_id=run.run_id, namesrv=get_backend(run).namesrv_addr, load=s.load,
                     worker=worker, workers=workers, deadline=deadline,
-                    ledger=s.load.ledger if ledger is None else ledger)
+                    ledger=s.load.ledger if ledger is None else ledger, ledger_turns=ledger_turns)
 
 
 def _env(ctx_plan: LoadPlan | None) -> Environment:
@@ -73,8 +74,10 @@ def _finish_reports(env: Environment, out: Path, csvw: StatsCSVFileWriter) -> di
             "locust_p50_ms": st.get_response_time_percentile(0.5), "locust_p99_ms": st.get_response_time_percentile(0.99)}
 
 
-def run_load(run_dir: str | Path, ledger: bool | None = None) -> dict[str, Any]:
-    """Run the load of the run directory's scenario to its end; returns the summary it writes."""
+def run_load(run_dir: str | Path, ledger: bool | None = None, ledger_turns: float = 0.0) -> dict[str, Any]:
+    """Run the load of the run directory's scenario to its end; returns the summary it writes.
+    ledger_turns > 0 (bench ledger --alternate, one process only): the ledger on and off in turns of
+    that many seconds, each turn's CPU and accepted count in the summary's `ledger_turns`."""
     run = RunDir.open(run_dir)
     load = run.scenario().load
     if load is None:
@@ -89,7 +92,7 @@ def run_load(run_dir: str | Path, ledger: bool | None = None) -> dict[str, Any]:
         + f", policy {load.policy.kind}, topic {load.topic}"
         + (f", {load.workers} worker processes" if load.workers else ""))
     if load.workers == 0:
-        plan = plan_for(run, 0, 1, deadline, ledger)
+        plan = plan_for(run, 0, 1, deadline, ledger, ledger_turns)
         env = _env(plan)
         runner = env.create_local_runner()
     else:
@@ -131,7 +134,7 @@ def run_load(run_dir: str | Path, ledger: bool | None = None) -> dict[str, Any]:
     for f in (csvw.requests_flush, csvw.stats_history_flush, csvw.failures_flush, csvw.exceptions_flush):
         f()
     summary = {"start_s": t0, "end_s": time.time(), "deadline_s": deadline, "workers": load.workers,
-               **_finish_reports(env, out, csvw)}
+               **_finish_reports(env, out, csvw), **({"ledger_turns": ctx.turns} if ctx is not None and ctx.turns else {})}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     say(f"load: done, {summary['locust_requests']} attempts ({summary['locust_failures']} not accepted) "
         f"in {summary['end_s'] - t0:.1f}s")

@@ -18,6 +18,12 @@ def test_producer_and_ledger_benchmarks_print_their_ratios(cluster) -> None:
     assert r.returncode == 0, r.stderr[-2000:]
     assert re.search(r"^ledger_overhead=-?\d+\.\d+$", r.stdout.strip().splitlines()[-1]), r.stdout
     assert re.search(r"^seal after the load: \d+\.\d+ CPU-s per 10k acked \(2,000 records", r.stdout, re.M), r.stdout  # intent + outcome
+    r = cli("bench", "ledger", "--alternate", "0.5", "--rounds", "1", "--messages", "3000", "--users", "4",
+            "--rate", "1000", "--run-dir", rd, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    counts = re.findall(r"^ledger (?:on |off): +(\d+) accepted in its turns +\d+\.\d+ CPU-s per 10k", r.stdout, re.M)
+    assert len(counts) == 2 and all(int(n) > 300 for n in counts), r.stdout  # ~3 s: both kinds of turn counted
+    assert re.search(r"^ledger_overhead=-?\d+\.\d+$", r.stdout.strip().splitlines()[-1]), r.stdout
 
 
 def test_analyze_benchmark_seals_agrees_with_the_planted_truth_and_prints_its_ratio(tmp_path) -> None:

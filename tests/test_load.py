@@ -71,6 +71,24 @@ def test_distributed_mode_two_workers_write_their_own_ledgers(cluster, tmp_path:
     assert collections.Counter(d["key"] for d in recv) == collections.Counter(r["key"] for r in outcomes if r["outcome"] == "ok")
 
 
+def test_ledger_turned_on_and_off_keeps_each_attempts_lines_together(cluster, tmp_path: Path) -> None:
+    """bench ledger --alternate: the load turns its ledger on and off; an attempt whose intent was
+    written gets its outcome even when the turn ends in flight, and each turn's CPU is recorded."""
+    run = load_run(tmp_path, cluster, {"topic": "T_LOAD_TURNS", "users": 8, "rate": 1000, "duration": "30s",
+                                       "messages": 4000})
+    cluster.create_topics(["T_LOAD_TURNS"], 4)
+    r = subprocess.run([sys.executable, "-m", "loadgen", str(run.path), "--ledger", "on", "--ledger-turns", "0.5"],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    summary = json.loads((run.path / "load" / "summary.json").read_text())
+    turns = summary["ledger_turns"]  # (on, user CPU-s, system CPU-s, accepted so far) at each turn's start
+    assert len(turns) >= 6 and [t[0] for t in turns[:4]] == [True, False, True, False]
+    assert all(b[1] >= a[1] and b[2] >= a[2] and b[3] >= a[3] for a, b in zip(turns, turns[1:]))
+    intents, outcomes, _ = ledgers(run.path)
+    assert {r["attempt_id"] for r in intents} == {r["attempt_id"] for r in outcomes}
+    assert 0.2 * 4000 < len(intents) < 0.8 * 4000 == 0.8 * summary["locust_requests"]  # only the on turns'
+
+
 def test_sigkilled_producer_leaves_intents_and_parsable_ledgers(cluster, tmp_path: Path) -> None:
     # far above what the broker takes, so every user is always mid-send: the kill cannot land between sends
     run = load_run(tmp_path, cluster, {"topic": "T_LOAD_KILL", "users": 50, "rate": 200_000, "duration": "30s"})
