@@ -1,5 +1,6 @@
-/* The send ledger's two lines of an attempt in C: rmqchaos.ledgers.SendLines (bench ledger: formatting
- * them in Python was most of the ledger's cost in the load).
+/* The send ledger's two lines of an attempt in C: rmqchaos.ledgers.SendLines (in a tight loop about
+ * half the time of the Python paths: 0.22 against 0.37 us an intent line, 0.46 against 1.0 us an
+ * outcome line).
  *
  * intent(head, policy, attempt_id, key, attempt, topic, intended_ms, start_ms) -> the intent line
  * outcome(intent, answer, app_ok) -> the outcome line
@@ -68,6 +69,19 @@ static int encode(PyObject *v, Value *out) {
 
 #define PUT(ptr, len) do { memcpy(o, (ptr), (size_t)(len)); o += (len); } while (0)
 
+/* the bytes of `key` and its value (a string quoted) */
+static Py_ssize_t field_len(const char *key, const Value *v) {
+    return (Py_ssize_t)strlen(key) + v->n + 2 * v->quoted;
+}
+
+static char *put_field(char *o, const char *key, const Value *v) {
+    PUT(key, strlen(key));
+    if (v->quoted) *o++ = '"';
+    PUT(v->p, v->n);
+    if (v->quoted) *o++ = '"';
+    return o;
+}
+
 static PyObject *outcome(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3 || !PyBytes_Check(args[0])) {
         PyErr_SetString(PyExc_TypeError, "outcome(intent: bytes, answer, app_ok)");
@@ -88,7 +102,7 @@ static PyObject *outcome(PyObject *self, PyObject *const *args, Py_ssize_t nargs
             if (v == NULL) goto done; /* no such attribute: the AttributeError propagates */
         }
         ok = encode(v, &vals[i]);
-        total += (Py_ssize_t)strlen(KEYS[i]) + vals[i].n + 2 * vals[i].quoted;
+        total += field_len(KEYS[i], &vals[i]);
     }
     if (!ok) { res = Py_NewRef(Py_None); goto done; }
     res = PyBytes_FromStringAndSize(NULL, total);
@@ -96,12 +110,7 @@ static PyObject *outcome(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     char *o = PyBytes_AS_STRING(res);
     PUT(HEAD, strlen(HEAD));
     PUT(intent + INTENT_HEAD_LEN, ilen - INTENT_HEAD_LEN - 2); /* the intent's fields, without its "}\n" */
-    for (int i = 0; i < NFIELDS; i++) {
-        PUT(KEYS[i], strlen(KEYS[i]));
-        if (vals[i].quoted) *o++ = '"';
-        PUT(vals[i].p, vals[i].n);
-        if (vals[i].quoted) *o++ = '"';
-    }
+    for (int i = 0; i < NFIELDS; i++) o = put_field(o, KEYS[i], &vals[i]);
     PUT("}\n", 2);
 done:
     for (int i = 0; i < NFIELDS; i++) Py_XDECREF(held[i]);
@@ -124,17 +133,14 @@ static PyObject *intent(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t total = PyBytes_GET_SIZE(args[0]) + PyBytes_GET_SIZE(args[1]) + 2;
     for (int i = 0; i < NINTENT; i++) {
         if (!encode(args[2 + i], &vals[i])) Py_RETURN_NONE;
-        total += (Py_ssize_t)strlen(IKEYS[i]) + vals[i].n + 2 * vals[i].quoted;
+        total += field_len(IKEYS[i], &vals[i]);
     }
     PyObject *res = PyBytes_FromStringAndSize(NULL, total);
     if (res == NULL) return NULL;
     char *o = PyBytes_AS_STRING(res);
     PUT(PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]));
     for (int i = 0; i < NINTENT; i++) {
-        PUT(IKEYS[i], strlen(IKEYS[i]));
-        if (vals[i].quoted) *o++ = '"';
-        PUT(vals[i].p, vals[i].n);
-        if (vals[i].quoted) *o++ = '"';
+        o = put_field(o, IKEYS[i], &vals[i]);
         if (i == 3) PUT(PyBytes_AS_STRING(args[1]), PyBytes_GET_SIZE(args[1])); /* after the topic */
     }
     PUT("}\n", 2);
