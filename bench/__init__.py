@@ -108,11 +108,16 @@ def compare(samples: list[Sample]) -> dict[str, float]:
             "java_cpu_per_10k": jc / ja * 1e4, "acked_per_cpu": (pa / pc) / (ja / jc), "acked_rate": (pa / pw) / (ja / jw)}
 
 
+def _bench_topic(namesrv: str) -> None:
+    """The benchmarks' topic on every broker, its route given a second to reach the namesrv."""
+    from rmqclient.admin import AdminClient
+    AdminClient(namesrv).create_topic_everywhere(TOPIC, queues=4)
+    time.sleep(1.0)
+
+
 def bench_producer(ns: str, rounds: int, count: int, size: int, conc: int, timeout: float,
                    java_heap_mb: int = 256) -> list[Sample]:
-    from rmqclient.admin import AdminClient
-    AdminClient(ns).create_topic_everywhere(TOPIC, queues=4)
-    time.sleep(1.0)
+    _bench_topic(ns)
     samples: list[Sample] = []
     with tempfile.TemporaryDirectory(prefix="rmqchaos-bench-") as td:
         wd = Path(td)
@@ -227,11 +232,8 @@ def _interleaved(a: argparse.Namespace, kinds: tuple[str, str],
                  one: Callable[[Any, Path, str, int], Sample]) -> list[Sample]:
     """`a.rounds` rounds of both kinds in ABBA order against the benchmark cluster; one(cluster run,
     scratch dir, kind, index) runs one measurement."""
-    from rmqclient.admin import AdminClient
-
     def body(cluster_run: Any) -> list[Sample]:
-        AdminClient(get_backend(cluster_run).namesrv_addr).create_topic_everywhere(TOPIC, queues=4)
-        time.sleep(1)
+        _bench_topic(get_backend(cluster_run).namesrv_addr)
         samples: list[Sample] = []
         with tempfile.TemporaryDirectory(prefix="rmqchaos-bench-") as td:
             # two of each, ABBA: after one of each, the first counted run was still the slowest of its
@@ -263,13 +265,12 @@ def _alternating(a: argparse.Namespace) -> int:
     seconds; CPU per accepted message in the on turns against the off turns (each load's first turn,
     start-up and ramp, and its last, cut by the end, left out)."""
     def body(cluster_run: Any) -> list[list[Any]]:
-        from rmqclient.admin import AdminClient
-        AdminClient(get_backend(cluster_run).namesrv_addr).create_topic_everywhere(TOPIC, queues=4)
+        _bench_topic(get_backend(cluster_run).namesrv_addr)
         out: list[list[Any]] = []
         with tempfile.TemporaryDirectory(prefix="rmqchaos-bench-") as td:
             say("warm-up: one load (not counted; a fresh broker is slow at first)")
-            for i in range(-1, a.rounds):
-                run = _load_run_dir(Path(td), cluster_run.path / "scenario.yaml", i + 1000 * (i < 0), a.messages,
+            for i in range(-1, a.rounds):  # -1: the warm-up
+                run = _load_run_dir(Path(td), cluster_run.path / "scenario.yaml", 1000 if i < 0 else i, a.messages,
                                     a.users, a.size, a.rate)
                 run_locust(run, True, a.timeout, Path(td), a.alternate)
                 turns = json.loads((run.path / "load" / "summary.json").read_text()).get("ledger_turns", [])
