@@ -14,7 +14,7 @@ import gevent.event
 
 from loadgen.policies import accepted, run_policy
 from rmqchaos import body as msgbody
-from rmqchaos.ledgers import LedgerWriter, SendLines, send_ledger_path
+from rmqchaos.ledgers import DRAIN_S, LedgerWriter, SendLines, send_ledger_path
 from rmqchaos.spec import Load
 from rmqclient.producer import Producer, SendResult
 
@@ -128,11 +128,12 @@ class LoadContext:
     def _flush_loop(self) -> None:
         assert self.writer is not None
         pool = gevent.get_hub().threadpool
-        while not self._closing.wait(0.1):
+        while not self._closing.wait(DRAIN_S):
+            self.writer.drain()  # in this thread: the spool is only ever touched by it
             if self.writer.due():
                 # in a thread: the other greenlets send while the disk works (the sync took
-                # 4-74 ms a second in the load; mmap.flush, before, held the GIL all that time)
-                pool.apply(self.writer.sync)
+                # 4-74 ms a second in the load)
+                pool.apply(self.writer.fsync)
 
     def _alternate(self, turn_s: float) -> None:
         """The ledger on and off in turns of one process (bench ledger --alternate): the host's and
@@ -146,7 +147,8 @@ class LoadContext:
             if self._closing.wait(turn_s):
                 break
             if self.ledger is not None:
-                pool.apply(self.writer.sync)
+                self.writer.drain()
+                pool.apply(self.writer.fsync)
             self.ledger = None if self.ledger is not None else self.writer
 
     def close(self) -> None:

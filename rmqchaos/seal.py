@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rmqchaos.errors import UserError
-from rmqchaos.ledgers import RECEIVE_FIELDS, SEALED_EXTRA, SEND_FIELDS, journal_tail
+from rmqchaos.ledgers import RECEIVE_FIELDS, SEALED_EXTRA, SEND_FIELDS, journal_tail, recover_spool
 
 if TYPE_CHECKING:  # imported where used: sealing is the only DuckDB user here
     import duckdb
@@ -114,6 +114,7 @@ def seal(journal: Path, threads: int | None = None) -> Sealed:
     """Seal one closed journal (idempotent). Raises LedgerError on a malformed record."""
     import duckdb
     journal = Path(journal)
+    recover_spool(journal)  # a dead writer's last records, still in its spool: the journal's now
     with duckdb.connect() as con:  # one connection for the currency check and the seal, closed on every path
         current = _current(con, journal)
         if current is not None:

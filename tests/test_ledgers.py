@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from hypothesis import given, settings
@@ -112,23 +113,99 @@ def test_the_c_encoder_is_built_and_writes_the_common_lines() -> None:
     assert c_outcome(intent, r, 1.5) is None and c_outcome(intent, r, "x\n") is None  # declined: orjson's
 
 
-def test_writer_leaves_exactly_its_records_and_a_killed_one_only_nul_padding(tmp_path, monkeypatch) -> None:
-    from rmqchaos.ledgers import LedgerWriter, journal_tail, read_ledger
+def test_writer_spools_its_records_and_drains_them_into_the_journal_exactly(tmp_path, monkeypatch) -> None:
+    from rmqchaos.ledgers import LedgerWriter, read_ledger, record_line, spool_paths
     f = tmp_path / "send-w0-1.jsonl"
-    monkeypatch.setattr(LedgerWriter, "CHUNK", 4096)  # grow (remap) many times
+    monkeypatch.setattr(LedgerWriter, "SPOOL", 4096)  # full, and drained by the write that finds it so, often
     w = LedgerWriter(f)
+    [spool] = [p for p in spool_paths(f) if p.exists()]
     recs = [{"rec": "intent", "key": f"k{i}", "attempt_id": i, "x": "é" * (i % 50)} for i in range(500)]
+    recs.insert(250, {"rec": "intent", "key": "big", "attempt_id": 250, "x": "y" * 5000})  # larger than the spool
     sizes = set()
     for r in recs:
         w.write_record(r)
         sizes.add(f.stat().st_size)
-    assert len(sizes) > 10 and all(x % 4096 == 0 for x in sizes)  # grown chunk by chunk
-    assert f.stat().st_size > w.position  # before close: the last chunk, NUL-padded
-    assert journal_tail(f).complete == w.position and journal_tail(f).torn_offset is None
-    assert read_ledger(f).records == recs  # readable while written, up to the last record
+    assert len(sizes) > 10  # drained many times, by the writes that found the spool full
+    assert f.stat().st_size < w.position  # the last records: in the spool, not yet in the journal
+    w.drain()
+    assert f.stat().st_size == w.position == sum(len(record_line(r)) for r in recs)
+    assert read_ledger(f).records == recs  # readable while written, up to the last drain
+    w.write_record({"rec": "intent", "key": "last", "attempt_id": 501})
     w.close()
-    assert f.stat().st_size == journal_tail(f).complete and f.read_bytes().endswith(b"\n")
-    assert read_ledger(f).records == recs and read_ledger(f).problem is None
+    assert read_ledger(f).records[-1]["key"] == "last" and read_ledger(f).problem is None
+    assert not spool.exists() and f.read_bytes().endswith(b"\n")
+    w2 = LedgerWriter(f)  # another writer of the same journal appends after its records
+    w2.write_record({"rec": "intent", "key": "again", "attempt_id": 502})
+    w2.close()
+    assert [r["key"] for r in read_ledger(f).records[-2:]] == ["last", "again"]
+
+
+def _kill(w) -> None:  # noqa: ANN001
+    """As if `w`'s process were SIGKILLed now: its spool says a writer that no longer runs."""
+    import struct
+    struct.pack_into("<Q", w._map, 24, 1)  # a start time no live process has
+    w._map.close()
+    os.close(w.fd)
+
+
+@pytest.mark.parametrize("at", ["spooled", "written_not_recorded", "clearing", "torn"])
+def test_a_dead_writers_spool_is_recovered_once_whatever_step_the_kill_hit(tmp_path, at: str) -> None:
+    """The spool's records reach the journal once each: a kill before a drain, between its write()
+    and the header's new base, while it clears the spool, and in the middle of a record."""
+    from rmqchaos.ledgers import LedgerWriter, read_ledger, record_line, recover_spool, spool_paths
+    f = tmp_path / "send-w0-1.jsonl"
+    w = LedgerWriter(f)
+    recs = [{"rec": "intent", "key": f"k{i}", "attempt_id": i} for i in range(40)]
+    for r in recs[:10]:
+        w.write_record(r)
+    w.sync()
+    for r in recs[10:]:
+        w.write_record(r)
+    assert recover_spool(f) == 0 and f.stat().st_size == sum(map(len, map(record_line, recs[:10])))  # it lives
+    spooled = b"".join(map(record_line, recs[10:]))
+    if at == "written_not_recorded":  # the journal has them; the header does not say so yet
+        os.write(w.fd, spooled)
+    elif at == "clearing":  # recorded, first byte cleared, the rest not yet
+        os.write(w.fd, spooled)
+        w._set_base(w._base + len(spooled))
+        w._map[4096] = 0
+    elif at == "torn":
+        w._write(b'{"rec":"intent","key":"k40","att')
+    _kill(w)
+    added = recover_spool(f)
+    assert added == {"spooled": len(spooled), "written_not_recorded": 0, "clearing": 0, "torn": len(spooled) + 32}[at]
+    lf = read_ledger(f)
+    assert lf.records == recs and not lf.corrupt  # every record once, in order
+    assert (lf.torn_offset is not None) == (at == "torn")
+    assert not any(p.exists() for p in spool_paths(f)) and recover_spool(f) == 0
+
+
+def test_a_dead_writers_spool_is_never_appended_to_another_file_of_its_journals_name(tmp_path) -> None:
+    from rmqchaos.ledgers import LedgerWriter, read_ledger, recover_spool, spool_paths
+    f = tmp_path / "send-w0-1.jsonl"
+    w = LedgerWriter(f)
+    w.write_record({"rec": "intent", "key": "k0", "attempt_id": 0})
+    _kill(w)
+    f.unlink()  # its run directory deleted, and a new journal made under the same name
+    f.write_bytes(b'{"rec":"intent","key":"new","attempt_id":0}\n')
+    assert recover_spool(f) == 0 and not any(p.exists() for p in spool_paths(f))
+    assert [r["key"] for r in read_ledger(f).records] == ["new"]
+
+
+def test_a_new_writer_sweeps_dead_writers_spools(tmp_path) -> None:
+    """A killed load whose journals nobody sealed: the next writer recovers them, or removes the
+    spool of one whose run directory is gone."""
+    from rmqchaos.ledgers import LedgerWriter, read_ledger, spool_paths
+    kept, gone = tmp_path / "a" / "send-w0-1.jsonl", tmp_path / "b" / "send-w0-2.jsonl"
+    writers = [LedgerWriter(f) for f in (kept, gone)]  # both live while the other starts
+    for w in writers:
+        w.write_record({"rec": "intent", "key": w.path.name, "attempt_id": 1})
+        _kill(w)
+    gone.unlink()
+    assert all(spool_paths(f)[0].exists() for f in (kept, gone))
+    LedgerWriter(tmp_path / "c" / "send-w0-3.jsonl").close()
+    assert not any(spool_paths(f)[0].exists() for f in (kept, gone))
+    assert [r["key"] for r in read_ledger(kept).records] == ["send-w0-1.jsonl"]
 
 
 @pytest.mark.parametrize("tail", [
