@@ -18,6 +18,7 @@ Format: JSON Lines, one file per writing process, append-only.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import mmap
@@ -185,36 +186,49 @@ def recover_spool(journal: Path) -> int:
     added = 0
     for sp in spool_paths(journal):
         try:
-            with open(sp, "rb") as f:
-                head = f.read(_SPOOL_DATA)
-                if len(head) < _SPOOL_DATA or head[:8] != _SPOOL_MAGIC:
-                    continue  # not a spool of ours
-                _, base, pid, start, dev, ino = _SPOOL_HEAD.unpack_from(head)
-                if alive(pid, start):
-                    return 0
+            f = open(sp, "rb")
+        except FileNotFoundError:
+            continue
+        with f:
+            head = f.read(_SPOOL_DATA)
+            if len(head) < _SPOOL_DATA or head[:8] != _SPOOL_MAGIC:
+                continue  # not a spool of ours
+            _, base, pid, start, dev, ino = _SPOOL_HEAD.unpack_from(head)
+            if alive(pid, start):
+                return 0
+            try:  # one recoverer at a time (new writers of a distributed load sweep at once)
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            if os.fstat(f.fileno()).st_nlink == 0:  # another recoverer finished it before our lock
+                continue
+            try:
+                st: os.stat_result | None = os.stat(journal)
+            except FileNotFoundError:
+                st = None
+            if st is not None and (st.st_dev, st.st_ino) == (dev, ino):  # else its journal is gone
                 body = f.read()
-        except FileNotFoundError:
-            continue
-        try:
-            st = os.stat(journal)
-        except FileNotFoundError:
-            st = None
-        if st is None or (st.st_dev, st.st_ino) != (dev, ino):  # its journal is gone: nothing to recover
+                end = body.find(b"\0")  # the spool is NUL after its last record (zeroed when drained)
+                end = len(body) if end < 0 else end
+                # the journal may already hold some of them: the writer died between its write() and
+                # recording the journal's new size in the header
+                skip = max(0, st.st_size - base)
+                if skip < end:
+                    fd = os.open(journal, os.O_WRONLY | os.O_APPEND)
+                    try:
+                        _write_all(fd, memoryview(body)[skip:end])
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                    added += end - skip
             sp.unlink()
-            continue
-        end = body.find(b"\0")  # the spool is NUL after its last record (zeroed when drained)
-        end = len(body) if end < 0 else end
-        # the journal may already hold some of them: the writer died between its write() and
-        # recording the journal's new size in the header
-        skip = max(0, st.st_size - base)
-        if skip < end:
-            with open(journal, "ab") as f:
-                f.write(body[skip:end])
-                f.flush()
-                os.fsync(f.fileno())
-            added += end - skip
-        sp.unlink()
     return added
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    done = 0
+    while done < len(data):
+        done += os.write(fd, data[done:])
 
 
 def sweep_spools() -> int:
@@ -298,7 +312,7 @@ class LedgerWriter:
             if len(line) <= self.SPOOL:
                 self._write(line)
             else:  # larger than the spool: straight to the journal
-                os.write(self.fd, line)
+                _write_all(self.fd, line)
                 self._set_base(self._base + len(line))
 
     def write_record(self, rec: dict[str, Any]) -> None:
@@ -322,9 +336,7 @@ class LedgerWriter:
             return
         view = memoryview(self._map)
         try:
-            done = 0
-            while done < n:
-                done += os.write(self.fd, view[_SPOOL_DATA + done:end])
+            _write_all(self.fd, view[_SPOOL_DATA:end])
             self._set_base(self._base + n)
             # its first byte NUL first: a recovery now finds the spool empty, however far the rest got
             view[_SPOOL_DATA] = 0

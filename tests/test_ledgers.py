@@ -192,6 +192,23 @@ def test_a_dead_writers_spool_is_never_appended_to_another_file_of_its_journals_
     assert [r["key"] for r in read_ledger(f).records] == ["new"]
 
 
+def test_a_spool_another_process_recovers_is_left_to_it(tmp_path) -> None:
+    """Two recoverers at once (the new writers of a distributed load sweep together): the one that
+    holds the spool's lock appends it, the other leaves it alone — never both."""
+    import fcntl
+    from rmqchaos.ledgers import LedgerWriter, read_ledger, recover_spool, spool_paths
+    f = tmp_path / "send-w0-1.jsonl"
+    w = LedgerWriter(f)
+    w.write_record({"rec": "intent", "key": "k0", "attempt_id": 0})
+    _kill(w)
+    [sp] = [p for p in spool_paths(f) if p.exists()]
+    with open(sp, "rb") as other:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        assert recover_spool(f) == 0 and sp.exists() and f.stat().st_size == 0
+    assert recover_spool(f) > 0 and not sp.exists()
+    assert [r["key"] for r in read_ledger(f).records] == ["k0"]
+
+
 def test_a_new_writer_sweeps_dead_writers_spools(tmp_path) -> None:
     """A killed load whose journals nobody sealed: the next writer recovers them, or removes the
     spool of one whose run directory is gone."""
