@@ -18,6 +18,7 @@ Format: JSON Lines, one file per writing process, append-only.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -178,16 +179,17 @@ def spool_paths(journal: Path) -> tuple[Path, Path]:
     return SPOOL_DIR / f"rmqchaos-{digest}.spool", real.with_name(f".{real.name}.spool")
 
 
-def recover_spool(journal: Path) -> int:
+def recover_spool(journal: Path, wait: bool = True) -> int:
     """Append what a dead writer of `journal` left in its spool (records not yet drained into the
     journal, perhaps a torn last one) and remove the spool. Returns the bytes appended; 0 when there
-    is no spool, nothing was left, or its writer still runs (never touched then)."""
+    is no spool, nothing was left, or its writer still runs (never touched then). One recoverer at a
+    time: `wait` for another one to finish, or leave the spool to it."""
     journal = Path(journal)
     added = 0
     for sp in spool_paths(journal):
         try:
             f = open(sp, "rb")
-        except FileNotFoundError:
+        except (FileNotFoundError, PermissionError):  # none, or another user's
             continue
         with f:
             head = f.read(_SPOOL_DATA)
@@ -196,8 +198,8 @@ def recover_spool(journal: Path) -> int:
             _, base, pid, start, dev, ino = _SPOOL_HEAD.unpack_from(head)
             if alive(pid, start):
                 return 0
-            try:  # one recoverer at a time (new writers of a distributed load sweep at once)
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            try:  # new writers of a distributed load sweep at once; the seal may run beside them
+                fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
             except BlockingIOError:
                 continue
             if os.fstat(f.fileno()).st_nlink == 0:  # another recoverer finished it before our lock
@@ -206,13 +208,15 @@ def recover_spool(journal: Path) -> int:
                 st: os.stat_result | None = os.stat(journal)
             except FileNotFoundError:
                 st = None
-            if st is not None and (st.st_dev, st.st_ino) == (dev, ino):  # else its journal is gone
+            # its journal, unless that is gone: a journal only grows past a spool's base (a new file
+            # of the same name, even on the same inode, is smaller)
+            if st is not None and (st.st_dev, st.st_ino) == (dev, ino) and st.st_size >= base:
                 body = f.read()
-                end = body.find(b"\0")  # the spool is NUL after its last record (zeroed when drained)
+                end = body.find(b"\0")  # the spool is NUL after its last record (cleared when drained)
                 end = len(body) if end < 0 else end
                 # the journal may already hold some of them: the writer died between its write() and
-                # recording the journal's new size in the header
-                skip = max(0, st.st_size - base)
+                # clearing the spool
+                skip = st.st_size - base
                 if skip < end:
                     fd = os.open(journal, os.O_WRONLY | os.O_APPEND)
                     try:
@@ -221,7 +225,7 @@ def recover_spool(journal: Path) -> int:
                     finally:
                         os.close(fd)
                     added += end - skip
-            sp.unlink()
+            sp.unlink()  # under the lock: no writer makes a spool of this name before we are done
     return added
 
 
@@ -240,7 +244,7 @@ def sweep_spools() -> int:
         try:
             with open(sp, "rb") as f:
                 head = f.read(_SPOOL_DATA)
-        except FileNotFoundError:
+        except OSError:  # gone meanwhile, or another user's
             continue
         if len(head) < _SPOOL_DATA or head[:8] != _SPOOL_MAGIC:
             continue
@@ -250,7 +254,7 @@ def sweep_spools() -> int:
         journal = Path(os.fsdecode(head[_SPOOL_HEAD.size:].split(b"\0", 1)[0]))
         if spool_paths(journal)[0] != sp:  # not the name its journal's path gives: not ours to judge
             continue
-        recover_spool(journal)
+        recover_spool(journal, wait=False)
         n += 1
     return n
 
@@ -269,26 +273,37 @@ class LedgerWriter:
     by the next writer of the same journal) appends them; a record whose copy the kill cut short
     becomes a torn last line (`journal_tail`). Only `fsync` may run in another thread."""
 
-    #: the spool's size: a drain is due long before it fills (4,000 msg/s write 0.3 MB in DRAIN_S);
-    #: a full spool is drained by the write that finds it full. Only pages written are ever allocated.
-    SPOOL = 16 << 20
+    #: the spool's size (allocated whole at start): a drain is due long before it fills (4,000 msg/s
+    #: write 0.3 MB in DRAIN_S); a full spool is drained by the write that finds it full
+    SPOOL = 4 << 20
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        sweep_spools()  # dead writers' spools, this journal's among them: their records before ours
+        sweep_spools()  # dead writers' spools on tmpfs: a killed load's last records reach their journals
+        recover_spool(self.path)  # this journal's, wherever it is, before ours replaces it
         self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        if os.fstat(self.fd).st_size:  # appending to an existing journal: after its last record
+        if os.fstat(self.fd).st_size:  # appending to an existing journal: after its last complete record
             tail = journal_tail(self.path)
-            if tail.end < tail.size:  # NUL bytes a mapping writer of an earlier version left
-                os.ftruncate(self.fd, tail.end)
+            # cut what follows it: a dead writer's torn record (ours would continue its line and make
+            # it malformed), NUL bytes a mapping writer of an earlier version left
+            if tail.complete < tail.size:
+                os.ftruncate(self.fd, tail.complete)
         self._base = os.fstat(self.fd).st_size  # the journal's size: where the spool's first byte goes
         shm, beside = spool_paths(self.path)
         spool = shm if os.access(SPOOL_DIR, os.W_OK) else beside
         sfd = os.open(spool, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            os.ftruncate(sfd, _SPOOL_DATA + self.SPOOL)
-            self._map = mmap.mmap(sfd, _SPOOL_DATA + self.SPOOL, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            size = _SPOOL_DATA + self.SPOOL
+            try:  # its pages now: a full tmpfs fails here, not as a SIGBUS on a write into the mapping
+                os.posix_fallocate(sfd, 0, size)
+            except OSError as e:
+                if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                    os.close(self.fd)
+                    os.unlink(spool)
+                    raise
+                os.ftruncate(sfd, size)
+            self._map = mmap.mmap(sfd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(sfd)
         self._spool = spool
@@ -299,7 +314,7 @@ class LedgerWriter:
         self._map[_SPOOL_HEAD.size:_SPOOL_HEAD.size + len(name)] = name
         self._map.seek(_SPOOL_DATA)
         self._write = self._map.write  # its own position is the spool's end: a C call per record
-        self._zeros = bytes(self.SPOOL)  # what a drain clears the spool with (calloc'd: costs no memory)
+        self._zeros = bytes(self.SPOOL)  # what a drain clears the spool with (calloc'd, never written)
         self._last_sync = time.monotonic()
 
     def write_through(self, line: bytes) -> None:
@@ -312,7 +327,7 @@ class LedgerWriter:
             if len(line) <= self.SPOOL:
                 self._write(line)
             else:  # larger than the spool: straight to the journal
-                _write_all(self.fd, line)
+                self._append(line)
                 self._set_base(self._base + len(line))
 
     def write_record(self, rec: dict[str, Any]) -> None:
@@ -327,6 +342,15 @@ class LedgerWriter:
         self._base = base
         struct.pack_into("<Q", self._map, 8, base)
 
+    def _append(self, data: bytes | memoryview) -> None:
+        """The journal grows by all of `data`, or (a failed write: disk full) not at all: its size
+        stays the spool's base, which the next drain and a recovery count on."""
+        try:
+            _write_all(self.fd, data)
+        except OSError:
+            os.ftruncate(self.fd, self._base)
+            raise
+
     def drain(self) -> None:
         """Append the spooled records to the journal (one write(); the page cache has them) and clear
         the spool. In the writing thread only."""
@@ -336,10 +360,11 @@ class LedgerWriter:
             return
         view = memoryview(self._map)
         try:
-            _write_all(self.fd, view[_SPOOL_DATA:end])
-            self._set_base(self._base + n)
-            # its first byte NUL first: a recovery now finds the spool empty, however far the rest got
+            self._append(view[_SPOOL_DATA:end])
+            # the spool's first byte cleared before its new base is recorded: a recovery finds it
+            # empty from here on, whether the base (8 bytes, not one store) and the rest got written
             view[_SPOOL_DATA] = 0
+            self._set_base(self._base + n)
             view[_SPOOL_DATA + 1:end] = memoryview(self._zeros)[:n - 1]
         finally:
             view.release()

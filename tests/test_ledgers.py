@@ -148,10 +148,12 @@ def _kill(w) -> None:  # noqa: ANN001
     os.close(w.fd)
 
 
-@pytest.mark.parametrize("at", ["spooled", "written_not_recorded", "clearing", "torn"])
+@pytest.mark.parametrize("at", ["spooled", "written", "first_byte_cleared", "base_torn", "base_recorded", "torn"])
 def test_a_dead_writers_spool_is_recovered_once_whatever_step_the_kill_hit(tmp_path, at: str) -> None:
-    """The spool's records reach the journal once each: a kill before a drain, between its write()
-    and the header's new base, while it clears the spool, and in the middle of a record."""
+    """The spool's records reach the journal once each, whichever step of a drain the kill hit
+    (write() into the journal, clear the spool's first byte, record the new base — 8 bytes, which a
+    kill may tear —, clear the rest), and a record whose copy the kill cut short becomes a torn tail."""
+    import struct
     from rmqchaos.ledgers import LedgerWriter, read_ledger, record_line, recover_spool, spool_paths
     f = tmp_path / "send-w0-1.jsonl"
     w = LedgerWriter(f)
@@ -163,17 +165,20 @@ def test_a_dead_writers_spool_is_recovered_once_whatever_step_the_kill_hit(tmp_p
         w.write_record(r)
     assert recover_spool(f) == 0 and f.stat().st_size == sum(map(len, map(record_line, recs[:10])))  # it lives
     spooled = b"".join(map(record_line, recs[10:]))
-    if at == "written_not_recorded":  # the journal has them; the header does not say so yet
+    new_base = w._base + len(spooled)
+    if at != "spooled" and at != "torn":  # the drain's steps, in its order, up to the kill
         os.write(w.fd, spooled)
-    elif at == "clearing":  # recorded, first byte cleared, the rest not yet
-        os.write(w.fd, spooled)
-        w._set_base(w._base + len(spooled))
+    if at in ("first_byte_cleared", "base_torn", "base_recorded"):
         w._map[4096] = 0
-    elif at == "torn":
+    if at == "base_torn":
+        w._map[8:12] = struct.pack("<Q", new_base)[:4]
+    if at == "base_recorded":
+        w._set_base(new_base)
+    if at == "torn":
         w._write(b'{"rec":"intent","key":"k40","att')
     _kill(w)
     added = recover_spool(f)
-    assert added == {"spooled": len(spooled), "written_not_recorded": 0, "clearing": 0, "torn": len(spooled) + 32}[at]
+    assert added == {"spooled": len(spooled), "torn": len(spooled) + 32}.get(at, 0)
     lf = read_ledger(f)
     assert lf.records == recs and not lf.corrupt  # every record once, in order
     assert (lf.torn_offset is not None) == (at == "torn")
@@ -184,12 +189,74 @@ def test_a_dead_writers_spool_is_never_appended_to_another_file_of_its_journals_
     from rmqchaos.ledgers import LedgerWriter, read_ledger, recover_spool, spool_paths
     f = tmp_path / "send-w0-1.jsonl"
     w = LedgerWriter(f)
-    w.write_record({"rec": "intent", "key": "k0", "attempt_id": 0})
+    for i in range(5):
+        w.write_record({"rec": "intent", "key": f"k{i}", "attempt_id": i})
+    w.drain()  # the spool's base: past the journal's five records
+    w.write_record({"rec": "intent", "key": "k5", "attempt_id": 5})
     _kill(w)
-    f.unlink()  # its run directory deleted, and a new journal made under the same name
-    f.write_bytes(b'{"rec":"intent","key":"new","attempt_id":0}\n')
+    f.unlink()  # its run directory deleted, and a new journal made under the same name (ext4 may
+    f.write_bytes(b'{"rec":"intent","key":"new","attempt_id":0}\n')  # give it the same inode: it is smaller)
     assert recover_spool(f) == 0 and not any(p.exists() for p in spool_paths(f))
     assert [r["key"] for r in read_ledger(f).records] == ["new"]
+
+
+def test_a_spool_beside_the_journal_where_tmpfs_is_not_writable(tmp_path, monkeypatch) -> None:
+    """No writable /dev/shm: the spool is a hidden file beside the journal, and the next writer of the
+    journal recovers a dead one's (the sweep looks on tmpfs only)."""
+    from rmqchaos import ledgers
+    from rmqchaos.ledgers import LedgerWriter, read_ledger, spool_paths
+    monkeypatch.setattr(ledgers, "SPOOL_DIR", tmp_path / "no-such-tmpfs")
+    f = tmp_path / "send-w0-1.jsonl"
+    w = LedgerWriter(f)
+    w.write_record({"rec": "intent", "key": "k0", "attempt_id": 0})
+    beside = spool_paths(f)[1]
+    assert beside == tmp_path / ".send-w0-1.jsonl.spool" and beside.exists()
+    _kill(w)
+    w2 = LedgerWriter(f)
+    w2.write_record({"rec": "intent", "key": "k1", "attempt_id": 1})
+    w2.close()
+    assert [r["key"] for r in read_ledger(f).records] == ["k0", "k1"] and not beside.exists()
+
+
+def test_a_failed_write_leaves_the_journal_as_it_was_and_the_records_spooled(tmp_path, monkeypatch) -> None:
+    """A disk that fills mid-write(): the journal is cut back to what it held, the spool keeps the
+    records, and the next drain writes them once."""
+    import errno
+    from rmqchaos import ledgers
+    from rmqchaos.ledgers import LedgerWriter, read_ledger
+    f = tmp_path / "send-w0-1.jsonl"
+    w = LedgerWriter(f)
+    recs = [{"rec": "intent", "key": f"k{i}", "attempt_id": i} for i in range(20)]
+    for r in recs[:5]:
+        w.write_record(r)
+    w.drain()
+    for r in recs[5:]:
+        w.write_record(r)
+    real_write = os.write
+
+    def half_then_full(fd: int, data) -> int:  # noqa: ANN001
+        if fd != w.fd:
+            return real_write(fd, data)
+        monkeypatch.setattr(ledgers.os, "write", lambda fd, data: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full")))
+        return real_write(fd, bytes(data[:len(data) // 2]))
+    monkeypatch.setattr(ledgers.os, "write", half_then_full)
+    with pytest.raises(OSError):
+        w.drain()
+    monkeypatch.setattr(ledgers.os, "write", real_write)
+    assert [r["key"] for r in read_ledger(f).records] == [f"k{i}" for i in range(5)] and read_ledger(f).problem is None
+    w.close()
+    assert read_ledger(f).records == recs
+
+
+def test_a_new_writer_cuts_a_dead_writers_torn_record_before_its_own(tmp_path) -> None:
+    from rmqchaos.ledgers import LedgerWriter, read_ledger
+    f = tmp_path / "send-w0-1.jsonl"
+    f.write_bytes(b'{"rec":"intent","key":"k0","attempt_id":0}\n{"rec":"intent","ke')
+    w = LedgerWriter(f)
+    w.write_record({"rec": "intent", "key": "k1", "attempt_id": 1})
+    w.close()
+    lf = read_ledger(f)
+    assert [r["key"] for r in lf.records] == ["k0", "k1"] and lf.problem is None
 
 
 def test_a_spool_another_process_recovers_is_left_to_it(tmp_path) -> None:
@@ -204,7 +271,7 @@ def test_a_spool_another_process_recovers_is_left_to_it(tmp_path) -> None:
     [sp] = [p for p in spool_paths(f) if p.exists()]
     with open(sp, "rb") as other:
         fcntl.flock(other, fcntl.LOCK_EX)
-        assert recover_spool(f) == 0 and sp.exists() and f.stat().st_size == 0
+        assert recover_spool(f, wait=False) == 0 and sp.exists() and f.stat().st_size == 0  # a sweep's
     assert recover_spool(f) > 0 and not sp.exists()
     assert [r["key"] for r in read_ledger(f).records] == ["k0"]
 

