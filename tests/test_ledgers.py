@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -140,6 +141,19 @@ def test_writer_spools_its_records_and_drains_them_into_the_journal_exactly(tmp_
     assert [r["key"] for r in read_ledger(f).records[-2:]] == ["last", "again"]
 
 
+def _half_drained(f: Path, n: int, drained: int):  # noqa: ANN202
+    """A writer of `f` with n records written, the first `drained` of them drained into the journal."""
+    from rmqchaos.ledgers import LedgerWriter
+    w = LedgerWriter(f)
+    recs = [{"rec": "intent", "key": f"k{i}", "attempt_id": i} for i in range(n)]
+    for r in recs[:drained]:
+        w.write_record(r)
+    w.drain()
+    for r in recs[drained:]:
+        w.write_record(r)
+    return w, recs
+
+
 def _kill(w) -> None:  # noqa: ANN001
     """As if `w`'s process were SIGKILLed now: its spool says a writer that no longer runs."""
     import struct
@@ -154,15 +168,9 @@ def test_a_dead_writers_spool_is_recovered_once_whatever_step_the_kill_hit(tmp_p
     (write() into the journal, clear the spool's first byte, record the new base — 8 bytes, which a
     kill may tear —, clear the rest), and a record whose copy the kill cut short becomes a torn tail."""
     import struct
-    from rmqchaos.ledgers import LedgerWriter, read_ledger, record_line, recover_spool, spool_paths
+    from rmqchaos.ledgers import read_ledger, record_line, recover_spool, spool_paths
     f = tmp_path / "send-w0-1.jsonl"
-    w = LedgerWriter(f)
-    recs = [{"rec": "intent", "key": f"k{i}", "attempt_id": i} for i in range(40)]
-    for r in recs[:10]:
-        w.write_record(r)
-    w.sync()
-    for r in recs[10:]:
-        w.write_record(r)
+    w, recs = _half_drained(f, 40, 10)
     assert recover_spool(f) == 0 and f.stat().st_size == sum(map(len, map(record_line, recs[:10])))  # it lives
     spooled = b"".join(map(record_line, recs[10:]))
     new_base = w._base + len(spooled)
@@ -223,15 +231,9 @@ def test_a_failed_write_leaves_the_journal_as_it_was_and_the_records_spooled(tmp
     records, and the next drain writes them once."""
     import errno
     from rmqchaos import ledgers
-    from rmqchaos.ledgers import LedgerWriter, read_ledger
+    from rmqchaos.ledgers import read_ledger
     f = tmp_path / "send-w0-1.jsonl"
-    w = LedgerWriter(f)
-    recs = [{"rec": "intent", "key": f"k{i}", "attempt_id": i} for i in range(20)]
-    for r in recs[:5]:
-        w.write_record(r)
-    w.drain()
-    for r in recs[5:]:
-        w.write_record(r)
+    w, recs = _half_drained(f, 20, 5)
     real_write = os.write
 
     def half_then_full(fd: int, data) -> int:  # noqa: ANN001
