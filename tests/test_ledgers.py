@@ -1,4 +1,5 @@
-"""The send ledger's fast line encoder (no JVM): byte for byte the line of the schema's records."""
+"""The send ledger (no JVM): its lines byte for byte the schema's records, and its writer: the spool, the
+drains, and the recovery of a dead writer's records."""
 from __future__ import annotations
 
 import json
