@@ -179,6 +179,16 @@ def spool_paths(journal: Path) -> tuple[Path, Path]:
     return SPOOL_DIR / f"rmqchaos-{digest}.spool", real.with_name(f".{real.name}.spool")
 
 
+def _spool_head(f: Any) -> tuple[int, int, int, int, int, str] | None:
+    """A spool's header (base, pid, start time, dev, inode, journal path) from its open file, or
+    None when it is not a spool of ours."""
+    head = f.read(_SPOOL_DATA)
+    if len(head) < _SPOOL_DATA or head[:8] != _SPOOL_MAGIC:
+        return None
+    _, base, pid, start, dev, ino = _SPOOL_HEAD.unpack_from(head)
+    return base, pid, start, dev, ino, os.fsdecode(head[_SPOOL_HEAD.size:].split(b"\0", 1)[0])
+
+
 def recover_spool(journal: Path, wait: bool = True) -> int:
     """Append what a dead writer of `journal` left in its spool (records not yet drained into the
     journal, perhaps a torn last one) and remove the spool. Returns the bytes appended; 0 when there
@@ -192,10 +202,10 @@ def recover_spool(journal: Path, wait: bool = True) -> int:
         except (FileNotFoundError, PermissionError):  # none, or another user's
             continue
         with f:
-            head = f.read(_SPOOL_DATA)
-            if len(head) < _SPOOL_DATA or head[:8] != _SPOOL_MAGIC:
-                continue  # not a spool of ours
-            _, base, pid, start, dev, ino = _SPOOL_HEAD.unpack_from(head)
+            head = _spool_head(f)
+            if head is None:
+                continue
+            base, pid, start, dev, ino, _ = head
             if alive(pid, start):
                 return 0
             try:  # new writers of a distributed load sweep at once; the seal may run beside them
@@ -243,15 +253,12 @@ def sweep_spools() -> int:
     for sp in SPOOL_DIR.glob("rmqchaos-*.spool"):
         try:
             with open(sp, "rb") as f:
-                head = f.read(_SPOOL_DATA)
+                head = _spool_head(f)
         except OSError:  # gone meanwhile, or another user's
             continue
-        if len(head) < _SPOOL_DATA or head[:8] != _SPOOL_MAGIC:
+        if head is None or alive(head[1], head[2]):
             continue
-        _, _, pid, start, _, _ = _SPOOL_HEAD.unpack_from(head)
-        if alive(pid, start):
-            continue
-        journal = Path(os.fsdecode(head[_SPOOL_HEAD.size:].split(b"\0", 1)[0]))
+        journal = Path(head[5])
         if spool_paths(journal)[0] != sp:  # not the name its journal's path gives: not ours to judge
             continue
         recover_spool(journal, wait=False)
@@ -289,7 +296,8 @@ class LedgerWriter:
             # it malformed), NUL bytes a mapping writer of an earlier version left
             if tail.complete < tail.size:
                 os.ftruncate(self.fd, tail.complete)
-        self._base = os.fstat(self.fd).st_size  # the journal's size: where the spool's first byte goes
+        st = os.fstat(self.fd)
+        self._base = st.st_size  # the journal's size: where the spool's first byte goes
         shm, beside = spool_paths(self.path)
         spool = shm if os.access(SPOOL_DIR, os.W_OK) else beside
         sfd = os.open(spool, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -307,7 +315,6 @@ class LedgerWriter:
         finally:
             os.close(sfd)
         self._spool = spool
-        st = os.fstat(self.fd)
         _SPOOL_HEAD.pack_into(self._map, 0, _SPOOL_MAGIC, self._base, os.getpid(), starttime(os.getpid()) or 0,
                               st.st_dev, st.st_ino)
         name = os.fsencode(os.path.realpath(self.path))[: _SPOOL_DATA - _SPOOL_HEAD.size - 1]
