@@ -516,8 +516,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     bsub = b.add_subparsers(dest="bench", required=True)
     p = bsub.add_parser("producer", help="the platform's producer vs RocketMQ's benchmark Producer",
                         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rounds", type=int, default=4, help="interleaved rounds (default 4)")
-    p.add_argument("--messages", type=int, default=20000, help="messages per process per round (default 20000)")
+    p.add_argument("--rounds", type=int, default=2, help="interleaved rounds (default 2)")
+    p.add_argument("--messages", type=int, default=200000, help="messages per process per round (default 200000)")
     p.add_argument("--size", type=int, default=1024, help="message body bytes (default 1024)")
     p.add_argument("--concurrency", type=int, default=32, help="sends in flight / Java threads (default 32)")
     p.add_argument("--timeout", type=float, default=300.0, help="bound per process run (default 300 s)")
@@ -543,11 +543,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     an.add_argument("--cluster-webui-port", type=int, default=18180,
                     help="the standalone master's web UI port; workers use the next ones (default 18180)")
     an.set_defaults(fn=cmd_bench_analyze)
-    for name, fn, hlp, msgs in (("ledger", cmd_bench_ledger, "the same Locust load with the send ledger on and off",
-                                 50000),
-                                ("locust", cmd_bench_locust, "Locust-driven producer vs the bare producer", 20000)):
+    for name, fn, hlp, msgs, rounds in (("ledger", cmd_bench_ledger,
+                                         "the same Locust load with the send ledger on and off", 50000, 4),
+                                        ("locust", cmd_bench_locust, "Locust-driven producer vs the bare producer",
+                                         100000, 2)):
         q = bsub.add_parser(name, help=hlp, description=hlp + ", interleaved in one run.")
-        q.add_argument("--rounds", type=int, default=4, help="interleaved rounds (default 4)")
+        q.add_argument("--rounds", type=int, default=rounds, help=f"interleaved rounds (default {rounds})")
         q.add_argument("--messages", type=int, default=msgs, help=f"messages per load (default {msgs})")
         q.add_argument("--users", type=int, default=32, help="Locust users / concurrent sends (default 32)")
         q.add_argument("--size", type=int, default=1024, help="message body bytes (default 1024)")
