@@ -11,6 +11,7 @@ from pipeline.runs import as_run, create_run, load_scenario, reap_orphans
 from rmqchaos import paths
 from rmqchaos.errors import UserError
 from rmqchaos.rundir import RunDir
+from rmqchaos.spec import read_text
 
 NIGHTLY = paths.REPO / "scenarios" / "nightly.yaml"
 
@@ -21,8 +22,8 @@ def scenarios(matrix: str | Path | None = None) -> list[str]:
     if not f.is_absolute():
         f = paths.REPO / f
     try:
-        doc = yaml.safe_load(f.read_text())
-    except (OSError, yaml.YAMLError) as e:
+        doc = yaml.safe_load(read_text(f, "matrix"))
+    except yaml.YAMLError as e:
         raise UserError(f"cannot read the matrix {f}: {e}", "it lists `scenarios:` as file paths") from None
     items = doc.get("scenarios") if isinstance(doc, dict) else None
     if not isinstance(items, list) or not items or not all(isinstance(x, str) for x in items):

@@ -517,12 +517,12 @@ def _duplicate_keys(node: yaml.Node | None, loc: tuple[Any, ...] = ()) -> list[t
 def _pydantic_message(e: dict[str, Any]) -> str:
     t = e["type"]
     if t == "extra_forbidden":
-        return "unknown key (allowed here: see the spec reference in README.md)"
+        return "unknown key (allowed here: see docs/spec.md)"
     msg = e["msg"]
     if t.startswith("value_error"):
         msg = msg.removeprefix("Value error, ")
     inp = e.get("input")
-    if t not in ("missing",) and not isinstance(inp, (dict, list)):
+    if t not in ("missing",) and not isinstance(inp, (dict, list)) and "(got " not in msg:
         msg += f" (got {inp!r})"
     return msg
 
@@ -639,14 +639,26 @@ def _merge(base: yaml.Node, over: yaml.Node) -> yaml.Node:
     return yaml.MappingNode(over.tag, out, over.start_mark, over.end_mark, over.flow_style)
 
 
+def read_text(path: Path, what: str) -> str:
+    """A UTF-8 text file, or one UserError line naming it (unreadable, binary, or another encoding)."""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise UserError(f"{path}: cannot read {what}: {e.strerror}", "check the path") from None
+    if b"\0" in raw:
+        raise UserError(f"{path}: not a {what} file (binary: it holds NUL bytes)", f"pass a YAML {what} file")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise UserError(f"{path}:{line}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})",
+                        f"save the {what} file as UTF-8") from None
+
+
 def _resolve(path: Path, chain: tuple[Path, ...] = ()) -> yaml.Node | None:
     """The node tree of `path` with its `extends:` chain merged under it. `name` is never inherited:
     a file without one is named after itself."""
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise UserError(f"{path}: cannot read scenario: {e.strerror}", "check the path") from None
-    root = _compose(text, str(path))
+    root = _compose(read_text(path, "scenario"), str(path))
     if not isinstance(root, yaml.MappingNode):
         return root
     ext = _mapping_get(root, "extends")

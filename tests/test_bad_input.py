@@ -138,6 +138,25 @@ def _hostile_cases(tmp: Path) -> list[tuple[str, list[str], dict[str, str] | Non
 
 
 @pytest.mark.fast
+@pytest.mark.fast
+@pytest.mark.parametrize("name,data,expect", [
+    ("binary.yaml", b"\x7fELF\x02\x01\x01\x00\x00\x00name: x\n", "binary.yaml: not a scenario file (binary"),
+    ("latin1.yaml", "name: x\ndescription: caf\u00e9\n".encode("latin-1"), "latin1.yaml:2: not UTF-8 text"),
+    ("dur.yaml", b"name: x\nload: {duration: 40q}\n", "dur.yaml:2: load.duration: expected a duration"),
+])
+def test_a_scenario_file_that_is_not_text_or_not_utf8_is_one_line(tmp_path: Path, name: str, data: bytes,
+                                                                 expect: str) -> None:
+    f = tmp_path / name
+    f.write_bytes(data)
+    for args in (["validate", str(f)], ["run", str(f), "--out", str(tmp_path / "out")]):
+        r = cli(*args)
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+        lines = [x for x in r.stderr.splitlines() if x.strip()]
+        assert len(lines) == 1 and expect in lines[0] and str(f) in lines[0], r.stderr
+        assert lines[0].count("(got ") <= 1, lines[0]  # no fragment said twice
+    assert not (tmp_path / "out").exists()
+
+
 def test_hostile_inputs_get_one_line_a_nonzero_exit_and_leave_nothing(tmp_path: Path) -> None:
     import time
     for name, args, env, expect in _hostile_cases(tmp_path):
