@@ -40,11 +40,12 @@ def route_outages(s: dict[str, Any]) -> list[dict[str, Any]]:
                 o["end_ms"] = m["ts_ms"]
                 out.append(o)
     out += open_.values()
-    last_t = max((r["t"] for r in s["series"]), default=0)
+    ser = s.get("series") or []
+    last_t = max((r["t"] for r in ser), default=0)
     for o in out:
         # still out at the last sample: every send from its start on counts
         end_t = o["end_ms"] // 1000 if o["end_ms"] else last_t + 1
-        rows = [r for r in s["series"] if o["start_ms"] // 1000 <= r["t"] < end_t]
+        rows = [r for r in ser if o["start_ms"] // 1000 <= r["t"] < end_t]
         group = o["broker"].removesuffix("-s")
         o["acked_on_it"] = sum((r.get("acked_by_broker") or {}).get(group, 0) for r in rows)
         o["acked_elsewhere"] = sum(n for r in rows for b, n in (r.get("acked_by_broker") or {}).items() if b != group)
@@ -70,3 +71,60 @@ def kills(s: dict[str, Any]) -> int:
     """Process-ending faults applied in the run (oom_kill, jvm_oom, kill)."""
     return sum(1 for e in s.get("events", []) if e.get("kind") == "fault" and e.get("outcome") == "ok"
                and e.get("params", {}).get("fault_kind") in ("oom_kill", "jvm_oom", "kill"))
+
+
+def outage_seconds(o: dict[str, Any], s: dict[str, Any]) -> int:
+    """How long a route outage lasted, in whole seconds; one still open at the last monitor sample
+    counts up to that sample."""
+    end = o["end_ms"] or max((m["ts_ms"] for m in s.get("monitor") or []), default=o["start_ms"])
+    return round((end - o["start_ms"]) / 1000)
+
+
+def is_busy(answer: str) -> bool:
+    """Whether an answer label (analysis/reconcile.py answer_label) is a busy refusal (code 2)."""
+    return answer.startswith("[") or answer == "code 2"
+
+
+def busy_refusals(s: dict[str, Any]) -> dict[str, Any]:
+    """The sends the broker refused as busy (code 2): {total, attempts, by_kind: {text without brackets:
+    n}, most first}. From `answers` (exactly the code-2 answers), else from the error counts."""
+    if s.get("answers") is not None:
+        kinds = {a["answer"]: a["attempts"] for a in s["answers"] if is_busy(a["answer"]) and a["attempts"]}
+    else:  # a summary without answers: the code-2 count, by its texts
+        err = s.get("errors") or {}
+        kinds = dict((err.get("by_remark_prefix") or {}))
+        rest = int((err.get("by_code") or {}).get("2", 0)) - sum(kinds.values())
+        if rest > 0:
+            kinds["code 2"] = rest
+    by_kind = {k.strip("[]"): n for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])}
+    return {"total": sum(by_kind.values()), "attempts": s["counts"].get("attempts", 0), "by_kind": by_kind}
+
+
+NOISE_KINDS = ("redis_noise", "es_like_noise")
+
+
+def noise_intents(s: dict[str, Any]) -> list[dict[str, Any]]:
+    """The disk-noise faults applied in a run that report what they achieved against what they were
+    asked (their evidence's `intent`: measures, reached, short, words), each {fault_kind, target,
+    intent}; noise of older runs, which does not report it, is left out."""
+    out = []
+    for e in s.get("events", []):
+        p = e.get("params") or {}
+        if e.get("kind") == "fault" and e.get("outcome") == "ok" and p.get("fault_kind") in NOISE_KINDS:
+            intent = (p.get("evidence") or {}).get("intent")
+            if isinstance(intent, dict):
+                out.append({"fault_kind": p["fault_kind"], "target": str(e.get("target")), "intent": intent})
+    return out
+
+
+def reached_pct(intent: dict[str, Any]) -> float | None:
+    """The share of its intent a noise reached, in percent: the one its words give, else `reached`
+    (a fraction; above 1, a percentage)."""
+    import re
+    m = re.search(r"(\d+(?:\.\d+)?)\s*%", str(intent.get("words") or ""))
+    if m:
+        return float(m.group(1))
+    r = intent.get("reached")
+    if r is None:
+        return None
+    return float(r) * 100 if float(r) <= 1 else float(r)  # short of intent, above 1: given in percent

@@ -12,7 +12,8 @@ from analysis.findings import NONE, fmt, has_cluster_evidence, has_host_evidence
 from analysis.plots import (plot_cluster, plot_compare, plot_errors, plot_host, plot_latency, plot_lost_dup,
                             plot_throughput)
 from analysis.rules import BUSY_PREFIXES, CLASSES
-from analysis.verdict import comparisons, faults_phrase, lost_phrase, settings, verdict
+from analysis.compare import comparisons
+from analysis.verdict import faults_phrase, lost_phrase, settings, verdict
 from rmqchaos.errors import UserError
 
 __all__ = ["NONE", "comparisons", "faults_phrase", "fmt", "load_summary", "lost_phrase", "render", "route_outages",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.findings import NONE
+from analysis.findings import NONE, busy_refusals, noise_intents, outage_seconds, reached_pct, route_outages
 
 FAULT_WORDS = {"oom_kill": ("kernel OOM kill", "kernel OOM kills"), "jvm_oom": ("JVM OutOfMemoryError", "JVM OutOfMemoryErrors"),
                "kill": ("SIGKILL", "SIGKILLs"), "pause": ("pause", "pauses"), "restart": ("restart", "restarts"),
@@ -20,18 +20,44 @@ def _n(n: int, one: str, many: str) -> str:
     return f"{_NUM.get(n, n)} {one if n == 1 else many}"
 
 
-def faults_phrase(s: dict[str, Any]) -> str:
-    """The faults applied in a run, e.g. 'one kernel OOM kill of broker-a' ('' for none)."""
+def faults_phrase(s: dict[str, Any], intent: bool = True) -> str:
+    """The faults applied in a run, e.g. 'one kernel OOM kill of broker-a' ('' for none). A noise that
+    fell short of what it was asked is named so, e.g. 'Redis disk noise (short of intent: 6 %)', never
+    as if it ran as named (without `intent`: named as asked, to tell which faults a run was given)."""
     seen: dict[tuple[str, str], int] = {}
     for e in s.get("events", []):
         if e.get("kind") == "fault" and e.get("outcome") == "ok":
             k = (e.get("params", {}).get("fault_kind") or "fault", str(e.get("target")))
             seen[k] = seen.get(k, 0) + 1
+    short: dict[tuple[str, str], float | None] = {}
+    for x in noise_intents(s) if intent else []:
+        if x["intent"].get("short"):
+            k, pct = (x["fault_kind"], x["target"]), reached_pct(x["intent"])
+            short[k] = pct if k not in short else min((v for v in (short[k], pct) if v is not None), default=None)
     killed = {t for k, t in seen if k in ("oom_kill", "jvm_oom", "kill")}
+
+    def part(k: str, t: str, n: int) -> str:
+        one, many = FAULT_WORDS.get(k, (k, k + "s"))
+        words = one if one == many else _n(n, one, many)  # noise is a mass noun: no count
+        if (k, t) in short:
+            words += f" (short of intent: {pct(short[(k, t)])})" if short[(k, t)] is not None else " (short of intent)"
+        return words + ("" if t in ("cluster", "None") else f" of {t}")  # noise has no target of its own
     # the restart after a kill is its recovery, not a fault of its own
-    parts = [_n(n, *FAULT_WORDS.get(k, (k, k + "s"))) + f" of {t}" for (k, t), n in seen.items()
-             if not (k == "restart" and t in killed)]
+    parts = [part(k, t, n) for (k, t), n in seen.items() if not (k == "restart" and t in killed)]
     return " and ".join(parts) if len(parts) <= 2 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def pct(p: float | None) -> str:
+    """A percentage as the verdicts write it: 11 %, 3.9 %, 0.4 %, <0.1 %."""
+    if p is None:
+        return NONE
+    if p and p < 0.1:
+        return "<0.1 %"
+    return f"{p:.0f} %" if p >= 10 or p == 0 else f"{p:.1f} %".replace(".0 %", " %")
+
+
+def share(n: int, of: int) -> str:
+    return pct(100 * n / of if of else None)
 
 
 def settings(s: dict[str, Any]) -> dict[str, str]:
@@ -62,13 +88,14 @@ def lost_phrase(s: dict[str, Any]) -> str:
 
 
 def verdict(s: dict[str, Any]) -> str:
-    """One sentence a release manager reads: what was done to the cluster, and what it lost."""
+    """One sentence a release manager reads: what was done to the cluster, what it lost and duplicated,
+    and then what else the run found (`found`), clauses separated by semicolons."""
     c, sc = s["counts"], s.get("store_check")
     head = f"{s['scenario']}: with {_settings_words(settings(s))}, {faults_phrase(s) or 'a run without faults'}"
     if s.get("complete") is False:
         return (f"{head}: the run did not finish ({'; '.join(s.get('incomplete_reasons') or [])}), so loss is not "
                 f"verified: {c.get('undelivered_at_stop', 0)} acknowledged messages were not delivered before the "
-                "consumers stopped.")
+                "consumers stopped" + "".join(f"; {x}" for x in found(s)) + ".")
     causes = {k: v for k, v in s["duplicates_by_cause"].items() if v}
     dup = (f"{c['duplicated']} delivered more than once (extra deliveries: "
            + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in causes.items()) + ")") if c["duplicated"] else \
@@ -82,24 +109,49 @@ def verdict(s: dict[str, Any]) -> str:
         extra.append(f"{c['corrupted_deliveries']} damaged deliveries")
     if c.get("unexpected"):
         extra.append(f"{c['unexpected']} deliveries of keys never sent")
-    return f"{head} {lost_phrase(s)}; {dup}" + "".join(f"; {x}" for x in extra) + "."
+    return f"{head} {lost_phrase(s)}; {dup}" + "".join(f"; {x}" for x in extra + found(s)) + "."
 
 
-def comparisons(sums: list[dict[str, Any]]) -> list[str]:
-    """A sentence per pair of different scenarios, taken in order, that had the same faults and differ in
-    at most three of the settings that decide loss: the difference, and what each lost."""
+def busy_phrase(s: dict[str, Any]) -> str:
+    """e.g. '4,402 of 40,000 sends (11 %) refused busy: REJECTREQUEST 3,390, PCBUSY_CLEAN_QUEUE 433'
+    ('' without busy refusals)."""
+    b = busy_refusals(s)
+    if not b["total"]:
+        return ""
+    return (f"{b['total']:,} of {b['attempts']:,} sends ({share(b['total'], b['attempts'])}) refused busy: "
+            + ", ".join(f"{k} {n:,}" for k, n in b["by_kind"].items()))
+
+
+def outage_phrases(s: dict[str, Any]) -> list[str]:
+    """e.g. "broker-a was missing from namesrv's route for 20 s while 1,839 sends were acknowledged on it"."""
     out = []
-    first = list({s["scenario"]: s for s in reversed(sums)}.values())[::-1]  # each scenario's first run
-    for a, b in zip(first, first[1:]):
-        if faults_phrase(a) != faults_phrase(b) or a.get("complete") is False or b.get("complete") is False:
-            continue
-        sa, sb = settings(a), settings(b)
-        diff = [k for k in sa if sa[k] != sb[k]]
-        if not 0 < len(diff) <= 3:
-            continue
-        d = ", ".join(f"{k}={sa[k]}" for k in diff)
-        other = ", ".join(f"{k}={sb[k]}" for k in diff)
-        under = f"Under {faults_phrase(a)}" if faults_phrase(a) else "Without faults"
-        out.append(f"{under}: with {d} ({a['scenario']}) the cluster {lost_phrase(a)}; with {other} "
-                   f"({b['scenario']}), {b['counts']['lost']}.")
+    fe = ([m for m in s.get("monitor") or [] if "frame_errors" in m] or [{}])[-1].get("frame_errors") or {}
+    for o in route_outages(s):
+        length = f"for {outage_seconds(o, s)} s" if o["end_ms"] else \
+            f"for {outage_seconds(o, s)} s, until the end of the run"
+        on = f"while {o['acked_on_it']:,} sends were acknowledged on it" if o["acked_on_it"] else \
+            "and no send was acknowledged on it"
+        out.append(f"{o['broker']} was missing from namesrv's route {length} {on}")
+    if out and fe.get("count"):
+        out[-1] += f" (namesrv refused {_n(fe['count'], 'frame', 'frames')} as too long)"
     return out
+
+
+def found(s: dict[str, Any]) -> list[str]:
+    """What a run found beyond loss and duplication, each a clause of its verdict: the busy refusals by
+    kind and rate, each route outage and its length, the %RETRY% redeliveries by batch position, and a
+    noise that fell short of its intent, in its own words."""
+    out = [x for x in [busy_phrase(s)] if x] + outage_phrases(s)
+    rb = s.get("retried_keys_by_batch_position") or {}
+    if any(rb.values()):
+        out.append(f"keys redelivered through %RETRY%: {rb['later_in_batch']:,} at index 1..n-1 of their listener "
+                   f"batches, {rb['first_in_batch']:,} at index 0" + (f", {rb['never_first']:,} never delivered "
+                                                                     "first-hand" if rb.get("never_first") else ""))
+    return out + short_noise(s)
+
+
+def short_noise(s: dict[str, Any]) -> list[str]:
+    """A run's noise that fell short of its intent, in its own words (e.g. 'Redis noise reached 6 % of
+    its 200 SET/s (worst of 8 instances)'); nothing for a noise that does not report its intent."""
+    return [str(x["intent"].get("words") or f"{FAULT_WORDS[x['fault_kind']][0]} reached "
+                f"{pct(reached_pct(x['intent']))} of its intent") for x in noise_intents(s) if x["intent"].get("short")]
