@@ -44,7 +44,7 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
         if own:
             spark.stop()
     s = run.scenario()
-    summary = {"schema_version": SCHEMA_VERSION, "run_id": run.run_id, "scenario": s.name,
+    summary = {"schema_version": SCHEMA_VERSION, "run_id": run.run_id, "scenario": s.name, "extends": _base_name(run.path),
                "run_dir": str(run.path), "analyzed_ms": int(time.time() * 1000),
                "complete": comp["complete"], "incomplete_reasons": comp["reasons"],
                "versions": run.versions(), "cluster": {"brokers": brokers},
@@ -76,6 +76,23 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
     for w in summary["warnings"]:
         say(f"analyze: warning: {w}")
     return summary
+
+
+def _base_name(run_dir: Path) -> str | None:
+    """The name of the scenario this run's file `extends:` (the report compares a remedy with its base),
+    from the file as written (scenario.src.yaml): the base file's `name:` when its path can be read
+    from here, else its file name without .yaml (a file without `name:` is named so); None without one."""
+    import yaml
+    try:
+        doc = yaml.safe_load((run_dir / "scenario.src.yaml").read_text())
+        ext = doc.get("extends") if isinstance(doc, dict) else None
+        if not isinstance(ext, str) or not ext:
+            return None
+        base = Path(ext)
+        named = yaml.safe_load(base.read_text()) if base.is_absolute() and base.is_file() else None
+    except (OSError, yaml.YAMLError):
+        return None
+    return named["name"] if isinstance(named, dict) and isinstance(named.get("name"), str) else base.stem
 
 
 def _compact(sample: dict[str, Any]) -> dict[str, Any]:
