@@ -32,8 +32,8 @@ def faults_phrase(s: dict[str, Any], intent: bool = True) -> str:
     short: dict[tuple[str, str], float | None] = {}
     for x in noise_intents(s) if intent else []:
         if x["intent"].get("short"):
-            k, pct = (x["fault_kind"], x["target"]), reached_pct(x["intent"])
-            short[k] = pct if k not in short else min((v for v in (short[k], pct) if v is not None), default=None)
+            k, got = (x["fault_kind"], x["target"]), reached_pct(x["intent"])
+            short[k] = got if k not in short else min((v for v in (short[k], got) if v is not None), default=None)
     killed = {t for k, t in seen if k in ("oom_kill", "jvm_oom", "kill")}
 
     def part(k: str, t: str, n: int) -> str:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from analysis.report import comparisons, fmt, verdict
+from analysis.report import comparisons, fmt, render, verdict
 
 pytestmark = pytest.mark.fast
 
@@ -56,3 +56,167 @@ def test_verdicts_never_claim_more_than_was_checked() -> None:
                                  "acknowledged messages were not delivered before the consumers stopped.")
     assert comparisons([cut, summary("t", "false", 0, None)]) == []  # an unfinished run is compared with nothing
     assert fmt(None) == "\u2014" and fmt(0) == 0
+
+
+# ---------------------------------------------------------------- what each run found, beyond loss
+
+def shared_host(name: str = "shared-host", busy: dict[str, int] | None = None, attempts: int = 40_000,
+                **more: Any) -> dict[str, Any]:
+    """A shared-host-like summary: one broker, its page cache squeezed, Redis and fio noise, busy answers."""
+    busy = {"[REJECTREQUEST]": 3_947, "[PCBUSY_CLEAN_QUEUE]": 433, "[TIMEOUT_CLEAN_QUEUE]": 22} if busy is None else busy
+    s = summary(name, "false", 0, None, counts={"attempts": attempts, "failed": sum(busy.values())},
+                answers=[{"answer": "SEND_OK", "attempts": attempts - sum(busy.values()), "stored": attempts - sum(busy.values()),
+                          "dup_keys_first_answer": 0, "dup_keys_first_stored": 0},
+                         *[{"answer": k, "attempts": n, "stored": 0, "dup_keys_first_answer": 0, "dup_keys_first_stored": 0}
+                           for k, n in busy.items()]],
+                errors={"by_outcome": {}, "by_status": {}, "by_code": {"2": sum(busy.values())},
+                        "by_remark_prefix": busy, "by_broker": {}}, **more)
+    s["cluster"] = {"brokers": {"broker-a": {"brokerRole": "ASYNC_MASTER", "flushDiskType": "ASYNC_FLUSH",
+                                             "waitTimeMillsInSendQueue": "50", "listenPort": "10911"}}}
+    s["events"] = [{"kind": "fault", "outcome": "ok", "target": t, "params": {"fault_kind": k, "evidence": {}}}
+                   for k, t in (("page_cache_limit", "broker-a"), ("redis_noise", "cluster"), ("es_like_noise", "cluster"))]
+    return s
+
+
+def noise_intent(s: dict[str, Any], kind: str, short: bool, words: str, reached: float) -> dict[str, Any]:
+    (e,) = [e for e in s["events"] if e["params"]["fault_kind"] == kind]
+    e["params"]["evidence"]["intent"] = {"measures": [{"what": "SET/s", "where": "redis-0", "asked": 200,
+                                                       "achieved": 200 * reached}],
+                                         "reached": reached, "short": short, "words": words}
+    return s
+
+
+T0 = 1_800_000_000  # the synthetic runs' first second
+
+
+def flood(name: str = "retry-flood", out: tuple[int, int] | None = (10, 30), **more: Any) -> dict[str, Any]:
+    """A retry-flood-like summary: 60 s of sends over two brokers; the monitor sees broker-a up but not
+    listed by namesrv from second `out[0]` to `out[1]`; 92 sends a second acked on broker-a (91 once)."""
+    s = summary(name, "false", 0, None, counts={"attempts": 12_000}, **more)
+    s["events"] = [{"kind": "fault", "outcome": "ok", "target": "broker-a", "params": {"fault_kind": "topic_flood"}},
+                   {"kind": "fault", "outcome": "ok", "target": "cluster", "params": {"fault_kind": "cleanup_retry_topics"}}]
+    s["series"] = [{"t": T0 + i, "errors": 0, "timeouts": 0,
+                    "acked_by_broker": {"broker-a": 91 if i == 12 else 92, "broker-b": 100}} for i in range(60)]
+    s["monitor"] = [{"ts_ms": (T0 + i) * 1000, "frame_errors": {"count": 2 if out and i >= out[0] else 0, "last_length": 319_756, "limit": 262_144,
+                                                      "last_ms": (T0 + 9) * 1000},
+                     "brokers": {"broker-a": {"up": True, "registered": not (out and out[0] <= i < out[1])},
+                                 "broker-b": {"up": True, "registered": True}}} for i in range(60)]
+    return s
+
+
+def test_a_shared_host_verdict_names_its_busy_refusals_by_kind_with_the_rate() -> None:
+    v = verdict(shared_host())
+    assert v == ("shared-host: with ASYNC_MASTER, ASYNC_FLUSH, transientStorePoolEnable=false and the no_retry send "
+                 "policy, one page-cache limit of broker-a, Redis disk noise and fio disk noise lost 0 acknowledged "
+                 "messages; none delivered twice; 4,402 of 40,000 sends (11 %) refused busy: REJECTREQUEST 3,947, "
+                 "PCBUSY_CLEAN_QUEUE 433, TIMEOUT_CLEAN_QUEUE 22.")
+    # a summary without `answers` (older runs): the same, from the error counts; a busy answer without text too
+    old = shared_host(busy={"[REJECTREQUEST]": 30})
+    del old["answers"]
+    old["errors"]["by_code"]["2"] = 34
+    assert verdict(old).endswith("; 34 of 40,000 sends (<0.1 %) refused busy: REJECTREQUEST 30, code 2 4.")
+    assert "refused busy" not in verdict(shared_host(busy={}))  # nothing refused: nothing said
+
+
+def test_a_flood_verdict_names_the_route_outage_its_length_and_the_sends_acked_on_the_broker() -> None:
+    assert verdict(flood()).endswith(
+        "lost 0 acknowledged messages; none delivered twice; broker-a was missing from namesrv's route for 20 s "
+        "while 1,839 sends were acknowledged on it (namesrv refused two frames as too long).")
+    assert verdict(flood(out=(50, 99))).endswith(  # still out at the last sample
+        "broker-a was missing from namesrv's route for 9 s, until the end of the run while 920 sends were "
+        "acknowledged on it (namesrv refused two frames as too long).")
+    assert "namesrv" not in verdict(flood(out=None))  # listed all along
+
+
+def test_a_noise_short_of_its_intent_is_stated_and_not_named_as_if_it_ran() -> None:
+    words = "Redis noise reached 6 % of its 200 SET/s (worst of 8 instances)"
+    short = noise_intent(shared_host(busy={}), "redis_noise", True, words, 0.06)
+    v = verdict(short)
+    assert "one page-cache limit of broker-a, Redis disk noise (short of intent: 6 %) and fio disk noise lost 0" in v
+    assert v.endswith(f"none delivered twice; {words}.")
+    assert v.count("Redis disk noise") == 1  # never named bare
+    # without `words`, from `reached`
+    del short["events"][1]["params"]["evidence"]["intent"]["words"]
+    assert verdict(short).endswith("none delivered twice; Redis disk noise reached 6 % of its intent.")
+    # a noise that reached its intent, or one of an older run that does not report it: nothing about achievement
+    full = noise_intent(shared_host(busy={}), "redis_noise", False, "Redis noise reached 100 % of its 200 SET/s", 1.0)
+    assert verdict(full) == verdict(shared_host(busy={})) and "reached" not in verdict(full)
+
+
+def test_each_remedy_is_compared_with_its_base_even_when_not_its_neighbour() -> None:
+    base = shared_host(latency_ms={"send_from_intended": {"p99": 850.0}})
+    quiet = shared_host("shared-host-quiet", busy={}, extends="shared-host", latency_ms={"send_from_intended": {"p99": 9.0}})
+    quiet["events"] = []
+    wait = shared_host("shared-host-wait-queue", busy={"[REJECTREQUEST]": 120}, extends="shared-host",
+                       latency_ms={"send_from_intended": {"p99": 120.0}})
+    wait["cluster"]["brokers"]["broker-a"]["waitTimeMillsInSendQueue"] = "750"
+    wait["load"] = {"policy": {"kind": "no_retry"}, "timeout": "3s"}
+    said = comparisons([base, quiet, wait])
+    assert said == [
+        "shared-host-quiet against its base shared-host (faults: one page-cache limit of broker-a, Redis disk noise "
+        "and fio disk noise \u2192 none): busy refusals 4,402 of 40,000 (11 %) \u2192 0 of 40,000 (0 %); lost 0 "
+        "\u2192 0; duplicated 0 \u2192 0; p99 send latency from the intended time 850 \u2192 9 ms.",
+        "shared-host-wait-queue against its base shared-host (waitTimeMillsInSendQueue 50 \u2192 750, timeout unset "
+        "\u2192 3s): busy refusals 4,402 of 40,000 (11 %) \u2192 120 of 40,000 (0.3 %); lost 0 \u2192 0; "
+        "duplicated 0 \u2192 0; p99 send latency from the intended time 850 \u2192 120 ms."]
+    # the flood and 5.x's split registration: the outage, from 20 s to none
+    split = flood("retry-flood-split", out=None, extends="retry-flood")
+    for b in split["cluster"]["brokers"].values():
+        b["enableSplitRegistration"] = "true"
+    assert comparisons([flood(), summary("control", "false", 0, None), split])[-1] == (
+        "retry-flood-split against its base retry-flood (enableSplitRegistration unset \u2192 true): lost 0 \u2192 0; "
+        "duplicated 0 \u2192 0; out of namesrv's route broker-a 20 s \u2192 none.")
+    # a base not in the report, or an unfinished run: no sentence
+    assert comparisons([quiet, wait]) == []
+    cut = dict(wait, complete=False)
+    assert comparisons([base, cut]) == []
+
+
+def test_a_remedy_whose_noise_fell_short_is_not_compared_as_if_it_had_it() -> None:
+    words = "Redis noise reached 6 % of its 200 SET/s (worst of 8 instances)"
+    wait = noise_intent(shared_host("shared-host-wait-queue", busy={"[REJECTREQUEST]": 120}, extends="shared-host"),
+                        "redis_noise", True, words, 0.06)
+    (said,) = comparisons([shared_host(), wait])
+    assert said.endswith(f"; but in shared-host-wait-queue {words}, short of its intent, so that run did not have "
+                         "the noise it names.")
+    assert "faults:" not in said  # the same faults were asked of both
+
+
+def test_a_neighbour_already_compared_on_loss_is_not_compared_again_as_a_remedy() -> None:
+    on = summary("oom-tsp-on", "true", 99, STORE)
+    off = summary("oom-tsp-off", "false", 0, {**STORE, "lost_from_store": 0}, extends="oom-tsp-on")
+    assert comparisons([on, off]) == [
+        "Under one kernel OOM kill of broker-a: with transientStorePoolEnable=true (oom-tsp-on) the cluster lost 99 "
+        "acknowledged messages (verified absent from every broker's store); with transientStorePoolEnable=false "
+        "(oom-tsp-off), 0."]
+
+
+def whole(s: dict[str, Any]) -> dict[str, Any]:
+    """A synthetic summary with the rest of what the HTML report reads, in the shape of older runs:
+    no `extends`, no `answers`, no noise intent, no batch positions."""
+    lat = {"n": 10, "p50": 2.0, "p95": 5.0, "p99": 9.0, "max": 30.0}
+    counts = {"keys": 100, "attempts": 100, "acked": 100, "acked_weak": 0, "ok": 100, "duplicate_deliveries": 0,
+              "recovered": 0, "failed": 0, "indeterminate": 0, **s["counts"]}
+    series = s.get("series") or [{"t": T0 + i} for i in range(5)]
+    return {"run_id": f"20261127T000000-{s['scenario']}-abcdef", "run_dir": f"/runs/{s['scenario']}",
+            "versions": {"rocketmq": "5.5.0"}, "latency_ms": {k: lat for k in ("send", "send_from_intended", "end_to_end")},
+            "windows": [], "warnings": [], "corrupted": [], "corrupted_by_kind": {},
+            "errors": {"by_outcome": {}, "by_status": {"SEND_OK": 100}, "by_code": {}, "by_remark_prefix": {}, "by_broker": {}},
+            **{k: v for k, v in s.items() if k not in ("answers", "extends")}, "counts": counts,
+            "series": [{"attempts": 10, "acked": 10, "errors": 0, "timeouts": 0, "busy": 0, "deliveries": 10, "lost": 0,
+                        "duplicated": 0, "indeterminate": 0, "send_p50_ms": 2, "send_p99_ms": 9, "intended_p50_ms": 2,
+                        "intended_p99_ms": 9, **r} for r in series]}
+
+
+def test_old_summaries_without_the_new_keys_still_render_and_new_ones_show_the_comparison() -> None:
+    old = [whole(shared_host()), whole(flood())]
+    assert all("extends" not in s and "answers" not in s for s in old)
+    page = render(old)
+    assert "4,402 of 40,000 sends (11 %) refused busy: REJECTREQUEST 3,947" in page  # from the error counts
+    assert "broker-a was missing from namesrv&#x27;s route for 20 s while 1,839 sends" in page
+    assert "against its base" not in page and "None" not in page
+    new = [whole(shared_host()), whole(shared_host("shared-host-quiet", busy={})), whole(shared_host("shared-host-tsp"))]
+    new[2]["extends"] = "shared-host"
+    new[2]["cluster"]["brokers"]["broker-a"]["transientStorePoolEnable"] = "true"
+    page = render(new)
+    assert "<p class=verdict>shared-host-tsp against its base shared-host (transientStorePoolEnable unset \u2192 true)" in page
