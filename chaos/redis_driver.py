@@ -7,7 +7,8 @@ so with `appendfsync always` each command is its own write + fsync in Redis (Red
 event-loop turn; pipelined commands would share one). redis-benchmark has no rate limit: flat out,
 it measures Redis, and it burns the CPU the broker needs. A driver that falls more than a second
 behind (the disk is slow) skips the missed slots instead of bursting. It stops at SECONDS or on
-SIGTERM, and writes what it did to OUT_JSON.
+SIGTERM, and writes what it did to OUT_JSON: per instance its SETs, errors, skipped slots, the
+slots it was due (`slots`), its active `seconds` (first slot to its end) and `sets_per_s`.
 """
 from __future__ import annotations
 
@@ -24,11 +25,11 @@ stop = threading.Event()
 def drive(port: int, rate: float, value: bytes, until: float, offset: float, out: dict) -> None:
     sets = errors = skipped = 0
     worst = 0.0
+    t0 = time.monotonic() + offset
+    n = 0
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
             f = s.makefile("rb")
-            t0 = time.monotonic() + offset
-            n = 0
             while not stop.is_set():
                 due = t0 + n / rate
                 now = time.monotonic()
@@ -52,7 +53,9 @@ def drive(port: int, rate: float, value: bytes, until: float, offset: float, out
                 n += 1
     except OSError as e:
         out["error"] = f"{type(e).__name__}: {e}"
-    out.update(sets=sets, errors=errors, skipped=skipped, max_reply_ms=round(worst * 1000, 1))
+    secs = max(0.0, time.monotonic() - t0)
+    out.update(sets=sets, errors=errors, skipped=skipped, slots=n, seconds=round(secs, 3),
+               sets_per_s=round(sets / secs, 2) if secs > 0 else 0.0, max_reply_ms=round(worst * 1000, 1))
 
 
 def main() -> None:

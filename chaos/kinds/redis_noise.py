@@ -1,6 +1,8 @@
 """redis_noise: N real `redis-server` instances with `appendonly yes` + `appendfsync always` (as on
 the incident's host: eight of them beside the broker), on loopback ports the run owns, their AOF
-files in the run directory, each written at `rate` SETs/s by chaos/redis_driver.py."""
+files in the run directory, each written at `rate` SETs/s by chaos/redis_driver.py. Its evidence's
+`intent` gives each instance's SETs/s as the driver counted them over its active time against
+`rate` (chaos/noise.py: `intent`)."""
 from __future__ import annotations
 
 import json
@@ -9,12 +11,13 @@ import shutil
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field
 
-from chaos.noise import NoiseKind, NoiseParams, require
+from chaos.noise import NoiseKind, NoiseParams, intent, measure, require
 from chaos.protocol import register
 from cluster.plan import HOST, plan, port_in_use
 from rmqchaos.spec import Fault, Port, Scenario
@@ -41,8 +44,8 @@ def _command(port: int, *args: str) -> bytes:
         return head.strip()
 
 
-def info(port: int) -> dict[str, str]:
-    body = _command(port, "INFO").decode()
+def info(port: int, section: str = "default") -> dict[str, str]:
+    body = _command(port, "INFO", section).decode()
     return dict(x.split(":", 1) for x in body.splitlines() if ":" in x and not x.startswith("#"))
 
 
@@ -118,7 +121,7 @@ class RedisNoise(NoiseKind):
             try:
                 i = info(port)
                 stats[str(port)] = {"commands": int(i["total_commands_processed"]),
-                                    "aof_bytes": int(i.get("aof_current_size", 0))}
+                                    "aof_bytes": int(i.get("aof_current_size", 0)), "set_calls": _set_calls(port)}
             except (OSError, KeyError, ValueError) as e:
                 stats[str(port)] = {"error": f"{type(e).__name__}: {e}"}
             proc.end(signal.SIGTERM, 10)
@@ -126,13 +129,41 @@ class RedisNoise(NoiseKind):
         ev["redis"] = stats
         if ev.get("driver"):
             ev["sets"] = sum(r.get("sets", 0) for r in ev["driver"]["instances"].values())
+        if getattr(self, "servers", None):
+            ev["intent"] = redis_intent(self.params.rate, ev.get("driver"), stats,  # type: ignore[attr-defined]
+                                        time.monotonic() - self.t0)
         return ev
+
+
+def redis_intent(rate: float, driver: dict[str, Any] | None, servers: dict[str, dict[str, Any]],
+                 seconds: float) -> dict[str, Any]:
+    """Per instance: SETs/s as its driver counted them over its active time, against `rate`. An
+    instance the driver did not report on (it died) is measured by the server's own count of SETs
+    over the occurrence (`seconds`), or as 0 when that is missing too."""
+    measures = []
+    drv = (driver or {}).get("instances") or {}
+    for port in sorted(set(servers) | set(drv), key=int):
+        d, srv = drv.get(port) or {}, servers.get(port) or {}
+        if d.get("seconds"):
+            achieved = d.get("sets", 0) / d["seconds"]
+        else:
+            achieved = (srv.get("set_calls") or 0) / max(seconds, 1e-9)
+        measures.append(measure("SET/s", f"redis {port}", rate, achieved))
+    return intent(measures, "Redis noise", of="instances")
 
 
 def _server_args(port: int, directory: str) -> list[str]:
     """One redis-server as on the incident's host: every write appended and fsynced (AOF, always)."""
     return ["--bind", HOST, "--port", str(port), "--protected-mode", "yes", "--dir", directory, "--appendonly", "yes",
             "--appendfsync", "always", "--save", "", "--daemonize", "no", "--logfile", ""]
+
+
+def _set_calls(port: int) -> int:
+    """The SETs the server executed (INFO commandstats: cmdstat_set:calls=N,...)."""
+    for k, v in info(port, "commandstats").items():
+        if k == "cmdstat_set":
+            return int(dict(x.split("=", 1) for x in v.split(","))["calls"])
+    return 0
 
 
 def _ping(port: int) -> bool:
