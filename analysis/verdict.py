@@ -154,4 +154,5 @@ def short_noise(s: dict[str, Any]) -> list[str]:
     """A run's noise that fell short of its intent, in its own words (e.g. 'Redis noise reached 6 % of
     its 200 SET/s (worst of 8 instances)'); nothing for a noise that does not report its intent."""
     return [str(x["intent"].get("words") or f"{FAULT_WORDS[x['fault_kind']][0]} reached "
-                f"{pct(reached_pct(x['intent']))} of its intent") for x in noise_intents(s) if x["intent"].get("short")]
+                f"{pct(reached_pct(x['intent']))} of its intent").replace("; ", ", ")  # one clause of the verdict
+            for x in noise_intents(s) if x["intent"].get("short")]

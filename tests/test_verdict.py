@@ -135,6 +135,9 @@ def test_a_noise_short_of_its_intent_is_stated_and_not_named_as_if_it_ran() -> N
     assert "one page-cache limit of broker-a, Redis disk noise (short of intent: 6 %) and fio disk noise lost 0" in v
     assert v.endswith(f"none delivered twice; {words}.")
     assert v.count("Redis disk noise") == 1  # never named bare
+    # words with a note of their own stay one clause
+    short["events"][1]["params"]["evidence"]["intent"]["words"] = words + "; 3 of 8 drivers left no record"
+    assert verdict(short).endswith(f"none delivered twice; {words}, 3 of 8 drivers left no record.")
     # without `words`, from `reached`
     del short["events"][1]["params"]["evidence"]["intent"]["words"]
     assert verdict(short).endswith("none delivered twice; Redis disk noise reached 6 % of its intent.")
