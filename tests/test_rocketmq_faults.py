@@ -124,6 +124,9 @@ def test_retry_flood_drives_a_broker_out_of_the_route_and_the_cleanup_brings_it_
     assert any(r["t"] in out_secs and (r["acked_by_broker"] or {}).get("broker-b") for r in s["series"])
     assert s["counts"]["lost"] == 0 and s["complete"] is True
     assert "Broker registration with namesrv" in (run / "report.html").read_text()
+    # the verdict names what the run found: the route outage, its length, the sends acked on broker-a meanwhile
+    from analysis.report import verdict
+    assert s["extends"] == "retry-flood" and "; broker-a was missing from namesrv's route for " in verdict(s), verdict(s)
 
 
 def test_retry_pileup_redelivers_exactly_messages_after_the_first_of_each_batch(tmp_path: Path) -> None:

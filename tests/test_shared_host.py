@@ -144,6 +144,10 @@ def test_shared_host_scaled_for_ci_records_busy_answers_verbatim_and_classifies_
     assert all(a["stored"] == 0 for a in busy_answers.values()), busy_answers  # answered before the append
     assert answers["SEND_OK"]["stored"] == answers["SEND_OK"]["attempts"]  # no_retry, nothing lost
     assert c["failed"] == len(busy) and c["lost"] == 0  # no_retry: each busy key is a definite failure
+    # the verdict names what the run found: the busy refusals, by kind, with their rate (and its base by name)
+    from analysis.report import verdict
+    assert s["extends"] == "shared-host" and f"; {len(busy):,} of {c['attempts']:,} sends (" in verdict(s) and all(
+        f"{k.strip('[]')} {a['attempts']:,}" in verdict(s) for k, a in busy_answers.items()), verdict(s)
 
     # the squeeze held: the broker's page cache was cut to about 32 MiB and it survived it
     (pc,) = [e for e in s["events"] if e["kind"] == "fault" and e["params"]["fault_id"] == "pagecache"]
