@@ -28,9 +28,7 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
         say("analyze: INCOMPLETE RUN: " + "; ".join(comp["reasons"]))
     send, recv = ledger_files(run.path, "send"), ledger_files(run.path, "receive")
     say(f"analyze: {len(send)} send and {len(recv)} receive ledger file(s) with Spark")
-    from pyspark.sql import SparkSession
-    own = spark is None and SparkSession.getActiveSession() is None  # never stop a caller's session
-    spark = spark or spark_session(master, log_file=out / "spark.log")
+    spark = spark or spark_session(master, log_file=out / "spark.log")  # the process's session, kept
     brokers = run.broker_configs()
     # the brokers' own store files (cluster/store.py): where a lost key is, or that it is nowhere
     store = Store(brokers, run.path / "cluster") if brokers else None
@@ -41,8 +39,6 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
     finally:
         if store is not None:
             store.close()
-        if own:
-            spark.stop()
     s = run.scenario()
     summary = {"schema_version": SCHEMA_VERSION, "run_id": run.run_id, "scenario": s.name, "extends": _base_name(run.path),
                "run_dir": str(run.path), "analyzed_ms": int(time.time() * 1000),

@@ -7,6 +7,7 @@ and per-event aggregates come back. Rules: analysis/rules.py; outputs: docs/anal
 """
 from __future__ import annotations
 
+import atexit
 import collections
 import contextlib
 import os
@@ -71,13 +72,40 @@ def spark_session(master: str | None = None, log_file: Path | None = None) -> Sp
          .config("spark.sql.autoBroadcastJoinThreshold", "-1")
          .config("spark.sql.adaptive.autoBroadcastJoinThreshold", "-1")
          .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1"))
+    # one session per process and master, kept until the process exits: the analyses of a matrix run
+    # in one process (`rmqchaos run a.yaml b.yaml`, dag.test()) pay Spark's start-up (~8 s here) once
+    key = (master, os.environ.get("RMQCHAOS_SPARK_DRIVER_MEMORY", "2g"))
+    old = _SESSIONS.get(key)
+    if old is not None and old.sparkContext._jsc is not None:  # not stopped by someone since
+        if log_file is not None:
+            log_file.parent.mkdir(parents=True, exist_ok=True)
+            with open(log_file, "a") as f:
+                f.write(f"(the Spark session of this process, started for {old.conf.get('rmqchaos.first_log')}: "
+                        "its log is there)\n")
+        return old
+    b = b.config("rmqchaos.first_log", str(log_file))
     if log_file is None:
         spark = b.getOrCreate()
     else:  # the JVM inherits this process's stdout/stderr when it starts: give it the log file instead
         with _fds_to(log_file):
             spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    if not _SESSIONS:
+        atexit.register(_stop_sessions)
+    _SESSIONS[key] = spark
     return spark
+
+
+_SESSIONS: dict[tuple[str, str], SparkSession] = {}
+
+
+def _stop_sessions() -> None:
+    for s in _SESSIONS.values():
+        try:
+            s.stop()
+        except Exception:  # noqa: BLE001 - at exit: the JVM may be gone already
+            pass
+    _SESSIONS.clear()
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ from analysis.rules import BUSY_PREFIXES, CLASSES
 from analysis.compare import comparisons
 from analysis.verdict import faults_phrase, lost_phrase, settings, verdict
 from rmqchaos.errors import UserError
+from rmqchaos.stagetimes import ORDER, time_by_stage
 
 __all__ = ["NONE", "comparisons", "faults_phrase", "fmt", "load_summary", "lost_phrase", "render", "route_outages",
            "settings", "verdict", "write_report"]
@@ -198,6 +199,7 @@ def render(summaries: list[dict[str, Any]], title: str = "RocketMQ loss and dupl
         body.append(f"<div class=plot>{plot_compare(summaries)}</div>")
         body.append("<h2>Busy answers, loss, duplicates and latency</h2>" + _table(compare_rows(summaries), COMPARE_HEAD))
     body += [_run_section(s, len(summaries) > 1) for s in summaries]
+    body.append(time_table(summaries))
     style = ("body{font-family:sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse;margin:.5em 0}"
              "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}th{background:#eceff1}"
              ".warn{color:#b71c1c}.plot svg{max-width:100%;height:auto}section{margin-top:2em}")
@@ -205,8 +207,28 @@ def render(summaries: list[dict[str, Any]], title: str = "RocketMQ loss and dupl
             f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")
 
 
+def with_times(s: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """The summary with where the run's time went (state.json's stages: up to this report)."""
+    f = run_dir / "state.json"
+    if run_dir.is_dir() and f.is_file():
+        s["time"] = time_by_stage(json.loads(f.read_text()).get("stages") or {})
+    return s
+
+
+def time_table(summaries: list[dict[str, Any]]) -> str:
+    """Per run: seconds by stage, between stages (task hops), wall, and wall against the load."""
+    rows = [s for s in summaries if s.get("time")]
+    if not rows:
+        return ""
+    names = [n for n in ORDER if any(n in s["time"]["stages"] for s in rows)]
+    return "<h2>Where the time went (s)</h2>" + _table(
+        [[s["scenario"], *[fmt(s["time"]["stages"].get(n)) for n in names], s["time"]["between_s"],
+          s["time"]["wall_s"], fmt(s["time"]["ratio"])] for s in rows],
+        ["scenario", *names, "between stages", "wall", "wall / load"])
+
+
 def write_report(runs: list[str | Path], out: str | Path) -> Path:
-    sums = [load_summary(r) for r in runs]
+    sums = [with_times(load_summary(r), Path(r)) for r in runs]
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render(sums))

@@ -10,6 +10,7 @@ from pipeline.runs import as_run
 from pipeline.stage import stage
 from rmqchaos.errors import UserError
 from rmqchaos.rundir import RunDir
+from rmqchaos.stagetimes import time_by_stage, time_line
 
 
 def run(run_dir: str | Path | RunDir) -> dict[str, Any]:
@@ -75,6 +76,7 @@ def _write(run: RunDir) -> None:
         dur = (sg.get("end_ms", 0) - sg["start_ms"]) / 1000 if sg.get("end_ms") else None
         lines.append(f"  stage {name:8s} {sg['status']:8s} {'' if dur is None else f'{dur:.1f}s'}"
                      + (f"  {sg['error']}" if sg.get("error") else ""))
+    lines.append(time_line(time_by_stage(stages)))  # where the time went, up to this report
     if wres:
         lines.append(f"witness ({wres['topic']}): sent {wres['sent']}, stored per broker "
                      f"{wres['stored_per_broker']}, read back {wres['read_back_total']} -> "
