@@ -87,7 +87,7 @@ def cmd_cluster_down(a: argparse.Namespace) -> int:
         targets = down.all_runs()
     else:
         targets = [open_cluster_run(a.run_dir)]
-        down.run(targets[0])
+        down.run(targets[0], graceful=True)  # a person's cluster: its shutdown hooks run
     if not targets:
         print("nothing to stop")
     for run in targets:

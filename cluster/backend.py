@@ -96,8 +96,8 @@ class Node(ABC):
         """Start the node (on its existing store); recorded in the run before it can fail."""
 
     @abstractmethod
-    def stop(self) -> str:
-        """SIGTERM, SIGKILL after the scenario's stop_timeout; returns how it ended."""
+    def stop(self, grace: float | None = None) -> str:
+        """SIGTERM, SIGKILL after `grace` (default the scenario's stop_timeout); returns how it ended."""
 
     @abstractmethod
     def kill(self, sig: int = signal.SIGKILL) -> None: ...
@@ -204,9 +204,10 @@ class ClusterBackend(ABC):
         everything started is stopped before the error propagates."""
 
     @abstractmethod
-    def down(self) -> list[str]:
+    def down(self, grace: float | None = None) -> list[str]:
         """Stop everything this run started, as recorded in its run directory; returns what was done.
-        Safe to call repeatedly, on a cluster that never came up, and after the platform was killed."""
+        Safe to call repeatedly, on a cluster that never came up, and after the platform was killed.
+        `grace`: seconds between SIGTERM and SIGKILL (default the scenario's stop_timeout)."""
 
     @abstractmethod
     def status(self) -> list[NodeStatus]: ...

@@ -226,7 +226,7 @@ class DockerNode(LocalNode):
         return {"container": self.container_name, "oom_killed": bool(st.get("OOMKilled")),
                 "exit_code": st.get("ExitCode")}
 
-    def stop(self) -> str:
+    def stop(self, grace: float | None = None) -> str:
         c = self.container()
         if c is None:
             return "not-started"
@@ -236,7 +236,7 @@ class DockerNode(LocalNode):
             return "already-exited"
         if st.get("Paused"):
             c.unpause()
-        t = self.c.scenario.cluster.stop_timeout
+        t = self.c.scenario.cluster.stop_timeout if grace is None else grace
         c.stop(timeout=int(t))
         code = c.wait(timeout=t + 30).get("StatusCode")
         self.save_logs()
@@ -327,12 +327,13 @@ class DockerCluster(LocalCluster):
     def containers(self) -> list[Any]:
         return self.client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={self.run.run_id}"})
 
-    def down(self) -> list[str]:
+    def down(self, grace: float | None = None) -> list[str]:
         done: list[str] = []
+        grace = self.scenario.cluster.stop_timeout if grace is None else grace
         try:
             _ = self.client
         except UserError as e:  # the clients are still ours to end; the run stays registered for a later down
-            reap(self.run, grace=self.scenario.cluster.stop_timeout)
+            reap(self.run, grace=grace)
             self.run.register()
             raise UserError(f"cannot remove this run's containers: {e.message}", e.hint) from None
         conts = self.containers()
@@ -344,7 +345,7 @@ class DockerCluster(LocalCluster):
                 c.remove(force=True)
                 return f"removed container {c.name} ({n})"
             try:
-                how = self.node(n).stop()
+                how = self.node(n).stop(grace)
                 c.reload()
             except Exception as e:  # one container's trouble must not keep the others (or reap) from running
                 how = f"stop failed: {e}; removed by force"
@@ -364,7 +365,7 @@ class DockerCluster(LocalCluster):
         if final:  # what the engine said about each container's last life, for people and tests
             f = self.run.node_dir("namesrv").parent / "containers.json"
             f.write_text(json.dumps(final, indent=2, sort_keys=True) + "\n")
-        return done + reap(self.run, grace=self.scenario.cluster.stop_timeout)
+        return done + reap(self.run, grace=grace)
 
     def status(self) -> list[NodeStatus]:
         reg = self.registered()

@@ -109,11 +109,14 @@ class LocalCluster(ClusterBackend):
         try:
             say(f"starting namesrv on {self.namesrv_addr} (RocketMQ {self.scenario.cluster.rocketmq_version})")
             self.node("namesrv").start()
-            self._wait_namesrv()
+            # the brokers start beside namesrv, not after it: a broker's JVM takes longer to boot than
+            # namesrv's (its first registration comes ~10 s after start here, namesrv answers after ~5),
+            # and a registration that found no namesrv is repeated 10 s after the broker's start
             brokers = [n for n in self.nodes() if n.plan.is_broker]
             say(f"starting {len(brokers)} broker(s): {', '.join(n.name for n in brokers)}")
             for n in brokers:
                 n.start()
+            self._wait_namesrv()
             self.wait_registered([n.name for n in brokers])
             self._wait_routable()
             self.verify_broker_configs()
@@ -199,8 +202,8 @@ class LocalCluster(ClusterBackend):
                    error=lambda: self._fail(missing[0], f"topic {READY_TOPIC} to route to it within {t:.0f}s"))
 
     # ------------------------------------------------------------ down
-    def down(self) -> list[str]:
-        return reap(self.run, grace=self.scenario.cluster.stop_timeout)
+    def down(self, grace: float | None = None) -> list[str]:
+        return reap(self.run, grace=self.scenario.cluster.stop_timeout if grace is None else grace)
 
     # ------------------------------------------------------------ status
     def status(self) -> list[NodeStatus]:
@@ -382,13 +385,13 @@ class LocalNode(Node):
     def mark_exited(self, pid: int, how: str) -> None:
         self.c.run.processes.record_exit(self.name, pid, how)
 
-    def stop(self) -> str:
+    def stop(self, grace: float | None = None) -> str:
         r = self.record
         if r is None:
             return "not-started"
         if self.cgroup.frozen():
             self.cgroup.freeze(False)
-        how = stop(r.pid, r.starttime, self.c.scenario.cluster.stop_timeout)
+        how = stop(r.pid, r.starttime, self.c.scenario.cluster.stop_timeout if grace is None else grace)
         if how != "already-exited":
             self.c.run.processes.record_exit(self.name, r.pid, how)
         return how
