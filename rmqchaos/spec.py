@@ -213,9 +213,13 @@ class ConsumerInstance(Strict):
 
 class Consumers(Strict):
     """Real Java consumers, started before the load and stopped after the drain: once the load has
-    stopped, they run until no new delivery arrived for `settle` (at most `drain_timeout`)."""
+    stopped, they run until no new delivery arrived for `settle` and every group's lag is 0 (at most
+    `drain_timeout`). Lag 0 is the proof: a consumer commits its offsets only after it has recorded
+    the deliveries (every 5 s), and a broker that left the route or came back keeps the lag unknown or
+    above 0 until its queues are consumed again (re-pulls included). `settle` covers only what lag
+    cannot see: redeliveries that wait in %RETRY% / delay levels (retry-pileup sets 35 s)."""
     instances: list[ConsumerInstance] = Field(default_factory=lambda: [ConsumerInstance()])
-    settle: Duration = 10.0
+    settle: Duration = 3.0
     drain_timeout: Duration = 300.0
 
 
