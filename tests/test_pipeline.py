@@ -9,6 +9,9 @@ from pathlib import Path
 
 from conftest import cli, scenario_dict, write_scenario
 from helpers import assert_nothing_left
+from rmqchaos.stagetimes import time_by_stage
+
+FIXED_S = 40.0
 
 
 def fault_events(run_dir: Path) -> dict[str, dict]:
@@ -97,6 +100,12 @@ def test_two_overlay_scenarios_run_and_are_reported_side_by_side(tmp_path: Path)
     for p in runs:
         assert json.loads((p / "analysis" / "summary.json").read_text())["counts"]["lost"] == 0
         assert_nothing_left(p)
+        # where the time went: in the text report, and a short scenario's wall time at most twice its
+        # load plus FIXED_S, what does not scale with the load (the cluster's JVMs starting, Spark's
+        # first session in the process)
+        t = time_by_stage(json.loads((p / "state.json").read_text())["stages"])
+        assert t is not None and t["load_s"] and "time: " in (p / "report.txt").read_text()
+        assert t["wall_s"] <= 2 * t["load_s"] + FIXED_S, t
     html = out.read_text()
     assert "pair-a" in html and "pair-b" in html
     assert r.stdout.count("LOST 0,") == 2, r.stdout  # each run's text report, then the combined one
