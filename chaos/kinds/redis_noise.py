@@ -144,7 +144,9 @@ def redis_intent(rate: float, driver: dict[str, Any] | None, servers: dict[str, 
     drv = (driver or {}).get("instances") or {}
     for port in sorted(set(servers) | set(drv), key=int):
         d, srv = drv.get(port) or {}, servers.get(port) or {}
-        if d.get("seconds"):
+        if "sets_per_s" in d:
+            achieved = d["sets_per_s"]
+        elif d.get("seconds"):
             achieved = d.get("sets", 0) / d["seconds"]
         else:
             achieved = (srv.get("set_calls") or 0) / max(seconds, 1e-9)
