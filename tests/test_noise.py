@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from chaos.kinds.es_like_noise import EsLikeParams, job_file
+from chaos.kinds.es_like_noise import MB, EsLikeParams, es_intent, job_file, shares
+from chaos.kinds.redis_noise import redis_intent
+from chaos.noise import intent, measure
 from chaos.scheduler import FaultScheduler
 from cluster import get_backend
 from conftest import cli
@@ -48,6 +50,9 @@ def first_error(f: Path) -> str:
     ({"kind": "es_like_noise", "at": "0s", "profile": "mysql"}, "faults[0].profile: unknown key for a es_like_noise"),
     ({"kind": "es_like_noise", "at": "0s", "target": "broker-a"}, "acts on the cluster, not on a node: drop target"),
     ({"kind": "es_like_noise", "at": "40s"}, "the fault starts at 40s, after the load's duration 30s"),
+    ({"kind": "es_like_noise", "at": "0s", "budget_mb": 0}, "faults[0].budget_mb: "),
+    ({"kind": "es_like_noise", "at": "0s", "instances": 16, "budget_mb": 7},
+     "budget_mb 7 is too small for 16 instance(s): each job's share must hold one write, and those shares come to 20 MB"),
     ({"kind": "blkio_throttle", "at": "0s", "target": "broker-a"}, "set at least one of write_mb_s"),
     ({"kind": "blkio_throttle", "at": "0s", "target": "broker-a", "write_mb_s": -1}, "faults[0].write_mb_s: "),
 ])
@@ -70,10 +75,92 @@ def test_a_missing_program_is_one_line_before_anything_starts(tmp_path: Path) ->
 def test_es_like_job_file_has_the_three_jobs_and_caps() -> None:
     text = job_file(EsLikeParams(merge_mb_s=50, burst_mb=16, burst_every=3), "/d", 40)
     assert "runtime=40\n" in text and "size=256m\n" in text and "directory=/d\n" in text
+    assert "time_based" not in text  # a job ends at its runtime or at its byte budget, whichever is first
     translog, merge, refresh = (text.split(f"[{j}]")[1].split("\n\n")[0] for j in ("translog", "merge", "refresh"))
-    assert "bs=4k" in translog and "fdatasync=1" in translog
-    assert "direct=1" in merge and "iodepth=16" in merge and "rate=50m" in merge
+    assert "bs=4k" in translog and "fdatasync=1" in translog and "rate_iops=200" in translog
+    assert "direct=1" in merge and "iodepth=16" in merge and "rate=50000000\n" in merge  # bytes/s: MB = 10^6
     assert "thinktime=3000000" in refresh and "thinktime_blocks=128" in refresh and "fsync=128" in refresh
+
+
+def job(text: str, name: str) -> dict[str, str]:
+    body = text.split(f"[{name}]\n")[1].split("\n\n")[0]
+    return dict(x.split("=", 1) for x in body.splitlines())
+
+
+@pytest.mark.fast
+def test_es_like_merges_are_capped_by_default_and_uncapped_only_when_asked() -> None:
+    p = EsLikeParams()
+    assert (p.merge_mb_s, p.budget_mb, p.translog_iops) == (20, 6000, 200)
+    assert job(job_file(p, "/d", 70), "merge")["rate"] == "20000000"  # 20 MB/s, as Elasticsearch's old throttle
+    assert "rate" not in job(job_file(EsLikeParams(merge_mb_s=0), "/d", 70), "merge")
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("kw", [{}, {"instances": 1, "budget_mb": 100}, {"instances": 2, "budget_mb": 150},
+                                {"merge_mb_s": 0}, {"instances": 16, "budget_mb": 400, "translog_kb": 1024},
+                                {"burst_mb": 1, "burst_every": 10, "budget_mb": 50000}])
+def test_es_like_byte_budget_is_split_into_every_jobs_io_size_and_never_exceeded(kw: dict) -> None:
+    p = EsLikeParams(**kw)
+    sizes = {j: int(job(job_file(p, "/d", 70), j)["io_size"]) for j in ("translog", "merge", "refresh")}
+    assert sizes == shares(p)
+    # whole blocks, and the instances together stay within the budget (at least one block per job)
+    blocks = {"translog": p.translog_kb * 1024, "merge": 1 << 20, "refresh": 128 << 10}
+    assert all(sizes[j] % blocks[j] == 0 and sizes[j] >= blocks[j] for j in sizes)
+    assert 0.9 * p.budget_mb * MB <= p.instances * sum(sizes.values()) <= p.budget_mb * MB
+    if p.merge_mb_s and p.budget_mb / p.instances >= 60:  # whole blocks: the proportion shows on larger shares  # in proportion to the asked MB/s: at their rates all spend their shares together
+        t = [sizes["merge"] / (p.merge_mb_s * MB), sizes["refresh"] / (p.burst_mb * (1 << 20) / p.burst_every)]
+        assert abs(t[0] - t[1]) <= 0.02 * max(t), (sizes, t)
+
+
+@pytest.mark.fast
+def test_intent_is_the_worst_measure_against_its_ask() -> None:
+    ms = [measure("SET/s", "redis 16379", 200, 190.0), measure("SET/s", "redis 16380", 200, 12.1),
+          measure("SET/s", "redis 16381", 200, 201.3)]
+    it = intent(ms, "Redis noise", of="instances")
+    assert it == {"measures": ms, "reached": 0.06, "short": True,
+                  "words": "Redis noise reached 6 % of its 200 SET/s (worst of 3 instances: redis 16380)"}
+    assert ms[1] == {"what": "SET/s", "where": "redis 16380", "asked": 200.0, "achieved": 12.1}
+    one = intent([measure("MB/s", "es-0 merge", 20, 19.5)], "es-like noise", note="its budget ended it")
+    assert one["reached"] == 0.975 and one["short"] is False
+    assert one["words"] == "es-like noise reached 98 % of its 20 MB/s (es-0 merge); its budget ended it"
+    assert intent([measure("MB/s", "x", 16.777, 0.01)], "n")["words"] == "n reached 0.1 % of its 16.8 MB/s (x)"
+    assert intent([measure("SET/s", "x", 200, 160)], "n")["short"] is False  # 0.8: not short
+    assert intent([measure("SET/s", "x", 200, 159.9)], "n")["short"] is True
+    assert intent([], "n") == {"measures": [], "reached": None, "short": False,
+                               "words": "n: no intended rate to compare with"}
+
+
+@pytest.mark.fast
+def test_redis_intent_counts_each_driver_over_its_active_time() -> None:
+    """The shared-host run's drivers: 378 SETs in ~32.8 s against 200 SET/s, though its slots were due."""
+    drv = {"instances": {str(16379 + i): {"sets": 378, "skipped": 6174, "slots": 6552, "seconds": 32.76}
+                         for i in range(8)}}
+    drv["instances"]["16380"]["sets"] = 6400
+    it = redis_intent(200, drv, {str(16379 + i): {"set_calls": 378} for i in range(8)}, 40)
+    assert len(it["measures"]) == 8 and it["short"] is True and it["reached"] == 0.058
+    assert it["words"] == "Redis noise reached 6 % of its 200 SET/s (worst of 8 instances: redis 16379)"
+    # a driver that left no record: the server's own count of SETs over the occurrence
+    it = redis_intent(100, None, {"17379": {"set_calls": 900}, "17380": {"error": "ConnectionRefusedError"}}, 10)
+    assert [m["achieved"] for m in it["measures"]] == [90.0, 0.0] and it["short"] is True
+
+
+@pytest.mark.fast
+def test_es_intent_rates_per_job_and_a_spent_budget_counts_as_reached() -> None:
+    p = EsLikeParams(instances=2, burst_mb=8, burst_every=1)
+    full = {"translog": {"fsyncs": 1200, "write_mb": 4.9, "seconds": 6.0},
+            "merge": {"fsyncs": 0, "write_mb": 119.0, "seconds": 6.0},
+            "refresh": {"fsyncs": 6, "write_mb": 50.3, "seconds": 6.0}}
+    spent = {**full, "merge": {"fsyncs": 0, "write_mb": 40.0, "seconds": 2.0, "budget_spent": True}}
+    it = es_intent(p, {"0": {"jobs": full}, "1": {"jobs": spent}})
+    assert [m["where"] for m in it["measures"]] == ["es-0 translog", "es-0 refresh", "es-0 merge",
+                                                    "es-1 translog", "es-1 refresh", "es-1 merge"]
+    assert [m["what"] for m in it["measures"][:3]] == ["fsyncs/s", "MB/s", "MB/s"]
+    assert it["measures"][5]["achieved"] == 20.0 and it["short"] is False  # 40 MB in its 2 s: its rate
+    assert it["words"].startswith("es-like noise reached 99 % of its 20 MB/s (worst of 6 jobs: es-0 merge)")
+    assert it["words"].endswith("; its byte budget (6000 MB) ended es-1 merge after 2.0 s")
+    # fio left no result: nothing shown to have run
+    it = es_intent(p, {"0": {"jobs": full}, "1": {"jobs": None}})
+    assert it["reached"] == 0 and it["short"] is True and it["words"].startswith("es-like noise reached 0 % ")
 
 
 # ---------------------------------------------------------------- the real programs
@@ -123,6 +210,9 @@ def test_redis_noise_fsyncs_every_write_and_stops_on_time(tmp_path: Path) -> Non
     assert set(drv) == {"17379", "17380", "17381"} and all(r["errors"] == 0 for r in drv.values()), drv
     assert 3 * 100 * 6 * 0.7 <= ev["sets"] <= 3 * 100 * 6 * 1.05, ev  # the set rate, bounded
     assert all(s["commands"] >= drv[p]["sets"] for p, s in ev["redis"].items()), ev["redis"]
+    assert all(s["set_calls"] == drv[p]["sets"] for p, s in ev["redis"].items()), ev["redis"]
+    it = ev["intent"]  # 100 SET/s each, reached on a quiet host
+    assert len(it["measures"]) == 3 and it["short"] is False and it["reached"] >= 0.8, it
     assert_louder(ev, quiet, quiet_s, writes=2, flushes=3)  # one fsync per SET: ~300 flushes/s
     assert not list((run / "noise").rglob("appendonlydir"))  # its data deleted, its logs kept
     assert list((run / "noise").rglob("redis.log"))
@@ -137,9 +227,42 @@ def test_es_like_noise_writes_merges_and_fsyncs_and_stops_on_time(tmp_path: Path
         assert set(jobs) == {"translog", "merge", "refresh"}, inst
         assert jobs["translog"]["fsyncs"] > 0 and jobs["merge"]["write_mb"] > 0 and jobs["refresh"]["write_mb"] > 0
     assert ev["write_mb"] > 2 * 40 * 6 * 0.5  # the merges alone: two instances at up to 40 MB/s
+    merges = [m for m in ev["intent"]["measures"] if m["where"].endswith("merge")]
+    assert [m["asked"] for m in merges] == [40.0, 40.0] and all(m["achieved"] <= 40 * 1.1 for m in merges), merges
     assert_louder(ev, quiet, quiet_s, writes=3, flushes=3)
     data = [p for p in (run / "noise").rglob("*") if p.is_file() and p.suffix not in (".fio", ".json", ".log")]
     assert data == []  # fio's files deleted, the job files and results kept
+
+
+def test_es_like_noise_stops_writing_at_its_byte_budget_and_says_so(tmp_path: Path) -> None:
+    """150 MB for 2 instances (75 MB each, ~29 MB/s asked each): fio's own io_size ends every job after
+    ~2.6 s of a 6 s occurrence. fio stops at whole blocks of its io_size: no slack beyond 1 MB."""
+    budget = 150
+    ev, *_ = run_noise(tmp_path, {"kind": "es_like_noise", "instances": 2, "file_mb": 64, "burst_mb": 8,
+                                  "burst_every": "1s", "budget_mb": budget}, 6)
+    assert ev["budget_mb"] == budget and ev["write_mb"] <= budget + 1, ev
+    jobs = [j for inst in ev["fio"].values() for j in inst["jobs"].values()]
+    assert all(j["write_mb"] <= j["budget_mb"] + 0.01 for j in jobs), jobs
+    assert ev["write_mb"] >= 0.9 * budget and all(j["budget_spent"] for j in jobs), jobs  # it was spent
+    it = ev["intent"]
+    assert list(ev)[0] == "intent" and len(it["measures"]) == 6, it  # 2 instances x 3 jobs with a rate
+    assert {m["where"] for m in it["measures"]} == {f"es-{i} {j}" for i in (0, 1)
+                                                   for j in ("translog", "merge", "refresh")}
+    assert f"its byte budget ({budget} MB) ended" in it["words"], it
+    assert it["reached"] == min(round(m["achieved"] / m["asked"], 3) for m in it["measures"]), it
+
+
+def test_a_starved_redis_driver_is_reported_short_of_its_rate(tmp_path: Path) -> None:
+    """20,000 SET/s on one instance, each SET its own fsync and round trip: one driver thread cannot
+    come near it, and the evidence must say by how much."""
+    ev, *_ = run_noise(tmp_path, {"kind": "redis_noise", "instances": 1, "base_port": 17479, "rate": 20000}, 4)
+    it = ev["intent"]
+    assert it["short"] is True and it["reached"] < 0.8, it
+    (m,) = it["measures"]
+    assert (m["what"], m["where"], m["asked"]) == ("SET/s", "redis 17479", 20000.0), m
+    assert m["achieved"] == ev["driver"]["instances"]["17479"]["sets_per_s"], (m, ev["driver"])
+    pct = f"{it['reached'] * 100:.0f}" if it["reached"] >= 0.01 else f"{it['reached'] * 100:.1f}"
+    assert it["words"] == f"Redis noise reached {pct} % of its 20000 SET/s (redis 17479)", it
 
 
 def test_disk_sampler_writes_a_record_a_second_on_the_run_clock(tmp_path: Path) -> None:
