@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.findings import NONE, busy_refusals, outage_seconds, route_outages
+from analysis.findings import NONE, busy_refusals, lasting_outages, outage_seconds
 from analysis.verdict import faults_phrase, lost_phrase, settings, share, short_noise
 
 # broker.conf keys that name or place a node, not how it behaves (cluster/plan.py)
@@ -89,7 +89,7 @@ def _busy(s: dict[str, Any]) -> str:
 
 
 def _outage(s: dict[str, Any]) -> str:
-    out = route_outages(s)
+    out = lasting_outages(s)
     return " + ".join(f"{o['broker']} {outage_seconds(o, s)} s" for o in out) if out else "none"
 
 
@@ -112,7 +112,7 @@ def remedy(base: dict[str, Any], s: dict[str, Any]) -> str:
     parts.append(f"duplicated {cb['duplicated']:,}{ARROW}{cs['duplicated']:,}")
     if cb.get("acked_weak") or cs.get("acked_weak"):
         parts.append(f"acknowledged only weakly {cb.get('acked_weak', 0):,}{ARROW}{cs.get('acked_weak', 0):,}")
-    if route_outages(base) or route_outages(s):
+    if lasting_outages(base) or lasting_outages(s):
         parts.append(f"out of namesrv's route {_outage(base)}{ARROW}{_outage(s)}")
     if _p99(base) != NONE or _p99(s) != NONE:
         parts.append(f"p99 send latency from the intended time {_p99(base)}{ARROW}{_p99(s)} ms")

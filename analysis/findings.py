@@ -80,6 +80,14 @@ def outage_seconds(o: dict[str, Any], s: dict[str, Any]) -> int:
     return round((end - o["start_ms"]) / 1000)
 
 
+MIN_OUTAGE_S = 3  # a restarted broker answers ~1 s before its first registration: not a finding
+
+
+def lasting_outages(s: dict[str, Any]) -> list[dict[str, Any]]:
+    """The route outages a verdict names: those of MIN_OUTAGE_S or more (the report's body shows all)."""
+    return [o for o in route_outages(s) if outage_seconds(o, s) >= MIN_OUTAGE_S]
+
+
 def is_busy(answer: str) -> bool:
     """Whether an answer label (analysis/reconcile.py answer_label) is a busy refusal (code 2)."""
     return answer.startswith("[") or answer == "code 2"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.findings import NONE, busy_refusals, noise_intents, outage_seconds, reached_pct, route_outages
+from analysis.findings import NONE, busy_refusals, lasting_outages, noise_intents, outage_seconds, reached_pct
 
 FAULT_WORDS = {"oom_kill": ("kernel OOM kill", "kernel OOM kills"), "jvm_oom": ("JVM OutOfMemoryError", "JVM OutOfMemoryErrors"),
                "kill": ("SIGKILL", "SIGKILLs"), "pause": ("pause", "pauses"), "restart": ("restart", "restarts"),
@@ -126,7 +126,7 @@ def outage_phrases(s: dict[str, Any]) -> list[str]:
     """e.g. "broker-a was missing from namesrv's route for 20 s while 1,839 sends were acknowledged on it"."""
     out = []
     fe = ([m for m in s.get("monitor") or [] if "frame_errors" in m] or [{}])[-1].get("frame_errors") or {}
-    for o in route_outages(s):
+    for o in lasting_outages(s):
         length = f"for {outage_seconds(o, s)} s" if o["end_ms"] else \
             f"for {outage_seconds(o, s)} s, until the end of the run"
         on = f"while {o['acked_on_it']:,} sends were acknowledged on it" if o["acked_on_it"] else \
