@@ -158,6 +158,10 @@ def test_es_intent_rates_per_job_and_a_spent_budget_counts_as_reached() -> None:
     assert it["measures"][5]["achieved"] == 20.0 and it["short"] is False  # 40 MB in its 2 s: its rate
     assert it["words"].startswith("es-like noise reached 99 % of its 20 MB/s (worst of 6 jobs: es-0 merge)")
     assert it["words"].endswith("; its byte budget (6000 MB) ended es-1 merge after 2.0 s")
+    # refresh: 3 bursts of 8 MiB due 1 s apart, the budget spent 2.1 s in: 8.4 MB/s, not 12
+    quick = {**full, "refresh": {"fsyncs": 3, "write_mb": 25.17, "seconds": 2.1, "budget_spent": True}}
+    it = es_intent(p, {"0": {"jobs": quick}})
+    assert [m["achieved"] for m in it["measures"] if m["where"] == "es-0 refresh"] == [8.39]
     # fio left no result: nothing shown to have run
     it = es_intent(p, {"0": {"jobs": full}, "1": {"jobs": None}})
     assert it["reached"] == 0 and it["short"] is True and it["words"].startswith("es-like noise reached 0 % ")
