@@ -131,6 +131,20 @@ def test_the_nightly_matrix_lists_the_headline_and_rejects_a_bad_entry(tmp_path:
         matrix.scenarios(tmp_path / "m.yaml")
 
 
+def test_make_run_is_the_quick_matrix_with_one_run_of_each_kind_of_finding() -> None:
+    import re
+    mk = (REPO / "Makefile").read_text()
+    run_recipe = mk.split("\nrun:", 1)[1].split("\n\n", 1)[0]
+    assert re.search(r"^MATRIX \?= scenarios/quick\.yaml$", mk, re.M) and '"matrix": "$(MATRIX)"' in run_recipe
+    nightly_recipe = mk.split("\nnightly:", 1)[1].split("\n\n", 1)[0]
+    assert '"matrix": "scenarios/nightly.yaml"' in nightly_recipe
+    quick = [Path(p).name for p in matrix.scenarios("scenarios/quick.yaml")]
+    assert {"control.yaml", "oom-tsp-on.yaml", "oom-tsp-off.yaml"} <= set(quick)  # the control and the TSP pair
+    assert any(n.startswith("shared-host") for n in quick)  # busy answers on a noisy host
+    assert {"retry-flood.yaml", "retry-pileup.yaml", "flush-timeout.yaml"} & set(quick)  # a RocketMQ-internal fault
+    assert len(quick) <= 6 and set(quick) <= {Path(p).name for p in matrix.scenarios()}  # a part of the nightly
+
+
 def test_prerelease_params_are_laid_over_the_base_and_validated_line_precisely(tmp_path: Path) -> None:
     run = prerelease.create({"rate": 120, "duration": 40, "message_size": 2048, "policy": "no_retry",
                              "fault_set": "oom_kill_broker_a", "broker_config": {"flushDiskType": "SYNC_FLUSH"}},
