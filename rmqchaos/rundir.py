@@ -1,6 +1,6 @@
 """The run directory: all state of one run, so every stage can run on its own against it.
 
-Layout (documented in README.md):
+Layout (in full: docs/ledgers.md, "The run directory"):
   scenario.yaml        resolved scenario (every default filled in)
   scenario.src.yaml    the file as the user wrote it
   state.json           run id, owner lease, cluster state, stage statuses (rewritten atomically)
