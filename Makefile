@@ -1,4 +1,5 @@
-# The two commands of the README: `make run` and `make test`. Both set up what they need first.
+# The commands of the README ("The two commands"): `make run`, `make nightly`, `make test`,
+# `make test-fast`. Each sets up what it needs first.
 ROCKETMQ_VERSION ?=
 export ROCKETMQ_VERSION
 # The main job goes through Airflow: the nightly resilience DAG run with dag.test() on the embedded
