@@ -73,40 +73,41 @@ def spark_session(master: str | None = None, log_file: Path | None = None) -> Sp
          .config("spark.sql.autoBroadcastJoinThreshold", "-1")
          .config("spark.sql.adaptive.autoBroadcastJoinThreshold", "-1")
          .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1"))
-    # one session per process and master, kept until the process exits: the analyses of a matrix run
-    # in one process (`rmqchaos run a.yaml b.yaml`, dag.test()) pay Spark's start-up (~8 s here) once
+    # one session per process, kept until the process exits: the analyses of a matrix run in one
+    # process (`rmqchaos run a.yaml b.yaml`, dag.test()) pay Spark's start-up (~10 s here) once. A
+    # different master or driver memory stops it first: getOrCreate() would hand back the live one.
     key = (master, os.environ.get("RMQCHAOS_SPARK_DRIVER_MEMORY", "2g"))
-    old = _SESSIONS.get(key)
+    old = _KEPT.get("session")
     if old is not None and old.sparkContext._jsc is not None:  # not stopped by someone since
-        if log_file is not None:
-            log_file.parent.mkdir(parents=True, exist_ok=True)
-            with open(log_file, "a") as f:
-                f.write(f"(the Spark session of this process, started for {_FIRST_LOG.get(key)}: its log is there)\n")
-        return old
-    _FIRST_LOG[key] = str(log_file)
+        if _KEPT.get("key") == key:
+            if log_file is not None:
+                log_file.parent.mkdir(parents=True, exist_ok=True)
+                with open(log_file, "a") as f:
+                    f.write(f"(the Spark session of this process, started for {_KEPT['log']}: its log is there)\n")
+            return old
+        old.stop()
     if log_file is None:
         spark = b.getOrCreate()
     else:  # the JVM inherits this process's stdout/stderr when it starts: give it the log file instead
         with _fds_to(log_file):
             spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    if not _SESSIONS:
-        atexit.register(_stop_sessions)
-    _SESSIONS[key] = spark
+    if not _KEPT:
+        atexit.register(_stop_kept)
+    _KEPT.update(session=spark, key=key, log=str(log_file))
     return spark
 
 
-_SESSIONS: dict[tuple[str, str], SparkSession] = {}
-_FIRST_LOG: dict[tuple[str, str], str] = {}
+_KEPT: dict[str, Any] = {}  # the process's session, what it was made for, where its log went
 
 
-def _stop_sessions() -> None:
-    for s in _SESSIONS.values():
+def _stop_kept() -> None:
+    if _KEPT.get("session") is not None:
         try:
-            s.stop()
+            _KEPT["session"].stop()
         except Exception:  # noqa: BLE001 - at exit: the JVM may be gone already
             pass
-    _SESSIONS.clear()
+    _KEPT.clear()
 
 
 @contextlib.contextmanager

@@ -334,3 +334,12 @@ def test_html_report_renders_with_its_plots_in_headless_chromium(real_run, tmp_p
     bare.write_text(re.sub(r"<svg.*?</svg>", "", text, flags=re.S))
     with_plots, without = inked(html), inked(bare)
     assert with_plots > without + 5000, (with_plots, without)
+
+
+def test_one_spark_session_per_process_until_another_master_is_asked_for(spark) -> None:
+    """The analyses of a matrix in one process share the session; a different master gets its own
+    (getOrCreate() alone would hand back the live local one). Last in this module: it stops `spark`."""
+    assert spark_session() is spark
+    other = spark_session("local[1]")
+    assert other.sparkContext.master == "local[1]" and spark.sparkContext._jsc is None
+    assert spark_session("local[1]") is other
