@@ -86,6 +86,23 @@ if [ ! -f "$EXT" ] || [ rmqchaos/native/send_lines.c -nt "$EXT" ]; then
   gcc -O2 -Wall -shared -fPIC -I"$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
       -o "$EXT" rmqchaos/native/send_lines.c || die "could not build $EXT (gcc and Python's headers)"
 fi
+# --- Toxiproxy for link faults (latency, bandwidth, blackhole, reset: there is no netem here), built from
+#     the Go module proxy; without Go, link faults refuse with one line and everything else works ---
+TOXIPROXY_VERSION=v2.12.0  # cluster/toxiproxy.py VERSION
+TP=.cache/toxiproxy
+if ! stamp_ok "$TP/.setup-stamp" "$TOXIPROXY_VERSION" || [ ! -x "$TP/bin/toxiproxy-server" ]; then
+  if command -v go >/dev/null 2>&1; then
+    say "building toxiproxy-server $TOXIPROXY_VERSION with $(go env GOVERSION) into $TP"
+    rm -rf "$TP/bin"
+    GOPATH=$ROOT/.cache/go GOMODCACHE=$ROOT/.cache/go/pkg/mod GOBIN=$ROOT/$TP/bin GOFLAGS=-modcacherw \
+      go install "github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION" >"$ROOT/.cache/toxiproxy.log" 2>&1 \
+      || { tail -5 .cache/toxiproxy.log >&2; die "could not build toxiproxy-server (see .cache/toxiproxy.log)"; }
+    mv "$TP/bin/server" "$TP/bin/toxiproxy-server"
+    echo "$TOXIPROXY_VERSION" > "$TP/.setup-stamp"
+  else
+    say "go not found: toxiproxy-server not built, link faults unavailable (apt-get install golang-go)"
+  fi
+fi
 # --- the embedded Airflow: metadata DB (SQLite under $RMQCHAOS_HOME/airflow) and the cluster pool ---
 .venv/bin/rmqchaos airflow init >/dev/null || die "could not initialise the embedded Airflow"
 say "ready: RocketMQ $RMQ_VERSION, $(java -version 2>&1 | head -1), $(.venv/bin/python --version)"

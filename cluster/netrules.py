@@ -1,0 +1,238 @@
+"""iptables DROP rules for partitions on loopback, in chains the platform owns (docs/safety.md).
+
+    filter OUTPUT --(1st rule)--> RMQCHAOS --(comment rmqchaos:<run id>)--> RMQC-<digest of run id> --> DROPs
+
+Loopback packets traverse OUTPUT once on their way out, so one DROP there stops them; each rule
+carries `rmqchaos:<run id>:<fault id>` so a leftover rule says whose it is. Only addresses inside
+127.0.0.0/8 can be named (`rmqchaos.loopback`); every one is checked before any chain is touched.
+Chain names: `RMQC-` + 12 hex digits of sha256(run id). Run ids start with their creation time
+(`20261127T122500-…`), so a prefix of the run id would be the same for every run of a day.
+
+Every change is made under one file lock, so that one run's `remove()` never deletes the parent
+chain while another run is adding its own, and a run chain is created together with its jump (one
+`iptables-restore --noflush`): a run chain with no jump and no rule is a leftover, not one being built.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Callable, Iterator
+
+from rmqchaos.errors import UserError
+from rmqchaos.loopback import loopback, port
+from rmqchaos.wait import poll_until
+
+PARENT = "RMQCHAOS"
+PREFIX = "RMQC-"
+TAG = "rmqchaos"
+WAIT_S = 10  # `--wait=10`: wait at most this long for the xtables lock (a plain -w waits forever)
+LOCK = Path("/run/lock" if os.path.isdir("/run/lock") else "/tmp") / "rmqchaos-netrules.lock"
+_NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")  # run and fault ids: they go into a comment unquoted by the shell
+_COMMENT = re.compile(r'--comment "?rmqchaos:([A-Za-z0-9._-]+)(?::([A-Za-z0-9._-]+))?"?')
+
+
+def chain_name(run_id: str) -> str:
+    return PREFIX + hashlib.sha256(_ident(run_id, "run id").encode()).hexdigest()[:12]
+
+
+class RunRules:
+    """The DROP rules of one run, in its own chain. Removing is idempotent."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = _ident(run_id, "run id")
+        self.chain = chain_name(run_id)
+
+    def drop(self, src: str, dst: str, *, tag: str, dport: int | None = None, sport: int | None = None) -> str:
+        """DROP tcp packets from `src` to `dst` (optionally only to/from a port); returns the rule.
+
+        A DROP without a port breaks TCP both ways between the pair: a handshake from `dst` to
+        `src` needs `src`'s SYN-ACK, which this drops too. `dport` (the listening node's port)
+        narrows it to connections from `src` to that listener."""
+        spec = ["-s", loopback(src), "-d", loopback(dst), "-p", "tcp"]
+        if dport is not None:
+            spec += ["--dport", str(port(dport))]
+        if sport is not None:
+            spec += ["--sport", str(port(sport))]
+        spec += ["-m", "comment", "--comment", f"{TAG}:{self.run_id}:{_ident(tag, 'fault id')}", "-j", "DROP"]
+        with _locked():
+            self._ensure()
+            if _ipt("-C", self.chain, *spec, check=False).returncode != 0:  # the same rule twice: once
+                _ipt("-A", self.chain, *spec)
+        return shlex.join(["-A", self.chain, *spec])
+
+    def cut(self, a: str, b: str, *, tag: str, port: int | None = None, symmetric: bool = True) -> list[str]:
+        """Cut `a` from `b`. port=None: every packet a->b (and b->a if symmetric). port=P (b's
+        listener): a's packets to b:P, and if symmetric b's packets from P back to a, so an open
+        connection is dead both ways while b's own connections to a are untouched."""
+        rules = [self.drop(a, b, dport=port, tag=tag)]
+        if symmetric:
+            rules.append(self.drop(b, a, sport=port, tag=tag))
+        return rules
+
+    def rules(self) -> list[str]:
+        """This run's rules as `iptables -S` prints them ([] when it has none)."""
+        return [ln for ln in _list(self.chain) if ln.startswith("-A ")]
+
+    def remove_tag(self, tag: str) -> int:
+        """Remove one fault's rules; returns how many were removed."""
+        want = f"{self.run_id}:{_ident(tag, 'fault id')}"
+        n = 0
+        with _locked():
+            for ln in _list(self.chain):
+                if ln.startswith("-A ") and _owner(ln) == want:
+                    _ipt("-D", *shlex.split(ln)[1:], check=False)
+                    n += 1
+        return n
+
+    def remove(self) -> int:
+        """Remove the run's chain and its jump, and the parent chain once no run chain is left."""
+        with _locked():
+            return _remove_chain(self.chain)
+
+    def _ensure(self) -> None:
+        _ensure_parent()
+        jump = _jump_spec(self.chain, self.run_id)
+        if not _list(self.chain):
+            # the chain and its jump in one transaction (see the module's docstring)
+            _ipt(stdin=f"*filter\n:{self.chain} - [0:0]\n{shlex.join(['-A', PARENT, *jump])}\nCOMMIT\n",
+                 cmd="iptables-restore")
+        elif _ipt("-C", PARENT, *jump, check=False).returncode != 0:
+            _ipt("-A", PARENT, *jump)
+
+
+def chains() -> list[str]:
+    """The run chains present (`RMQC-…`), whoever's they are."""
+    return [ln.split()[1] for ln in _ipt("-S").stdout.splitlines()
+            if ln.startswith("-N " + PREFIX)]
+
+
+def owners() -> dict[str, str | None]:
+    """Run chain -> its run id (from its jump's comment, else its rules'); None if nothing names it."""
+    jumps = {ln.split(" -j ")[-1].strip(): _owner(ln) for ln in _list(PARENT) if " -j " + PREFIX in ln}
+    out: dict[str, str | None] = {}
+    for ch in chains():
+        run = jumps.get(ch)
+        if run is None:
+            run = next((o.split(":")[0] for o in map(_owner, _list(ch)) if o), None)
+        out[ch] = run
+    return out
+
+
+def reap(is_live: Callable[[str], bool]) -> list[str]:
+    """Remove the chains of runs that are no longer live (a SIGKILLed run's leftovers); one line each.
+
+    A chain nothing attributes to a run has no jump and no rule: it drops nothing, and under the
+    lock nobody is between creating it and its jump, so it is removed too."""
+    done: list[str] = []
+    with _locked():
+        for ch, run in owners().items():
+            if run is not None and is_live(run):
+                continue
+            n = _remove_chain(ch)
+            done.append(f"run {run or '(unknown)'}: removed iptables chain {ch} ({n} rule(s))")
+        if not chains():
+            _remove_parent()
+    return done
+
+
+# --- internals -------------------------------------------------------------------------------
+
+def _ident(s: str, what: str) -> str:
+    if not isinstance(s, str) or not _NAME.fullmatch(s):
+        raise UserError(f"{what} {s!r} cannot name an iptables rule", "use letters, digits, '.', '_' and '-' only")
+    return s
+
+
+def _owner(line: str) -> str | None:
+    """'<run id>' or '<run id>:<fault id>' from a rule line's comment."""
+    m = _COMMENT.search(line)
+    if m is None:
+        return None
+    return m.group(1) if m.group(2) is None else f"{m.group(1)}:{m.group(2)}"
+
+
+def _binary(name: str) -> str:
+    # root's tools live in /usr/sbin, which a non-login PATH may lack
+    path = shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin")
+    if path is None:
+        raise UserError(f"{name} not found (network partitions need it)", "install it: apt-get install iptables")
+    return path
+
+
+def _ipt(*args: str, check: bool = True, stdin: str | None = None, cmd: str = "iptables") -> subprocess.CompletedProcess:
+    argv = [_binary(cmd), f"--wait={WAIT_S}", *(("--noflush",) if cmd == "iptables-restore" else ()), *args]
+    try:
+        r = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=WAIT_S + 20)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"{cmd} {' '.join(args)} did not finish in {WAIT_S + 20}s", "is the xtables lock held?") from None
+    if check and r.returncode != 0:
+        err = (r.stderr.strip().splitlines() or ["(no message)"])[-1]
+        raise UserError(f"{shlex.join([cmd, *args])} failed: {err}",
+                        "network rules need root (CAP_NET_ADMIN) and a working iptables")
+    return r
+
+
+def _list(chain: str) -> list[str]:
+    """`iptables -S CHAIN` lines, [] if there is no such chain (iptables-nft then says 'incompatible')."""
+    r = _ipt("-S", chain, check=False)
+    return r.stdout.splitlines() if r.returncode == 0 else []
+
+
+def _ensure_parent() -> None:
+    if _ipt("-N", PARENT, check=False).returncode != 0 and not _list(PARENT):
+        _ipt("-N", PARENT)  # it failed for another reason than "exists": let that one surface
+    # first in OUTPUT, so no ACCEPT of the host's own rules lets loopback traffic past it
+    if _ipt("-C", "OUTPUT", "-j", PARENT, check=False).returncode != 0:
+        _ipt("-I", "OUTPUT", "1", "-j", PARENT)
+
+
+def _remove_parent() -> None:
+    for _ in range(100):  # each pass deletes one jump (normally there is exactly one)
+        if _ipt("-D", "OUTPUT", "-j", PARENT, check=False).returncode != 0:
+            break
+    if _list(PARENT):
+        _ipt("-F", PARENT)
+        _ipt("-X", PARENT)
+
+
+def _jump_spec(chain: str, run_id: str) -> list[str]:
+    return ["-m", "comment", "--comment", f"{TAG}:{run_id}", "-j", chain]
+
+
+def _remove_chain(chain: str) -> int:
+    rules = [ln for ln in _list(chain) if ln.startswith("-A ")]
+    for ln in _list(PARENT):  # every jump to it, whatever its comment
+        if ln.startswith("-A ") and ln.split(" -j ")[-1].strip() == chain:
+            _ipt("-D", *shlex.split(ln)[1:], check=False)
+    if _list(chain):
+        _ipt("-F", chain)
+        _ipt("-X", chain)
+    if not any(ln.startswith("-A ") for ln in _list(PARENT)):
+        _remove_parent()
+    return len(rules)
+
+
+@contextlib.contextmanager
+def _locked(timeout: float = 30) -> Iterator[None]:
+    with open(LOCK, "a") as f:
+        poll_until(lambda: _try_lock(f.fileno()), timeout, f"the network rules' lock {LOCK}", interval=0.05,
+                   hint="another rmqchaos process is changing iptables rules")
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
