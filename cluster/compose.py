@@ -81,8 +81,9 @@ HEADER = """\
 # profile) on broker-a's store volume: .venv/bin/docker-compose -f docker-compose.yml --profile noise up -d
 # ROCKETMQ_IMAGE=... picks another image with `java` (11+) on PATH and RocketMQ's jars in
 # {home}/lib (the official image's layout); NOISE_IMAGE=... one with redis-server, fio and python3.
-# Host networking only; every listener is on 127.0.0.1 (the broker's HA port only with our image's
-# loopback bind() shim: another image binds it on every address); stores and logs are per-node volumes.
+# Host networking only; each node listens on and connects from its own address in 127.0.10.0/24 (the
+# broker's HA port and the outgoing connections only with our image's loopback shim: another image
+# binds the HA port on every address); stores and logs are per-node volumes.
 """
 
 
@@ -107,6 +108,7 @@ def render(s: Scenario, source: str, extra_services: dict[str, dict[str, object]
             "mem_limit": f"{c.mem_limit_mb}m",
             "memswap_limit": f"{c.mem_limit_mb}m",  # equal: no swap, so the limit is the OOM line
             "labels": {"rmqchaos.node": p.name, "rmqchaos.role": p.role},
+            "environment": {"RMQCHAOS_NODE_ADDR": p.host},  # the image's shim: this node's own address
             "volumes": [f"./docker/{c.conf_name}:{c.conf_path}:ro",
                         *(f"{v}:{m}" for v, m in c.volumes.items())],
             "command": c.command,

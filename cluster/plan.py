@@ -9,17 +9,32 @@ from dataclasses import dataclass
 
 from rmqchaos.spec import Broker, Jvm, Scenario
 
-HOST = "127.0.0.1"
+HOST = "127.0.0.1"  # the platform's own address: its admin calls, the monitor, Airflow, Spark, noise
 READY_TOPIC = "RMQCHAOS_READY"
 MAIN = {"namesrv": "org.apache.rocketmq.namesrv.NamesrvStartup",
         "broker": "org.apache.rocketmq.broker.BrokerStartup",
         "proxy": "org.apache.rocketmq.proxy.ProxyStartup"}
 
 
-def port_in_use(port: int) -> bool:
-    """The one port probe (nodes, Airflow, noise servers): can nobody else bind it on loopback?"""
+def addresses(s: Scenario) -> dict[str, str]:
+    """Each node's and client's own loopback address in the cluster's subnet: namesrv .1, proxy .2,
+    broker group i's master .(10i+11) and its slave one above, the load's producers .201, consumer
+    j .(211+j). Fixed by the scenario, so a rule or a report names the same node in every run."""
+    net = s.cluster.subnet.rsplit(".", 1)[0]
+    out = {"namesrv": f"{net}.1", "proxy": f"{net}.2", "producers": f"{net}.201"}
+    for i, b in enumerate(s.cluster.brokers):
+        out[b.name] = f"{net}.{10 * i + 11}"
+        out[f"{b.name}-s"] = f"{net}.{10 * i + 12}"
+    for j, c in enumerate(s.consumers.instances if s.consumers else []):
+        out[f"consumer-{c.id}"] = f"{net}.{min(211 + j, 254)}"  # the 44th and later share .254
+    return out
+
+
+def port_in_use(port: int, host: str = HOST) -> bool:
+    """The one port probe (nodes, Airflow, noise servers): can nobody else bind it on `host`, or on
+    any loopback address (a listener on one address blocks the wildcard bind)?"""
     # SO_REUSEADDR as Netty sets it, so a socket in TIME_WAIT does not count as "in use".
-    for host in (HOST, "0.0.0.0"):
+    for host in (host, "0.0.0.0"):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
@@ -36,12 +51,13 @@ class NodePlan:
     ports: list[int]  # the main port first; every port the node listens on
     jvm: Jvm
     conf: dict[str, object]
+    host: str = HOST  # the node's own loopback address (addresses())
     broker_name: str | None = None
     broker_id: int | None = None
 
     @property
     def addr(self) -> str:
-        return f"{HOST}:{self.ports[0]}"
+        return f"{self.host}:{self.ports[0]}"
 
     @property
     def is_broker(self) -> bool:
@@ -53,38 +69,38 @@ class NodePlan:
 
 
 def plan(s: Scenario) -> list[NodePlan]:
-    c = s.cluster
+    c, at = s.cluster, addresses(s)
     ns = NodePlan("namesrv", "namesrv", [c.namesrv.port], c.namesrv.jvm,
-                  {"listenPort": c.namesrv.port, "bindAddress": HOST, **c.namesrv.config})
+                  {"listenPort": c.namesrv.port, "bindAddress": at["namesrv"], **c.namesrv.config}, at["namesrv"])
     nodes = [ns]
     for b in c.brokers:
         assert b.port is not None
-        nodes.append(_broker_plan(s, b, b.name, b.port, 0))
+        nodes.append(_broker_plan(s, b, b.name, b.port, 0, at[b.name], ns.addr))
         if b.slave is not None:
             assert b.slave.port is not None
-            nodes.append(_broker_plan(s, b, f"{b.name}-s", b.slave.port, 1))
+            nodes.append(_broker_plan(s, b, f"{b.name}-s", b.slave.port, 1, at[f"{b.name}-s"], ns.addr))
     if c.proxy.enabled:
         p = c.proxy
         nodes.append(NodePlan("proxy", "proxy", [p.grpc_port, p.remoting_port], p.jvm,
-                              {"rocketMQClusterName": c.name, "namesrvAddr": f"{HOST}:{c.namesrv.port}",
-                               "grpcServerPort": p.grpc_port, "remotingListenPort": p.remoting_port}))
+                              {"rocketMQClusterName": c.name, "namesrvAddr": ns.addr,
+                               "grpcServerPort": p.grpc_port, "remotingListenPort": p.remoting_port}, at["proxy"]))
     return nodes
 
 
-def _broker_plan(s: Scenario, b: Broker, node: str, port: int, broker_id: int) -> NodePlan:
+def _broker_plan(s: Scenario, b: Broker, node: str, port: int, broker_id: int, host: str, ns_addr: str) -> NodePlan:
     c = s.cluster
     conf: dict[str, object] = {
         "brokerClusterName": c.name, "brokerName": b.name, "brokerId": broker_id,
-        "listenPort": port, "haListenPort": port + 1,
-        "namesrvAddr": f"{HOST}:{c.namesrv.port}",
-        "brokerIP1": HOST, "brokerIP2": HOST, "bindAddress": HOST,
+        "listenPort": port, "haListenPort": port + 1, "namesrvAddr": ns_addr,
+        # the broker advertises its own address (clients: brokerIP1; its slave's HA link: brokerIP2)
+        "brokerIP1": host, "brokerIP2": host, "bindAddress": host,
     }
     conf.update(c.broker_defaults.config)
     conf.update(b.config)
     if broker_id:
         conf["brokerRole"] = "SLAVE"
     return NodePlan(node, "slave" if broker_id else "master", [port, port - 2, port + 1],
-                    b.jvm or c.broker_defaults.jvm, conf, b.name, broker_id)
+                    b.jvm or c.broker_defaults.jvm, conf, host, b.name, broker_id)
 
 
 def jvm_options(p: NodePlan, gc_log: str) -> list[str]:

@@ -49,6 +49,9 @@ class ConsumerOptions:
     consumer_id: str = "c0"
     heap_mb: int = 256
     extra_jvm: list[str] = field(default_factory=list)
+    # its own loopback address (cluster/plan.py addresses): the loopback shim binds its connections
+    # to it, so a network rule can name the consumer's links; None: the kernel's choice (127.0.0.1)
+    address: str | None = None
 
 
 class JavaConsumer:
@@ -93,13 +96,16 @@ class JavaConsumer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.out.parent.mkdir(parents=True, exist_ok=True)
         cmd = self.command()
+        env = None
+        if self.opts.address:
+            env = {**os.environ, "LD_PRELOAD": str(paths.loopback_shim()), "RMQCHAOS_NODE_ADDR": self.opts.address}
         log, out = open(self.log_file, "ab"), open(self.out_file, "ab")
         try:
             if self.launcher is not None:
-                self.proc = self.launcher(self.node, cmd, cwd=self.workdir, stdout=out, stderr=log,
+                self.proc = self.launcher(self.node, cmd, cwd=self.workdir, env=env, stdout=out, stderr=log,
                                           new_session=True)
             else:
-                self.proc = spawn(cmd, cwd=self.workdir, stdout=out, stderr=log, new_session=True,
+                self.proc = spawn(cmd, cwd=self.workdir, env=env, stdout=out, stderr=log, new_session=True,
                                   die_with_parent=True)
         finally:
             log.close()

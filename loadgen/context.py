@@ -39,6 +39,7 @@ class LoadPlan:
     run_dir: str
     run_id: str
     namesrv: str
+    source: str | None  # the producers' own loopback address (cluster/plan.py addresses)
     load: Load
     worker: int  # 0-based process index
     workers: int  # processes producing (1 with the local runner)
@@ -52,7 +53,8 @@ class LoadContext:
     def __init__(self, plan: LoadPlan, events: Any) -> None:
         self.plan, self.load, self.events = plan, plan.load, events
         self.producer_id = f"w{plan.worker}-{os.getpid()}"
-        self.producer = Producer(plan.namesrv, group=f"rmqchaos_{plan.run_id[-6:]}", timeout=self.load.timeout)
+        self.producer = Producer(plan.namesrv, group=f"rmqchaos_{plan.run_id[-6:]}", timeout=self.load.timeout,
+                                 source=plan.source)
         self.writer = LedgerWriter(send_ledger_path(Path(plan.run_dir), self.producer_id)) if plan.ledger else None
         self.ledger = self.writer  # what an attempt writes to: None in the off turns of bench ledger --alternate
         #: bench ledger --alternate: at each turn's start (ledger on, user CPU-s, system CPU-s, accepted so far)

@@ -9,6 +9,7 @@ import time
 from typing import Callable
 
 from cluster.backend import ClusterBackend
+from cluster.plan import addresses
 from loadgen.consumer import ConsumerOptions, JavaConsumer
 from rmqchaos import paths
 from rmqchaos.errors import UserError
@@ -28,12 +29,12 @@ def _consumers(run: RunDir, c: ClusterBackend, s: Scenario) -> list[JavaConsumer
     # a detached run's consumers outlive the process that starts them (a DAG's load task): the
     # drain stage, maybe in another process, stops them; `down` reaps them if it never runs
     launcher = functools.partial(c.spawn_client, outlive=run.state().get("mode") == "detached")
-    out = []
+    out, at = [], addresses(s)
     for inst in s.consumers.instances:
         opts = ConsumerOptions(group=inst.group, topics=inst.topics or default_topics, mode=inst.mode,
                                batch_size=inst.batch_size, delay_ms=inst.delay_ms, threads=inst.threads,
                                max_reconsume_times=inst.max_reconsume_times,
-                               consumer_id=inst.id, heap_mb=inst.heap_mb,
+                               consumer_id=inst.id, heap_mb=inst.heap_mb, address=at[f"consumer-{inst.id}"],
                                duration_s=(s.load.duration if s.load else 0) + s.consumers.drain_timeout + 600)
         out.append(JavaConsumer(c.namesrv_addr, opts, receive_ledger_path(run.path, inst.id), run.consumers_dir,
                                 run_id=run.run_id, rocketmq_version=s.cluster.rocketmq_version,

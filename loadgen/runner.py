@@ -26,6 +26,7 @@ from locust.html import get_html_report
 from locust.stats import CSV_STATS_INTERVAL_SEC, PERCENTILES_TO_REPORT, StatsCSVFileWriter, stats_history
 
 from cluster import get_backend
+from cluster.plan import addresses
 from loadgen.context import LoadContext, LoadPlan
 from loadgen.user import ProducerUser
 from rmqchaos.errors import UserError
@@ -42,7 +43,8 @@ def plan_for(run: RunDir, worker: int, workers: int, deadline: float, ledger: bo
     s = run.scenario()
     if s.load is None:
         raise UserError(f"{run.path}: the scenario has no `load:` section", "add one (see scenarios/load-smoke.yaml)")
-    return LoadPlan(run_dir=str(run.path), run_id=run.run_id, namesrv=get_backend(run).namesrv_addr, load=s.load,
+    return LoadPlan(run_dir=str(run.path), run_id=run.run_id, namesrv=get_backend(run).namesrv_addr,
+                    source=addresses(s)["producers"], load=s.load,
                     worker=worker, workers=workers, deadline=deadline,
                     ledger=s.load.ledger if ledger is None else ledger, ledger_turns=ledger_turns)
 

@@ -99,6 +99,17 @@ def _default_brokers() -> list[Broker]:
     return [Broker(name="broker-a"), Broker(name="broker-b")]
 
 
+def _loopback_subnet(v: Any) -> str:
+    import ipaddress
+    try:
+        net = ipaddress.IPv4Network(str(v), strict=True)
+    except ValueError as e:
+        raise ValueError(f"not an IPv4 subnet: {e}") from None
+    if not net.subnet_of(ipaddress.IPv4Network("127.0.0.0/8")) or net.prefixlen != 24 or str(net) == "127.0.0.0/24":
+        raise ValueError("must be a /24 inside 127.0.0.0/8 other than 127.0.0.0/24 (e.g. 127.0.10.0/24)")
+    return str(net)
+
+
 class Cluster(Strict):
     backend: Literal["local", "docker"] = "local"  # docker: `rmqchaos image build` + an engine
     rocketmq_version: str = Field(default_factory=paths.pinned_rocketmq_version)
@@ -109,6 +120,9 @@ class Cluster(Strict):
     proxy: Proxy = Proxy()
     ready_timeout: Duration = 120.0
     stop_timeout: Duration = 20.0  # SIGTERM grace: a broker's shutdown hooks take ~5-15 s here
+    # Every node and client listens on and connects from its own address in this loopback /24
+    # (cluster/plan.py `addresses`), so that every link is an address pair a partition can name.
+    subnet: Annotated[str, BeforeValidator(lambda v: _loopback_subnet(v))] = "127.0.10.0/24"
 
     @model_validator(mode="after")
     def _assign_ports(self) -> "Cluster":

@@ -61,11 +61,12 @@ def _split_addr(addr: str) -> tuple[str, int]:
 class Connection:
     _opaque = itertools.count(1)
 
-    def __init__(self, addr: str, timeout: float = 3.0) -> None:
+    def __init__(self, addr: str, timeout: float = 3.0, source: str | None = None) -> None:
         self.addr = addr
         self.timeout = timeout
-        try:
-            self._sock = socket.create_connection(_split_addr(addr), timeout=timeout)
+        try:  # from `source` (a client's own loopback address, so a network rule can name it)
+            self._sock = socket.create_connection(_split_addr(addr), timeout=timeout,
+                                                  source_address=(source, 0) if source else None)
         except OSError as e:
             raise RemotingError(f"cannot connect to {addr}: {e.strerror or e}") from None
         self._reader = FrameReader()
@@ -118,15 +119,16 @@ def _str(v: Any) -> str:
 class AdminClient:
     """Admin calls the platform needs. `namesrv` is "host:port" (several separated by ';')."""
 
-    def __init__(self, namesrv: str, timeout: float = 3.0) -> None:
+    def __init__(self, namesrv: str, timeout: float = 3.0, source: str | None = None) -> None:
         self.namesrv_addrs = [a for a in namesrv.split(";") if a]
         self.timeout = timeout
+        self.source = source  # the address connections come from (None: the kernel's choice, 127.0.0.1)
 
     def _namesrv_request(self, code: int, ext: dict[str, Any] | None = None) -> Frame:
         last: RemotingError | None = None
         for addr in self.namesrv_addrs:
             try:
-                with Connection(addr, self.timeout) as c:
+                with Connection(addr, self.timeout, self.source) as c:
                     return c.request(code, ext)
             except RemotingError as e:
                 last = e
@@ -165,7 +167,7 @@ class AdminClient:
                                                                                     b.cluster == cluster)}
 
     def _broker(self, addr: str, code: int, ext: dict[str, Any], what: str, body: bytes = b"") -> Frame:
-        with Connection(addr, self.timeout) as c:
+        with Connection(addr, self.timeout, self.source) as c:
             resp = c.request(code, ext, body)
         _check(resp, f"{what} on {addr}")
         return resp
@@ -268,19 +270,19 @@ class AdminClient:
 
     def online_groups(self, broker_addr: str, groups: list[str]) -> set[str]:
         """Those of `groups` with at least one consumer connected to the broker now."""
-        with Connection(broker_addr, self.timeout) as c:
+        with Connection(broker_addr, self.timeout, self.source) as c:
             return {g for g in groups if _client_ids(c, g)}
 
     def consumer_client_ids(self, broker_addr: str, group: str) -> list[str]:
         """The client ids of `group`'s consumers connected to the broker now."""
-        with Connection(broker_addr, self.timeout) as c:
+        with Connection(broker_addr, self.timeout, self.source) as c:
             return _client_ids(c, group)
 
     def offsets(self, broker_addr: str, group: str, queues: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
         """(topic, queue) -> (max offset, `group`'s committed offset, 0 when it has none), over one
         connection to the broker."""
         out = {}
-        with Connection(broker_addr, self.timeout) as c:
+        with Connection(broker_addr, self.timeout, self.source) as c:
             for topic, q in queues:
                 mx = c.request(GET_MAX_OFFSET, {"topic": topic, "queueId": q})
                 _check(mx, f"GET_MAX_OFFSET {topic}/{q} on {broker_addr}")

@@ -92,10 +92,11 @@ class _UniqKeys:
 class BrokerConnection:
     """One TCP connection to a broker; any number of requests in flight, answered by opaque."""
 
-    def __init__(self, addr: str, connect_timeout: float) -> None:
+    def __init__(self, addr: str, connect_timeout: float, source: str | None = None) -> None:
         host, _, port = addr.rpartition(":")
         self.addr = addr
-        self.sock = gevent.socket.create_connection((host, int(port)), timeout=connect_timeout)
+        self.sock = gevent.socket.create_connection((host, int(port)), timeout=connect_timeout,
+                                                    source_address=(source, 0) if source else None)
         self.sock.settimeout(None)
         self.sock.setsockopt(_stdsocket.IPPROTO_TCP, _stdsocket.TCP_NODELAY, 1)
         self.pending: dict[int, AsyncResult] = {}
@@ -175,14 +176,16 @@ class Producer:
     """
 
     def __init__(self, namesrv: str, group: str = "rmqchaos_producer", timeout: float = 3.0,
-                 connect_timeout: float = 3.0, route_ttl: float = 30.0) -> None:
+                 connect_timeout: float = 3.0, route_ttl: float = 30.0, source: str | None = None) -> None:
         """timeout: per attempt, from its start to the broker's answer. route_ttl: how long a topic
-        route is trusted before namesrv is asked again (DefaultMQProducer polls every 30 s)."""
+        route is trusted before namesrv is asked again (DefaultMQProducer polls every 30 s). source:
+        the loopback address every connection comes from (the producers' own, cluster/plan.py)."""
         self.namesrv = namesrv
+        self.source = source
         self.group = group
         self.timeout = timeout
         self.connect_timeout = connect_timeout
-        self.admin = AdminClient(namesrv, timeout=connect_timeout)
+        self.admin = AdminClient(namesrv, timeout=connect_timeout, source=source)
         self.route_ttl = route_ttl
         self._routes: dict[str, tuple[float, list[MessageQueue]]] = {}
         self._rr: dict[str, itertools.count] = {}
@@ -228,7 +231,7 @@ class Producer:
         with lock:
             c = self._conns.get(addr)
             if c is None or c.closed:
-                c = BrokerConnection(addr, self.connect_timeout)
+                c = BrokerConnection(addr, self.connect_timeout, self.source)
                 self._conns[addr] = c
             return c
 

@@ -3,6 +3,7 @@ the Java consumer (the receive witness)."""
 from __future__ import annotations
 
 import collections
+import subprocess
 import time
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from analysis.rules import BUSY_PREFIXES
 from loadgen.consumer import ConsumerOptions, JavaConsumer, read_deliveries
 from rmqclient.admin import AdminClient
 from rmqclient.producer import Producer, SendResult, send_many
+from rmqchaos.wait import poll_until
 
 TIMEOUT_CLEAN_QUEUE = "[TIMEOUT_CLEAN_QUEUE]broker busy"
 
@@ -22,6 +24,9 @@ def consume_all(cluster, tmp: Path, group: str, topics: list[str], expected: int
     c = JavaConsumer(cluster.namesrv_addr, ConsumerOptions(group=group, topics=topics, **opts), out, tmp / "cw",
                      launcher=cluster.spawn_client, proc_log=cluster.run.processes)
     c.start()
+    if opts.get("address"):  # the consumer connects from its own address: to namesrv and the brokers
+        ns = cluster.namesrv_addr
+        poll_until(lambda: ns in peers_of(opts["address"]), 30, f"a connection from {opts['address']} to {ns}")
     try:
         # idle past the client's 30 s heartbeat: a consumer whose first heartbeat to a broker failed
         # ("sendHeartbeatToAllBrokerWithLockV2 ... failed") has that broker's pulls refused ("the
@@ -33,10 +38,18 @@ def consume_all(cluster, tmp: Path, group: str, topics: list[str], expected: int
     return read_deliveries(out)
 
 
+def peers_of(source: str) -> set[str]:
+    """The peers of the established TCP connections whose local address is `source`."""
+    out = subprocess.run(["ss", "-Htn", "state", "established", "src", source], capture_output=True, text=True,
+                         check=True).stdout
+    return {ln.split()[3] for ln in out.splitlines()}
+
+
 def test_10k_messages_through_both_brokers_arrive_once_and_agree(cluster, tmp_path: Path) -> None:
     topic = "T_CLIENT_10K"
     assert AdminClient(cluster.namesrv_addr).create_topic_everywhere(topic, queues=4) == ["broker-a", "broker-b"]
-    prod = Producer(cluster.namesrv_addr, timeout=10)
+    # the producer and the consumer each from its own loopback address, as a run's clients are
+    prod = Producer(cluster.namesrv_addr, timeout=10, source="127.0.10.201")
     results = send_many(prod, ((topic, b"m" * 256, f"k{i}") for i in range(10_000)), concurrency=64)
     # A broker still warming up may shed load (code 2, busy: rejected before the append, so a resend
     # cannot duplicate). Resending those is this test's policy; anything else is a failure.
@@ -46,13 +59,15 @@ def test_10k_messages_through_both_brokers_arrive_once_and_agree(cluster, tmp_pa
             break
         results = [r for r in results if r.code != 2] + send_many(
             prod, ((topic, b"m" * 256, r.key) for r in busy), concurrency=8)
+    assert peers_of("127.0.10.201") >= {p.addr for p in cluster.plans.values() if p.is_broker}
     prod.close()
     assert collections.Counter(r.outcome for r in results) == {"ok": 10_000}, \
         collections.Counter((r.outcome, r.code, r.remark, r.error) for r in results if not r.ok)
     assert {r.broker for r in results} == {"broker-a", "broker-b"}
     sent = {r.key: r for r in results}
 
-    got = consume_all(cluster, tmp_path, "g_client_10k", [topic], 10_000, threads=8, batch_size=8)
+    got = consume_all(cluster, tmp_path, "g_client_10k", [topic], 10_000, threads=8, batch_size=8,
+                      address="127.0.10.211")
     keys = collections.Counter(d["key"] for d in got)
     assert len(keys) == 10_000 and set(keys) == set(sent)
     assert max(keys.values()) == 1, [k for k, n in keys.items() if n > 1][:5]

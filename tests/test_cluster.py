@@ -10,7 +10,7 @@ from rmqchaos.spec import WitnessCheck
 from rmqchaos.wait import poll_until
 
 
-BOTH = {"broker-a": {0: "127.0.0.1:19911"}, "broker-b": {0: "127.0.0.1:19921"}}
+BOTH = {"broker-a": {0: "127.0.10.11:19911"}, "broker-b": {0: "127.0.10.21:19921"}}  # each its own address
 
 
 def _both_registered(cluster) -> None:
@@ -25,10 +25,10 @@ def test_status_shows_namesrv_and_two_registered_broker_groups(cluster) -> None:
     st = {s.name: s for s in cluster.status()}
     assert set(st) == {"namesrv", "broker-a", "broker-b"}
     assert st["namesrv"].state == "running" and st["namesrv"].ports == [19876]
-    for name, port in (("broker-a", 19911), ("broker-b", 19921)):
+    for name, port, host in (("broker-a", 19911, "127.0.10.11"), ("broker-b", 19921, "127.0.10.21")):
         assert st[name].state == "running"
         assert st[name].registered is True
-        assert st[name].ports[0] == port and st[name].addr == f"127.0.0.1:{port}"
+        assert st[name].ports[0] == port and st[name].addr == f"{host}:{port}"
         assert st[name].pid and st[name].pid > 0
     assert cluster.registered() == BOTH
 
@@ -44,15 +44,22 @@ def test_each_jvm_runs_in_its_own_cgroup(cluster) -> None:
     assert len(seen) == 3
 
 
-def test_every_listening_socket_is_on_loopback(cluster) -> None:
-    pids = {n.pid for n in cluster.nodes()}
+def test_every_socket_is_on_the_nodes_own_loopback_address(cluster) -> None:
+    pids = {n.pid: n.plan.host for n in cluster.nodes()}
     out = subprocess.run(["ss", "-H", "-ltnp"], capture_output=True, text=True, check=True).stdout
     ours = [line.split() for line in out.splitlines() if any(f"pid={p}," in line for p in pids)]
     local_addrs = {f[3] for f in ours}
     # namesrv 1 port; each broker: main, fast (port-2) and HA (port+1, the one the bind() shim fixes)
-    assert {"127.0.0.1:19876", "127.0.0.1:19911", "127.0.0.1:19909", "127.0.0.1:19912",
-            "127.0.0.1:19921", "127.0.0.1:19919", "127.0.0.1:19922"} <= local_addrs
-    assert all(a.startswith("127.0.0.1:") for a in local_addrs), local_addrs
+    assert {"127.0.10.1:19876", "127.0.10.11:19911", "127.0.10.11:19909", "127.0.10.11:19912",
+            "127.0.10.21:19921", "127.0.10.21:19919", "127.0.10.21:19922"} == local_addrs
+    # and every connection a node opened comes from its own address: each link is an address pair
+    out = subprocess.run(["ss", "-H", "-tnp", "state", "established"], capture_output=True, text=True,
+                         check=True).stdout
+    links = [(f[2], f[3], next(p for p in pids if f"pid={p}," in f[-1])) for f in map(str.split, out.splitlines())
+             if any(f"pid={p}," in f[-1] for p in pids)]
+    to_ns = [(local, pids[pid]) for local, peer, pid in links if peer == "127.0.10.1:19876"]
+    assert {h for _, h in to_ns} >= {"127.0.10.11", "127.0.10.21"}, links  # the brokers' registrations
+    assert all(local.rsplit(":", 1)[0] == host for local, host in to_ns), to_ns
 
 
 def test_rocketmq_tools_send_through_both_groups_and_read_everything_back(cluster) -> None:

@@ -39,7 +39,9 @@ def test_compose_file_is_host_network_only_on_loopback_with_hard_memory_limits()
     for name, svc in nodes.items():
         assert svc["mem_limit"] == svc["memswap_limit"], name
         conf = (REPO / svc["volumes"][0].split(":")[0]).read_text()
-        assert "bindAddress=127.0.0.1" in conf, name
+        addr = svc["environment"]["RMQCHAOS_NODE_ADDR"]  # each node's own loopback address, for the shim
+        assert addr.startswith("127.0.10.") and f"bindAddress={addr}" in conf, name
+    assert len({s["environment"]["RMQCHAOS_NODE_ADDR"] for s in nodes.values()}) == len(nodes)
     # the noise (profile noise: not started by a plain `up`) on broker-a's store volume, on loopback
     noise = {n: s for n, s in doc["services"].items() if n not in nodes}
     assert sorted(noise) == sorted(["es-noise-0", "es-noise-1", "es-noise-2", "redis-noise-driver",
@@ -94,7 +96,7 @@ def test_compose_file_brings_up_a_cluster_the_platforms_clients_use_and_down_lea
     up = subprocess.run([*dc, "up", "-d"], env=env, capture_output=True, text=True, timeout=120)
     try:
         assert up.returncode == 0, up.stderr
-        ns = "127.0.0.1:30876"
+        ns = "127.0.10.1:30876"  # namesrv on its own address
 
         def both() -> bool:
             try:
@@ -140,7 +142,8 @@ def test_compose_file_brings_up_a_cluster_the_platforms_clients_use_and_down_lea
         listen = subprocess.run(["ss", "-Hltn"], capture_output=True, text=True).stdout
         ours = [ln.split()[3] for ln in listen.splitlines() if ln.split()[3].rsplit(":", 1)[1] in
                 {"30876", "30909", "30911", "30912", "30919", "30921", "30922", "30800", "30801"}]
-        assert len(ours) == 9 and all(a.startswith("127.0.0.1:") for a in ours), ours
+        assert len(ours) == 9 and all(a.startswith("127.0.0.1:" if a.endswith((":30800", ":30801")) else "127.0.10.")
+                                      for a in ours), ours  # the nodes on their own addresses, the noise on 127.0.0.1
         # the noise wrote beside broker-a's store, in its volume: fsynced Redis appends, fio's files
         from chaos.kinds.redis_noise import info
         assert all(info(p)["aof_enabled"] == "1" and int(info(p)["total_commands_processed"]) > 100
@@ -217,7 +220,7 @@ def test_docker_cluster_by_hand_faults_status_loopback_and_a_lost_run_reaped(eng
     listen = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True).stdout.splitlines()
     ours = [ln.split()[3] for ln in listen if any(f"pid={p}," in ln for p in pids)]
     assert sorted(a.rsplit(":", 1)[1] for a in ours) == ["30976", "30989", "30991", "30992"], ours
-    assert all(a.startswith("127.0.0.1:") for a in ours), ours  # the HA acceptor too (the image's shim)
+    assert all(a.startswith("127.0.10.") for a in ours), ours  # the nodes' own addresses, the HA acceptor too (the image's shim)
     from cluster import get_backend
     from rmqchaos.rundir import RunDir
     backend = get_backend(RunDir.open(run))

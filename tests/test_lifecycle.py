@@ -17,7 +17,7 @@ def test_cluster_up_status_down_leaves_nothing(tmp_path: Path) -> None:
     rd = tmp_path / "cl"
     r = cli("cluster", "up", "--scenario", str(f), "--run-dir", str(rd))
     assert r.returncode == 0, r.stderr
-    assert "cluster ready" in r.stderr and "namesrv 127.0.0.1:21876" in r.stdout
+    assert "cluster ready" in r.stderr and "namesrv 127.0.10.1:21876" in r.stdout
     # the three nodes and the cluster monitor (a client process of the run, reaped with it)
     assert sorted(n for n, _ in live(rd)) == ["broker-a", "broker-b", "monitor", "namesrv"]
 
@@ -43,7 +43,7 @@ def test_cluster_up_status_down_leaves_nothing(tmp_path: Path) -> None:
 
     # a restart of a cluster that is down refuses at once, and starts nothing
     r = cli("cluster", "restart", "broker-a", "--run-dir", str(rd))
-    assert r.returncode == 1 and "namesrv 127.0.0.1:21876 does not answer" in r.stderr, r.stderr
+    assert r.returncode == 1 and "namesrv 127.0.10.1:21876 does not answer" in r.stderr, r.stderr
     assert_nothing_left(rd)
 
 

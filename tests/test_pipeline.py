@@ -53,7 +53,7 @@ def test_stages_one_at_a_time_with_load_and_faults_through_the_html_report(tmp_p
         r = cli("stage", "down", str(run))
     assert r.returncode == 0, r.stderr
     assert_nothing_left(run)
-    assert results["up"]["namesrv"] == "127.0.0.1:25876"
+    assert results["up"]["namesrv"] == "127.0.10.1:25876"
     assert results["check"]["witness"]["ok"] is True and results["check"]["witness"]["read_back_total"] == 200
     assert results["load"] == {"faults": 6, "consumers": 1}
     assert results["drain"]["drained"] is True and results["drain"]["deliveries"] > 0

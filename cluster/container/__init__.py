@@ -177,7 +177,7 @@ class DockerNode(LocalNode):
         self.c.client.containers.create(
             image_tag(self.c.scenario.cluster.rocketmq_version), cmd, name=self.container_name, detach=True,
             network_mode="host", init=True, stop_signal="SIGTERM", mem_limit=f"{mb}m", memswap_limit=f"{mb}m",
-            working_dir=str(self.dir), environment={"ROCKETMQ_HOME": str(self.dir)},
+            working_dir=str(self.dir), environment={"ROCKETMQ_HOME": str(self.dir), "RMQCHAOS_NODE_ADDR": self.plan.host},
             volumes={str(self.dir): {"bind": str(self.dir), "mode": "rw"}},
             labels={LABEL_RUN: self.c.run.run_id, LABEL_DIR: str(self.c.run.path), LABEL_NODE: self.name}).start()
 

@@ -53,12 +53,22 @@ def _rootfs() -> Path:
     return d
 
 
+def shim_digest() -> str:
+    """Which loopback shim an image carries: an older one does not bind a node's outgoing connections."""
+    return hashlib.sha256(paths.loopback_shim().read_bytes()).hexdigest()[:12]
+
+
 def check_current(img: Any) -> None:
-    """Refuse an image built with another package set (an older rmqchaos: no noise programs)."""
+    """Refuse an image built by an older rmqchaos: another package set (no noise programs) or another
+    loopback shim."""
     have = (img.attrs.get("Config") or {}).get("Labels") or {}
+    name = img.tags[0] if img.tags else img.short_id
     if have.get("rmqchaos.packages") != ",".join(PACKAGES):
-        raise UserError(f"image {img.tags[0] if img.tags else img.short_id} was built by an older rmqchaos "
+        raise UserError(f"image {name} was built by an older rmqchaos "
                         f"(packages {have.get('rmqchaos.packages') or 'not recorded'}; now {','.join(PACKAGES)})",
+                        "rebuild it offline with `rmqchaos image build`")
+    if have.get("rmqchaos.shim") != shim_digest():
+        raise UserError(f"image {name} was built by an older rmqchaos (another loopback shim)",
                         "rebuild it offline with `rmqchaos image build`")
 
 
@@ -88,7 +98,7 @@ def build(version: str | None = None) -> dict[str, Any]:
                f"ENV LD_PRELOAD={SHIM}",  # the HA acceptor binds the wildcard address; the shim makes it 127.0.0.1
                f"ENV PATH={JAVA_HOME}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                f"WORKDIR {rocketmq_home(version)}", f"LABEL rmqchaos.rocketmq_version={version}",
-               f"LABEL rmqchaos.packages={','.join(PACKAGES)}"]
+               f"LABEL rmqchaos.packages={','.join(PACKAGES)}", f"LABEL rmqchaos.shim={shim_digest()}"]
     tar = subprocess.Popen(["tar", "-C", str(root), "--numeric-owner", "--exclude=./.complete", "-cf", "-", "."],
                            stdout=subprocess.PIPE)
     assert tar.stdout is not None

@@ -21,7 +21,7 @@ from cluster.backend import ClusterBackend, Node, NodeMemory, NodeStatus
 from cluster.jvm import find_java, jvm_command
 from cluster.local import cgroups
 from cluster.local.cgroups import Cgroup
-from cluster.plan import HOST, READY_TOPIC, NodePlan, jvm_options, main_args, port_in_use, render_config
+from cluster.plan import READY_TOPIC, NodePlan, jvm_options, main_args, port_in_use, render_config
 from cluster.rmqlog import log_dir
 from rmqchaos import paths
 from rmqchaos.errors import UserError
@@ -95,8 +95,8 @@ class LocalCluster(ClusterBackend):
                             "mount cgroup v1 (memory, blkio, freezer) or v2; faults act through cgroups")
         for p in self.plans.values():
             for port in p.ports:
-                if port_in_use(port):
-                    raise UserError(f"port {port} ({p.name}) is already in use on {HOST}",
+                if port_in_use(port, p.host):
+                    raise UserError(f"port {port} ({p.name}) is already in use on {p.host} or the whole loopback",
                                     f"stop what holds it (ss -ltnp 'sport = :{port}'; an earlier cluster: "
                                     f"rmqchaos cluster down --all) or choose other ports in the scenario")
 
@@ -305,7 +305,8 @@ class LocalNode(Node):
             self.cgroup.create()
             self.c.run.processes.record_cgroup(self.name, self.cgroup.rel)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS"))}
-        env.update({"ROCKETMQ_HOME": str(self.dir), "LD_PRELOAD": str(shim)})
+        # the shim binds the node's listeners and outgoing connections to its own address
+        env.update({"ROCKETMQ_HOME": str(self.dir), "LD_PRELOAD": str(shim), "RMQCHAOS_NODE_ADDR": self.plan.host})
         cmd = self.command(java, home)
         proc = spawn(cmd, cwd=self.dir, env=env, log_file=self.stdout_file, join=self.cgroup.procs_files(),
                      new_session=True)
@@ -314,7 +315,7 @@ class LocalNode(Node):
     def wait_port(self) -> None:
         def accepts() -> bool:
             try:
-                socket.create_connection((HOST, self.plan.ports[0]), timeout=1).close()
+                socket.create_connection((self.plan.host, self.plan.ports[0]), timeout=1).close()
                 return True
             except OSError:
                 return False
@@ -340,7 +341,7 @@ class LocalNode(Node):
     def wait_ports_closed(self) -> None:
         """After a SIGKILL: reaped is not yet closed. The kernel may release the listeners a moment
         later, and a client connecting in between is accepted and then reset. Return once they are gone."""
-        poll_until(lambda: not any(port_in_use(p) for p in self.plan.ports), 5, f"{self.name}'s ports",
+        poll_until(lambda: not any(port_in_use(p, self.plan.host) for p in self.plan.ports), 5, f"{self.name}'s ports",
                    interval=0.02, raise_on_timeout=False)
 
     def pause(self) -> None:
