@@ -30,7 +30,9 @@ def get_backend(run: RunDir) -> ClusterBackend:
 
 def reap_lost_runs() -> list[str]:
     """End what registered runs whose run directory was deleted left running (every backend)."""
+    from cluster import netrules
     from cluster.container import reap_lost_containers
     from cluster.local.orphans import reap_lost_runs as local_lost
-    from rmqchaos.rundir import lost_run_ids
-    return reap_lost_containers(lost_run_ids()) + local_lost()  # containers first: local_lost forgets the ids
+    from rmqchaos.rundir import lost_run_ids, registry_dir
+    done = reap_lost_containers(lost_run_ids()) + local_lost()  # containers first: local_lost forgets the ids
+    return done + netrules.reap_unregistered(lambda run_id: (registry_dir() / run_id).exists())

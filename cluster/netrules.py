@@ -107,6 +107,28 @@ class RunRules:
             _ipt("-A", PARENT, *jump)
 
 
+def available() -> bool:
+    """Whether iptables is here at all: without it no rule of ours can exist, so cleanup skips it."""
+    return bool(shutil.which("iptables") or shutil.which("iptables", path="/usr/sbin:/sbin"))
+
+
+def remove_run(run_id: str) -> list[str]:
+    """`down`'s part: remove the run's chain if it has one; one line if it did."""
+    if not available():
+        return []
+    rr = RunRules(run_id)
+    if not _list(rr.chain):
+        return []
+    n = rr.remove()
+    return [f"removed iptables chain {rr.chain} ({n} rule(s))"]
+
+
+def reap_unregistered(is_registered: Callable[[str], bool]) -> list[str]:
+    """Orphan reaping's part: the chains of runs no longer registered (a SIGKILLed run's, once
+    `down --all` forgot it) are removed; a registered run's chain stays for its own `down`."""
+    return reap(is_registered) if available() and chains() else []
+
+
 def chains() -> list[str]:
     """The run chains present (`RMQC-…`), whoever's they are."""
     return [ln.split()[1] for ln in _ipt("-S").stdout.splitlines()

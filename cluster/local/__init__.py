@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from cluster import tools
+from cluster import netrules, tools
 from cluster.backend import ClusterBackend, Node, NodeMemory, NodeStatus
 from cluster.jvm import find_java, jvm_command
 from cluster.local import cgroups
@@ -466,6 +466,7 @@ def reap(run: RunDir, grace: float = 15.0) -> list[str]:
             else:
                 done.append(f"could not remove cgroup {rel}")
         cgroups.remove_empty_parents(rel)
+    done += netrules.remove_run(run.run_id)  # a partition's rules, if a fault left any
     run.update_state(cluster="down")
     run.unregister()
     return done

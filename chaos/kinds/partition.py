@@ -1,0 +1,147 @@
+"""partition: cut named groups of nodes and clients apart (Jepsen's partition nemesis) with iptables
+DROP rules in the run's own chain (cluster/netrules.py), for `duration` or until the load ends.
+
+Members are names, never addresses: a node (namesrv, broker-a, broker-a-s, proxy), `producers`
+(the load), `consumers` (every consumer instance) or `consumer-<id>`. Each has its own loopback
+address in the cluster's subnet (cluster/plan.py `addresses`), so the rules can only name
+127.0.0.0/8. Every rule also names a node's listening port, so another cluster on the same
+addresses (other ports) is untouched: a link between a and b is a's connections to b's listeners
+and b's connections to a's. `one_way`: only what the first group sends to the others is dropped
+(TCP then fails both ways at the handshake, but packets from the others still arrive).
+
+Evidence: the rules, and the established connections across the cut when it started and which
+of them were gone when it ended (`ss`)."""
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from typing import Annotated, Any
+
+from pydantic import Field, StrictBool
+
+from chaos.protocol import FaultError, FaultKind, Lasting, lasting_span, register
+from cluster import netrules
+from cluster.plan import addresses, plan
+from rmqchaos.errors import UserError
+from rmqchaos.spec import Fault, Scenario
+
+Member = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,60}$")]
+
+
+class PartitionParams(Lasting):
+    groups: Annotated[list[Annotated[list[Member], Field(min_length=1)]], Field(min_length=2, max_length=8)]
+    one_way: StrictBool = False
+
+
+#: (src address, dst address, dport, sport): one DROP
+Drop = tuple[str, str, "int | None", "int | None"]
+
+
+def endpoints(s: Scenario, member: str) -> list[tuple[str, list[int]]]:
+    """(address, listening ports) of each process a member names ([] for an unknown name)."""
+    at = addresses(s)
+    ports = {p.name: p.ports for p in plan(s)}
+    if member in ports:
+        return [(at[member], ports[member])]
+    if member == "consumers":
+        return [(a, []) for k, a in at.items() if k.startswith("consumer-")]
+    if member == "producers" or member.startswith("consumer-") and member in at:
+        return [(at[member], [])]
+    return []
+
+
+def members(s: Scenario) -> list[str]:
+    return [p.name for p in plan(s)] + ["producers", "consumers"] + \
+        [f"consumer-{c.id}" for c in (s.consumers.instances if s.consumers else [])]
+
+
+def drops(s: Scenario, groups: list[list[str]], one_way: bool) -> list[Drop]:
+    """Every DROP that cuts each member of a group from each member of the others (one_way: only
+    what the first group sends to the others)."""
+    k = len(groups)
+    pairs = [(0, j) for j in range(1, k)] if one_way else [(i, j) for i in range(k) for j in range(i + 1, k)]
+    out: list[Drop] = []
+    for i, j in pairs:
+        for a, pa in (e for m in groups[i] for e in endpoints(s, m)):
+            for b, pb in (e for m in groups[j] for e in endpoints(s, m)):
+                out += [(a, b, p, None) for p in pb] + [(a, b, None, p) for p in pa]  # what a sends b
+                if not one_way:
+                    out += [(b, a, p, None) for p in pa] + [(b, a, None, p) for p in pb]  # what b sends a
+    return list(dict.fromkeys(out))
+
+
+def established() -> list[tuple[str, int, str, int]]:
+    """(local address, local port, peer address, peer port) of every established TCP socket."""
+    r = subprocess.run(["ss", "-Htn", "state", "established"], capture_output=True, text=True, timeout=30)
+    out = []
+    for ln in r.stdout.splitlines():
+        f = ln.split()
+        if len(f) >= 4:
+            (la, lp), (pa, pp) = (x.rsplit(":", 1) for x in f[2:4])
+            out.append((la.strip("[]").removeprefix("::ffff:"), int(lp), pa.strip("[]").removeprefix("::ffff:"), int(pp)))
+    return out
+
+
+def across(rules: list[Drop], conns: list[tuple[str, int, str, int]]) -> list[str]:
+    """The connections (as 'a:p->b:q', each once) that a rule drops packets of."""
+    out = set()
+    for la, lp, pa, pp in conns:
+        if any(la == src and pa == dst and (dport is None or pp == dport) and (sport is None or lp == sport)
+               for src, dst, dport, sport in rules):
+            out.add(f"{la}:{lp}->{pa}:{pp}")
+    return sorted(out)
+
+
+@register
+class Partition(FaultKind):
+    name = "partition"
+    Params = PartitionParams
+    target = "none"
+
+    @classmethod
+    def span(cls, params: Any) -> float:
+        return lasting_span(params)
+
+    @classmethod
+    def check(cls, params: Any, fault: Fault, scenario: Scenario) -> list[tuple[tuple[Any, ...], str]]:
+        known, errs, seen = members(scenario), [], {}
+        for i, g in enumerate(params.groups):
+            for k, m in enumerate(g):
+                if m not in known:
+                    errs.append((("groups", i, k), f"no node or client {m!r}; members: {', '.join(known)}"))
+                elif m in seen:
+                    errs.append((("groups", i, k), f"{m!r} is in groups {seen[m]} and {i}: a member is in one group"))
+                else:
+                    seen[m] = i
+        if not errs and not drops(scenario, params.groups, params.one_way):
+            errs.append((("groups",), "these groups share no link (clients only talk to nodes): nothing to cut"))
+        return errs
+
+    def start(self) -> None:
+        p: PartitionParams = self.params  # type: ignore[assignment]
+        s = self.ctx.cluster.scenario
+        # the chain belongs to the cluster's run (registered, so `down` and reaping find it), the
+        # rules to this occurrence
+        self.rules = netrules.RunRules(self.ctx.cluster.run.run_id)
+        self.tag = re.sub(r"[^A-Za-z0-9._-]", "_", self.occurrence)
+        self.want = drops(s, p.groups, p.one_way)
+        before = across(self.want, established())
+        applied: list[str] = []
+        try:
+            for src, dst, dport, sport in self.want:
+                applied.append(self.rules.drop(src, dst, dport=dport, sport=sport, tag=self.tag))
+        except UserError as e:
+            self.rules.remove_tag(self.tag)
+            raise FaultError(f"partition {self.occurrence}: {e.message}", e.hint) from None
+        self.t0 = time.monotonic()
+        self.evidence = {"groups": p.groups, "one_way": p.one_way, "rules": len(applied), "applied": applied,
+                         "links_at_start": before}
+
+    def stop(self) -> dict[str, Any]:
+        still = across(self.want, established())
+        removed = self.rules.remove_tag(self.tag)
+        start = self.evidence["links_at_start"]
+        self.evidence.update(held_s=round(time.monotonic() - self.t0, 3), removed=removed,
+                             links_at_stop=still, links_broken=sorted(set(start) - set(still)))
+        return self.evidence
