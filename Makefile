@@ -10,7 +10,7 @@ export ROCKETMQ_VERSION
 DAG ?= rocketmq_nightly_resilience
 MATRIX ?= scenarios/quick.yaml
 
-.PHONY: setup run nightly test test-fast lint lock clean
+.PHONY: setup run nightly test test-fast test-long lint lock clean
 setup:
 	@scripts/setup.sh
 
@@ -20,9 +20,14 @@ run: setup
 nightly: setup
 	@.venv/bin/rmqchaos airflow test $(DAG) --conf '{"matrix": "scenarios/nightly.yaml"}'
 
-# The whole suite: the layering contracts, then every test (the fast tier first, then the ones that
-# run RocketMQ JVMs; tests/conftest.py orders them).
+# The suite CI runs: the layering contracts, then every test but the long ones (the fast tier first,
+# then the ones that run RocketMQ JVMs; tests/conftest.py orders them).
 test: setup lint
+	@.venv/bin/python -m pytest -q -m "not long" --durations=20 tests
+
+# Everything, the long tests too (a nightly CI job's command): each long test has a shorter one in
+# `make test` on the same path (pyproject.toml's markers).
+test-long: setup lint
 	@.venv/bin/python -m pytest -q --durations=20 tests
 
 # The fast tier: pure logic, no JVM (about a minute).

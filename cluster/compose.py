@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import yaml
 
 from cluster.jvm import jvm_command
-from cluster.plan import NodePlan, jvm_options, main_args, plan, render_config
+from cluster.plan import NODE_SYSTEM_PROPERTIES, NodePlan, jvm_options, main_args, plan, render_config
 from rmqchaos.spec import Scenario
 
 IMAGE_REPO = "rmqchaos/rocketmq"
@@ -59,7 +59,7 @@ def container_plans(s: Scenario) -> list[ContainerPlan]:
         j = p.jvm
         cmd = jvm_command(main, args, cp=f"{rocketmq_home(version)}/lib/*", heap_mb=j.heap_mb, java="java",
                           options=jvm_options(p, f"{LOGS}/gc.log"), user_home=HOME,
-                          rocketmq_home=rocketmq_home(version), system_properties={**j.system_properties, **props})
+                          rocketmq_home=rocketmq_home(version), system_properties={**NODE_SYSTEM_PROPERTIES, **j.system_properties, **props})
         vols = {f"{p.name}-logs": LOGS}
         if p.is_broker:
             vols = {f"{p.name}-store": STORE, **vols}

@@ -115,6 +115,13 @@ def jvm_options(p: NodePlan, gc_log: str) -> list[str]:
                    f"-Xlog:gc*:file={gc_log}:time,tags:filecount=2,filesize=10M", *j.options]
 
 
+#: system properties every node starts with, under the scenario's own (jvm.system_properties). TLS
+#: off: the platform's clients speak plain remoting, and in its default "permissive" mode each
+#: server generates a self-signed certificate at start (~5 s of CPU per server on 2 cores, a key pair
+#: left in /tmp each time: 1,226 were there after a day of runs).
+NODE_SYSTEM_PROPERTIES: dict[str, object] = {"tls.server.mode": "disabled"}
+
+
 def main_args(p: NodePlan, conf: str, namesrv_addr: str) -> tuple[str, list[str], dict[str, object]]:
     """(main class, arguments, extra system properties) that start node `p` with its config file `conf`."""
     if p.role == "namesrv":

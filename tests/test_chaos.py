@@ -80,7 +80,7 @@ def test_bad_fault_settings_fail_before_anything_starts(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- the headline pair
 
 def _experiment(tmp: Path, scenario: str, ports: tuple[int, int, int], config: dict | None = None,
-                backend: str = "local", duration: str = "36s") -> dict:
+                backend: str = "local", duration: str = "28s") -> dict:
     """One scenario of the pair, shortened for CI, on ports of its own, with `config` over its broker
     config, on `backend`: broker-a is OOM-killed and restarted 6 s later; returns its summary."""
     from pipeline import analyze, down, up
@@ -91,7 +91,7 @@ def _experiment(tmp: Path, scenario: str, ports: tuple[int, int, int], config: d
     d["cluster"]["stop_timeout"] = "3s"
     d["cluster"]["backend"] = backend
     d["cluster"]["broker_defaults"]["config"].update(config or {})
-    # a kill takes ~1 s and a restart up to ~16 s until re-registered: room for both in the load
+    # a kill takes ~1 s and a restart ~6 s until re-registered (up to ~16 s on a starved host): room for both
     d["load"].update(duration=duration, rate=800)
     d["consumers"] = {"settle": "10s"}
     d["faults"] = [{"id": "oom-broker-a", "kind": "oom_kill", "target": "broker-a", "at": "8s", "restart_after": "6s"}]

@@ -35,16 +35,19 @@ def _sending(out: Path) -> bool:
     return _stage_running("load")(out) and any(journal_tail(f).end > 100_000 for f in (out / "ledgers").glob("send-*.jsonl"))
 
 
+LONG = pytest.mark.long  # `make test-long`: the load's SIGKILL and the analyze SIGKILL cover those paths in `make test`
 CASES = [  # (signal, the moment it is sent, what analyze may then say)
     (signal.SIGINT, "up", _stage_running("up")),
     (signal.SIGKILL, "load", _sending),
-    (signal.SIGINT, "load", _sending),
-    (signal.SIGKILL, "drain", _stage_running("drain")),
+    pytest.param(signal.SIGINT, "load", _sending, marks=LONG),
+    pytest.param(signal.SIGKILL, "drain", _stage_running("drain"), marks=LONG),
     (signal.SIGKILL, "analyze", _stage_running("analyze")),
 ]
 
 
-@pytest.mark.parametrize("sig, when, ready", CASES, ids=[f"{s.name}-{w}" for s, w, _ in CASES])
+@pytest.mark.parametrize("sig, when, ready", CASES,
+                         ids=[f"{c.values[0].name}-{c.values[1]}" if hasattr(c, "values") else f"{c[0].name}-{c[1]}"
+                              for c in CASES])
 def test_interrupted_run_leaves_nothing_and_claims_no_unverified_loss(tmp_path: Path, sig: signal.Signals,
                                                                       when: str, ready: Callable[[Path], bool]) -> None:
     # the load-stage cases are signalled ~1 s into the load; the later ones wait for it to end: 10 s

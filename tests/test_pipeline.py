@@ -9,12 +9,7 @@ from pathlib import Path
 
 from conftest import cli, scenario_dict, write_scenario
 from helpers import assert_nothing_left
-from rmqchaos.stagetimes import time_by_stage
-
-#: what a short scenario pays whatever its load: the cluster's JVMs starting (~20 s on 2 cores) and
-#: Spark's first session in the process (~20 s more than a warm one); measured in CI: 78.7 s for a
-#: 16.8 s load cold, 60.1 s for 17.5 s warm
-FIXED_S = 60.0
+from rmqchaos.stagetimes import time_by_stage, time_line
 
 
 def fault_events(run_dir: Path) -> dict[str, dict]:
@@ -103,11 +98,12 @@ def test_two_overlay_scenarios_run_and_are_reported_side_by_side(tmp_path: Path)
     for p in runs:
         assert json.loads((p / "analysis" / "summary.json").read_text())["counts"]["lost"] == 0
         assert_nothing_left(p)
-        # where the time went: in the text report, and a short scenario's wall time at most twice its
-        # load plus FIXED_S, what does not scale with the load
-        t = time_by_stage(json.loads((p / "state.json").read_text())["stages"])
-        assert t is not None and t["load_s"] and "time: " in (p / "report.txt").read_text()
-        assert t["wall_s"] <= 2 * t["load_s"] + FIXED_S, t
+        # where the time went, in the text report: each stage's seconds and the rest between them add
+        # up to the wall time (how long this host took is not the test's business: docs/benchmarks.md)
+        stages = json.loads((p / "state.json").read_text())["stages"]
+        t = time_by_stage({k: v for k, v in stages.items() if k != "report"})  # what report.txt could know
+        assert t is not None and t["load_s"] and time_line(t) in (p / "report.txt").read_text()
+        assert abs(sum(t["stages"].values()) + t["between_s"] - t["wall_s"]) <= 0.1 * len(t["stages"]) + 0.1, t
     html = out.read_text()
     assert "pair-a" in html and "pair-b" in html
     assert r.stdout.count("LOST 0,") == 2, r.stdout  # each run's text report, then the combined one

@@ -21,7 +21,7 @@ from cluster.backend import ClusterBackend, Node, NodeMemory, NodeStatus
 from cluster.jvm import find_java, jvm_command
 from cluster.local import cgroups
 from cluster.local.cgroups import Cgroup
-from cluster.plan import READY_TOPIC, NodePlan, jvm_options, main_args, port_in_use, render_config
+from cluster.plan import NODE_SYSTEM_PROPERTIES, READY_TOPIC, NodePlan, jvm_options, main_args, port_in_use, render_config
 from cluster.rmqlog import log_dir
 from rmqchaos import paths
 from rmqchaos.errors import UserError
@@ -291,7 +291,7 @@ class LocalNode(Node):
         main, args, props = main_args(self.plan, str(conf), self.c.namesrv_addr)
         return jvm_command(main, args, cp=f"{home / 'lib'}/*", heap_mb=j.heap_mb, java=java, options=opts,
                            user_home=self.dir, rocketmq_home=self.dir,
-                           system_properties={**j.system_properties, **props})
+                           system_properties={**NODE_SYSTEM_PROPERTIES, **j.system_properties, **props})
 
     def start(self) -> None:
         if self.running():
