@@ -11,7 +11,8 @@ FAULT_WORDS = {"oom_kill": ("kernel OOM kill", "kernel OOM kills"), "jvm_oom": (
                "blkio_throttle": ("disk throttle", "disk throttles"), "page_cache_limit": ("page-cache limit", "page-cache limits"),
                "redis_noise": ("Redis disk noise", "Redis disk noise"), "es_like_noise": ("fio disk noise", "fio disk noise"),
                "topic_flood": ("%RETRY% topic flood", "%RETRY% topic floods"),
-               "cleanup_retry_topics": ("%RETRY% topic cleanup", "%RETRY% topic cleanups")}
+               "cleanup_retry_topics": ("%RETRY% topic cleanup", "%RETRY% topic cleanups"),
+               "partition": ("network partition", "network partitions")}
 _NUM = {1: "one", 2: "two", 3: "three"}
 SETTINGS = ("brokerRole", "flushDiskType", "transientStorePoolEnable")  # named in every verdict
 
@@ -28,6 +29,9 @@ def faults_phrase(s: dict[str, Any], intent: bool = True) -> str:
     for e in s.get("events", []):
         if e.get("kind") == "fault" and e.get("outcome") == "ok":
             k = (e.get("params", {}).get("fault_kind") or "fault", str(e.get("target")))
+            groups = ((e.get("params") or {}).get("evidence") or {}).get("groups")
+            if k[0] == "partition" and groups:  # named by its sides: 'broker-a | namesrv'
+                k = (k[0], " | ".join(", ".join(g) for g in groups))
             seen[k] = seen.get(k, 0) + 1
     short: dict[tuple[str, str], float | None] = {}
     for x in noise_intents(s) if intent else []:
@@ -41,6 +45,8 @@ def faults_phrase(s: dict[str, Any], intent: bool = True) -> str:
         words = one if one == many else _n(n, one, many)  # noise is a mass noun: no count
         if (k, t) in short:
             words += f" (short of intent: {pct(short[(k, t)])})" if short[(k, t)] is not None else " (short of intent)"
+        if k == "partition":
+            return words + f" ({t})" if " | " in t else words
         return words + ("" if t in ("cluster", "None") else f" of {t}")  # noise has no target of its own
     # the restart after a kill is its recovery, not a fault of its own
     parts = [part(k, t, n) for (k, t), n in seen.items() if not (k == "restart" and t in killed)]

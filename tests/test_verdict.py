@@ -129,6 +129,15 @@ def test_a_flood_verdict_names_the_route_outage_its_length_and_the_sends_acked_o
     assert "namesrv" not in verdict(flood(out=(20, 22)))  # a restarted broker's first registration: not a finding
 
 
+def test_a_partition_is_named_by_its_sides() -> None:
+    cut = {"kind": "fault", "outcome": "ok", "target": "cluster",
+           "params": {"fault_kind": "partition", "evidence": {"groups": [["broker-a"], ["namesrv", "producers"]]}}}
+    s = summary("partition-namesrv", "false", 0, None, events=[cut])
+    assert verdict(s) == ("partition-namesrv: with ASYNC_MASTER, ASYNC_FLUSH, transientStorePoolEnable=false and the "
+                          "no_retry send policy, one network partition (broker-a | namesrv, producers) lost 0 "
+                          "acknowledged messages; none delivered twice.")
+
+
 def test_a_noise_short_of_its_intent_is_stated_and_not_named_as_if_it_ran() -> None:
     words = "Redis noise reached 6 % of its 200 SET/s (worst of 8 instances)"
     short = noise_intent(shared_host(busy={}), "redis_noise", True, words, 0.06)
