@@ -69,7 +69,7 @@ def test_bad_fault_settings_fail_before_anything_starts(tmp_path: Path) -> None:
              ({"kind": "pause", "target": "broker-a", "at": "28s"},
               "faults[0].at: the fault (at 28s, lasting 5s) ends after the load's duration 30s"),
              ({"kind": "jvm_oom", "target": "broker-a", "at": "5s"}, "jvm_oom needs -XX:+ExitOnOutOfMemoryError"),
-             ({"kind": "explode", "target": "broker-a", "at": "5s"}, "faults[0].kind: unknown fault kind 'explode'; known: blkio_throttle, cleanup_retry_topics, es_like_noise, jvm_oom, kill, oom_kill, page_cache_limit, pause, redis_noise, restart, topic_flood")]
+             ({"kind": "explode", "target": "broker-a", "at": "5s"}, "faults[0].kind: unknown fault kind 'explode'; known: blkio_throttle, cleanup_retry_topics, es_like_noise, jvm_oom, kill, link, oom_kill, page_cache_limit, partition, pause, redis_noise, restart, topic_flood")]
     for fault, expect in cases:
         f = write_scenario(tmp_path / "bad.yaml", {"name": "bad", "load": {"duration": "30s"}, "faults": [fault]})
         r = cli("run", str(f), "--out", str(tmp_path / "never"))
