@@ -1,6 +1,12 @@
-"""iptables DROP rules for partitions on loopback, in chains the platform owns (docs/safety.md).
+"""iptables rules on loopback in chains the platform owns (docs/safety.md): DROPs for partitions,
+DNATs that send one link's new connections through a Toxiproxy proxy (link faults).
 
     filter OUTPUT --(1st rule)--> RMQCHAOS --(comment rmqchaos:<run id>)--> RMQC-<digest of run id> --> DROPs
+    nat    OUTPUT --(1st rule)--> RMQCHAOS --(comment rmqchaos:<run id>)--> RMQC-<digest of run id> --> DNATs
+
+The nat table has the same chain names and the same ownership (comments, lock, reaping); a DNAT
+matches only a connection's SYN (conntrack keeps the decision for the rest), so an established
+connection is never redirected.
 
 Loopback packets traverse OUTPUT once on their way out, so one DROP there stops them; each rule
 carries `rmqchaos:<run id>:<fault id>` so a leftover rule says whose it is. Only addresses inside
@@ -30,6 +36,8 @@ from rmqchaos.loopback import loopback, port
 from rmqchaos.wait import poll_until
 
 PARENT = "RMQCHAOS"
+FILTER, NAT = "filter", "nat"
+TABLES = (FILTER, NAT)
 PREFIX = "RMQC-"
 TAG = "rmqchaos"
 WAIT_S = 10  # `--wait=10`: wait at most this long for the xtables lock (a plain -w waits forever)
@@ -61,11 +69,27 @@ class RunRules:
         if sport is not None:
             spec += ["--sport", str(port(sport))]
         spec += ["-m", "comment", "--comment", f"{TAG}:{self.run_id}:{_ident(tag, 'fault id')}", "-j", "DROP"]
+        return self._add(FILTER, spec)
+
+    def dnat(self, src: str, dst: str, dport: int, to: tuple[str, int], *, tag: str) -> str:
+        """Send new tcp connections from `src` to `dst:dport` to `to` (address, port) instead, in
+        the nat table; returns the rule. Replies are translated back by conntrack, so the client
+        sees `dst:dport` answer."""
+        # --syn: only a connection's first packet. nat sees every packet of a connection conntrack
+        # did not track yet (loopback connections opened before any nat rule existed: measured here,
+        # conntrack picks them up mid-stream), and a mid-stream packet sent to the proxy is answered
+        # with a reset; with --syn such a connection gets no translation and goes on untouched.
+        spec = ["-s", loopback(src), "-d", loopback(dst), "-p", "tcp", "--syn", "--dport", str(port(dport)),
+                "-m", "comment", "--comment", f"{TAG}:{self.run_id}:{_ident(tag, 'fault id')}",
+                "-j", "DNAT", "--to-destination", f"{loopback(to[0])}:{port(to[1])}"]
+        return self._add(NAT, spec)
+
+    def _add(self, table: str, spec: list[str]) -> str:
         with _locked():
-            self._ensure()
-            if _ipt("-C", self.chain, *spec, check=False).returncode != 0:  # the same rule twice: once
-                _ipt("-A", self.chain, *spec)
-        return shlex.join(["-A", self.chain, *spec])
+            self._ensure(table)
+            if _ipt("-C", self.chain, *spec, check=False, table=table).returncode != 0:  # the same rule twice: once
+                _ipt("-A", self.chain, *spec, table=table)
+        return shlex.join([*(("-t", table) if table != FILTER else ()), "-A", self.chain, *spec])
 
     def cut(self, a: str, b: str, *, tag: str, port: int | None = None, symmetric: bool = True) -> list[str]:
         """Cut `a` from `b`. port=None: every packet a->b (and b->a if symmetric). port=P (b's
@@ -76,35 +100,37 @@ class RunRules:
             rules.append(self.drop(b, a, sport=port, tag=tag))
         return rules
 
-    def rules(self) -> list[str]:
-        """This run's rules as `iptables -S` prints them ([] when it has none)."""
-        return [ln for ln in _list(self.chain) if ln.startswith("-A ")]
+    def rules(self, table: str = FILTER) -> list[str]:
+        """This run's rules in `table` as `iptables -S` prints them ([] when it has none)."""
+        return [ln for ln in _list(self.chain, table) if ln.startswith("-A ")]
 
     def remove_tag(self, tag: str) -> int:
-        """Remove one fault's rules; returns how many were removed."""
+        """Remove one fault's rules (both tables); returns how many were removed."""
         want = f"{self.run_id}:{_ident(tag, 'fault id')}"
         n = 0
         with _locked():
-            for ln in _list(self.chain):
-                if ln.startswith("-A ") and _owner(ln) == want:
-                    _ipt("-D", *shlex.split(ln)[1:], check=False)
-                    n += 1
+            for table in TABLES:
+                for ln in _list(self.chain, table):
+                    if ln.startswith("-A ") and _owner(ln) == want:
+                        _ipt("-D", *shlex.split(ln)[1:], check=False, table=table)
+                        n += 1
         return n
 
     def remove(self) -> int:
-        """Remove the run's chain and its jump, and the parent chain once no run chain is left."""
+        """Remove the run's chains and their jumps (both tables), and a table's parent chain once
+        no run chain is left in it."""
         with _locked():
-            return _remove_chain(self.chain)
+            return sum(_remove_chain(self.chain, table) for table in TABLES)
 
-    def _ensure(self) -> None:
-        _ensure_parent()
+    def _ensure(self, table: str = FILTER) -> None:
+        _ensure_parent(table)
         jump = _jump_spec(self.chain, self.run_id)
-        if not _list(self.chain):
+        if not _list(self.chain, table):
             # the chain and its jump in one transaction (see the module's docstring)
-            _ipt(stdin=f"*filter\n:{self.chain} - [0:0]\n{shlex.join(['-A', PARENT, *jump])}\nCOMMIT\n",
+            _ipt(stdin=f"*{table}\n:{self.chain} - [0:0]\n{shlex.join(['-A', PARENT, *jump])}\nCOMMIT\n",
                  cmd="iptables-restore")
-        elif _ipt("-C", PARENT, *jump, check=False).returncode != 0:
-            _ipt("-A", PARENT, *jump)
+        elif _ipt("-C", PARENT, *jump, check=False, table=table).returncode != 0:
+            _ipt("-A", PARENT, *jump, table=table)
 
 
 def available() -> bool:
@@ -117,32 +143,35 @@ def remove_run(run_id: str) -> list[str]:
     if not available():
         return []
     rr = RunRules(run_id)
-    if not _list(rr.chain):
-        return []
-    n = rr.remove()
-    return [f"removed iptables chain {rr.chain} ({n} rule(s))"]
+    out = []
+    for table in TABLES:
+        if _list(rr.chain, table):
+            with _locked():
+                n = _remove_chain(rr.chain, table)
+            out.append(f"removed iptables {_what(table)} {rr.chain} ({n} rule(s))")
+    return out
 
 
 def reap_unregistered(is_registered: Callable[[str], bool]) -> list[str]:
     """Orphan reaping's part: the chains of runs no longer registered (a SIGKILLed run's, once
     `down --all` forgot it) are removed; a registered run's chain stays for its own `down`."""
-    return reap(is_registered) if available() and chains() else []
+    return reap(is_registered) if available() and any(chains(t) for t in TABLES) else []
 
 
-def chains() -> list[str]:
-    """The run chains present (`RMQC-…`), whoever's they are."""
-    return [ln.split()[1] for ln in _ipt("-S").stdout.splitlines()
+def chains(table: str = FILTER) -> list[str]:
+    """The run chains present in `table` (`RMQC-…`), whoever's they are."""
+    return [ln.split()[1] for ln in _ipt("-S", table=table).stdout.splitlines()
             if ln.startswith("-N " + PREFIX)]
 
 
-def owners() -> dict[str, str | None]:
+def owners(table: str = FILTER) -> dict[str, str | None]:
     """Run chain -> its run id (from its jump's comment, else its rules'); None if nothing names it."""
-    jumps = {ln.split(" -j ")[-1].strip(): _owner(ln) for ln in _list(PARENT) if " -j " + PREFIX in ln}
+    jumps = {ln.split(" -j ")[-1].strip(): _owner(ln) for ln in _list(PARENT, table) if " -j " + PREFIX in ln}
     out: dict[str, str | None] = {}
-    for ch in chains():
+    for ch in chains(table):
         run = jumps.get(ch)
         if run is None:
-            run = next((o.split(":")[0] for o in map(_owner, _list(ch)) if o), None)
+            run = next((o.split(":")[0] for o in map(_owner, _list(ch, table)) if o), None)
         out[ch] = run
     return out
 
@@ -154,14 +183,20 @@ def reap(is_live: Callable[[str], bool]) -> list[str]:
     lock nobody is between creating it and its jump, so it is removed too."""
     done: list[str] = []
     with _locked():
-        for ch, run in owners().items():
-            if run is not None and is_live(run):
-                continue
-            n = _remove_chain(ch)
-            done.append(f"run {run or '(unknown)'}: removed iptables chain {ch} ({n} rule(s))")
-        if not chains():
-            _remove_parent()
+        for table in TABLES:
+            for ch, run in owners(table).items():
+                if run is not None and is_live(run):
+                    continue
+                n = _remove_chain(ch, table)
+                done.append(f"run {run or '(unknown)'}: removed iptables {_what(table)} {ch} ({n} rule(s))")
+            if not chains(table):
+                _remove_parent(table)
     return done
+
+
+def _what(table: str) -> str:
+    # the filter table's lines read as they always did ("removed iptables chain …")
+    return "chain" if table == FILTER else f"{table} chain"
 
 
 # --- internals -------------------------------------------------------------------------------
@@ -184,12 +219,16 @@ def _binary(name: str) -> str:
     # root's tools live in /usr/sbin, which a non-login PATH may lack
     path = shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin")
     if path is None:
-        raise UserError(f"{name} not found (network partitions need it)", "install it: apt-get install iptables")
+        raise UserError(f"{name} not found (network faults need it)", "install it: apt-get install iptables")
     return path
 
 
-def _ipt(*args: str, check: bool = True, stdin: str | None = None, cmd: str = "iptables") -> subprocess.CompletedProcess:
-    argv = [_binary(cmd), f"--wait={WAIT_S}", *(("--noflush",) if cmd == "iptables-restore" else ()), *args]
+def _ipt(*args: str, check: bool = True, stdin: str | None = None, cmd: str = "iptables",
+         table: str = FILTER) -> subprocess.CompletedProcess:
+    if table not in TABLES:
+        raise ValueError(f"table {table!r}")
+    tbl = ("-t", table) if cmd == "iptables" and table != FILTER else ()
+    argv = [_binary(cmd), f"--wait={WAIT_S}", *(("--noflush",) if cmd == "iptables-restore" else ()), *tbl, *args]
     try:
         r = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=WAIT_S + 20)
     except subprocess.TimeoutExpired:
@@ -201,43 +240,43 @@ def _ipt(*args: str, check: bool = True, stdin: str | None = None, cmd: str = "i
     return r
 
 
-def _list(chain: str) -> list[str]:
+def _list(chain: str, table: str = FILTER) -> list[str]:
     """`iptables -S CHAIN` lines, [] if there is no such chain (iptables-nft then says 'incompatible')."""
-    r = _ipt("-S", chain, check=False)
+    r = _ipt("-S", chain, check=False, table=table)
     return r.stdout.splitlines() if r.returncode == 0 else []
 
 
-def _ensure_parent() -> None:
-    if _ipt("-N", PARENT, check=False).returncode != 0 and not _list(PARENT):
-        _ipt("-N", PARENT)  # it failed for another reason than "exists": let that one surface
+def _ensure_parent(table: str = FILTER) -> None:
+    if _ipt("-N", PARENT, check=False, table=table).returncode != 0 and not _list(PARENT, table):
+        _ipt("-N", PARENT, table=table)  # it failed for another reason than "exists": let that one surface
     # first in OUTPUT, so no ACCEPT of the host's own rules lets loopback traffic past it
-    if _ipt("-C", "OUTPUT", "-j", PARENT, check=False).returncode != 0:
-        _ipt("-I", "OUTPUT", "1", "-j", PARENT)
+    if _ipt("-C", "OUTPUT", "-j", PARENT, check=False, table=table).returncode != 0:
+        _ipt("-I", "OUTPUT", "1", "-j", PARENT, table=table)
 
 
-def _remove_parent() -> None:
+def _remove_parent(table: str = FILTER) -> None:
     for _ in range(100):  # each pass deletes one jump (normally there is exactly one)
-        if _ipt("-D", "OUTPUT", "-j", PARENT, check=False).returncode != 0:
+        if _ipt("-D", "OUTPUT", "-j", PARENT, check=False, table=table).returncode != 0:
             break
-    if _list(PARENT):
-        _ipt("-F", PARENT)
-        _ipt("-X", PARENT)
+    if _list(PARENT, table):
+        _ipt("-F", PARENT, table=table)
+        _ipt("-X", PARENT, table=table)
 
 
 def _jump_spec(chain: str, run_id: str) -> list[str]:
     return ["-m", "comment", "--comment", f"{TAG}:{run_id}", "-j", chain]
 
 
-def _remove_chain(chain: str) -> int:
-    rules = [ln for ln in _list(chain) if ln.startswith("-A ")]
-    for ln in _list(PARENT):  # every jump to it, whatever its comment
+def _remove_chain(chain: str, table: str = FILTER) -> int:
+    rules = [ln for ln in _list(chain, table) if ln.startswith("-A ")]
+    for ln in _list(PARENT, table):  # every jump to it, whatever its comment
         if ln.startswith("-A ") and ln.split(" -j ")[-1].strip() == chain:
-            _ipt("-D", *shlex.split(ln)[1:], check=False)
-    if _list(chain):
-        _ipt("-F", chain)
-        _ipt("-X", chain)
-    if not any(ln.startswith("-A ") for ln in _list(PARENT)):
-        _remove_parent()
+            _ipt("-D", *shlex.split(ln)[1:], check=False, table=table)
+    if _list(chain, table):
+        _ipt("-F", chain, table=table)
+        _ipt("-X", chain, table=table)
+    if not any(ln.startswith("-A ") for ln in _list(PARENT, table)):
+        _remove_parent(table)
     return len(rules)
 
 

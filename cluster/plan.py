@@ -19,9 +19,10 @@ MAIN = {"namesrv": "org.apache.rocketmq.namesrv.NamesrvStartup",
 def addresses(s: Scenario) -> dict[str, str]:
     """Each node's and client's own loopback address in the cluster's subnet: namesrv .1, proxy .2,
     broker group i's master .(10i+11) and its slave one above, the load's producers .201, consumer
-    j .(211+j). Fixed by the scenario, so a rule or a report names the same node in every run."""
+    j .(211+j); and `links` .200, where link faults' Toxiproxy proxies listen (a member of no
+    partition). Fixed by the scenario, so a rule or a report names the same node in every run."""
     net = s.cluster.subnet.rsplit(".", 1)[0]
-    out = {"namesrv": f"{net}.1", "proxy": f"{net}.2", "producers": f"{net}.201"}
+    out = {"namesrv": f"{net}.1", "proxy": f"{net}.2", "links": f"{net}.200", "producers": f"{net}.201"}
     for i, b in enumerate(s.cluster.brokers):
         out[b.name] = f"{net}.{10 * i + 11}"
         out[f"{b.name}-s"] = f"{net}.{10 * i + 12}"

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import socket
 import statistics
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -129,7 +130,12 @@ class Toxiproxy:
             return "not-started"
         how = stop(self.pid, self.start_ticks, grace)
         if self._proc is not None:
-            self._proc.poll()  # collect its exit status (no zombie left behind)
+            # collect its exit status (no zombie left behind). wait, not poll: a Go server's leader
+            # thread is a zombie before its other threads are gone, and cannot be reaped until they are
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass  # reaped later by the next poll; the process itself has exited
         return how
 
     def alive(self) -> bool:

@@ -382,7 +382,8 @@ def fault_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec]) -> list[
             for e in ve.errors():
                 loc = ("faults", i, *e["loc"])
                 if e["type"] == "extra_forbidden":
-                    allowed = ", ".join([*Fault.model_fields, *kind.Params.model_fields])
+                    allowed = ", ".join([*Fault.model_fields,
+                                         *(f.alias or n for n, f in kind.Params.model_fields.items())])
                     errs.append((loc, f"unknown key for a {f.kind} fault; allowed: {allowed}"))
                 else:
                     errs.append((loc, _pydantic_message(e)))

@@ -238,3 +238,40 @@ def test_two_runs_share_the_parent_and_reap_keeps_the_live_one(rules: RunRules) 
         dead.remove()
         if stray in netrules.chains():
             subprocess.run(["iptables", "-w", "-X", stray], timeout=30)
+
+
+def test_dnat_redirects_only_the_named_clients_new_connections_and_goes_with_the_run(
+        listeners: dict[str, Listener], rules: RunRules) -> None:
+    """nat table: C3's new connections to L1 land on L2's listener; C4's, and C3's open one, do not
+    (without --syn the open one was reset: conntrack picked it up mid-stream and sent it to L2).
+    remove_tag, remove and reap cover the nat chain like the filter one."""
+    def served_by(c: socket.socket) -> str:
+        for addr, listener in listeners.items():
+            if any(s.getpeername() == c.getsockname() for s in list(listener.conns)):
+                return addr
+        return "?"
+
+    old = socket.create_connection((L1, PORT), timeout=PROBE_S, source_address=(C3, 0))
+    rule = rules.dnat(C3, L1, PORT, (L2, PORT), tag="lnk")
+    assert rule.startswith(f"-t nat -A {rules.chain} ") and rule.endswith(f"--to-destination {L2}:{PORT}")
+    new = socket.create_connection((L1, PORT), timeout=PROBE_S, source_address=(C3, 0))
+    other = socket.create_connection((L1, PORT), timeout=PROBE_S, source_address=(C4, 0))
+    for c in (old, new, other):
+        c.sendall(b"hi")
+        assert _arrives(c, b"hi") and c.getpeername() == (L1, PORT)  # the client sees L1 answer either way
+    assert (served_by(old), served_by(new), served_by(other)) == (L1, L2, L1)
+    assert len(rules.rules("nat")) == 1 and rules.rules() == []
+    assert "-A OUTPUT -j RMQCHAOS" in subprocess.run(["iptables", "-w", "-t", "nat", "-S", "OUTPUT"],
+                                                     capture_output=True, text=True, check=True).stdout
+    assert rules.remove_tag("lnk") == 1 and rules.rules("nat") == []
+    rules.dnat(C3, L1, PORT, (L2, PORT), tag="lnk")
+    rules.drop(C4, L2, dport=PORT, tag="cut")
+    assert netrules.owners("nat")[rules.chain] == rules.run_id
+    assert netrules.remove_run(rules.run_id) == [f"removed iptables chain {rules.chain} (1 rule(s))",
+                                                 f"removed iptables nat chain {rules.chain} (1 rule(s))"]
+    rules.dnat(C3, L1, PORT, (L2, PORT), tag="lnk")
+    assert netrules.reap(lambda run: run != rules.run_id) == [
+        f"run {rules.run_id}: removed iptables nat chain {rules.chain} (1 rule(s))"]
+    assert rules.chain not in netrules.chains("nat") and "RMQC" not in _ipt_save()
+    for c in (old, new, other):
+        c.close()

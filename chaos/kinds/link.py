@@ -1,0 +1,155 @@
+"""link: a slow or broken link between two members (latency with jitter, a bandwidth limit, a
+blackhole, resets) through Toxiproxy, placed by iptables DNAT (cluster/links.py), for `duration`
+or until the load ends. The kernel here has no netem.
+
+`from` is the side that connects (a node, `producers`, `consumers`, `consumer-<id>`), `to` the side
+that listens (a node): every listener port of `to` gets a proxy, and new connections from `from`'s
+address to it are sent there. `both: true` adds `to`'s connections to `from`'s listeners.
+Connections open before the fault keep their direct path (RocketMQ clients keep one connection per
+broker and reconnect only when it breaks): the evidence lists them (`links_at_start`).
+
+Toxics act on `stream`: `downstream` (the answers: a request's round trip grows by `latency`, the
+default), `upstream` (the requests) or `both` (each toxic both ways: a round trip grows by twice).
+Evidence: the proxies, toxics and rules, and a probe's round trip from `from`'s address to `to`'s
+first remoting port before (direct) and during (through the proxy): `rtt_before_ms`, `rtt_during_ms`."""
+from __future__ import annotations
+
+import re
+import socket
+import struct
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field, StrictBool, StrictInt, model_validator
+
+from chaos.kinds.partition import Member, endpoints, established, members
+from chaos.protocol import FaultError, FaultKind, Lasting, lasting_span, register
+from cluster import toxiproxy as tp
+from cluster.links import Link, LinkFault, Probe
+from cluster.plan import addresses, plan
+from rmqchaos.errors import UserError
+from rmqchaos.spec import Duration, Fault, Scenario
+from rmqclient.frame import Frame, encode_frame
+
+#: a request code no RocketMQ server handles: every remoting server (namesrv, broker, proxy) answers
+#: it with REQUEST_CODE_NOT_SUPPORTED at once, which is all a round trip needs
+PROBE_CODE = 9999
+
+
+class LinkParams(Lasting):
+    model_config = ConfigDict(extra="forbid", validate_default=True, serialize_by_alias=True)
+    from_: Member = Field(alias="from")
+    to: Member
+    both: StrictBool = False
+    latency: Duration | None = None
+    jitter: Duration | None = None
+    bandwidth_kb_s: Annotated[StrictInt, Field(ge=1, le=10_000_000)] | None = None
+    blackhole: StrictBool = False
+    reset: StrictBool = False
+    stream: Literal["downstream", "upstream", "both"] = "downstream"
+
+    @model_validator(mode="after")
+    def _one_effect(self) -> "LinkParams":
+        if self.latency is None and self.bandwidth_kb_s is None and not self.blackhole and not self.reset:
+            raise ValueError("set at least one of latency, bandwidth_kb_s, blackhole, reset")
+        if self.jitter is not None and (self.latency is None or self.jitter > self.latency):
+            raise ValueError("jitter needs a latency at least as large (the delay is latency ± jitter)")
+        if self.blackhole and self.reset:
+            raise ValueError("blackhole and reset exclude each other (a blackhole drops what would trigger the reset)")
+        if self.from_ == self.to:
+            raise ValueError(f"from and to are both {self.to!r}: a link joins two members")
+        return self
+
+    def toxics(self) -> dict[str, tp.Toxic]:
+        streams = tp.STREAMS if self.stream == "both" else (self.stream,)
+        out: dict[str, tp.Toxic] = {}
+        for s in streams:
+            if self.latency is not None:
+                out[f"latency-{s}"] = tp.latency(round(self.latency * 1000), round((self.jitter or 0) * 1000), s)
+            if self.bandwidth_kb_s is not None:
+                out[f"bandwidth-{s}"] = tp.bandwidth(self.bandwidth_kb_s, s)
+            if self.blackhole:
+                out[f"blackhole-{s}"] = tp.blackhole(0, s)  # 0: the connection is held until the fault stops
+            if self.reset:
+                out[f"reset-{s}"] = tp.reset(0, s)
+        return out
+
+
+def links(s: Scenario, frm: str, to: str, both: bool) -> list[Link]:
+    """Every (client address, server address, listener ports) the fault puts a proxy on."""
+    out = [Link(a, b, tuple(pb)) for a, _ in endpoints(s, frm) for b, pb in endpoints(s, to) if pb]
+    if both:
+        out += [Link(b, a, tuple(pa)) for b, _ in endpoints(s, to) for a, pa in endpoints(s, frm) if pa]
+    return out
+
+
+def remoting_port(s: Scenario, member: str) -> int | None:
+    """The port a remoting request gets an answer on: the node's first, the proxy's remoting port."""
+    for p in plan(s):
+        if p.name == member:
+            return p.ports[1] if p.role == "proxy" else p.ports[0]
+    return None
+
+
+def _read_frame(sock: socket.socket) -> bytes:
+    def read(n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:  # bounded by n and the socket's timeout
+            chunk = sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError(f"connection closed after {len(buf)} of {n} bytes")
+            buf += chunk
+        return buf
+    head = read(4)
+    (n,) = struct.unpack(">i", head)
+    if not 0 < n <= 1 << 20:
+        raise ConnectionError(f"not a remoting frame (length {n})")
+    return head + read(n)
+
+
+@register
+class LinkKind(FaultKind):
+    name = "link"
+    Params = LinkParams
+    target = "none"
+
+    @classmethod
+    def span(cls, params: Any) -> float:
+        return lasting_span(params)
+
+    @classmethod
+    def check(cls, params: Any, fault: Fault, scenario: Scenario) -> list[tuple[tuple[Any, ...], str]]:
+        known = members(scenario)
+        errs = [((key,), f"no node or client {m!r}; members: {', '.join(known)}")
+                for key, m in (("from", params.from_), ("to", params.to)) if m not in known]
+        if errs:
+            return errs
+        if not any(ports for _, ports in endpoints(scenario, params.to)):
+            errs.append((("to",), f"{params.to!r} listens on no port: `to` is the side that listens (a node)"))
+        if params.both and not any(ports for _, ports in endpoints(scenario, params.from_)):
+            errs.append((("both",), f"{params.from_!r} listens on no port: `both` needs two nodes"))
+        if not errs and not links(scenario, params.from_, params.to, params.both):
+            errs.append((("from",), f"{params.from_!r} has no process in this scenario (no consumer instance?)"))
+        return errs
+
+    def start(self) -> None:
+        p: LinkParams = self.params  # type: ignore[assignment]
+        c = self.ctx.cluster
+        s = c.scenario
+        want = links(s, p.from_, p.to, p.both)
+        tag = re.sub(r"[^A-Za-z0-9._-]", "_", self.occurrence)
+        probe = Probe(request=encode_frame(Frame(code=PROBE_CODE, opaque=1)), reply=_read_frame,
+                      port=remoting_port(s, p.to))
+        self.core = LinkFault(c.run.run_id, tag, want, p.toxics(), addresses(s)["links"], c.run.path / "links",
+                              c.run.processes, probe)
+        open_conns = [f"{la}:{lp}->{pa}:{pp}" for la, lp, pa, pp in established()
+                      if any(la == ln.client and pa == ln.server and pp in ln.ports for ln in want)]
+        try:
+            ev = self.core.start()
+        except UserError as e:
+            raise FaultError(f"link {self.occurrence}: {e.message}", e.hint) from None
+        self.evidence = {"from": p.from_, "to": p.to, "both": p.both, "stream": p.stream, **ev,
+                         "links_at_start": sorted(open_conns)}
+
+    def stop(self) -> dict[str, Any]:
+        self.evidence.update(self.core.stop())
+        return self.evidence

@@ -1,0 +1,219 @@
+"""The link fault (chaos/kinds/link.py) through its core (cluster/links.py), with the real iptables
+and the real Toxiproxy but no JVM: echo servers on 127.0.79.1 and .2 stand in for two nodes,
+clients bind .3 and .4, proxies listen on .200. A latency measures on its link and adds nothing on
+the others; a blackhole holds the connection and drops the data; a reset resets; after stop no rule
+of ours is in iptables (filter or nat) and no toxiproxy process is left. Bad faults are refused at
+load with one line (the CLI, as tests/test_partition.py)."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from cluster import links as lk
+from cluster import netrules
+from cluster import toxiproxy as tp
+from cluster.links import Link, LinkFault
+from cluster.toxiproxy import measure_rtt
+from conftest import cli, write_scenario
+from rmqchaos.procs import ProcessLog, alive
+from test_toxiproxy import DIRECT_MS, Echo
+
+def _missing() -> str | None:
+    if os.geteuid() != 0:
+        return "iptables rules need root"
+    if shutil.which("iptables", path="/usr/sbin:/sbin:" + os.environ.get("PATH", "")) is None:
+        return "iptables is not installed (apt-get install iptables)"
+    if not tp.BINARY.is_file():
+        return f"{tp.BINARY} is not built (scripts/setup.sh builds it when Go is installed)"
+    return None
+
+
+MISSING = _missing()
+live = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
+pytestmark = pytest.mark.fast
+
+NET = "127.0.79"
+S1, S2, C3, C4, PROXY = (f"{NET}.{i}" for i in (1, 2, 3, 4, 200))
+P, Q = 19491, 19492  # S1 listens on both, S2 on P; below the ephemeral range
+
+
+def ours() -> list[str]:
+    out = subprocess.run(["iptables-save"], capture_output=True, text=True, check=True, timeout=30).stdout
+    return [ln for ln in out.splitlines() if "RMQC" in ln or "rmqchaos:" in ln]
+
+
+@pytest.fixture
+def servers() -> Iterator[None]:
+    echoes = [Echo(f"{S1}:{P}"), Echo(f"{S1}:{Q}"), Echo(f"{S2}:{P}")]
+    try:
+        yield
+    finally:
+        for e in echoes:
+            e.close()
+
+
+@pytest.fixture
+def run_id() -> Iterator[str]:
+    """A run id whose chains (an empty one stays after a fault's stop, as in a run) go at the end,
+    as the run's `down` removes them."""
+    run = f"t{uuid.uuid4().hex[:8]}-link"
+    try:
+        yield run
+    finally:
+        if MISSING is None:
+            netrules.RunRules(run).remove()
+
+
+def fault(tmp_path: Path, run: str, **toxics: tp.Toxic) -> LinkFault:
+    return LinkFault(run, "lnk", [Link(C3, S1, (P, Q))], toxics, PROXY, tmp_path / "links",
+                     ProcessLog(tmp_path / "processes.jsonl"))
+
+
+def assert_gone(f: LinkFault, tmp_path: Path, pid: int | None, ticks: int | None) -> None:
+    """No rule of the fault in iptables (its run's chain stays for `down`, empty); once the run's
+    chains are removed, nothing of the platform's at all; no toxiproxy-server."""
+    assert [r for r in ours() if r.startswith("-A RMQC-")] == [], ours()
+    netrules.RunRules(f.run_id).remove()
+    assert ours() == [], ours()
+    assert pid is not None and not alive(pid, ticks), "toxiproxy-server still runs"
+    assert lk._servers == {}
+    exits = [e for e in ProcessLog(tmp_path / "processes.jsonl").entries() if e.get("event") == "exit"]
+    assert [e["pid"] for e in exits] == [pid], exits
+
+
+@live
+@pytest.mark.usefixtures("servers")
+def test_latency_200ms_on_its_link_and_none_beside_it(tmp_path: Path, run_id: str) -> None:
+    assert ours() == [], "a rule of the platform is already there"
+    open_before = socket.create_connection((S1, P), timeout=3, source_address=(C3, 0))
+    f = fault(tmp_path, run_id, slow=tp.latency(200))
+    try:
+        ev = f.start()
+        pid, ticks = f.server.pid, f.server.start_ticks  # type: ignore[union-attr]
+        on = {pp: measure_rtt(f"{S1}:{pp}", 10, source=C3) for pp in (P, Q)}
+        off = {"other source": measure_rtt(f"{S1}:{P}", 10, source=C4),
+               "other server": measure_rtt(f"{S2}:{P}", 10, source=C3)}
+        open_before.sendall(b"x")  # the connection open before the fault keeps its direct path
+        t0 = time.perf_counter()
+        assert open_before.recv(1) == b"x" and time.perf_counter() - t0 < DIRECT_MS / 1000
+        print({"evidence": {k: ev[k] for k in ("rtt_before_ms", "rtt_during_ms")},
+               **{f"{C3}->{S1}:{pp}": r.summary() for pp, r in on.items()},
+               **{k: r.summary() for k, r in off.items()}})
+        for r in on.values():
+            assert 160 <= r.median_ms <= 240, r.summary()
+        for r in off.values():
+            assert r.median_ms < DIRECT_MS, r.summary()
+        assert ev["rtt_before_ms"] < DIRECT_MS and 160 <= ev["rtt_during_ms"] <= 240, ev
+        assert len(ev["rules"]) == 2 and all(r.startswith("-t nat -A RMQC-") and "--syn" in r for r in ev["rules"])
+        assert sorted(x["upstream"] for x in ev["proxies"].values()) == [f"{S1}:{P}", f"{S1}:{Q}"]
+        assert ev["toxics"]["slow"]["attributes"] == {"latency": 200, "jitter": 0}
+    finally:
+        out = f.stop()
+        open_before.close()
+    assert out == {"rules_removed": 2, "proxies_removed": 2, "toxiproxy": "terminated"}
+    assert_gone(f, tmp_path, pid, ticks)
+    assert measure_rtt(f"{S1}:{P}", 5, source=C3).median_ms < DIRECT_MS
+
+
+@live
+@pytest.mark.usefixtures("servers")
+def test_blackhole_holds_the_connection_and_drops_the_data(tmp_path: Path, run_id: str) -> None:
+    f = fault(tmp_path, run_id, hole=tp.blackhole(0))
+    f.probe.timeout = 1.0
+    try:
+        ev = f.start()
+        pid, ticks = f.server.pid, f.server.start_ticks  # type: ignore[union-attr]
+        assert ev["rtt_during_ms"] is None and "TimeoutError" in ev["probe_during"]["error"], ev
+        with socket.create_connection((S1, P), timeout=3, source_address=(C3, 0)) as s:
+            s.sendall(b"ping")
+            s.settimeout(1.5)
+            with pytest.raises(TimeoutError):
+                s.recv(64)  # nothing comes back, and the connection is neither closed nor reset
+            s.sendall(b"more")  # still open for writing
+        assert measure_rtt(f"{S1}:{P}", 3, source=C4).median_ms < DIRECT_MS
+    finally:
+        f.stop()
+    assert_gone(f, tmp_path, pid, ticks)
+
+
+@live
+@pytest.mark.usefixtures("servers")
+def test_reset_resets_the_connection(tmp_path: Path, run_id: str) -> None:
+    f = fault(tmp_path, run_id, rst=tp.reset(0))
+    try:
+        ev = f.start()
+        pid, ticks = f.server.pid, f.server.start_ticks  # type: ignore[union-attr]
+        assert "ConnectionResetError" in ev["probe_during"]["error"], ev
+        with socket.create_connection((S1, Q), timeout=3, source_address=(C3, 0)) as s:
+            s.sendall(b"ping")
+            with pytest.raises(ConnectionResetError):
+                s.recv(64)
+        assert measure_rtt(f"{S2}:{P}", 3, source=C3).median_ms < DIRECT_MS
+    finally:
+        f.stop()
+    assert_gone(f, tmp_path, pid, ticks)
+
+
+@live
+def test_two_faults_of_a_run_share_one_server_until_the_last_stops(tmp_path: Path, run_id: str) -> None:
+    run = run_id
+    log = ProcessLog(tmp_path / "processes.jsonl")
+    a = LinkFault(run, "a", [Link(C3, S1, (P,))], {"slow": tp.latency(50)}, PROXY, tmp_path, log)
+    b = LinkFault(run, "b", [Link(C4, S2, (P,))], {"slow": tp.latency(50)}, PROXY, tmp_path, log)
+    a.probe.samples = b.probe.samples = 1
+    try:
+        a.start()
+        b.start()
+        assert a.server is b.server and a.server is not None
+        pid, ticks = a.server.pid, a.server.start_ticks
+        assert a.stop()["toxiproxy"] == "still used" and alive(pid, ticks)  # type: ignore[arg-type]
+        left = [r for r in ours() if r.startswith("-A RMQC-")]
+        assert len(left) == 1 and f'"rmqchaos:{run}:b"' in left[0], left
+    finally:
+        a.stop()
+        b.stop()
+    assert [r for r in ours() if r.startswith("-A RMQC-")] == [] and not alive(pid, ticks)  # type: ignore[arg-type]
+
+
+def test_links_and_toxics_from_the_scenarios_names() -> None:
+    import chaos.kinds  # noqa: F401 - the registry
+    from chaos.kinds.link import LinkParams, links
+    from rmqchaos.spec import Scenario
+    s = Scenario.model_validate({"name": "l", "load": {"duration": "10s"}})
+    assert links(s, "producers", "broker-a", False) == [Link("127.0.10.201", "127.0.10.11", (10911, 10909, 10912))]
+    assert links(s, "broker-a", "namesrv", True) == [Link("127.0.10.11", "127.0.10.1", (9876,)),
+                                                     Link("127.0.10.1", "127.0.10.11", (10911, 10909, 10912))]
+    p = LinkParams.model_validate({"from": "producers", "to": "broker-a", "latency": "200ms", "jitter": "50ms",
+                                   "stream": "both"})
+    assert {n: (t.type, t.stream, t.attributes) for n, t in p.toxics().items()} == {
+        "latency-downstream": ("latency", "downstream", {"latency": 200, "jitter": 50}),
+        "latency-upstream": ("latency", "upstream", {"latency": 200, "jitter": 50})}
+    assert p.model_dump(mode="json")["from"] == "producers"  # the resolved scenario says `from`
+
+
+@pytest.mark.parametrize("fault, expect", [
+    ({"from": "producers", "to": "broker-z", "latency": "200ms"},
+     "faults[0].to: no node or client 'broker-z'; members: namesrv, broker-a, broker-b, producers"),
+    ({"from": "broker-a", "to": "producers", "latency": "200ms"},
+     "faults[0].to: 'producers' listens on no port"),
+    ({"from": "producers", "to": "broker-a", "both": True, "reset": True}, "faults[0].both: 'producers' listens on no port"),
+    ({"from": "producers", "to": "broker-a"}, "set at least one of latency, bandwidth_kb_s, blackhole, reset"),
+    ({"from": "producers", "to": "broker-a", "bandwidth_kb_s": 100, "jitter": "50ms"}, "jitter needs a latency"),
+    ({"from": "127.0.10.201", "to": "broker-a", "latency": "1s"}, "faults[0].from: String should match pattern"),
+    ({"from": "producers", "to": "broker-a", "latency": "1s", "frm": "x"},
+     "unknown key for a link fault; allowed: id, kind, target, at, restart_after, repeat, timeout, duration, from, to"),
+])
+def test_a_bad_link_is_refused_at_load_in_one_line(tmp_path: Path, fault: dict, expect: str) -> None:
+    f = write_scenario(tmp_path / "bad.yaml", {"name": "bad", "load": {"duration": "30s"},
+                                               "faults": [{"kind": "link", "at": "1s", **fault}]})
+    r = cli("run", str(f), "--out", str(tmp_path / "never"))
+    assert r.returncode == 1 and expect in r.stderr and r.stderr.startswith(f"rmqchaos: error: {f}:"), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "never").exists()
