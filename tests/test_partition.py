@@ -32,7 +32,6 @@ def ours_in_iptables() -> list[str]:
 
 @pytest.mark.fast
 def test_partition_rules_name_each_listener_between_the_groups_addresses() -> None:
-    import chaos.kinds  # noqa: F401 - the registry
     from chaos.kinds.partition import drops
     from rmqchaos.spec import Scenario
     s = Scenario.model_validate({"name": "p", "load": {"duration": "10s"}})
@@ -79,12 +78,12 @@ def _connects(src: str, dst: str, port: int) -> bool:
 
 
 def test_a_partition_blocks_exactly_the_named_links_during_and_none_after(fresh_cluster) -> None:
-    import chaos.kinds  # noqa: F401
-    from chaos.protocol import KINDS, FaultContext
+    from chaos.kinds import registry
+    from chaos.protocol import FaultContext
     from rmqchaos.spec import Fault
     c = fresh_cluster
     fault = Fault.model_validate({"id": "cut", "kind": "partition", "at": 0, "groups": [["broker-a"], ["namesrv"]]})
-    kind = KINDS["partition"]
+    kind = registry()["partition"]
     part = kind(FaultContext(c.run, c), fault, kind.Params.model_validate(fault.params))
     nodes = {n: p for n, p in c.plans.items()}
     cut = {frozenset(("broker-a", "namesrv"))}
