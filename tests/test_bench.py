@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from conftest import cli
 
 
@@ -26,6 +28,7 @@ def test_producer_and_ledger_benchmarks_print_their_ratios(cluster) -> None:
     assert re.search(r"^ledger_overhead=-?\d+\.\d+$", r.stdout.strip().splitlines()[-1]), r.stdout
 
 
+@pytest.mark.long  # the analysis it times is tested in tests/test_analysis.py
 def test_analyze_benchmark_seals_agrees_with_the_planted_truth_and_prints_its_ratio(tmp_path) -> None:
     """Small and local only (the standalone variant's cluster is tested in test_analysis.py)."""
     r = cli("bench", "analyze", "--rows", "20000", "--warmup", "0", "--no-standalone", "--dir", str(tmp_path),

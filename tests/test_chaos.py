@@ -20,6 +20,7 @@ def fault_events(run_dir: Path) -> list[dict]:
             if json.loads(x)["kind"] == "fault"]
 
 
+@pytest.mark.long  # make test: pause, jvm_oom and kill in tests/test_pipeline.py, the OOM kill pair here
 def test_pause_then_oom_kill_act_on_their_target_only(fresh_cluster, tmp_path: Path) -> None:
     c = fresh_cluster
     namesrv_pid = c.node("namesrv").pid

@@ -58,6 +58,9 @@ def no_jvm_of(runs: list[Path]) -> None:
         assert_nothing_left(run)
 
 
+# long: `make test` covers the gates (tests/test_dag_logic.py), the pre-release DAG on the local backend
+# (the REST API test) and the docker backend (tests/test_docker.py)
+@pytest.mark.long
 def test_prerelease_dag_fails_naming_an_impossible_gate_on_the_docker_backend(engine: object, env: dict[str, str],
                                                                              tmp_path: Path) -> None:
     """The same DAG with `cluster.backend: docker` in its base scenario: the nodes are containers."""

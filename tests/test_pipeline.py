@@ -7,6 +7,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from conftest import cli, scenario_dict, write_scenario
 from helpers import assert_nothing_left
 from rmqchaos.stagetimes import time_by_stage, time_line
@@ -82,6 +84,9 @@ def test_stages_one_at_a_time_with_load_and_faults_through_the_html_report(tmp_p
     assert all(s["status"] == "ok" for s in state["stages"].values())
 
 
+# long: two whole runs; `make test` covers a matrix and its combined report through the nightly DAG
+# (tests/test_dags.py) and the comparisons in tests/test_verdict.py
+@pytest.mark.long
 def test_two_overlay_scenarios_run_and_are_reported_side_by_side(tmp_path: Path) -> None:
     base = scenario_dict("base", 25876, [25911, 25921],
                          load={"topic": "T_PAIR", "users": 4, "rate": 100, "duration": "8s"},
