@@ -228,12 +228,13 @@ def test_two_runs_share_the_parent_and_reap_keeps_the_live_one(rules: RunRules) 
         assert subprocess.run(["iptables", "-w", "-S", "OUTPUT"], capture_output=True, text=True,
                               check=True).stdout.count("-j RMQCHAOS") == 1
 
-        done = netrules.reap(lambda run: run == live.run_id)
+        # live: every run but the dead one (another suite's runs on this host must keep their chains)
+        done = netrules.reap(lambda run: run != dead.run_id)
         assert sorted(done) == sorted([f"run {dead.run_id}: removed iptables chain {dead.chain} (1 rule(s))",
                                        f"run (unknown): removed iptables chain {stray} (0 rule(s))"])
         assert live.chain in netrules.chains() and dead.chain not in netrules.chains()
         assert len(live.rules()) == 1 and dead.rules() == []
-        assert netrules.reap(lambda run: run == live.run_id) == []
+        assert netrules.reap(lambda run: run != dead.run_id) == []
     finally:
         dead.remove()
         if stray in netrules.chains():
