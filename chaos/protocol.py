@@ -99,6 +99,14 @@ class FaultKind(ABC):
         return pid
 
 
+class LastingKind(FaultKind):
+    """A kind whose occurrence holds for its `duration`, or until the load ends (Params extend Lasting)."""
+
+    @classmethod
+    def span(cls, params: Any) -> float:
+        return lasting_span(params)
+
+
 KINDS: dict[str, type[FaultKind]] = {}
 
 

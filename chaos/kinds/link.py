@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, StrictBool, StrictInt, model_validator
 
 from chaos.kinds.partition import Member, endpoints, established, members
-from chaos.protocol import FaultError, FaultKind, Lasting, lasting_span, register
+from chaos.protocol import FaultError, Lasting, LastingKind, register
 from cluster import toxiproxy as tp
 from cluster.links import Link, LinkFault, Probe
 from cluster.plan import addresses, plan
@@ -107,14 +107,10 @@ def _read_frame(sock: socket.socket) -> bytes:
 
 
 @register
-class LinkKind(FaultKind):
+class LinkKind(LastingKind):
     name = "link"
     Params = LinkParams
     target = "none"
-
-    @classmethod
-    def span(cls, params: Any) -> float:
-        return lasting_span(params)
 
     @classmethod
     def check(cls, params: Any, fault: Fault, scenario: Scenario) -> list[tuple[tuple[Any, ...], str]]:

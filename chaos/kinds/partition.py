@@ -20,7 +20,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, StrictBool
 
-from chaos.protocol import FaultError, FaultKind, Lasting, lasting_span, register
+from chaos.protocol import FaultError, Lasting, LastingKind, register
 from cluster import netrules
 from cluster.plan import addresses, plan
 from rmqchaos.errors import UserError
@@ -94,14 +94,10 @@ def across(rules: list[Drop], conns: list[tuple[str, int, str, int]]) -> list[st
 
 
 @register
-class Partition(FaultKind):
+class Partition(LastingKind):
     name = "partition"
     Params = PartitionParams
     target = "none"
-
-    @classmethod
-    def span(cls, params: Any) -> float:
-        return lasting_span(params)
 
     @classmethod
     def check(cls, params: Any, fault: Fault, scenario: Scenario) -> list[tuple[tuple[Any, ...], str]]:
