@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cluster import netrules
+from cluster.plan import free_port
 from cluster.toxiproxy import API_HOST, Rtt, Toxic, Toxiproxy, measure_rtt
 from rmqchaos.errors import UserError
 from rmqchaos.loopback import loopback, port
@@ -62,14 +63,6 @@ class Probe:
 
 _servers: dict[str, tuple[Toxiproxy, int]] = {}  # run id -> (server, users)
 _servers_lock = threading.Lock()
-
-
-def free_port(host: str) -> int:
-    """A port nobody has bound on `host` right now (the kernel's pick). A race with another binder
-    only costs a refused start or proxy, which the callers retry a bounded number of times."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((loopback(host), 0))
-        return int(s.getsockname()[1])
 
 
 def acquire(run_id: str, workdir: Path, log: ProcessLog | None) -> Toxiproxy:

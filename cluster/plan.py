@@ -7,6 +7,7 @@ import json
 import socket
 from dataclasses import dataclass
 
+from rmqchaos.loopback import loopback
 from rmqchaos.spec import Broker, Jvm, Scenario
 
 HOST = "127.0.0.1"  # the platform's own address: its admin calls, the monitor, Airflow, Spark, noise
@@ -43,6 +44,14 @@ def port_in_use(port: int, host: str = HOST) -> bool:
             except OSError:
                 return True
     return False
+
+
+def free_port(host: str = HOST) -> int:
+    """A port nobody has bound on `host` right now (the kernel's pick). A race with another binder
+    only costs a refused start, which the callers retry a bounded number of times or report."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((loopback(host), 0))
+        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ from locust.html import get_html_report
 from locust.stats import CSV_STATS_INTERVAL_SEC, PERCENTILES_TO_REPORT, StatsCSVFileWriter, stats_history
 
 from cluster import get_backend
-from cluster.plan import addresses
+from cluster.plan import addresses, free_port
 from loadgen.context import LoadContext, LoadPlan
 from loadgen.user import ProducerUser
 from rmqchaos.errors import UserError
@@ -99,7 +98,7 @@ def run_load(run_dir: str | Path, ledger: bool | None = None, ledger_turns: floa
         runner = env.create_local_runner()
     else:
         env = _env(None)
-        port = _free_port()
+        port = free_port()
         runner = env.create_master_runner(master_bind_host="127.0.0.1", master_bind_port=port)
         procs = [_spawn_worker(run, i, workers, port, deadline, ledger) for i in range(workers)]
         poll_until(lambda: runner.worker_count >= workers, 60, f"{workers} Locust workers to connect",
@@ -163,7 +162,3 @@ def _spawn_worker(run: RunDir, i: int, workers: int, port: int, deadline: float,
     return spawn(cmd, log_file=run.load_dir / f"worker-{i}.log", env=dict(os.environ), die_with_parent=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

@@ -61,10 +61,11 @@ def drops(s: Scenario, groups: list[list[str]], one_way: bool) -> list[Drop]:
     what the first group sends to the others)."""
     k = len(groups)
     pairs = [(0, j) for j in range(1, k)] if one_way else [(i, j) for i in range(k) for j in range(i + 1, k)]
+    ends = [[e for m in g for e in endpoints(s, m)] for g in groups]  # each member resolved once
     out: list[Drop] = []
     for i, j in pairs:
-        for a, pa in (e for m in groups[i] for e in endpoints(s, m)):
-            for b, pb in (e for m in groups[j] for e in endpoints(s, m)):
+        for a, pa in ends[i]:
+            for b, pb in ends[j]:
                 out += [(a, b, p, None) for p in pb] + [(a, b, None, p) for p in pa]  # what a sends b
                 if not one_way:
                     out += [(b, a, p, None) for p in pa] + [(b, a, None, p) for p in pb]  # what b sends a
