@@ -43,6 +43,7 @@ class ConsumerOptions:
     batch_size: int = 1  # consumeMessageBatchMaxSize
     delay_ms: int = 0  # processing time per message
     max_reconsume_times: int = -1  # redeliveries before %DLQ%; -1: the client's default (16)
+    route_refresh_ms: int = 30_000  # pollNameServerInterval (the Java client's default)
     threads: int = 8
     duration_s: float = 600.0  # hard bound on the process's life
     idle_s: float = 0.0  # stop by itself after this long without a delivery (0: never)
@@ -84,7 +85,7 @@ class JavaConsumer:
         o = self.opts
         args = ["--namesrv", self.namesrv, "--group", o.group, "--out", str(self.out), "--mode", o.mode,
                 "--batch-size", str(o.batch_size), "--delay-ms", str(o.delay_ms), "--threads", str(o.threads),
-                "--max-reconsume-times", str(o.max_reconsume_times),
+                "--max-reconsume-times", str(o.max_reconsume_times), "--poll-namesrv-ms", str(o.route_refresh_ms),
                 "--duration", str(o.duration_s), "--idle", str(o.idle_s), "--consumer-id", o.consumer_id,
                 "--run-id", self.run_id]
         for t in o.topics:

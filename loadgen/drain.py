@@ -34,6 +34,7 @@ def _consumers(run: RunDir, c: ClusterBackend, s: Scenario) -> list[JavaConsumer
         opts = ConsumerOptions(group=inst.group, topics=inst.topics or default_topics, mode=inst.mode,
                                batch_size=inst.batch_size, delay_ms=inst.delay_ms, threads=inst.threads,
                                max_reconsume_times=inst.max_reconsume_times,
+                               route_refresh_ms=round(s.consumers.route_refresh * 1000),
                                consumer_id=inst.id, heap_mb=inst.heap_mb, address=at[f"consumer-{inst.id}"],
                                duration_s=(s.load.duration if s.load else 0) + s.consumers.drain_timeout + 600)
         out.append(JavaConsumer(c.namesrv_addr, opts, receive_ledger_path(run.path, inst.id), run.consumers_dir,
@@ -118,8 +119,15 @@ def group_lag(c: ClusterBackend, s: Scenario) -> Callable[..., int | None]:
     def total(skip: frozenset[str] = frozenset()) -> int | None:
         try:
             admin = c.admin()
-            return sum(sum(admin.consumer_lag(i.group, i.topics or default_topics, groups - skip, set(skip)).values())
-                       for i in s.consumers.instances)  # type: ignore[union-attr]
+            n = 0
+            for g in sorted({i.group for i in s.consumers.instances}):  # type: ignore[union-attr]
+                topics = sorted({t for i in s.consumers.instances if i.group == g  # type: ignore[union-attr]
+                                 for t in i.topics or default_topics})
+                n += sum(admin.consumer_lag(g, topics, groups - skip, set(skip)).values())
+                # what was sent back and is due again: on whichever brokers hold the group's %RETRY%
+                # topic (a heartbeat or a send-back creates it), not required on every one
+                n += sum(admin.consumer_lag(g, [f"%RETRY%{g}"], None, set(skip)).values())
+            return n
         except (RemotingError, OSError):
             return None
     return total

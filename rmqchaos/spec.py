@@ -231,10 +231,16 @@ class Consumers(Strict):
     `drain_timeout`). Lag 0 is the proof: a consumer commits its offsets only after it has recorded
     the deliveries (every 5 s), and a broker that left the route or came back keeps the lag unknown or
     above 0 until its queues are consumed again (re-pulls included). `settle` covers only what lag
-    cannot see: redeliveries that wait in %RETRY% / delay levels (retry-pileup sets 35 s)."""
+    cannot see: redeliveries that wait in the broker's delay levels (retry-pileup sets 35 s); what
+    waits in %RETRY%<group> counts in the lag.
+
+    `route_refresh`: how often each consumer asks namesrv for its topics' routes (the Java client's
+    pollNameServerInterval, 30 s by default). A consumer learns a new broker of a topic, a broker back
+    in the route, or a %RETRY% queue its first route did not list, only at its next refresh."""
     instances: list[ConsumerInstance] = Field(default_factory=lambda: [ConsumerInstance()])
     settle: Duration = 3.0
     drain_timeout: Duration = 300.0
+    route_refresh: Annotated[float, BeforeValidator(_duration), Field(ge=1, le=600)] = 30.0
 
 
 # ---------------------------------------------------------------- faults

@@ -117,7 +117,7 @@ public final class Consumer {
         if (a.length == 0 || a[0].equals("--help")) {
             System.out.println("usage: Consumer --namesrv H:P --group G --topic T [--topic T2 ...] --out FILE "
                 + "[--mode all|ack_first_of_batch] [--batch-size N] [--delay-ms MS] [--threads N] [--max-reconsume-times N] "
-                + "[--duration S] [--idle S] [--consumer-id ID] [--run-id ID]");
+                + "[--poll-namesrv-ms MS] [--duration S] [--idle S] [--consumer-id ID] [--run-id ID]");
             return;
         }
         final String namesrv = arg(a, "--namesrv", "127.0.0.1:9876");
@@ -130,6 +130,9 @@ public final class Consumer {
         final int threads = Integer.parseInt(arg(a, "--threads", "8"));
         // redeliveries before a message goes to %DLQ%<group>; -1: the client's default (16)
         final int maxReconsume = Integer.parseInt(arg(a, "--max-reconsume-times", "-1"));
+        // how often the client asks namesrv for its topics' routes (pollNameServerInterval; 30 s by
+        // default): a %RETRY% queue on a broker the first route did not list is consumed only after it
+        final int pollNamesrvMs = Integer.parseInt(arg(a, "--poll-namesrv-ms", "30000"));
         final double duration = Double.parseDouble(arg(a, "--duration", "600"));
         final double idle = Double.parseDouble(arg(a, "--idle", "0"));
         final String consumerId = arg(a, "--consumer-id", "c0");
@@ -158,6 +161,7 @@ public final class Consumer {
         c.setConsumeThreadMin(threads);
         c.setConsumeThreadMax(threads);
         c.setMaxReconsumeTimes(maxReconsume);
+        c.setPollNameServerInterval(pollNamesrvMs);
         for (String t : topics) {
             c.subscribe(t, "*");
         }
