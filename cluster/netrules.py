@@ -14,6 +14,11 @@ carries `rmqchaos:<run id>:<fault id>` so a leftover rule says whose it is. Only
 Chain names: `RMQC-` + 12 hex digits of sha256(run id). Run ids start with their creation time
 (`20261127T122500-…`), so a prefix of the run id would be the same for every run of a day.
 
+Whose a chain is: `reap` asks whether its run is still live. A run is registered in the
+$RMQCHAOS_HOME that started it, and several homes (two suites, two users) may share this host's
+tables, so each chain's owner file (`OWNERS/<chain>`) holds the path of its run's registry entry:
+a chain is reaped only once that entry is gone, whichever home the reaper has.
+
 Every change is made under one file lock, so that one run's `remove()` never deletes the parent
 chain while another run is adding its own, and a run chain is created together with its jump (one
 `iptables-restore --noflush`): a run chain with no jump and no rule is a leftover, not one being built.
@@ -33,6 +38,7 @@ from typing import Callable, Iterator
 
 from rmqchaos.errors import UserError
 from rmqchaos.loopback import loopback, port
+from rmqchaos.rundir import registry_dir
 from rmqchaos.wait import poll_until
 
 PARENT = "RMQCHAOS"
@@ -42,6 +48,7 @@ PREFIX = "RMQC-"
 TAG = "rmqchaos"
 WAIT_S = 10  # `--wait=10`: wait at most this long for the xtables lock (a plain -w waits forever)
 LOCK = Path("/run/lock" if os.path.isdir("/run/lock") else "/tmp") / "rmqchaos-netrules.lock"
+OWNERS = LOCK.parent / "rmqchaos-netrules"  # <chain> -> its run's registry entry (a path)
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")  # run and fault ids: they go into a comment unquoted by the shell
 _COMMENT = re.compile(r'--comment "?rmqchaos:([A-Za-z0-9._-]+)(?::([A-Za-z0-9._-]+))?"?')
 
@@ -53,9 +60,11 @@ def chain_name(run_id: str) -> str:
 class RunRules:
     """The DROP rules of one run, in its own chain. Removing is idempotent."""
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, registered_at: Path | None = None) -> None:
         self.run_id = _ident(run_id, "run id")
         self.chain = chain_name(run_id)
+        # the run's registry entry in the home that runs it (rmqchaos.rundir.registry_dir)
+        self.registered_at = registered_at or registry_dir() / self.run_id
 
     def drop(self, src: str, dst: str, *, tag: str, dport: int | None = None, sport: int | None = None) -> str:
         """DROP tcp packets from `src` to `dst` (optionally only to/from a port); returns the rule.
@@ -124,6 +133,8 @@ class RunRules:
 
     def _ensure(self, table: str = FILTER) -> None:
         _ensure_parent(table)
+        OWNERS.mkdir(parents=True, exist_ok=True)
+        (OWNERS / self.chain).write_text(str(self.registered_at.absolute()))
         jump = _jump_spec(self.chain, self.run_id)
         if not _list(self.chain, table):
             # the chain and its jump in one transaction (see the module's docstring)
@@ -154,8 +165,18 @@ def remove_run(run_id: str) -> list[str]:
 
 def reap_unregistered(is_registered: Callable[[str], bool]) -> list[str]:
     """Orphan reaping's part: the chains of runs no longer registered (a SIGKILLed run's, once
-    `down --all` forgot it) are removed; a registered run's chain stays for its own `down`."""
-    return reap(is_registered) if available() and any(chains(t) for t in TABLES) else []
+    `down --all` forgot it) are removed; a registered run's chain stays for its own `down`. A chain
+    with an owner file is live while the registry entry it names exists (in whatever home);
+    `is_registered` (this home's registry) decides only for a chain without one."""
+    return reap(lambda run: registered(run, is_registered)) if available() and any(chains(t) for t in TABLES) else []
+
+
+def registered(run_id: str, fallback: Callable[[str], bool]) -> bool:
+    """Whether the run that owns `run_id`'s chain is still registered, by its owner file."""
+    try:
+        return Path((OWNERS / chain_name(run_id)).read_text().strip()).exists()
+    except (OSError, UserError):
+        return fallback(run_id)
 
 
 def chains(table: str = FILTER) -> list[str]:
@@ -277,6 +298,8 @@ def _remove_chain(chain: str, table: str = FILTER) -> int:
         _ipt("-X", chain, table=table)
     if not any(ln.startswith("-A ") for ln in _list(PARENT, table)):
         _remove_parent(table)
+    if not any(_list(chain, t) for t in TABLES):
+        (OWNERS / chain).unlink(missing_ok=True)
     return len(rules)
 
 

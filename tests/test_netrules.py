@@ -10,6 +10,7 @@ import socket
 import subprocess
 import threading
 import uuid
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
@@ -239,6 +240,33 @@ def test_two_runs_share_the_parent_and_reap_keeps_the_live_one(rules: RunRules) 
         dead.remove()
         if stray in netrules.chains():
             subprocess.run(["iptables", "-w", "-X", stray], timeout=30)
+
+
+def test_reap_keeps_a_chain_whose_run_is_registered_in_another_home(tmp_path: Path) -> None:
+    """Two homes share the host's tables: a reaper whose own registry knows neither run removes the
+    chain whose registry entry is gone and keeps the one whose entry exists in the other home (once,
+    a helper's `up` reaped a running test's partition and the broker was never cut)."""
+    ids = [f"t{uuid.uuid4().hex[:8]}-{w}" for w in ("otherhome", "gone")]
+    entry = tmp_path / "other-home" / "active" / ids[0]
+    entry.parent.mkdir(parents=True)
+    entry.write_text("registered")
+    other, gone = RunRules(ids[0], registered_at=entry), RunRules(ids[1], registered_at=tmp_path / "none" / ids[1])
+    try:
+        other.drop(C3, L1, tag="f")
+        gone.drop(C4, L2, tag="f")
+        assert (netrules.OWNERS / other.chain).read_text() == str(entry)
+        # this home's registry knows neither (and says every other run is live: another suite's)
+        done = netrules.reap_unregistered(lambda run: run not in ids)
+        assert done == [f"run {gone.run_id}: removed iptables chain {gone.chain} (1 rule(s))"]
+        assert other.chain in netrules.chains() and len(other.rules()) == 1
+        assert not (netrules.OWNERS / gone.chain).exists()
+        entry.unlink()  # the other home's `down --all` forgot the run: now it is an orphan
+        assert netrules.reap_unregistered(lambda run: run not in ids) == [
+            f"run {other.run_id}: removed iptables chain {other.chain} (1 rule(s))"]
+        assert not (netrules.OWNERS / other.chain).exists()
+    finally:
+        other.remove()
+        gone.remove()
 
 
 def test_dnat_redirects_only_the_named_clients_new_connections_and_goes_with_the_run(

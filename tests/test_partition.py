@@ -121,7 +121,9 @@ def test_broker_cut_from_namesrv_leaves_the_route_while_it_keeps_taking_sends(tm
                     "broker_defaults": {"config": {"enableSlaveActingMaster": True}},
                     "brokers": [{"name": "broker-a", "port": 22911}, {"name": "broker-b", "port": 22921}]},
         "load": {"duration": "40s", "rate": 150},
-        "consumers": {"settle": "3s"},
+        # the consumers learn that broker-a is back in the route at their next route refresh: 5 s
+        # here, not the client's 30 s, so the drain does not wait for it
+        "consumers": {"settle": "3s", "route_refresh": "5s"},
         "faults": [{"id": "cut-a-ns", "kind": "partition", "at": "5s", "duration": "25s",
                     "groups": [["broker-a"], ["namesrv"]]}]})
     run = tmp_path / "run"
