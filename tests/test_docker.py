@@ -198,7 +198,7 @@ def test_oom_kill_pair_on_docker_classifies_as_on_local(engine: Any, spark_sessi
 
 def test_docker_cluster_by_hand_faults_status_loopback_and_a_lost_run_reaped(engine: Any, tmp_path: Path) -> None:
     """`cluster up|status|pause|resume|kill|restart` on containers; every listener of their JVMs on
-    127.0.0.1; then the run directory is deleted under the running cluster and `down --all` removes
+    its node's own loopback address; a partition between the broker and namesrv; then the run directory is deleted under the running cluster and `down --all` removes
     the containers by their labels."""
     import shutil
     d = scenario_dict("by-hand", 30976, [30991])
@@ -227,6 +227,32 @@ def test_docker_cluster_by_hand_faults_status_loopback_and_a_lost_run_reaped(eng
     from cluster import get_backend
     from rmqchaos.rundir import RunDir
     backend = get_backend(RunDir.open(run))
+    # a partition on containers: host networking, so each node's own address and the same rules
+    # apply; the broker and namesrv are cut from each other, the producers' address reaches both
+    from chaos.kinds import registry
+    from chaos.protocol import FaultContext
+    from rmqchaos.spec import Fault
+    import socket
+
+    def _connects(src: str, dst: str, port: int) -> bool:
+        try:
+            socket.create_connection((dst, port), timeout=1.0, source_address=(src, 0)).close()
+            return True
+        except OSError:
+            return False
+    fault = Fault.model_validate({"id": "cut", "kind": "partition", "at": 0, "groups": [["broker-a"], ["namesrv"]]})
+    kind = registry()["partition"]
+    part = kind(FaultContext(backend.run, backend), fault, kind.Params.model_validate(fault.params))
+    ns, ba = backend.plans["namesrv"], backend.plans["broker-a"]
+    part.start()
+    try:
+        assert not _connects(ba.host, ns.host, ns.ports[0]) and not _connects(ns.host, ba.host, ba.ports[0])
+        assert _connects("127.0.10.201", ns.host, ns.ports[0]) and _connects("127.0.10.201", ba.host, ba.ports[0])
+    finally:
+        ev = part.stop()
+    assert ev["rules"] == ev["removed"] and _connects(ba.host, ns.host, ns.ports[0])
+    assert any(x.startswith(f"{ba.host}:") and x.endswith(f"->{ns.addr}") for x in ev["links_at_start"]), ev
+    assert part.rules.rules() == [] and part.rules.rules("nat") == []
     node = backend.node("broker-a")
     for act, want in (("pause", "paused"), ("resume", "running"), ("kill", "down"), ("restart", "running")):
         getattr(node, act)()
