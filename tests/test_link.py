@@ -10,6 +10,7 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -79,10 +80,15 @@ def fault(tmp_path: Path, run: str, **toxics: tp.Toxic) -> LinkFault:
 
 def assert_gone(f: LinkFault, tmp_path: Path, pid: int | None, ticks: int | None) -> None:
     """No rule of the fault in iptables (its run's chain stays for `down`, empty); once the run's
-    chains are removed, nothing of the platform's at all; no toxiproxy-server."""
-    assert [r for r in ours() if r.startswith("-A RMQC-")] == [], ours()
+    chains are removed, nothing of the run's at all (other runs' rules, a concurrent suite's, are
+    not ours to judge); no toxiproxy-server."""
+    chain = netrules.chain_name(f.run_id)
+
+    def mine() -> list[str]:
+        return [r for r in ours() if chain in r or f.run_id in r]
+    assert [r for r in mine() if r.startswith("-A RMQC-")] == [], mine()
     netrules.RunRules(f.run_id).remove()
-    assert ours() == [], ours()
+    assert mine() == [], mine()
     assert pid is not None and not alive(pid, ticks), "toxiproxy-server still runs"
     assert lk._servers == {}
     exits = [e for e in ProcessLog(tmp_path / "processes.jsonl").entries() if e.get("event") == "exit"]
@@ -160,6 +166,100 @@ def test_reset_resets_the_connection(tmp_path: Path, run_id: str) -> None:
     finally:
         f.stop()
     assert_gone(f, tmp_path, pid, ticks)
+
+
+class Client:
+    """Keeps one connection from `src` to `dst` (as a RocketMQ client keeps one per broker) and pings
+    on it, reconnecting when it breaks: (local port, round trip s) of every answered ping."""
+
+    def __init__(self, src: str, dst: tuple[str, int]) -> None:
+        self.src, self.dst, self.done = src, dst, threading.Event()
+        self.pings: list[tuple[int, float]] = []
+        self.breaks: list[str] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.done.is_set():
+            try:
+                with socket.create_connection(self.dst, timeout=3, source_address=(self.src, 0)) as s:
+                    lp = s.getsockname()[1]
+                    while not self.done.is_set():
+                        t0 = time.perf_counter()
+                        s.sendall(b"x")
+                        if s.recv(1) != b"x":
+                            raise ConnectionError("closed")
+                        self.pings.append((lp, time.perf_counter() - t0))
+                        time.sleep(0.02)
+            except OSError as e:
+                self.breaks.append(type(e).__name__)
+                time.sleep(0.05)
+
+    def on(self, lp: int, n: int, timeout: float = 15) -> list[float]:
+        """The round trips of the first `n` pings after `lp`'s connection (lp 0: any other than the
+        last broken one), waiting for them (bounded)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got = [rt for p, rt in self.pings if p == lp]
+            if len(got) >= n:
+                return got[:n]
+            time.sleep(0.05)
+        raise AssertionError(f"no {n} pings on port {lp} within {timeout}s: {self.pings[-5:]} {self.breaks}")
+
+    def close(self) -> None:
+        self.done.set()
+        self.thread.join(10)
+
+
+R_NET = "127.0.82"  # the reconnect test's own addresses and port: none of the other tests use them
+RS, RC, RPROXY, RP = f"{R_NET}.1", f"{R_NET}.3", f"{R_NET}.200", 19591
+
+
+@live
+def test_reconnect_breaks_the_open_connection_into_the_proxy_and_back_out(tmp_path: Path, run_id: str) -> None:
+    """`reconnect`: the connection open before the fault is broken once the proxy is in place (ss -K),
+    the client's next one goes through the proxy (200 ms), and at stop it is broken again and the next
+    one is direct. The evidence names each broken connection and its successor, via proxy or direct."""
+    echo = Echo(f"{RS}:{RP}")
+    c = Client(RC, (RS, RP))
+    f = LinkFault(run_id, "lnk", [Link(RC, RS, (RP,))], {"slow": tp.latency(200)}, RPROXY, tmp_path / "links",
+                  ProcessLog(tmp_path / "processes.jsonl"), reconnect=True)
+    f.probe.samples = 2
+    stopped = False
+    try:
+        deadline = time.monotonic() + 15
+        while not c.pings and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert c.pings, c.breaks
+        first = c.pings[0][0]
+        assert max(c.on(first, 3)) < DIRECT_MS / 1000
+        rs = f.start()["reconnect_at_start"]
+        pid, ticks = f.server.pid, f.server.start_ticks  # type: ignore[union-attr]
+        assert rs["broken"] == [f"{RC}:{first}->{RS}:{RP}"], rs
+        assert len(rs["reconnected"]) == 1 and rs["reconnected"][0].endswith(" via proxy"), rs
+        second = _local_port(rs["reconnected"][0])
+        slow = c.on(second, 3)
+        assert min(slow) >= 0.18, slow
+        out, stopped = f.stop(), True
+        st = out["reconnect_at_stop"]
+        assert st["broken"] == [f"{RC}:{second}->{RS}:{RP}"], st
+        assert len(st["reconnected"]) == 1 and st["reconnected"][0].endswith(" direct"), st
+        third = _local_port(st["reconnected"][0])
+        assert third not in (first, second) and max(c.on(third, 3)) < DIRECT_MS / 1000
+    finally:
+        if not stopped:
+            f.stop()
+        c.close()
+        echo.close()
+    print({"start": rs, "stop": st, "slow_s": slow, "breaks": c.breaks})
+    assert out["rules_removed"] == 1 and out["toxiproxy"] == "terminated", out
+    assert c.breaks.count("ConnectionAbortedError") == 2, c.breaks  # what ss -K gives the client: ECONNABORTED
+    assert_gone(f, tmp_path, pid, ticks)
+
+
+def _local_port(conn: str) -> int:
+    """'a:p->b:q via proxy' -> p"""
+    return int(conn.split("->")[0].rsplit(":", 1)[1])
 
 
 @live
