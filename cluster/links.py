@@ -187,9 +187,12 @@ class LinkFault:
         """Break the links' established connections (client side, `ss -K`), then watch up to
         `reconnect_wait` s for their successors: the same client to the same server port, each marked
         `via proxy` (the proxy holds a connection from that client port) or `direct`. Returns
-        {broken, reconnected, waited_s} with connections as 'a:p->b:q'."""
+        {broken, reconnected, waited_s, begin_ms, end_ms} with connections as 'a:p->b:q'; begin_ms and
+        end_ms (epoch ms) bracket the breaking: a request sent after end_ms cannot use a broken one."""
         pairs = list(dict.fromkeys((ln.client, ln.server, p) for ln in self.links for p in ln.ports))
+        begin_ms = int(time.time() * 1000)
         broken = [c for a, b, p in pairs for c in conns.break_conns(a, b, p)]
+        end_ms = int(time.time() * 1000)
         t0 = time.monotonic()
         want = {(c[0], c[2], c[3]) for c in broken}  # every (client, server, port) that had one
         listens = {x["listen"] for x in self.proxies.values()}
@@ -201,7 +204,8 @@ class LinkFault:
             time.sleep(0.1)
         # the proxy's side of a proxied connection: local = a proxy's listen address, peer = the client's port
         proxied = {(pa, pp) for la, lp, pa, pp in now if f"{la}:{lp}" in listens}
-        return {"broken": sorted(map(conns.name, broken)), "waited_s": round(time.monotonic() - t0, 3),
+        return {"broken": sorted(map(conns.name, broken)), "begin_ms": begin_ms, "end_ms": end_ms,
+                "waited_s": round(time.monotonic() - t0, 3),
                 "reconnected": sorted(f"{conns.name(c)} {'via proxy' if (c[0], c[1]) in proxied else 'direct'}"
                                       for c in new)}
 
