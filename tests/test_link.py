@@ -1,13 +1,17 @@
 """The link fault (chaos/kinds/link.py) through its core (cluster/links.py), with the real iptables
-and the real Toxiproxy but no JVM: echo servers on 127.0.79.1 and .2 stand in for two nodes,
-clients bind .3 and .4, proxies listen on .200. A latency measures on its link and adds nothing on
-the others; a blackhole holds the connection and drops the data; a reset resets; after stop no rule
+and the real Toxiproxy but no JVM (the fast tier): echo servers on 127.0.79.1 and .2 stand in for two
+nodes, clients bind .3 and .4, proxies listen on .200. A latency measures on its link and adds
+nothing on the others; a blackhole holds the connection and drops the data; a reset resets;
+`reconnect` breaks an open connection into the proxy and out again (127.0.82.x); after stop no rule
 of ours is in iptables (filter or nat) and no toxiproxy process is left. Bad faults are refused at
-load with one line (the CLI, as tests/test_partition.py)."""
+load with one line (the CLI, as tests/test_partition.py). Then the CI form of
+scenarios/link-slow-broker.yaml on a real cluster (127.0.81.0/24)."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import statistics
 import socket
 import subprocess
 import threading
@@ -23,7 +27,8 @@ from cluster import netrules
 from cluster import toxiproxy as tp
 from cluster.links import Link, LinkFault
 from cluster.toxiproxy import measure_rtt
-from conftest import cli, write_scenario
+from conftest import REPO, cli, write_scenario
+from helpers import assert_nothing_left
 from rmqchaos.procs import ProcessLog, alive
 from test_toxiproxy import DIRECT_MS, Echo
 
@@ -39,7 +44,7 @@ def _missing() -> str | None:
 
 MISSING = _missing()
 live = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
-pytestmark = pytest.mark.fast
+fast = pytest.mark.fast  # every test but the CI form of link-slow-broker.yaml (a real cluster)
 
 NET = "127.0.79"
 S1, S2, C3, C4, PROXY = (f"{NET}.{i}" for i in (1, 2, 3, 4, 200))
@@ -95,6 +100,7 @@ def assert_gone(f: LinkFault, tmp_path: Path, pid: int | None, ticks: int | None
     assert [e["pid"] for e in exits] == [pid], exits
 
 
+@fast
 @live
 @pytest.mark.usefixtures("servers")
 def test_latency_200ms_on_its_link_and_none_beside_it(tmp_path: Path, run_id: str) -> None:
@@ -129,6 +135,7 @@ def test_latency_200ms_on_its_link_and_none_beside_it(tmp_path: Path, run_id: st
     assert measure_rtt(f"{S1}:{P}", 5, source=C3).median_ms < DIRECT_MS
 
 
+@fast
 @live
 @pytest.mark.usefixtures("servers")
 def test_blackhole_holds_the_connection_and_drops_the_data(tmp_path: Path, run_id: str) -> None:
@@ -150,6 +157,7 @@ def test_blackhole_holds_the_connection_and_drops_the_data(tmp_path: Path, run_i
     assert_gone(f, tmp_path, pid, ticks)
 
 
+@fast
 @live
 @pytest.mark.usefixtures("servers")
 def test_reset_resets_the_connection(tmp_path: Path, run_id: str) -> None:
@@ -215,6 +223,7 @@ R_NET = "127.0.82"  # the reconnect test's own addresses and port: none of the o
 RS, RC, RPROXY, RP = f"{R_NET}.1", f"{R_NET}.3", f"{R_NET}.200", 19591
 
 
+@fast
 @live
 def test_reconnect_breaks_the_open_connection_into_the_proxy_and_back_out(tmp_path: Path, run_id: str) -> None:
     """`reconnect`: the connection open before the fault is broken once the proxy is in place (ss -K),
@@ -262,6 +271,7 @@ def _local_port(conn: str) -> int:
     return int(conn.split("->")[0].rsplit(":", 1)[1])
 
 
+@fast
 @live
 def test_two_faults_of_a_run_share_one_server_until_the_last_stops(tmp_path: Path, run_id: str) -> None:
     run = run_id
@@ -283,6 +293,7 @@ def test_two_faults_of_a_run_share_one_server_until_the_last_stops(tmp_path: Pat
     assert [r for r in ours() if r.startswith("-A RMQC-")] == [] and not alive(pid, ticks)  # type: ignore[arg-type]
 
 
+@fast
 def test_links_and_toxics_from_the_scenarios_names() -> None:
     import chaos.kinds  # noqa: F401 - the registry
     from chaos.kinds.link import LinkParams, links
@@ -311,9 +322,61 @@ def test_links_and_toxics_from_the_scenarios_names() -> None:
     ({"from": "producers", "to": "broker-a", "latency": "1s", "frm": "x"},
      "unknown key for a link fault; allowed: id, kind, target, at, restart_after, repeat, timeout, duration, from, to"),
 ])
+@fast
 def test_a_bad_link_is_refused_at_load_in_one_line(tmp_path: Path, fault: dict, expect: str) -> None:
     f = write_scenario(tmp_path / "bad.yaml", {"name": "bad", "load": {"duration": "30s"},
                                                "faults": [{"kind": "link", "at": "1s", **fault}]})
     r = cli("run", str(f), "--out", str(tmp_path / "never"))
     assert r.returncode == 1 and expect in r.stderr and r.stderr.startswith(f"rmqchaos: error: {f}:"), r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "never").exists()
+
+
+@live
+def test_slow_link_to_broker_a_slows_its_own_sends_only(tmp_path: Path) -> None:
+    """The CI form of scenarios/link-slow-broker.yaml: producers -> broker-a 200 ms ± 50 ms from 5 s
+    for 12 s of a 25 s load. The producers' open connection to broker-a is broken at the fault's
+    start and comes back through the proxy, then broken at its stop and comes back direct; every
+    acked send to broker-a between the two took at least the toxic's floor (150 ms), broker-b's did
+    not; the summary's window and the verdict say so per broker; no rule, proxy or process is left."""
+    f = write_scenario(tmp_path / "link.yaml", {
+        "extends": str(REPO / "scenarios" / "link-slow-broker.yaml"), "name": "link-slow-broker-ci",
+        "cluster": {"subnet": "127.0.81.0/24", "namesrv": {"port": 31876}, "stop_timeout": "3s",
+                    "brokers": [{"name": "broker-a", "port": 31811}, {"name": "broker-b", "port": 31821}]},
+        "load": {"duration": "25s", "rate": 100},
+        "consumers": {"settle": "3s"},
+        "faults": [{"id": "slow-a", "kind": "link", "at": "5s", "duration": "12s", "from": "producers",
+                    "to": "broker-a", "latency": "200ms", "jitter": "50ms"}]})
+    run = tmp_path / "run"
+    r = cli("run", str(f), "--out", str(run), timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert_nothing_left(run)  # the toxiproxy-server too: it is in the run's processes.jsonl
+    s = json.loads((run / "analysis" / "summary.json").read_text())
+    chain = netrules.chain_name(s["run_id"])
+    assert [x for x in ours() if chain in x or s["run_id"] in x] == [], ours()
+    tps = [e for e in ProcessLog(run / "processes.jsonl").entries() if e.get("node") == lk.NODE]
+    assert [e["event"] for e in tps] == ["start", "exit"] and not alive(tps[0]["pid"], tps[0]["starttime"]), tps
+
+    ev = next(e for e in s["events"] if e["kind"] == "fault")["params"]["evidence"]
+    st, sp = ev["reconnect_at_start"], ev["reconnect_at_stop"]
+    conn = ("127.0.81.201:", "->127.0.81.11:31811")
+    assert [x for x in st["broken"] if x.startswith(conn[0]) and x.endswith(conn[1])], st
+    assert [x for x in st["reconnected"] if x.startswith(conn[0]) and x.endswith(conn[1] + " via proxy")], st
+    assert [x for x in sp["broken"] if x.startswith(conn[0]) and x.endswith(conn[1])], sp
+    assert [x for x in sp["reconnected"] if x.startswith(conn[0]) and x.endswith(conn[1] + " direct")], sp
+    assert ev["rules_removed"] == 3 and ev["proxies_removed"] == 3 and ev["toxiproxy"] == "terminated", ev
+
+    # every send acked between the two breaks: sent after the first (the direct connection was gone)
+    # and before the second (its connection was the proxied one)
+    acked = [x for p in (run / "ledgers").glob("send-*.jsonl") for x in map(json.loads, p.open())
+             if x["rec"] == "outcome" and x["outcome"] == "ok" and st["end_ms"] < x["start_ms"] < sp["begin_ms"]]
+    rt = {b: sorted(x["end_ms"] - x["start_ms"] for x in acked if x["broker"] == b) for b in ("broker-a", "broker-b")}
+    print({b: (len(v), v[0], statistics.median(v), v[-1]) for b, v in rt.items() if v})
+    assert rt["broker-a"] and rt["broker-b"], rt
+    assert rt["broker-a"][0] >= 149 and statistics.median(rt["broker-a"]) >= 180, rt["broker-a"][:20]
+    assert statistics.median(rt["broker-b"]) < 150, rt["broker-b"]  # generous: no toxic on broker-b's link
+
+    w = next(w for w in s["windows"] if w["id"] == "slow-a")["send_ms_by_broker"]
+    assert w["broker-a"]["during"]["p50"] > max(w["broker-b"]["during"]["p50"], w["broker-a"]["outside"]["p50"]), w
+    from analysis.verdict import verdict
+    assert "one link fault (producers -> broker-a)" in verdict(s) and "during link fault slow-a" in verdict(s)
+    assert s["counts"]["lost"] == 0 and s["complete"] is True
