@@ -56,6 +56,13 @@ def ours() -> list[str]:
     return [ln for ln in out.splitlines() if "RMQC" in ln or "rmqchaos:" in ln]
 
 
+def of_run(run: str) -> list[str]:
+    """The lines of `ours()` that belong to run `run` (its chain, or a comment naming it): other runs'
+    rules, a concurrent suite's, are not this test's to judge."""
+    chain = netrules.chain_name(run)
+    return [ln for ln in ours() if chain in ln or run in ln]
+
+
 @pytest.fixture
 def servers() -> Iterator[None]:
     echoes = [Echo(f"{S1}:{P}"), Echo(f"{S1}:{Q}"), Echo(f"{S2}:{P}")]
@@ -87,13 +94,9 @@ def assert_gone(f: LinkFault, tmp_path: Path, pid: int | None, ticks: int | None
     """No rule of the fault in iptables (its run's chain stays for `down`, empty); once the run's
     chains are removed, nothing of the run's at all (other runs' rules, a concurrent suite's, are
     not ours to judge); no toxiproxy-server."""
-    chain = netrules.chain_name(f.run_id)
-
-    def mine() -> list[str]:
-        return [r for r in ours() if chain in r or f.run_id in r]
-    assert [r for r in mine() if r.startswith("-A RMQC-")] == [], mine()
+    assert [r for r in of_run(f.run_id) if r.startswith("-A RMQC-")] == [], of_run(f.run_id)
     netrules.RunRules(f.run_id).remove()
-    assert mine() == [], mine()
+    assert of_run(f.run_id) == [], of_run(f.run_id)
     assert pid is not None and not alive(pid, ticks), "toxiproxy-server still runs"
     assert lk._servers == {}
     exits = [e for e in ProcessLog(tmp_path / "processes.jsonl").entries() if e.get("event") == "exit"]
@@ -104,7 +107,7 @@ def assert_gone(f: LinkFault, tmp_path: Path, pid: int | None, ticks: int | None
 @live
 @pytest.mark.usefixtures("servers")
 def test_latency_200ms_on_its_link_and_none_beside_it(tmp_path: Path, run_id: str) -> None:
-    assert ours() == [], "a rule of the platform is already there"
+    assert of_run(run_id) == [], "a rule of this run is already there"
     open_before = socket.create_connection((S1, P), timeout=3, source_address=(C3, 0))
     f = fault(tmp_path, run_id, slow=tp.latency(200))
     try:
@@ -285,12 +288,12 @@ def test_two_faults_of_a_run_share_one_server_until_the_last_stops(tmp_path: Pat
         assert a.server is b.server and a.server is not None
         pid, ticks = a.server.pid, a.server.start_ticks
         assert a.stop()["toxiproxy"] == "still used" and alive(pid, ticks)  # type: ignore[arg-type]
-        left = [r for r in ours() if r.startswith("-A RMQC-")]
+        left = [r for r in of_run(run) if r.startswith("-A RMQC-")]
         assert len(left) == 1 and f'"rmqchaos:{run}:b"' in left[0], left
     finally:
         a.stop()
         b.stop()
-    assert [r for r in ours() if r.startswith("-A RMQC-")] == [] and not alive(pid, ticks)  # type: ignore[arg-type]
+    assert [r for r in of_run(run) if r.startswith("-A RMQC-")] == [] and not alive(pid, ticks)  # type: ignore[arg-type]
 
 
 @fast
@@ -351,8 +354,7 @@ def test_slow_link_to_broker_a_slows_its_own_sends_only(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
     assert_nothing_left(run)  # the toxiproxy-server too: it is in the run's processes.jsonl
     s = json.loads((run / "analysis" / "summary.json").read_text())
-    chain = netrules.chain_name(s["run_id"])
-    assert [x for x in ours() if chain in x or s["run_id"] in x] == [], ours()
+    assert of_run(s["run_id"]) == [], of_run(s["run_id"])
     tps = [e for e in ProcessLog(run / "processes.jsonl").entries() if e.get("node") == lk.NODE]
     assert [e["event"] for e in tps] == ["start", "exit"] and not alive(tps[0]["pid"], tps[0]["starttime"]), tps
 
