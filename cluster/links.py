@@ -164,7 +164,8 @@ class LinkFault:
                 "probe_before": before, "probe_during": during}
 
     def stop(self) -> dict[str, Any]:
-        """Rules first (no new connection reaches a proxy that is going), then the proxies (their
+        """Rules first (no new connection reaches a proxy that is going), then with `reconnect` the
+        proxied connections broken (their clients reconnect direct), then the proxies (their
         connections end with them), then the server if no other fault of the run uses it."""
         removed = netrules.RunRules(self.run_id).remove_tag(self.tag) if netrules.available() else 0
         ev: dict[str, Any] = {}
