@@ -24,6 +24,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from analysis import rules, schemas
+from analysis.latency import PERCENTS, by_broker, pct_result as _pct_result  # noqa: F401  (PERCENTS: tests)
+from analysis.latency import histogram as _histogram, percentiles as _percentiles
 from rmqchaos.progress import say
 from rmqchaos.seal import LedgerError, seal_closed  # noqa: F401  (LedgerError: what a malformed ledger raises)
 
@@ -293,48 +295,6 @@ def key_table(send: DataFrame, recv: DataFrame, receive_complete: bool = True) -
 
 # ---------------------------------------------------------------- the job
 
-PERCENTS = (50, 95, 99)
-
-
-def _histogram(df: DataFrame, measures: dict[str, Any], group: Any) -> DataFrame:
-    """(g, m, v, c): how many rows of `df` have the integer value v (ms) of measure m, per group g;
-    nulls are not counted. One grouping for every measure: latencies take few distinct values."""
-    cells = F.explode(F.array(*[F.struct(F.lit(m).alias("m"), col.cast("long").alias("v"))
-                                for m, col in measures.items()]))
-    return (df.select(group.alias("g"), cells.alias("x")).where(F.col("x.v").isNotNull())
-            .groupBy("g", F.col("x.m").alias("m"), F.col("x.v").alias("v")).agg(F.count("*").alias("c")))
-
-
-def _percentiles(h: DataFrame) -> dict[tuple[Any, str], dict[str, Any]]:
-    """Exact nearest-rank percentiles from a histogram (g, m, v, c): per (g, m) its n, p50/p95/p99
-    (the smallest value with at least p % of the values at or below it) and max. Running counts
-    over each measure's distinct values, in Spark; only those few rows reach the driver."""
-    from pyspark.sql import Window
-    n, cum = F.sum("c").over(Window.partitionBy("g", "m")), F.sum("c").over(
-        Window.partitionBy("g", "m").orderBy("v").rowsBetween(Window.unboundedPreceding, 0))
-    h = h.select("g", "m", "v", "c", n.alias("n"), cum.alias("cum"))
-    # rank ceil(n * p / 100), in integers; the row whose running count first reaches it holds it
-    rank = {p: F.expr(f"(n * {p} + 99) div 100") for p in PERCENTS}
-    hit = {p: (F.col("cum") - F.col("c") < r) & (F.col("cum") >= r) for p, r in rank.items()}
-    last = F.col("cum") == F.col("n")
-    rows = h.select("g", "m", "v", "n", last.alias("last"), *[c.alias(f"p{p}") for p, c in hit.items()]).where(
-        F.col("last") | F.greatest(*[F.col(f"p{p}") for p in PERCENTS])).collect()
-    out: dict[tuple[Any, str], dict[str, Any]] = {}
-    for r in rows:
-        d = out.setdefault((r["g"], r["m"]), {"n": int(r["n"])})
-        for p in PERCENTS:
-            if r[f"p{p}"]:
-                d[f"p{p}"] = int(r["v"])
-        if r["last"]:
-            d["max"] = int(r["v"])
-    return out
-
-
-def _pct_result(pcts: dict[tuple[Any, str], dict[str, Any]], key: tuple[Any, str]) -> dict[str, Any]:
-    d = pcts.get(key, {})
-    return {"n": d.get("n", 0), **{f"p{p}": d.get(f"p{p}") for p in PERCENTS}, "max": d.get("max")}
-
-
 def shuffle_partitions(files: list[Path]) -> int:
     """Shuffle partitions for this input: one per ~1 GiB of ledger JSON (a partition's hash tables
     stay bounded at any scale: ~1M keys each), at least 4 (adaptive execution merges small ones).
@@ -465,6 +425,8 @@ def _aggregate(spark: SparkSession, send: DataFrame, keys: DataFrame, events: li
     windows = _windows(wins, series,
                        [{c: int(agg[f"w{i}_{c}"]) for c in win_classes if agg[f"w{i}_{c}"]} for i in range(len(wins))],
                        [_pct_result(lat, (0, f"w{i}")) for i in range(len(wins))])
+    for w, b in zip(windows, by_broker(send.where(ok), wins)):
+        w["send_ms_by_broker"] = b
     retried = {n: int(agg[f"retried_{n}"] or 0) for n in ("first_in_batch", "later_in_batch", "never_first")}
     return {"counts": counts, "duplicates_by_cause": dup_causes, "duplicated_keys_by_send_outcome": dup_by_send,
             "retried_keys_by_batch_position": retried,

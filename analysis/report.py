@@ -142,6 +142,13 @@ def _run_section(s: dict[str, Any], several: bool = False) -> str:
               w["latency_from_intended_ms"]["p99"], w["throughput_drop"], w["rto_s"]] for w in s["windows"]],
             ["id", "kind", "target", "seconds", "keys meant to be sent inside", "p99 from intended (ms)",
              "throughput drop", "RTO (s)"]))
+    by_broker = [[w["id"], b, *[d[k][x] for k in ("during", "outside") for x in ("n", "p50", "p99")]]
+                 for w in s.get("windows") or [] if w["kind"] == "fault"
+                 for b, d in (w.get("send_ms_by_broker") or {}).items()]
+    if by_broker:
+        parts.append("<h3>Send latency by broker (acked sends' round trip, ms)</h3>" + _table(
+            by_broker, ["window", "broker", "n inside", "p50 inside", "p99 inside", "n outside", "p50 outside",
+                        "p99 outside"]))
     if s.get("answers"):
         parts.append("<h3>Answers, and what was stored all the same</h3><p>An attempt counts as stored when its "
                      "own msgId (a fresh UNIQ_KEY per attempt) was delivered.</p>" + _table(

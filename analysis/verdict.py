@@ -12,7 +12,7 @@ FAULT_WORDS = {"oom_kill": ("kernel OOM kill", "kernel OOM kills"), "jvm_oom": (
                "redis_noise": ("Redis disk noise", "Redis disk noise"), "es_like_noise": ("fio disk noise", "fio disk noise"),
                "topic_flood": ("%RETRY% topic flood", "%RETRY% topic floods"),
                "cleanup_retry_topics": ("%RETRY% topic cleanup", "%RETRY% topic cleanups"),
-               "partition": ("network partition", "network partitions")}
+               "partition": ("network partition", "network partitions"), "link": ("link fault", "link faults")}
 _NUM = {1: "one", 2: "two", 3: "three"}
 SETTINGS = ("brokerRole", "flushDiskType", "transientStorePoolEnable")  # named in every verdict
 
@@ -32,6 +32,9 @@ def faults_phrase(s: dict[str, Any], intent: bool = True) -> str:
             groups = ((e.get("params") or {}).get("evidence") or {}).get("groups")
             if k[0] == "partition" and groups:  # named by its sides: 'broker-a | namesrv'
                 k = (k[0], " | ".join(", ".join(g) for g in groups))
+            ev = (e.get("params") or {}).get("evidence") or {}
+            if k[0] == "link" and ev.get("from"):  # named by its ends: 'producers -> broker-a'
+                k = (k[0], f"{ev['from']} -> {ev['to']}")
             seen[k] = seen.get(k, 0) + 1
     short: dict[tuple[str, str], float | None] = {}
     for x in noise_intents(s) if intent else []:
@@ -47,6 +50,8 @@ def faults_phrase(s: dict[str, Any], intent: bool = True) -> str:
             words += f" (short of intent: {pct(short[(k, t)])})" if short[(k, t)] is not None else " (short of intent)"
         if k == "partition":
             return words + f" ({t})" if " | " in t else words
+        if k == "link":
+            return words + f" ({t})" if " -> " in t else words
         return words + ("" if t in ("cluster", "None") else f" of {t}")  # noise has no target of its own
     # the restart after a kill is its recovery, not a fault of its own
     parts = [part(k, t, n) for (k, t), n in seen.items() if not (k == "restart" and t in killed)]
@@ -147,7 +152,7 @@ def found(s: dict[str, Any]) -> list[str]:
     """What a run found beyond loss and duplication, each a clause of its verdict: the busy refusals by
     kind and rate, each route outage and its length, the %RETRY% redeliveries by batch position, and a
     noise that fell short of its intent, in its own words."""
-    out = [x for x in [busy_phrase(s)] if x] + outage_phrases(s)
+    out = [x for x in [busy_phrase(s)] if x] + outage_phrases(s) + link_phrases(s)
     rb = s.get("retried_keys_by_batch_position") or {}
     if any(rb.values()):
         out.append(f"keys redelivered through %RETRY%: {rb['later_in_batch']:,} at index 1..n-1 of their listener "
@@ -162,3 +167,20 @@ def short_noise(s: dict[str, Any]) -> list[str]:
     return [str(x["intent"].get("words") or f"{FAULT_WORDS[x['fault_kind']][0]} reached "
                 f"{pct(reached_pct(x['intent']))} of its intent").replace("; ", ", ")  # one clause of the verdict
             for x in noise_intents(s) if x["intent"].get("short")]
+
+
+def link_phrases(s: dict[str, Any]) -> list[str]:
+    """Per link fault window, each broker's acked sends' round trip inside it against outside it, e.g.
+    'during link fault slow-a, acked sends took p50 251 / p99 352 ms on broker-a (outside it 2 / 9 ms),
+    p50 2 / p99 8 ms on broker-b (outside it 2 / 9 ms)'."""
+    kinds = {(e.get("params") or {}).get("fault_id"): (e.get("params") or {}).get("fault_kind")
+             for e in s.get("events", []) if e.get("kind") == "fault"}
+    out = []
+    for w in s.get("windows") or []:
+        by = w.get("send_ms_by_broker") or {}
+        if kinds.get(w["id"]) != "link" or not by:
+            continue
+        out.append(f"during link fault {w['id']}, acked sends took " + ", ".join(
+            f"p50 {d['during']['p50']} / p99 {d['during']['p99']} ms on {b} (outside it {d['outside']['p50']} / "
+            f"{d['outside']['p99']} ms)" for b, d in by.items() if d["during"]["n"]))
+    return out

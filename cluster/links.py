@@ -9,6 +9,9 @@ and a server's listeners by iptables DNAT (the `link` fault kind, chaos/kinds/li
   127.0.0.1 (the kernel's choice), so no DNAT rule (which names the client's address) matches it again.
 - Only connections opened after the rules are in place go through the proxy: conntrack keeps an
   established connection's (absent) translation, so a client that keeps its connection is untouched.
+  With `reconnect`, the links' established connections are broken (`ss -K`, cluster/conns.py) once
+  the rules and proxies are in place, so a client that keeps one (every RocketMQ client) reconnects
+  through the proxy; and again at stop, once the rules are gone, so it reconnects direct.
 - One toxiproxy-server per run, started by the first link fault and stopped by the last one to stop
   (refcounted in this process: every fault of a run runs in the process that runs its load); it is
   recorded in the run's processes.jsonl, so `down` and orphan reaping end it if we die.
@@ -18,11 +21,12 @@ from __future__ import annotations
 import re
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from cluster import netrules
+from cluster import conns, netrules
 from cluster.plan import free_port
 from cluster.toxiproxy import API_HOST, Rtt, Toxic, Toxiproxy, measure_rtt
 from rmqchaos.errors import UserError
@@ -122,6 +126,8 @@ class LinkFault:
     proxies: dict[str, dict[str, Any]] = field(default_factory=dict)  # proxy name -> {listen, upstream}
     rules: list[str] = field(default_factory=list)
     server: Toxiproxy | None = None
+    reconnect: bool = False
+    reconnect_wait: float = 3.0  # how long start and stop watch for the broken connections' successors
 
     def start(self) -> dict[str, Any]:
         loopback(self.proxy_addr)
@@ -145,15 +151,29 @@ class LinkFault:
             self.stop()
             raise
         during = self._measure(first.client, first.server, pport)
-        return {"proxies": self.proxies, "toxics": {n: t.body(n) for n, t in self.toxics.items()},
+        ev: dict[str, Any] = {"reconnect": self.reconnect}
+        if self.reconnect:
+            try:
+                ev["reconnect_at_start"] = self._break()
+            except BaseException:
+                self.stop()
+                raise
+        return {**ev, "proxies": self.proxies, "toxics": {n: t.body(n) for n, t in self.toxics.items()},
                 "rules": self.rules, "probe": f"{first.client} -> {first.server}:{pport}",
                 "rtt_before_ms": before.get("median_ms"), "rtt_during_ms": during.get("median_ms"),
                 "probe_before": before, "probe_during": during}
 
     def stop(self) -> dict[str, Any]:
-        """Rules first (no new connection reaches a proxy that is going), then the proxies (their
+        """Rules first (no new connection reaches a proxy that is going), then with `reconnect` the
+        proxied connections broken (their clients reconnect direct), then the proxies (their
         connections end with them), then the server if no other fault of the run uses it."""
         removed = netrules.RunRules(self.run_id).remove_tag(self.tag) if netrules.available() else 0
+        ev: dict[str, Any] = {}
+        if self.reconnect and self.server is not None:
+            try:
+                ev["reconnect_at_stop"] = self._break()
+            except UserError as e:  # the proxies still go below: their connections end with them
+                ev["reconnect_at_stop"] = {"error": e.message}
         if self.server is not None:
             for name in self.proxies:
                 try:
@@ -162,7 +182,33 @@ class LinkFault:
                     pass  # the server is gone already: its proxies with it
         how = release(self.run_id, self.log) if self.server is not None else None
         self.server = None
-        return {"rules_removed": removed, "proxies_removed": len(self.proxies), "toxiproxy": how or "still used"}
+        return {**ev, "rules_removed": removed, "proxies_removed": len(self.proxies), "toxiproxy": how or "still used"}
+
+    def _break(self) -> dict[str, Any]:
+        """Break the links' established connections (client side, `ss -K`), then watch up to
+        `reconnect_wait` s for their successors: the same client to the same server port, each marked
+        `via proxy` (the proxy holds a connection from that client port) or `direct`. Returns
+        {broken, reconnected, waited_s, begin_ms, end_ms} with connections as 'a:p->b:q'; begin_ms and
+        end_ms (epoch ms) bracket the breaking: a request sent after end_ms cannot use a broken one."""
+        pairs = list(dict.fromkeys((ln.client, ln.server, p) for ln in self.links for p in ln.ports))
+        begin_ms = int(time.time() * 1000)
+        broken = [c for a, b, p in pairs for c in conns.break_conns(a, b, p)]
+        end_ms = int(time.time() * 1000)
+        t0 = time.monotonic()
+        want = {(c[0], c[2], c[3]) for c in broken}  # every (client, server, port) that had one
+        listens = {x["listen"] for x in self.proxies.values()}
+        while True:
+            now = conns.established()
+            new = [c for c in now if (c[0], c[2], c[3]) in want and c not in broken]
+            if {(c[0], c[2], c[3]) for c in new} >= want or time.monotonic() - t0 >= self.reconnect_wait:
+                break
+            time.sleep(0.1)
+        # the proxy's side of a proxied connection: local = a proxy's listen address, peer = the client's port
+        proxied = {(pa, pp) for la, lp, pa, pp in now if f"{la}:{lp}" in listens}
+        return {"broken": sorted(map(conns.name, broken)), "begin_ms": begin_ms, "end_ms": end_ms,
+                "waited_s": round(time.monotonic() - t0, 3),
+                "reconnected": sorted(f"{conns.name(c)} {'via proxy' if (c[0], c[1]) in proxied else 'direct'}"
+                                      for c in new)}
 
     def _create(self, name: str, upstream: str) -> str:
         assert self.server is not None

@@ -138,6 +138,19 @@ def test_a_partition_is_named_by_its_sides() -> None:
                           "acknowledged messages; none delivered twice.")
 
 
+def test_a_link_fault_is_named_by_its_ends_and_each_brokers_round_trip_inside_it_is_stated() -> None:
+    slow = {"kind": "fault", "outcome": "ok", "target": None,
+            "params": {"fault_id": "slow-a", "fault_kind": "link", "evidence": {"from": "producers", "to": "broker-a"}}}
+    pct = {"n": 10, "p95": 1, "max": 1}
+    by = {"broker-a": {"during": {**pct, "p50": 250, "p99": 1011}, "outside": {**pct, "p50": 13, "p99": 338}},
+          "broker-b": {"during": {**pct, "p50": 7, "p99": 443}, "outside": {**pct, "p50": 12, "p99": 534}}}
+    s = summary("link-slow-broker", "false", 0, None, events=[slow], windows=[{"id": "slow-a", "send_ms_by_broker": by}])
+    assert verdict(s) == ("link-slow-broker: with ASYNC_MASTER, ASYNC_FLUSH, transientStorePoolEnable=false and the "
+                          "no_retry send policy, one link fault (producers -> broker-a) lost 0 acknowledged messages; "
+                          "none delivered twice; during link fault slow-a, acked sends took p50 250 / p99 1011 ms on "
+                          "broker-a (outside it 13 / 338 ms), p50 7 / p99 443 ms on broker-b (outside it 12 / 534 ms).")
+
+
 def test_a_noise_short_of_its_intent_is_stated_and_not_named_as_if_it_ran() -> None:
     words = "Redis noise reached 6 % of its 200 SET/s (worst of 8 instances)"
     short = noise_intent(shared_host(busy={}), "redis_noise", True, words, 0.06)

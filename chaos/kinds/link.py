@@ -5,8 +5,17 @@ or until the load ends. The kernel here has no netem.
 `from` is the side that connects (a node, `producers`, `consumers`, `consumer-<id>`), `to` the side
 that listens (a node): every listener port of `to` gets a proxy, and new connections from `from`'s
 address to it are sent there. `both: true` adds `to`'s connections to `from`'s listeners.
-Connections open before the fault keep their direct path (RocketMQ clients keep one connection per
-broker and reconnect only when it breaks): the evidence lists them (`links_at_start`).
+The DNAT rules only catch new connections, and RocketMQ clients keep one connection per broker and
+reconnect only when it breaks. `reconnect: true` (the default) therefore breaks the links'
+established connections (`ss -K` on `from`'s side: exactly from `from`'s address to `to`'s address
+and listener port) once the rules and proxies are in place, so the clients reconnect through the
+proxy, and again at the fault's stop once the rules are gone, so they reconnect direct. The default
+is on because a link fault that silently leaves a running load on its direct path measures nothing;
+its cost is that a request in flight on a broken connection fails (a transport error, at the
+fault's start and stop), which the ledger shows. `reconnect: false` leaves open connections on
+their direct path (only connections opened later go through the proxy). Evidence: the connections
+open at the start (`links_at_start`), and at start and stop which were broken and which came back
+within a few seconds, each `via proxy` or `direct` (`reconnect_at_start`, `reconnect_at_stop`).
 
 Toxics act on `stream`: `downstream` (the answers: a request's round trip grows by `latency`, the
 default), `upstream` (the requests) or `both` (each toxic both ways: a round trip grows by twice).
@@ -21,9 +30,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, StrictBool, StrictInt, model_validator
 
-from chaos.kinds.partition import Member, endpoints, established, members
+from chaos.kinds.partition import Member, endpoints, members
 from chaos.protocol import FaultError, Lasting, LastingKind, register
 from cluster import toxiproxy as tp
+from cluster.conns import established
 from cluster.links import Link, LinkFault, Probe
 from cluster.plan import addresses, plan
 from rmqchaos.errors import UserError
@@ -46,6 +56,7 @@ class LinkParams(Lasting):
     blackhole: StrictBool = False
     reset: StrictBool = False
     stream: Literal["downstream", "upstream", "both"] = "downstream"
+    reconnect: StrictBool = True
 
     @model_validator(mode="after")
     def _one_effect(self) -> "LinkParams":
@@ -136,7 +147,7 @@ class LinkKind(LastingKind):
         probe = Probe(request=encode_frame(Frame(code=PROBE_CODE, opaque=1)), reply=_read_frame,
                       port=remoting_port(s, p.to))
         self.core = LinkFault(c.run.run_id, tag, want, p.toxics(), addresses(s)["links"], c.run.path / "links",
-                              c.run.processes, probe)
+                              c.run.processes, probe, reconnect=p.reconnect)
         open_conns = [f"{la}:{lp}->{pa}:{pp}" for la, lp, pa, pp in established()
                       if any(la == ln.client and pa == ln.server and pp in ln.ports for ln in want)]
         try:

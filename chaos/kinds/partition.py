@@ -14,7 +14,6 @@ of them were gone when it ended (`ss`)."""
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 from typing import Annotated, Any
 
@@ -22,6 +21,7 @@ from pydantic import Field, StrictBool
 
 from chaos.protocol import FaultError, Lasting, LastingKind, register
 from cluster import netrules
+from cluster.conns import established
 from cluster.plan import addresses, plan
 from rmqchaos.errors import UserError
 from rmqchaos.spec import Fault, Scenario
@@ -70,18 +70,6 @@ def drops(s: Scenario, groups: list[list[str]], one_way: bool) -> list[Drop]:
                 if not one_way:
                     out += [(b, a, p, None) for p in pa] + [(b, a, None, p) for p in pb]  # what b sends a
     return list(dict.fromkeys(out))
-
-
-def established() -> list[tuple[str, int, str, int]]:
-    """(local address, local port, peer address, peer port) of every established TCP socket."""
-    r = subprocess.run(["ss", "-Htn", "state", "established"], capture_output=True, text=True, timeout=30)
-    out = []
-    for ln in r.stdout.splitlines():
-        f = ln.split()
-        if len(f) >= 4:
-            (la, lp), (pa, pp) = (x.rsplit(":", 1) for x in f[2:4])
-            out.append((la.strip("[]").removeprefix("::ffff:"), int(lp), pa.strip("[]").removeprefix("::ffff:"), int(pp)))
-    return out
 
 
 def across(rules: list[Drop], conns: list[tuple[str, int, str, int]]) -> list[str]:
