@@ -108,6 +108,14 @@ def test_a_partition_blocks_exactly_the_named_links_during_and_none_after(fresh_
     assert any(x.startswith(f"{nodes['broker-a'].host}:") and x.endswith(f"->{nodes['namesrv'].addr}")
                for x in ev["links_at_start"]), ev
     assert [r for r in ours_in_iptables() if r.startswith("-A RMQC-")] == []
+    # a cut whose rules something else removed before its stop fails: it did not hold as asked
+    from chaos.protocol import FaultError
+    from cluster.netrules import RunRules
+    again = kind(FaultContext(c.run, c), fault, kind.Params.model_validate(fault.params))
+    again.start()
+    assert RunRules(c.run.run_id).remove() == 8
+    with pytest.raises(FaultError, match="8 of its 8 rules were gone before it ended"):
+        again.stop()
 
 
 def test_broker_cut_from_namesrv_leaves_the_route_while_it_keeps_taking_sends(tmp_path: Path) -> None:
