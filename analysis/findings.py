@@ -136,3 +136,33 @@ def reached_pct(intent: dict[str, Any]) -> float | None:
     if r is None:
         return None
     return float(r) * 100 if float(r) <= 1 else float(r)  # short of intent, above 1: given in percent
+
+
+def _commit_max(m: dict[str, Any], node: str) -> int | None:
+    return (m["brokers"].get(node) or {}).get("commit_max")
+
+
+def replica_catchup(s: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each slave a partition fault put behind its master, from the monitor's `commit_max` of both
+    (cluster/monitor.py): {slave, fault_id, max_behind_bytes (during the fault), heal_ms, caught_up_ms
+    (the first sample from the heal on in which the slave held everything its master had stored at
+    the heal; None: never, up to the last sample), caught_up_s}. Nothing for a slave never behind."""
+    mon = [m for m in s.get("monitor") or [] if "brokers" in m]
+    pairs = {n: n.removesuffix("-s") for b in mon[:1] for n in b["brokers"] if n.endswith("-s")}
+    out = []
+    for e in s.get("events", []):
+        p = e.get("params") or {}
+        if e.get("kind") != "fault" or p.get("fault_kind") != "partition" or e.get("outcome") != "ok" or not e.get("end_ms"):
+            continue
+        for slave, master in pairs.items():
+            during = [_commit_max(m, master) - _commit_max(m, slave) for m in mon if e["start_ms"] <= m["ts_ms"] <= e["end_ms"]
+                      and _commit_max(m, master) is not None and _commit_max(m, slave) is not None]
+            before = [_commit_max(m, master) for m in mon if m["ts_ms"] <= e["end_ms"] and _commit_max(m, master) is not None]
+            if not during or not before or max(during) <= 0:
+                continue
+            caught = next((m["ts_ms"] for m in mon if m["ts_ms"] >= e["end_ms"] and (_commit_max(m, slave) or -1) >= before[-1]),
+                          None)
+            out.append({"slave": slave, "fault_id": p.get("fault_id"), "max_behind_bytes": max(during),
+                        "heal_ms": e["end_ms"], "caught_up_ms": caught,
+                        "caught_up_s": None if caught is None else round((caught - e["end_ms"]) / 1000, 1)})
+    return out

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.findings import NONE, busy_refusals, lasting_outages, noise_intents, outage_seconds, reached_pct
+from analysis.findings import (NONE, busy_refusals, lasting_outages, noise_intents, outage_seconds, reached_pct,
+                               replica_catchup)
 
 FAULT_WORDS = {"oom_kill": ("kernel OOM kill", "kernel OOM kills"), "jvm_oom": ("JVM OutOfMemoryError", "JVM OutOfMemoryErrors"),
                "kill": ("SIGKILL", "SIGKILLs"), "pause": ("pause", "pauses"), "restart": ("restart", "restarts"),
@@ -113,7 +114,10 @@ def verdict(s: dict[str, Any]) -> str:
         "none delivered twice"
     extra = []
     if c.get("acked_weak"):
-        extra.append(f"{c['acked_weak']} acknowledged only with a weak flush/slave status ({c['acked_weak_lost']} of them lost)")
+        weak = {k: n for k, n in ((s.get("errors") or {}).get("by_status") or {}).items() if k not in ("SEND_OK", "None") and n}
+        named = ": " + ", ".join(f"{k} {n:,}" for k, n in sorted(weak.items(), key=lambda kv: -kv[1])) if weak else ""
+        extra.append(f"{c['acked_weak']:,} acknowledged only with a weak flush/slave status{named} "
+                     f"({c['acked_weak_lost']} of them lost)")
     if sc and sc.get("indeterminate_stored"):
         extra.append(f"{sc['indeterminate_stored']} unanswered sends were stored and never delivered")
     if c.get("corrupted_deliveries"):
@@ -148,11 +152,22 @@ def outage_phrases(s: dict[str, Any]) -> list[str]:
     return out
 
 
+def catchup_phrases(s: dict[str, Any]) -> list[str]:
+    """e.g. "broker-a-s fell 41.2 MB behind its master during cut-a-slave and held all of it 6.0 s after the heal"."""
+    out = []
+    for r in replica_catchup(s):
+        when = f"held all of it {r['caught_up_s']} s after the heal" if r["caught_up_ms"] else \
+            "had not caught up at the last sample"
+        out.append(f"{r['slave']} fell {r['max_behind_bytes'] / 1e6:.1f} MB behind its master during {r['fault_id']} "
+                   f"and {when}")
+    return out
+
+
 def found(s: dict[str, Any]) -> list[str]:
     """What a run found beyond loss and duplication, each a clause of its verdict: the busy refusals by
     kind and rate, each route outage and its length, the %RETRY% redeliveries by batch position, and a
     noise that fell short of its intent, in its own words."""
-    out = [x for x in [busy_phrase(s)] if x] + outage_phrases(s) + link_phrases(s)
+    out = [x for x in [busy_phrase(s)] if x] + outage_phrases(s) + link_phrases(s) + catchup_phrases(s)
     rb = s.get("retried_keys_by_batch_position") or {}
     if any(rb.values()):
         out.append(f"keys redelivered through %RETRY%: {rb['later_in_batch']:,} at index 1..n-1 of their listener "

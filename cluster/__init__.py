@@ -35,4 +35,7 @@ def reap_lost_runs() -> list[str]:
     from cluster.local.orphans import reap_lost_runs as local_lost
     from rmqchaos.rundir import lost_run_ids, registry_dir
     done = reap_lost_containers(lost_run_ids()) + local_lost()  # containers first: local_lost forgets the ids
-    return done + netrules.reap_unregistered(lambda run_id: (registry_dir() / run_id).exists())
+    from cluster.local.orphans import has_processes
+    # a chain stays while its run is registered here or still has processes in its cgroups: a run of
+    # another RMQCHAOS_HOME (another checkout, a concurrent test) is not ours to reap
+    return done + netrules.reap_unregistered(lambda run_id: (registry_dir() / run_id).exists() or has_processes(run_id))

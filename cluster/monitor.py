@@ -11,6 +11,8 @@ route: a broker that left the route is exactly what must still be seen), and nam
   log the registrations to namesrv completed/failed so far and the last of each;
 - `frame_errors`: frames namesrv refused as too long so far (its remoting.log), and the last one's
   length and limit;
+- `brokers[node].commit_max`: the end of its commit log (runtime info's `commitLogMaxOffset`), on
+  masters and slaves: a slave's distance behind its master is their difference;
 - `brokers[node].delayed`: messages waiting in the broker's delay levels (a message sent back for
   a later retry sits there, in no group's backlog, until its time);
 - `backlog[group]`: per topic (the load's, and `%RETRY%<group>`) the messages stored but not yet
@@ -156,9 +158,14 @@ class Monitor:
                 b["up"] = False
                 brokers[p.name] = b
                 continue
+            try:  # a question that failed is unknown (null), not a broker that is down
+                runtime = self.admin.runtime_info(p.addr)
+                b["commit_max"] = int(runtime["commitLogMaxOffset"]) if "commitLogMaxOffset" in runtime else None
+            except (RemotingError, ValueError):
+                runtime, b["commit_max"] = None, None
             if p.role == "master":
-                try:  # a question that failed is unknown (null), not a broker that is down
-                    b["delayed"] = delayed(self.admin.runtime_info(p.addr))
+                try:
+                    b["delayed"] = None if runtime is None else delayed(runtime)
                     b["backlog"] = self._backlog(p.addr, p.broker_name or "", topics)
                 except RemotingError:
                     b.setdefault("delayed", None)

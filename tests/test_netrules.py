@@ -304,3 +304,35 @@ def test_dnat_redirects_only_the_named_clients_new_connections_and_goes_with_the
     assert rules.chain not in netrules.chains("nat") and "RMQC" not in _ipt_save()
     for c in (old, new, other):
         c.close()
+
+
+def test_a_run_of_another_home_keeps_its_chain_while_its_cgroups_hold_processes(rules: RunRules) -> None:
+    """Orphan reaping (cluster.reap_lost_runs, at every `rmqchaos run` and `down --all`) takes a chain
+    whose run this RMQCHAOS_HOME does not register only once nothing is left in that run's cgroups:
+    every test and checkout has its own home, and reaping by registry alone removed a concurrent
+    run's partition mid-cut."""
+    from cluster.local import cgroups
+    from cluster.local.orphans import has_processes
+    cg = cgroups.Cgroup(f"{cgroups.PREFIX}/{rules.run_id}/broker-a")
+    cg.create()
+    p = subprocess.Popen(["sleep", "60"])
+    try:
+        for f in cg.procs_files():
+            with open(f, "w") as fh:
+                fh.write(str(p.pid))
+        rules.drop(C3, L1, tag="f")
+        assert has_processes(rules.run_id) and has_processes(f"{rules.run_id}:f")
+        # reap_lost_runs' predicate for a run this home never registered (and every other run live:
+        # another suite's chains on this host stay whatever their state)
+        live = lambda run: run != rules.run_id or has_processes(run)  # noqa: E731
+        assert netrules.reap(live) == [] and len(rules.rules()) == 1
+        p.kill()
+        p.wait()
+        assert not has_processes(rules.run_id)
+        assert netrules.reap(live) == [f"run {rules.run_id}: removed iptables chain {rules.chain} (1 rule(s))"]
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        cg.remove()
+        cgroups.remove_empty_parents(f"{cgroups.PREFIX}/{rules.run_id}/x")

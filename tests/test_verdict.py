@@ -150,6 +150,26 @@ def test_a_link_fault_is_named_by_its_ends_and_each_brokers_round_trip_inside_it
                           "none delivered twice; during link fault slow-a, acked sends took p50 250 / p99 1011 ms on "
                           "broker-a (outside it 13 / 338 ms), p50 7 / p99 443 ms on broker-b (outside it 12 / 534 ms).")
 
+def test_a_slave_cut_from_its_master_names_the_weak_statuses_and_the_catch_up() -> None:
+    cut = {"kind": "fault", "outcome": "ok", "target": "cluster", "start_ms": 10_000, "end_ms": 70_000,
+           "params": {"fault_kind": "partition", "fault_id": "cut-a-slave",
+                      "evidence": {"groups": [["broker-a"], ["broker-a-s"]]}}}
+
+    def sample(ts: int, master: int, slave: int | None) -> dict[str, Any]:
+        return {"ts_ms": ts, "brokers": {"broker-a": {"commit_max": master}, "broker-a-s": {"commit_max": slave},
+                                         "broker-b": {"commit_max": 5}}}
+    # before, during (the slave stands still at 100), the heal, a sample that failed (null), caught up
+    mon = [sample(9_000, 100, 100), sample(40_000, 300, 100), sample(69_500, 2_500_100, 100),
+           sample(71_000, 2_600_000, None), sample(74_000, 2_700_000, 2_500_100)]
+    s = summary("partition-sync-slave", "false", 0, None, events=[cut], monitor=mon,
+                counts={"acked_weak": 387}, errors={"by_status": {"SEND_OK": 10, "FLUSH_SLAVE_TIMEOUT": 387}})
+    assert verdict(s).endswith(
+        "lost 0 acknowledged messages; none delivered twice; 387 acknowledged only with a weak flush/slave status: "
+        "FLUSH_SLAVE_TIMEOUT 387 (0 of them lost); broker-a-s fell 2.5 MB behind its master during cut-a-slave and "
+        "held all of it 4.0 s after the heal.")
+    assert verdict({**s, "monitor": mon[:4]}).endswith("and had not caught up at the last sample.")
+    assert "fell" not in verdict({**s, "monitor": [sample(40_000, 300, 300)]})  # never behind: nothing to say
+
 
 def test_a_noise_short_of_its_intent_is_stated_and_not_named_as_if_it_ran() -> None:
     words = "Redis noise reached 6 % of its 200 SET/s (worst of 8 instances)"

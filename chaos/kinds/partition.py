@@ -129,4 +129,9 @@ class Partition(LastingKind):
         start = self.evidence["links_at_start"]
         self.evidence.update(held_s=round(time.monotonic() - self.t0, 3), removed=removed,
                              links_at_stop=still, links_broken=sorted(set(start) - set(still)))
+        if removed < self.evidence["rules"]:  # another process removed them: the cut did not hold as long as asked
+            raise FaultError(f"partition {self.occurrence}: {self.evidence['rules'] - removed} of its "
+                             f"{self.evidence['rules']} rules were gone before it ended (held_s {self.evidence['held_s']}, "
+                             f"links reconnected across it: {len(set(still) - set(start))})",
+                             "something else removed the run's iptables chain: see `iptables-save | grep RMQC`")
         return self.evidence

@@ -10,6 +10,15 @@ from rmqchaos.procs import send, wait_gone
 from rmqchaos.rundir import lost_run_ids, registry_dir
 
 
+def has_processes(run_id: str) -> bool:
+    """Whether any process is left in the run's cgroups (whichever RMQCHAOS_HOME registered it)."""
+    for d in Cgroup(f"{cgroups.PREFIX}/{run_id.split(':')[0]}").dirs():
+        if d.is_dir() and any(Cgroup(f"{cgroups.PREFIX}/{run_id.split(':')[0]}/{n.name}").pids()
+                              for n in d.iterdir() if n.is_dir()):
+            return True
+    return False
+
+
 def reap_lost_runs() -> list[str]:
     done: list[str] = []
     for run_id in lost_run_ids():
