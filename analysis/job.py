@@ -28,7 +28,9 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
         say("analyze: INCOMPLETE RUN: " + "; ".join(comp["reasons"]))
     send, recv = ledger_files(run.path, "send"), ledger_files(run.path, "receive")
     say(f"analyze: {len(send)} send and {len(recv)} receive ledger file(s) with Spark")
-    spark = spark or spark_session(master, log_file=out / "spark.log")  # the process's session, kept
+    from analysis.reconcile import C1_ONLY_BELOW_BYTES
+    small = sum(_size(f) for f in send + recv) < C1_ONLY_BELOW_BYTES
+    spark = spark or spark_session(master, log_file=out / "spark.log", small=small)  # the process's session, kept
     brokers = run.broker_configs()
     # the brokers' own store files (cluster/store.py): where a lost key is, or that it is nowhere
     store = Store(brokers, run.path / "cluster") if brokers else None
@@ -72,6 +74,12 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
     for w in summary["warnings"]:
         say(f"analyze: warning: {w}")
     return summary
+
+
+def _size(f: Path) -> int:
+    """Bytes of a ledger file, or of every file under a sealed (directory) copy."""
+    f = Path(f)
+    return sum(x.stat().st_size for x in f.rglob("*") if x.is_file()) if f.is_dir() else f.stat().st_size
 
 
 def _base_name(run_dir: Path) -> str | None:

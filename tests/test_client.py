@@ -78,6 +78,7 @@ def test_10k_messages_through_both_brokers_arrive_once_and_agree(cluster, tmp_pa
         assert d["topic"] == topic and d["reconsume_times"] == 0
 
 
+@pytest.mark.long  # make test: the retry-pileup CI form runs this mode through the whole pipeline (tests/test_rocketmq_faults.py)
 def test_ack_first_of_batch_sends_the_rest_through_retry(cluster, tmp_path: Path) -> None:
     topic, group, n = "T_CLIENT_ACK0", "g_client_ack0", 40
     AdminClient(cluster.namesrv_addr).create_topic_everywhere(topic, queues=1)
