@@ -9,6 +9,7 @@ from pathlib import Path
 
 import gevent
 from gevent.pool import Pool
+import pytest
 
 from analysis.rules import BUSY_PREFIXES
 from loadgen.consumer import ConsumerOptions, JavaConsumer, read_deliveries
