@@ -18,7 +18,13 @@ route: a broker that left the route is exactly what must still be seen), and nam
 - `backlog[group]`: per topic (the load's, and `%RETRY%<group>`) the messages stored but not yet
   consumed (max offset minus committed offset, summed over queues), the `%RETRY%` messages stored
   so far, and per consumer instance its lag on the group's own topics: the queues RocketMQ's
-  default allocation (AllocateMessageQueueAveragely) gives it among the group's online clients.
+  default allocation (AllocateMessageQueueAveragely) gives it among the group's online clients;
+- `links` (only in a scenario with `partition` or `link` faults): {"<from> -> <to>": rtt_ms or null}
+  for every link those faults name (cluster/probe.py `fault_links`: a partition's cross-group pairs
+  where one side listens, a link fault's from -> to), member names as keys: one PROBE_CODE round trip
+  on a fresh connection from the client's own address to the server's remoting port, so the fault's
+  iptables rules and proxies apply to it; null when nothing answered within 0.5 s. The probes run
+  concurrently with the rest of the sample, so a cut link does not stretch it.
 
 A sample that cannot ask something records it as null: the monitor never stops the run.
 """
@@ -29,9 +35,11 @@ import os
 import re
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from cluster.probe import fault_links, probe_all
 from cluster.rmqlog import line_ms, log_dir
 from rmqchaos.rundir import RunDir
 from rmqclient.admin import AdminClient, RemotingError
@@ -123,11 +131,14 @@ class Monitor:
         self.frame_tail = LogTail(log_dir(logs, "namesrv") / "remoting.log")
         self.frames: dict[str, Any] = {"count": 0, "last_length": None, "limit": None, "last_ms": None}
         self.frame_line_ms: int | None = None
+        self.links = fault_links(s)  # none without network faults: no probes, no `links` field
+        self.pool = ThreadPoolExecutor(min(32, len(self.links)), "probe") if self.links else None
 
     # ------------------------------------------------------------ one sample
     def sample(self) -> dict[str, Any]:
         now = int(time.time() * 1000)
         out: dict[str, Any] = {"ts_ms": now}
+        links = probe_all(self.pool, self.links) if self.pool is not None else None
         reg = self.cluster.registered()
         try:
             out["namesrv"] = {"up": True, "topics": by_type(self.admin.topic_list(), self.own),
@@ -173,6 +184,8 @@ class Monitor:
             brokers[p.name] = b
         out["brokers"] = brokers
         out["backlog"] = merge_backlog(brokers)
+        if links is not None:
+            out["links"] = links()
         return out
 
     def _backlog(self, addr: str, broker: str, topics: dict[str, dict[str, Any]]) -> dict[str, Any]:

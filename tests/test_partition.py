@@ -92,6 +92,11 @@ def test_a_partition_blocks_exactly_the_named_links_during_and_none_after(fresh_
         return {(a, b): _connects(nodes[a].host, nodes[b].host, nodes[b].ports[0])
                 for a, b in itertools.permutations(nodes, 2)}
 
+    # the monitor's probes of the links this fault names (cluster/monitor.py `links`), both ways
+    from cluster.probe import fault_links, probe as rtt
+    watched = fault_links(c.scenario.model_copy(update={"faults": [fault]}))
+    assert sorted(ln.key for ln in watched) == ["broker-a -> namesrv", "namesrv -> broker-a"]
+    assert all(rtt(ln) is not None for ln in watched)
     assert all(probe().values())
     part.start()
     try:
@@ -100,8 +105,12 @@ def test_a_partition_blocks_exactly_the_named_links_during_and_none_after(fresh_
         assert {k for k, ok in during.items() if not ok} == {k for k in during if frozenset(k) in cut}, during
         # the producers' address reaches both sides still: only the named pair is cut
         assert _connects("127.0.10.201", nodes["broker-a"].host, nodes["broker-a"].ports[0])
+        t0 = time.monotonic()
+        assert {ln.key: rtt(ln) for ln in watched} == {"broker-a -> namesrv": None, "namesrv -> broker-a": None}
+        assert time.monotonic() - t0 < 2.5  # a cut link costs a probe its timeout, no more
     finally:
         ev = part.stop()
+    assert all(rtt(ln) is not None for ln in watched)
     assert all(probe().values())
     assert ev["rules"] == ev["removed"] == 8 and 0 < ev["held_s"] < 30, ev
     # the broker's registration connection to namesrv crossed the cut when it started

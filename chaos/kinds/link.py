@@ -24,26 +24,19 @@ first remoting port before (direct) and during (through the proxy): `rtt_before_
 from __future__ import annotations
 
 import re
-import socket
-import struct
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, StrictBool, StrictInt, model_validator
 
-from chaos.kinds.partition import Member, endpoints, members
+from chaos.kinds.partition import Member
 from chaos.protocol import FaultError, Lasting, LastingKind, register
 from cluster import toxiproxy as tp
 from cluster.conns import established
 from cluster.links import Link, LinkFault, Probe
-from cluster.plan import addresses, plan
+from cluster.plan import addresses
+from cluster.probe import PROBE_REQUEST, endpoints, members, read_frame, remoting_port
 from rmqchaos.errors import UserError
 from rmqchaos.spec import Duration, Fault, Scenario
-from rmqclient.frame import Frame, encode_frame
-
-#: a request code no RocketMQ server handles: every remoting server (namesrv, broker, proxy) answers
-#: it with REQUEST_CODE_NOT_SUPPORTED at once, which is all a round trip needs
-PROBE_CODE = 9999
-
 
 class LinkParams(Lasting):
     model_config = ConfigDict(extra="forbid", validate_default=True, serialize_by_alias=True)
@@ -93,30 +86,6 @@ def links(s: Scenario, frm: str, to: str, both: bool) -> list[Link]:
     return out
 
 
-def remoting_port(s: Scenario, member: str) -> int | None:
-    """The port a remoting request gets an answer on: the node's first, the proxy's remoting port."""
-    for p in plan(s):
-        if p.name == member:
-            return p.ports[1] if p.role == "proxy" else p.ports[0]
-    return None
-
-
-def _read_frame(sock: socket.socket) -> bytes:
-    def read(n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:  # bounded by n and the socket's timeout
-            chunk = sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError(f"connection closed after {len(buf)} of {n} bytes")
-            buf += chunk
-        return buf
-    head = read(4)
-    (n,) = struct.unpack(">i", head)
-    if not 0 < n <= 1 << 20:
-        raise ConnectionError(f"not a remoting frame (length {n})")
-    return head + read(n)
-
-
 @register
 class LinkKind(LastingKind):
     name = "link"
@@ -144,7 +113,7 @@ class LinkKind(LastingKind):
         s = c.scenario
         want = links(s, p.from_, p.to, p.both)
         tag = re.sub(r"[^A-Za-z0-9._-]", "_", self.occurrence)
-        probe = Probe(request=encode_frame(Frame(code=PROBE_CODE, opaque=1)), reply=_read_frame,
+        probe = Probe(request=PROBE_REQUEST, reply=read_frame,
                       port=remoting_port(s, p.to))
         self.core = LinkFault(c.run.run_id, tag, want, p.toxics(), addresses(s)["links"], c.run.path / "links",
                               c.run.processes, probe, reconnect=p.reconnect)

@@ -22,7 +22,7 @@ from pydantic import Field, StrictBool
 from chaos.protocol import FaultError, Lasting, LastingKind, register
 from cluster import netrules
 from cluster.conns import established
-from cluster.plan import addresses, plan
+from cluster.probe import endpoints, members
 from rmqchaos.errors import UserError
 from rmqchaos.spec import Fault, Scenario
 
@@ -36,24 +36,6 @@ class PartitionParams(Lasting):
 
 #: (src address, dst address, dport, sport): one DROP
 Drop = tuple[str, str, "int | None", "int | None"]
-
-
-def endpoints(s: Scenario, member: str) -> list[tuple[str, list[int]]]:
-    """(address, listening ports) of each process a member names ([] for an unknown name)."""
-    at = addresses(s)
-    ports = {p.name: p.ports for p in plan(s)}
-    if member in ports:
-        return [(at[member], ports[member])]
-    if member == "consumers":
-        return [(a, []) for k, a in at.items() if k.startswith("consumer-")]
-    if member == "producers" or member.startswith("consumer-") and member in at:
-        return [(at[member], [])]
-    return []
-
-
-def members(s: Scenario) -> list[str]:
-    return [p.name for p in plan(s)] + ["producers", "consumers"] + \
-        [f"consumer-{c.id}" for c in (s.consumers.instances if s.consumers else [])]
 
 
 def drops(s: Scenario, groups: list[list[str]], one_way: bool) -> list[Drop]:
