@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from analysis.links import link_series, without_links
+
 SCHEMA_VERSION = 2
 
 
@@ -42,6 +44,7 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
         if store is not None:
             store.close()
     s = run.scenario()
+    monitor = _jsonl(run.path / "monitor" / "cluster.jsonl")
     summary = {"schema_version": SCHEMA_VERSION, "run_id": run.run_id, "scenario": s.name, "extends": _base_name(run.path),
                "run_dir": str(run.path), "analyzed_ms": int(time.time() * 1000),
                "complete": comp["complete"], "incomplete_reasons": comp["reasons"],
@@ -54,8 +57,9 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
                "events": events, "series": res["series"],
                # the host's side of the time axis: disk pressure each second, the brokers' own put latency
                "disk": _jsonl(run.disk_metrics_file),
-               # the cluster monitor (cluster/monitor.py) each second, without its per-queue detail
-               "monitor": [_compact(m) for m in _jsonl(run.path / "monitor" / "cluster.jsonl")],
+               # the cluster monitor (cluster/monitor.py) each second, without its per-queue detail;
+               # its link probes per link (analysis/links.py)
+               "monitor": [_compact(m) for m in monitor], "links": link_series(monitor),
                "broker_evidence": evidence(run.path / "cluster", brokers)}
     out.mkdir(exist_ok=True)
     tmp = out / "summary.json.tmp"
@@ -102,6 +106,7 @@ def _base_name(run_dir: Path) -> str | None:
 def _compact(sample: dict[str, Any]) -> dict[str, Any]:
     if "brokers" not in sample:  # a sample that failed as a whole: kept as it is
         return sample
+    sample = without_links(sample)
     brokers = {n: {k: v for k, v in b.items() if k != "backlog"} for n, b in (sample.get("brokers") or {}).items()}
     return {**sample, "brokers": brokers}
 

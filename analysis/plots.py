@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from analysis.broker_log import slow_share  # noqa: E402
 from analysis.findings import time_origin  # noqa: E402
+from analysis.links import SLOW_MS, STATES, state  # noqa: E402
 from analysis.rules import CLASSES  # noqa: E402
 
 COLORS = {"ok": "#4caf50", "lost": "#d32f2f", "duplicated": "#ff9800", "recovered": "#2196f3",
@@ -215,6 +216,39 @@ def plot_cluster(s: dict[str, Any]) -> str:
     for a in axes:
         _shade(a, s, t0)
     fig.tight_layout()
+    return _svg(fig)
+
+
+LINK_COLORS = dict(zip(STATES, ("#4caf50", "#ff9800", "#d32f2f")))
+
+
+def plot_links(s: dict[str, Any]) -> str:
+    """Each link a network fault names, one row on the run's time axis, each monitor sample's second
+    coloured by what its probe got (summary `links`, analysis/links.py), the fault windows shaded."""
+    from matplotlib.patches import Patch
+    ls = s.get("links") or {"t_ms": [], "links": {}}
+    t0 = time_origin(s)
+    ts = [t / 1000 - t0 for t in ls["t_ms"]]
+    keys = list(ls["links"])
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.35 * max(1, len(keys))))
+    for row, k in enumerate(keys):
+        spans: dict[str, list[tuple[float, float]]] = {st: [] for st in STATES}
+        for i, r in enumerate(ls["links"][k]["rtt_ms"]):
+            end = ts[i + 1] if i + 1 < len(ts) else ts[i] + 1
+            spans[state(r)].append((ts[i], end - ts[i]))
+        for st, xs in spans.items():
+            ax.broken_barh(xs, (row - 0.35, 0.7), color=LINK_COLORS[st], lw=0, zorder=2)
+    med = [ls["links"][k]["median_ms"] for k in keys]
+    ax.set_yticks(range(len(keys)), [f"{k} (median {m} ms)" if m is not None else k for k, m in zip(keys, med)],
+                  fontsize=8)
+    ax.set_ylim(len(keys) - 0.5, -0.5)
+    ax.set_xlabel("seconds since first attempt")
+    ax.set_title("Links (probed by the monitor)")
+    _shade(ax, s, t0)
+    ax.legend(handles=[Patch(color=LINK_COLORS["answered"], label="answered"),
+                       Patch(color=LINK_COLORS["slow"], label=f"slow (> {SLOW_MS:.0f} ms)"),
+                       Patch(color=LINK_COLORS["no answer"], label="no answer (0.5 s)")],
+              fontsize=7, loc="upper right")
     return _svg(fig)
 
 

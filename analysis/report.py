@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from analysis.findings import NONE, fmt, has_cluster_evidence, has_host_evidence, kills, route_outages, time_origin
-from analysis.plots import (plot_cluster, plot_compare, plot_errors, plot_host, plot_latency, plot_lost_dup,
-                            plot_throughput)
+from analysis.plots import (plot_cluster, plot_compare, plot_errors, plot_host, plot_latency, plot_links,
+                            plot_lost_dup, plot_throughput)
 from analysis.rules import BUSY_PREFIXES, CLASSES
 from analysis.compare import comparisons
 from analysis.verdict import faults_phrase, lost_phrase, settings, verdict
@@ -171,6 +171,8 @@ def _run_section(s: dict[str, Any], several: bool = False) -> str:
                          + (f" Namesrv refused {fe['count']} frame(s) as too long (last {fe['last_length']} bytes, "
                             f"limit {fe['limit']})." if fe.get("count") else "") + "</p>")
         parts.append(f"<div class=plot>{plot_cluster(s)}</div>")
+    if (s.get("links") or {}).get("links"):
+        parts.append(f"<div class=plot>{plot_links(s)}</div>")
     return "<section>" + "\n".join(parts) + "</section>"
 
 
