@@ -244,7 +244,7 @@ def test_reconnect_breaks_the_open_connection_into_the_proxy_and_back_out(tmp_pa
             time.sleep(0.05)
         assert c.pings, c.breaks
         first = c.pings[0][0]
-        assert max(c.on(first, 3)) < DIRECT_MS / 1000
+        assert statistics.median(c.on(first, 3)) < DIRECT_MS / 1000
         rs = f.start()["reconnect_at_start"]
         pid, ticks = f.server.pid, f.server.start_ticks  # type: ignore[union-attr]
         assert rs["broken"] == [f"{RC}:{first}->{RS}:{RP}"], rs
@@ -257,7 +257,7 @@ def test_reconnect_breaks_the_open_connection_into_the_proxy_and_back_out(tmp_pa
         assert st["broken"] == [f"{RC}:{second}->{RS}:{RP}"], st
         assert len(st["reconnected"]) == 1 and st["reconnected"][0].endswith(" direct"), st
         third = _local_port(st["reconnected"][0])
-        assert third not in (first, second) and max(c.on(third, 3)) < DIRECT_MS / 1000
+        assert third not in (first, second) and statistics.median(c.on(third, 3)) < DIRECT_MS / 1000
     finally:
         if not stopped:
             f.stop()
