@@ -1,7 +1,8 @@
-"""Assertions about what the platform left on the machine."""
+"""Assertions about what the platform left on the machine, and a loopback connection probe."""
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 from cluster.local import cgroups
@@ -54,3 +55,12 @@ def rendered_verdicts(page: Path, profile: Path) -> list[str]:
     section = re.search(r'<section id="verdict">(.*?)</section>', dom, re.S)
     assert section, "the report has a verdict section at the top"
     return [html.unescape(re.sub(r"<[^>]+>", "", p)) for p in re.findall(r'<p class="verdict">(.*?)</p>', section[1], re.S)]
+
+
+def connects(src: str, dst: str, port: int) -> bool:
+    """Whether a TCP connection from `src` (a loopback address) to `dst:port` opens within 1 s."""
+    try:
+        socket.create_connection((dst, port), timeout=1.0, source_address=(src, 0)).close()
+        return True
+    except OSError:
+        return False

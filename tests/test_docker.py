@@ -232,25 +232,18 @@ def test_docker_cluster_by_hand_faults_status_loopback_and_a_lost_run_reaped(eng
     from chaos.kinds import registry
     from chaos.protocol import FaultContext
     from rmqchaos.spec import Fault
-    import socket
-
-    def _connects(src: str, dst: str, port: int) -> bool:
-        try:
-            socket.create_connection((dst, port), timeout=1.0, source_address=(src, 0)).close()
-            return True
-        except OSError:
-            return False
+    from tests.helpers import connects
     fault = Fault.model_validate({"id": "cut", "kind": "partition", "at": 0, "groups": [["broker-a"], ["namesrv"]]})
     kind = registry()["partition"]
     part = kind(FaultContext(backend.run, backend), fault, kind.Params.model_validate(fault.params))
     ns, ba = backend.plans["namesrv"], backend.plans["broker-a"]
     part.start()
     try:
-        assert not _connects(ba.host, ns.host, ns.ports[0]) and not _connects(ns.host, ba.host, ba.ports[0])
-        assert _connects("127.0.10.201", ns.host, ns.ports[0]) and _connects("127.0.10.201", ba.host, ba.ports[0])
+        assert not connects(ba.host, ns.host, ns.ports[0]) and not connects(ns.host, ba.host, ba.ports[0])
+        assert connects("127.0.10.201", ns.host, ns.ports[0]) and connects("127.0.10.201", ba.host, ba.ports[0])
     finally:
         ev = part.stop()
-    assert ev["rules"] == ev["removed"] and _connects(ba.host, ns.host, ns.ports[0])
+    assert ev["rules"] == ev["removed"] and connects(ba.host, ns.host, ns.ports[0])
     assert any(x.startswith(f"{ba.host}:") and x.endswith(f"->{ns.addr}") for x in ev["links_at_start"]), ev
     assert part.rules.rules() == [] and part.rules.rules("nat") == []
     node = backend.node("broker-a")

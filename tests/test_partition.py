@@ -8,7 +8,6 @@ import itertools
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -17,7 +16,7 @@ import pytest
 import yaml
 
 from conftest import REPO, RMQCHAOS, cli, write_scenario
-from helpers import assert_nothing_left
+from helpers import assert_nothing_left, connects
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="iptables rules need root")
 SCENARIOS = REPO / "scenarios"
@@ -69,14 +68,6 @@ def test_a_partition_names_members_never_addresses_and_bad_ones_are_one_line(tmp
 
 # ---------------------------------------------------------------- on a real cluster
 
-def _connects(src: str, dst: str, port: int) -> bool:
-    try:
-        socket.create_connection((dst, port), timeout=1.0, source_address=(src, 0)).close()
-        return True
-    except OSError:
-        return False
-
-
 def test_a_partition_blocks_exactly_the_named_links_during_and_none_after(fresh_cluster) -> None:
     from chaos.kinds import registry
     from chaos.protocol import FaultContext
@@ -89,7 +80,7 @@ def test_a_partition_blocks_exactly_the_named_links_during_and_none_after(fresh_
     cut = {frozenset(("broker-a", "namesrv"))}
 
     def probe() -> dict[tuple[str, str], bool]:
-        return {(a, b): _connects(nodes[a].host, nodes[b].host, nodes[b].ports[0])
+        return {(a, b): connects(nodes[a].host, nodes[b].host, nodes[b].ports[0])
                 for a, b in itertools.permutations(nodes, 2)}
 
     # the monitor's probes of the links this fault names (cluster/monitor.py `links`), both ways
@@ -104,7 +95,7 @@ def test_a_partition_blocks_exactly_the_named_links_during_and_none_after(fresh_
         during = probe()
         assert {k for k, ok in during.items() if not ok} == {k for k in during if frozenset(k) in cut}, during
         # the producers' address reaches both sides still: only the named pair is cut
-        assert _connects("127.0.10.201", nodes["broker-a"].host, nodes["broker-a"].ports[0])
+        assert connects("127.0.10.201", nodes["broker-a"].host, nodes["broker-a"].ports[0])
         t0 = time.monotonic()
         assert {ln.key: rtt(ln) for ln in watched} == {"broker-a -> namesrv": None, "namesrv -> broker-a": None}
         assert time.monotonic() - t0 < 2.5  # a cut link costs a probe its timeout, no more
@@ -132,7 +123,7 @@ def test_broker_cut_from_namesrv_leaves_the_route_while_it_keeps_taking_sends(tm
     registering for 120 s by default (RouteInfoManager); a broker with enableSlaveActingMaster
     reports its own timeout (brokerNotActiveTimeoutMillis, 10 s), so the route changes within a
     CI-sized run. Producers with a cached route keep sending to broker-a meanwhile."""
-    f = write_scenario(tmp_path / "part.yaml", {
+    d = {
         "extends": str(SCENARIOS / "partition-namesrv.yaml"), "name": "partition-namesrv-ci",
         "cluster": {"namesrv": {"port": 22876}, "stop_timeout": "3s",
                     "broker_defaults": {"config": {"enableSlaveActingMaster": True}},
@@ -142,13 +133,8 @@ def test_broker_cut_from_namesrv_leaves_the_route_while_it_keeps_taking_sends(tm
         # here, not the client's 30 s, so the drain does not wait for it
         "consumers": {"settle": "3s", "route_refresh": "5s"},
         "faults": [{"id": "cut-a-ns", "kind": "partition", "at": "5s", "duration": "25s",
-                    "groups": [["broker-a"], ["namesrv"]]}]})
-    run = tmp_path / "run"
-    r = cli("run", str(f), "--out", str(run), timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert_nothing_left(run)
-    assert [x for x in ours_in_iptables() if x.startswith("-A RMQC-")] == []
-    s = json.loads((run / "analysis" / "summary.json").read_text())
+                    "groups": [["broker-a"], ["namesrv"]]}]}
+    s = _run_ci(tmp_path, d)
     cut = next(e for e in s["events"] if e["kind"] == "fault" and e["params"]["fault_id"] == "cut-a-ns")
     assert cut["outcome"] == "ok" and cut["params"]["evidence"]["rules"] == 8
     a = [(m["ts_ms"], m["brokers"]["broker-a"]) for m in s["monitor"] if "brokers" in m]
