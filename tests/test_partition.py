@@ -17,6 +17,7 @@ import yaml
 
 from conftest import REPO, RMQCHAOS, cli, write_scenario
 from helpers import assert_nothing_left, connects
+from rmqchaos.procs import alive
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="iptables rules need root")
 SCENARIOS = REPO / "scenarios"
@@ -239,20 +240,28 @@ def test_consumers_cut_from_a_broker_get_its_messages_after_the_heal_and_lose_no
 
 
 def test_a_run_sigkilled_during_a_partition_leaves_no_rule_after_down(tmp_path: Path) -> None:
+    """A partition and a link fault hold when the CLI is SIGKILLed: `down --all` removes both tables'
+    rules and ends the run's toxiproxy-server with its other processes."""
     f = write_scenario(tmp_path / "p.yaml", {
         "name": "part-kill", "cluster": {"namesrv": {"port": 22976}, "stop_timeout": "3s",
                                          "brokers": [{"name": "broker-a", "port": 22991}]},
         "load": {"topic": "T_PART_KILL", "rate": 50, "duration": "60s"},
-        "faults": [{"id": "cut", "kind": "partition", "at": "1s", "groups": [["broker-a"], ["namesrv", "producers"]]}]})
+        "faults": [{"id": "cut", "kind": "partition", "at": "1s", "groups": [["broker-a"], ["namesrv", "producers"]]},
+                   {"id": "slow", "kind": "link", "at": "1s", "from": "producers", "to": "namesrv", "latency": "20ms"}]})
     out = tmp_path / "run"
     p = subprocess.Popen([*RMQCHAOS, "run", str(f), "--out", str(out)], cwd=REPO, stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 240
-        while not [x for x in ours_in_iptables() if x.startswith("-A RMQC-")]:
+        def held(target: str) -> bool:
+            return any(x.startswith("-A RMQC-") and f"-j {target}" in x for x in ours_in_iptables())
+        while not (held("DROP") and held("DNAT")):
             assert p.poll() is None, p.communicate()[1][-2000:]
-            assert time.monotonic() < deadline, "the partition never started"
+            assert time.monotonic() < deadline, "the partition and the link never both started"
             time.sleep(0.2)
+        toxi = [r for r in map(json.loads, (out / "processes.jsonl").read_text().splitlines())
+                if r.get("node") == "toxiproxy" and r.get("starttime")]
+        assert toxi and all(alive(r["pid"], r.get("starttime")) for r in toxi), toxi
         p.send_signal(signal.SIGKILL)
         p.wait(30)
     finally:
@@ -263,6 +272,7 @@ def test_a_run_sigkilled_during_a_partition_leaves_no_rule_after_down(tmp_path: 
     r = cli("cluster", "down", "--all")
     assert r.returncode == 0, r.stderr
     assert "removed iptables chain RMQC-" in r.stdout + r.stderr
-    assert ours_in_iptables() == []
+    assert ours_in_iptables() == []  # filter and nat
     assert_nothing_left(out)
+    assert not any(alive(r["pid"], r.get("starttime")) for r in toxi)
     assert yaml.safe_load((out / "scenario.yaml").read_text())["faults"][0]["kind"] == "partition"
