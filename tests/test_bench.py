@@ -9,6 +9,7 @@ import pytest
 from conftest import cli
 
 
+@pytest.mark.long  # benchmarks are commands (docs/benchmarks.md); make test-long runs them end to end
 def test_producer_and_ledger_benchmarks_print_their_ratios(cluster) -> None:
     rd = str(cluster.run.path)
     r = cli("bench", "producer", "--rounds", "1", "--messages", "1000", "--concurrency", "8", "--run-dir", rd,

@@ -35,13 +35,13 @@ def _sending(out: Path) -> bool:
     return _stage_running("load")(out) and any(journal_tail(f).end > 100_000 for f in (out / "ledgers").glob("send-*.jsonl"))
 
 
-LONG = pytest.mark.long  # `make test-long`: the load's SIGKILL and the analyze SIGKILL cover those paths in `make test`
+LONG = pytest.mark.long  # `make test-long`: the SIGINT at up and the load's SIGKILL cover those paths in `make test`
 CASES = [  # (signal, the moment it is sent, what analyze may then say)
     (signal.SIGINT, "up", _stage_running("up")),
     (signal.SIGKILL, "load", _sending),
     pytest.param(signal.SIGINT, "load", _sending, marks=LONG),
     pytest.param(signal.SIGKILL, "drain", _stage_running("drain"), marks=LONG),
-    (signal.SIGKILL, "analyze", _stage_running("analyze")),
+    pytest.param(signal.SIGKILL, "analyze", _stage_running("analyze"), marks=LONG),
 ]
 
 

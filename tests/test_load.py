@@ -31,6 +31,7 @@ def locust_requests(run_dir: Path) -> int:
     return json.loads((run_dir / "load" / "summary.json").read_text())["locust_requests"]
 
 
+@pytest.mark.long  # make test: test_analysis.py's real run is a fault-free run whose every acked key is received once
 def test_fault_free_10k_at_a_fixed_rate_every_acked_key_received_once(cluster, tmp_path: Path) -> None:
     run = load_run(tmp_path, cluster, {"topic": "T_LOAD_10K", "users": 20, "rate": 1000, "duration": "60s",
                                        "messages": 10_000, "message_size": 512},

@@ -23,6 +23,7 @@ def fault_events(run_dir: Path) -> dict[str, dict]:
     return out
 
 
+@pytest.mark.long  # make test: the DAG tests run the same stage functions one task at a time, with faults, to the HTML report
 def test_stages_one_at_a_time_with_load_and_faults_through_the_html_report(tmp_path: Path) -> None:
     d = scenario_dict("stages", 25876, [25911, 25921],
                       checks={"witness": {"messages": 200, "threads": 2, "topic": "T_STAGES_W"}},

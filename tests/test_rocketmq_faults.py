@@ -185,6 +185,7 @@ def test_retry_pileup_redelivers_exactly_messages_after_the_first_of_each_batch(
     assert "at index 1..n-1: " + str(len(retried)) in (run / "report.html").read_text()
 
 
+@pytest.mark.long  # make test: the partition-sync-slave CI form records FLUSH_SLAVE_TIMEOUT answers, stored and classified acknowledged-weak
 def test_flush_timeouts_are_recorded_and_classified_acknowledged_weak(tmp_path: Path) -> None:
     run, s = _run(tmp_path, "flush-timeout-ci", {
         "extends": str(SCENARIOS / "flush-timeout.yaml"),
