@@ -205,19 +205,25 @@ def test_sync_master_cut_from_its_slave_answers_flush_slave_timeout_and_the_slav
 
 
 
-def test_consumers_cut_from_a_broker_get_its_messages_after_the_heal_and_lose_none(tmp_path: Path) -> None:
-    """The CI form of scenarios/partition-consumers.yaml (subnet 127.0.44.0/24): both consumers cut
-    from broker-a, both ways, for 15 s of a 30 s load. The producers keep storing on broker-a; no
-    consumer gets any of it while the cut holds, and all of it after the heal; broker-b's messages
-    keep arriving meanwhile."""
+def test_clients_cut_from_a_broker_consumers_get_its_messages_after_the_heal_producers_resend(tmp_path: Path) -> None:
+    """The CI forms of scenarios/partition-consumers.yaml and partition-producers.yaml in one run
+    (subnet 127.0.44.0/24), one after the other. Both consumers cut from broker-a, both ways, for 15 s:
+    the producers keep storing on broker-a; no consumer gets any of it while the cut holds, and all of
+    it after the heal; broker-b's messages keep arriving meanwhile. Then broker-a's answers to the
+    producers dropped (one way) for 8 s under the retry policy: each attempt that timed out there
+    was stored all the same and its key sent again to broker-b, a duplicate the analysis attributes
+    to the producer's resend."""
     from rmqchaos.ledgers import ledger_files, read_ledger
     s = _run_ci(tmp_path, {
-        "extends": str(SCENARIOS / "partition-consumers.yaml"), "name": "partition-consumers-ci",
+        "extends": str(SCENARIOS / "partition-consumers.yaml"), "name": "partition-clients-ci",
         "cluster": {"subnet": "127.0.44.0/24", "namesrv": {"port": 13576}, "stop_timeout": "3s",
                     "brokers": [{"name": "broker-a", "port": 13611}, {"name": "broker-b", "port": 13621}]},
-        "load": {"duration": "30s", "rate": 100},
+        "load": {"duration": "34s", "rate": 100, "timeout": "1s",
+                 "policy": {"kind": "retry", "attempts": 3, "another_broker": True}},
         "faults": [{"id": "cut-consumers-a", "kind": "partition", "at": "5s", "duration": "15s",
-                    "groups": [["consumers"], ["broker-a"]]}]})
+                    "groups": [["consumers"], ["broker-a"]]},
+                   {"id": "mute-a", "kind": "partition", "at": "23s", "duration": "8s", "one_way": True,
+                    "groups": [["broker-a"], ["producers"]]}]})
     cut = _fault(s, "cut-consumers-a")
     ev = cut["params"]["evidence"]
     assert cut["outcome"] == "ok" and ev["rules"] == ev["removed"] == 12, ev  # 2 consumers x broker-a's 3 ports x 2
@@ -237,6 +243,18 @@ def test_consumers_cut_from_a_broker_get_its_messages_after_the_heal_and_lose_no
     assert s["complete"] is True and c["lost"] == 0 and s["duplicates_by_cause"]["unexplained"] == 0, (c, s["duplicates_by_cause"])
     # the wait shows in the report's delivery latency: a message stored in the cut's first second waited for its end
     assert s["latency_ms"]["end_to_end"]["max"] >= inside[1] - inside[0] - 1000
+    # the mute: requests reached broker-a, its answers did not; only broker-a's attempts timed out
+    mute = _fault(s, "mute-a")
+    assert mute["outcome"] == "ok" and mute["params"]["evidence"]["one_way"] is True
+    sends = [r for f in ledger_files(tmp_path / "run", "send") for r in read_ledger(f).records if r["rec"] == "outcome"]
+    timed_out = [r for r in sends if r["outcome"] == "timeout"]
+    assert timed_out and {r["broker"] for r in timed_out} == {"broker-a"}
+    # (an attempt sent up to one timeout before the rules went in could lose its answer to them)
+    assert all(mute["start_ms"] - 1000 <= r["start_ms"] <= mute["end_ms"] for r in timed_out)
+    t = next(a for a in s["answers"] if a["answer"] == "timeout")
+    # a stored timed-out first attempt made its key a duplicate, and the analysis says why
+    assert t["dup_keys_first_stored"] > 0 and s["duplicates_by_cause"]["producer_resend"] >= t["dup_keys_first_stored"]
+    assert "producer resend" in s["_report"]
 
 
 def test_a_run_sigkilled_during_a_partition_leaves_no_rule_after_down(tmp_path: Path) -> None:
