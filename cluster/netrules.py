@@ -133,10 +133,11 @@ class RunRules:
 
     def _ensure(self, table: str = FILTER) -> None:
         _ensure_parent(table)
-        OWNERS.mkdir(parents=True, exist_ok=True)
-        (OWNERS / self.chain).write_text(str(self.registered_at.absolute()))
         jump = _jump_spec(self.chain, self.run_id)
         if not _list(self.chain, table):
+            # whose it is, once, as the chain is created (not at every rule)
+            OWNERS.mkdir(parents=True, exist_ok=True)
+            (OWNERS / self.chain).write_text(str(self.registered_at.absolute()))
             # the chain and its jump in one transaction (see the module's docstring)
             _ipt(stdin=f"*{table}\n:{self.chain} - [0:0]\n{shlex.join(['-A', PARENT, *jump])}\nCOMMIT\n",
                  cmd="iptables-restore")

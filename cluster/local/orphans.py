@@ -10,24 +10,24 @@ from rmqchaos.procs import send, wait_gone
 from rmqchaos.rundir import lost_run_ids, registry_dir
 
 
+def _node_cgroups(run_id: str) -> list[Cgroup]:
+    """The run's per-node cgroups (`rmqchaos/<run id>/<node>`), in whichever hierarchy holds them."""
+    nodes: set[str] = set()
+    for d in Cgroup(f"{cgroups.PREFIX}/{run_id}").dirs():
+        if d.is_dir():
+            nodes |= {p.name for p in d.iterdir() if p.is_dir()}
+    return [Cgroup(f"{cgroups.PREFIX}/{run_id}/{node}") for node in sorted(nodes)]
+
+
 def has_processes(run_id: str) -> bool:
     """Whether any process is left in the run's cgroups (whichever RMQCHAOS_HOME registered it)."""
-    for d in Cgroup(f"{cgroups.PREFIX}/{run_id.split(':')[0]}").dirs():
-        if d.is_dir() and any(Cgroup(f"{cgroups.PREFIX}/{run_id.split(':')[0]}/{n.name}").pids()
-                              for n in d.iterdir() if n.is_dir()):
-            return True
-    return False
+    return any(cg.pids() for cg in _node_cgroups(run_id.split(":")[0]))
 
 
 def reap_lost_runs() -> list[str]:
     done: list[str] = []
     for run_id in lost_run_ids():
-        nodes: set[str] = set()
-        for d in Cgroup(f"{cgroups.PREFIX}/{run_id}").dirs():
-            if d.is_dir():
-                nodes |= {p.name for p in d.iterdir() if p.is_dir()}
-        for node in sorted(nodes):
-            cg = Cgroup(f"{cgroups.PREFIX}/{run_id}/{node}")
+        for cg in _node_cgroups(run_id):
             if cg.frozen():
                 cg.freeze(False)
             pids = cg.pids()
