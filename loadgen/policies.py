@@ -4,8 +4,8 @@ gets an `attempt(topic, exclude_broker, timeout)` function and calls it as the a
 - no_retry: one attempt; failures are final.
 - retry: up to `attempts`, on the results listed in `retry_on`, optionally on another broker.
 - java_default: DefaultMQProducer 5.5.0 sync send (docs/protocol.md): 3 attempts in all inside one
-  sendMsgTimeout budget, each getting what is left of it; retried at once on a transport failure or
-  timeout and on codes JAVA_RETRY_CODES; any stored answer (whatever its status) ends it
+  sendMsgTimeout budget, each getting what is left of it; retried at once on a transport failure and
+  on codes JAVA_RETRY_CODES, never after a timeout (it spent what was left); any stored answer (whatever its status) ends it
   (retryAnotherBrokerWhenNotStoreOK=false); each retry prefers another broker than the last.
 - resend_to_backup_topic: on a result in `resend_on` (default busy, timeout), send the same business
   message once to the backup topic (incident 000's workaround).
@@ -82,7 +82,12 @@ def run_policy(policy: Policy, topic: str, backup_topic: str | None, timeout: fl
             last_broker = r.broker or last_broker
             if r.outcome == "ok":
                 break  # any stored status is returned as is
-            if r.outcome == "timeout" or r.code is None or r.code in JAVA_RETRY_CODES:
+            if r.outcome == "timeout":
+                # It waited all that was left: in Java the next loop's `timeout < costTime` (or, at an
+                # equal millisecond, invokeSync's `timeoutMillis <= costTime`) ends it unsent. Our wait
+                # may wake a millisecond early; a sub-millisecond attempt would send and duplicate.
+                break
+            if r.code is None or r.code in JAVA_RETRY_CODES:
                 continue  # RemotingException / MQClientException / retryable MQBrokerException
             break  # other broker codes are thrown to the application
         return out

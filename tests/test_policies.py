@@ -51,16 +51,22 @@ def test_java_default_follows_default_mq_producer() -> None:
     # stored with a weak status: returned as is (retryAnotherBrokerWhenNotStoreOK = false)
     s = Script(result("ok", 10, "FLUSH_DISK_TIMEOUT"))
     assert len(run_policy(Policy(kind="java_default"), "T", None, 3.0, s)) == 1
-    # busy, then a timeout: both retried, each on another broker, 3 attempts at most
-    s = Script(result("error", 2), result("timeout", broker="broker-b"), result("error", 2))
+    # busy, then a transport failure: both retried, each on another broker, 3 attempts at most
+    s = Script(result("error", 2), result("error", None, broker="broker-b"), result("error", 2))
     assert len(run_policy(Policy(kind="java_default"), "T", None, 3.0, s)) == 3
     assert [a[1] for a in s.asked] == [None, "broker-a", "broker-b"]
+    # a timeout waited all that was left of the budget: never retried, even if our wait woke a
+    # moment early (a sub-millisecond attempt to broker-b duplicated 15 keys of a run before this)
+    t = iter([0.0, 0.0, 2.9999])
+    s = Script(result("timeout"), result("ok", 0, "SEND_OK", broker="broker-b"))
+    assert len(run_policy(Policy(kind="java_default", send_msg_timeout=3.0), "T", None, 9.0, s,
+                          clock=lambda: next(t))) == 1
     # a code outside retryResponseCodes is thrown at once
     s = Script(result("error", 13))
     assert len(run_policy(Policy(kind="java_default"), "T", None, 3.0, s)) == 1
     # one sendMsgTimeout budget for all attempts: each gets what is left, none starts after it
     t = iter([0.0, 0.0, 2.5, 3.5])  # t0, then before each attempt
-    s = Script(result("timeout"), result("timeout"), result("timeout"))
+    s = Script(result("error", None), result("error", None), result("error", None))
     out = run_policy(Policy(kind="java_default", send_msg_timeout=3.0), "T", None, 9.0, s, clock=lambda: next(t))
     assert len(out) == 2 and [round(a[2], 2) for a in s.asked] == [3.0, 0.5]
 
