@@ -134,8 +134,11 @@ def connect(db: str | Path | None = None, read_only: bool = False) -> Iterator[A
     def attempt() -> Any:
         try:
             return duckdb.connect(str(f), read_only=read_only)
-        except duckdb.IOException as e:  # the lock of another process
-            last[:] = [e]
+        except duckdb.IOException as e:
+            if "lock" not in str(e).lower():
+                raise UserError(f"cannot open the run history {f}: {str(e).splitlines()[0]}",
+                                "check the path ($RMQCHAOS_HISTORY or --db)") from None
+            last[:] = [e]  # the lock of another process: wait for it
             return None
     con = poll_until(attempt, LOCK_WAIT_S, f"the run history {f}", interval=0.2, raise_on_timeout=False)
     if con is None:
