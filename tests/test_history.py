@@ -256,3 +256,66 @@ def test_help_texts(capsys: pytest.CaptureFixture[str]) -> None:
             main([*args, "--help"])
         assert e.value.code == 0
         assert "usage: rmqchaos history" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- regression flags (analysis/regress.py)
+
+def night(i: int, scenario: str = "control", lost: int = 0, p99: int = 150, complete: bool = True,
+          **more: Any) -> dict[str, Any]:
+    """A history row, as history.row makes it from a summary, of night i."""
+    r = history.row(summary(f"2026110{i:02d}T020000-{scenario}-{i:06d}", scenario, T0 + i * DAY, lost=lost, p99=p99))
+    r.update(complete=complete, **more)
+    return r
+
+
+def test_a_control_night_that_loses_one_key_fails() -> None:
+    from analysis.regress import regressions
+    rows = [night(i, p99=140 + 5 * i) for i in range(5)]
+    assert regressions(night(5, p99=160), rows) == {
+        "run_id": night(5)["run_id"], "scenario": "control", "baseline": [r["run_id"] for r in rows], "flags": [],
+        "fails": False, "notes": [], "rule": regressions(night(5), rows)["rule"]}  # an ordinary night: nothing
+    res = regressions(night(5, lost=1), rows)
+    assert res["fails"] and [(f["figure"], f["kind"], f["value"]) for f in res["flags"]] == [("lost", "new_loss", 1)]
+    assert res["flags"][0]["words"] == "lost 1 acknowledged message(s) in a scenario that lost none in its last 5 " \
+                                       "complete run(s)"
+
+
+def test_a_p99_far_outside_its_range_is_named_but_does_not_fail() -> None:
+    from analysis.regress import regressions
+    rows = [night(i, p99=p) for i, p in enumerate([140, 150, 160, 150])]
+    # send p99: max 160 + max(0.5 x 20, 25 % of 160 = 40, 50 ms) = 210; intended p99 (+20) the same
+    assert regressions(night(4, p99=210), rows)["flags"] == []
+    res = regressions(night(4, p99=900), rows)
+    assert not res["fails"]
+    f = {x["figure"]: x for x in res["flags"]}
+    assert set(f) == {"send_p99_ms", "intended_p99_ms", "e2e_p99_ms"}
+    assert f["send_p99_ms"]["baseline"] == {"n": 4, "min": 140, "max": 160} and f["send_p99_ms"]["limit"] == 210
+    assert f["send_p99_ms"]["words"] == "p99 send latency (ms) 900, beyond its last 4 runs' 140..160 (limit 210)"
+
+
+def test_a_lossy_scenario_that_keeps_losing_is_no_regression() -> None:
+    from analysis.regress import regressions
+    rows = [night(i, "oom-tsp-on", lost=n) for i, n in enumerate([97, 79, 82, 1, 7, 25])]  # six `make run`s
+    assert regressions(night(6, "oom-tsp-on", lost=140), rows)["flags"] == []  # limit 97 + 0.5 x 96 = 145
+    res = regressions(night(6, "oom-tsp-on", lost=300), rows)
+    assert [(f["figure"], f["kind"], f["fails"]) for f in res["flags"]] == [("lost", "spread", False)]
+    assert not res["fails"]
+
+
+def test_the_baseline() -> None:
+    from analysis.regress import Rule, baseline, regressions
+    rows = [night(0), night(1, complete=False, lost=5), night(2, "oom-tsp-on", lost=50), night(3), night(4),
+            night(9)]  # night 9 is after the judged one
+    cur = night(5, lost=2)
+    assert [r["run_id"][-1] for r in baseline(cur, rows + [cur])] == ["0", "3", "4"]
+    assert [r["run_id"][-1] for r in baseline(cur, rows, Rule(nights=2))] == ["3", "4"]
+    assert regressions(cur, rows)["fails"]  # night 1 lost, but did not finish: not in the baseline
+    # two nights are enough for "never lost", not for a spread (min_nights 3)
+    res = regressions(night(5, lost=2, p99=5000), [night(0), night(1)])
+    assert [f["kind"] for f in res["flags"]] == ["new_loss"]
+    assert regressions(night(5, lost=2), [])["notes"] == ["no earlier complete run of this scenario: nothing to "
+                                                          "compare with"]
+    unfinished = regressions(night(5, lost=2, complete=False), rows)
+    assert unfinished["flags"] == [] and not unfinished["fails"] and "did not finish" in unfinished["notes"][0]
+    changed = regressions(night(5, settings_digest="other"), rows)
+    assert changed["notes"] == ["the scenario's settings differ between this run and its baseline (settings digest)"]
