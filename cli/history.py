@@ -1,5 +1,5 @@
 """`rmqchaos history`: the run history (analysis/history.py) on the command line: list, show, compare,
-import; --json for scripts."""
+import, and a run's regression flags (analysis/regress.py); --json for scripts."""
 from __future__ import annotations
 
 import argparse
@@ -125,6 +125,19 @@ def cmd_import(a: argparse.Namespace) -> int:
     return _out(a, done, text)
 
 
+def cmd_flags(a: argparse.Namespace) -> int:
+    from analysis.regress import Rule, regressions
+    cur = history.get(a.run, a.db)
+    res = regressions(cur, history.runs(a.db, scenario=cur["scenario"]), Rule(nights=a.nights))
+    lines = [f"{res['run_id']} against {len(res['baseline'])} earlier complete run(s) of {res['scenario']}: "
+             + ("REGRESSION of a zero-loss scenario" if res["fails"] else
+                f"{len(res['flags'])} figure(s) beyond their range" if res["flags"] else "nothing left its range")]
+    lines += [f"  {'FAILS' if f['fails'] else 'flag '} {f['words']}" for f in res["flags"]]
+    lines += [f"  note: {n}" for n in res["notes"]]
+    lines.append(f"rule: {res['rule']}")
+    return _out(a, res, "\n".join(lines))
+
+
 def add_parsers(sub: Any) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--db", help="the history file (default: $RMQCHAOS_HISTORY, else "
@@ -162,3 +175,12 @@ def add_parsers(sub: Any) -> None:
                                    "already in the history is replaced, never added twice.")
     im.add_argument("paths", nargs="+", metavar="PATH")
     im.set_defaults(fn=cmd_import)
+    fl = hs.add_parser("flags", parents=[common], help="what in one run left its scenario's trailing range",
+                       description="RUN against the scenario's last complete runs before it (analysis/regress.py): "
+                                   "any loss in a scenario none of whose runs lost (a regression: the nightly would "
+                                   "fail on it), and each count, busy rate, p99 or recovery time above the trailing "
+                                   "maximum by more than max(0.5 x their range, 25 % of it, a floor per figure). "
+                                   "Exits 0 either way; --json's `fails` says it.")
+    fl.add_argument("run", metavar="RUN")
+    fl.add_argument("--nights", type=int, default=14, help="how many earlier runs make the baseline (default 14)")
+    fl.set_defaults(fn=cmd_flags)

@@ -251,7 +251,7 @@ def test_default_location_and_analyze_records(tmp_path: Path, monkeypatch: pytes
 
 
 def test_help_texts(capsys: pytest.CaptureFixture[str]) -> None:
-    for args in (["history"], ["history", "list"], ["history", "show"], ["history", "compare"], ["history", "import"]):
+    for args in (["history"], *(["history", c] for c in ("list", "show", "compare", "import", "flags"))):
         with pytest.raises(SystemExit) as e:
             main([*args, "--help"])
         assert e.value.code == 0
@@ -319,3 +319,18 @@ def test_the_baseline() -> None:
     assert unfinished["flags"] == [] and not unfinished["fails"] and "did not finish" in unfinished["notes"][0]
     changed = regressions(night(5, settings_digest="other"), rows)
     assert changed["notes"] == ["the scenario's settings differ between this run and its baseline (settings digest)"]
+
+
+def test_flags_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs, db = tmp_path / "runs", tmp_path / "h.duckdb"
+    for i in range(4):
+        plant(runs, summary(f"2026110{i}T020000-control-00000{i}", "control", T0 + i * DAY))
+    plant(runs, summary("20261104T020000-control-000004", "control", T0 + 4 * DAY, lost=1))
+    history.import_paths([runs], db)
+    out = cli(capsys, "flags", "000004", "--db", str(db))
+    assert out.splitlines()[:2] == [
+        "20261104T020000-control-000004 against 4 earlier complete run(s) of control: REGRESSION of a zero-loss "
+        "scenario", "  FAILS lost 1 acknowledged message(s) in a scenario that lost none in its last 4 complete run(s)"]
+    assert "nothing left its range" in cli(capsys, "flags", "000003", "--db", str(db))
+    js = json.loads(cli(capsys, "flags", "000004", "--db", str(db), "--json", "--nights", "2"))
+    assert js["fails"] and len(js["baseline"]) == 2
