@@ -334,3 +334,33 @@ def test_flags_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert "nothing left its range" in cli(capsys, "flags", "000003", "--db", str(db))
     js = json.loads(cli(capsys, "flags", "000004", "--db", str(db), "--json", "--nights", "2"))
     assert js["fails"] and len(js["baseline"]) == 2
+
+
+def test_a_history_locked_by_another_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Another process holds the file (a parallel DAG task): waited for LOCK_WAIT_S, then one warning
+    line in the analyze stage, the analysis stands; once it lets go, the run is recorded."""
+    import subprocess
+    import sys
+    from pipeline.analyze import _remember
+    from rmqchaos.rundir import RunDir
+    db = tmp_path / "h.duckdb"
+    d = plant(tmp_path / "runs", summary("20261127T084944-control-dddddd", "control", T0))
+    s = json.loads((d / "analysis" / "summary.json").read_text())
+    monkeypatch.setenv("RMQCHAOS_HISTORY", str(db))
+    monkeypatch.setattr(history, "LOCK_WAIT_S", 0.5)
+    monkeypatch.setattr("rmqchaos.progress._quiet", False)
+    holder = subprocess.Popen([sys.executable, "-c", "import duckdb, sys; c = duckdb.connect(sys.argv[1]); "
+                               "print('held', flush=True); sys.stdin.read()", str(db)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        assert _remember(RunDir(d), s) is None
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "is locked by another process" in err[0]
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert _remember(RunDir(d), s) == str(db)
+    assert [r["run_id"] for r in history.runs(db)] == [s["run_id"]]
