@@ -145,6 +145,9 @@ def connect(db: str | Path | None = None, read_only: bool = False) -> Iterator[A
         raise UserError(f"the run history {f} is locked by another process ({last[0] if last else '?'})",
                         "try again when it is done")
     try:
+        if read_only and not con.execute("SELECT count(*) FROM information_schema.tables "
+                                         "WHERE table_name = 'runs'").fetchone()[0]:
+            raise UserError(f"{f} is not a run history (no table `runs`)", "check the path ($RMQCHAOS_HISTORY or --db)")
         if not read_only:
             cols = ", ".join(f"{k} {t}" for k, t in COLUMNS.items())
             con.execute(f"CREATE TABLE IF NOT EXISTS runs ({cols})")

@@ -222,6 +222,10 @@ def test_ambiguous_and_missing(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main(["history", "show", "0000aa", "--db", str(db)]) == 1
     assert "names 2 runs" in capsys.readouterr().err
     assert main(["history", "import", str(tmp_path / "nothing"), "--db", str(db)]) == 1
+    import duckdb
+    duckdb.connect(str(tmp_path / "other.duckdb")).close()  # a DuckDB file, but not a history
+    assert main(["history", "list", "--db", str(tmp_path / "other.duckdb")]) == 1
+    assert "is not a run history" in capsys.readouterr().err
     (runs / "bad.json").write_text("{")
     assert main(["history", "import", str(runs / "bad.json"), "--db", str(db)]) == 1
     assert "is not JSON" in capsys.readouterr().err
