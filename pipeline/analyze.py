@@ -8,6 +8,7 @@ from typing import Any
 from cluster.jvm import find_java, java_home
 from pipeline.runs import as_run
 from pipeline.stage import stage
+from rmqchaos import paths
 from rmqchaos.ledgers import ledger_files
 from rmqchaos.progress import say
 from rmqchaos.rundir import RunDir
@@ -15,7 +16,8 @@ from rmqchaos.rundir import RunDir
 
 def run(run_dir: str | Path | RunDir, master: str | None = None) -> dict[str, Any]:
     """master: a Spark master URL (default local[*] or $RMQCHAOS_SPARK_MASTER). Returns the counts
-    (None without ledgers) and where the summary is."""
+    (None without ledgers), where the summary is, and the run history it was recorded in (None: not
+    recorded, with a warning line)."""
     r = as_run(run_dir)
     with stage(r, "analyze"):
         if not ledger_files(r.path, "send") and not ledger_files(r.path, "receive"):
@@ -27,4 +29,20 @@ def run(run_dir: str | Path | RunDir, master: str | None = None) -> dict[str, An
         from analysis.job import analyze  # PySpark: imported only when there is something to analyze
         summ = analyze(r.path, master)
         return {"complete": summ["complete"], "incomplete_reasons": summ["incomplete_reasons"],
-                "counts": summ["counts"], "summary": str(r.summary_file), "warnings": summ["warnings"]}
+                "counts": summ["counts"], "summary": str(r.summary_file), "warnings": summ["warnings"],
+                "history": _remember(r, summ)}
+
+
+def _remember(r: RunDir, summ: dict[str, Any]) -> str | None:
+    """The run's row in the run history (analysis/history.py), replacing an earlier analysis's; the
+    history's file when written. A history that cannot be written costs one warning line, never the
+    analysis."""
+    db = paths.history_db()
+    try:
+        from analysis.history import record
+        record(summ, r.path, db)
+    except Exception as e:  # noqa: BLE001 (a locked, full or damaged file: the summary stands on its own)
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        say(f"analyze: warning: not recorded in the run history {db}: {why} (later: rmqchaos history import {r.path})")
+        return None
+    return str(db)

@@ -23,6 +23,26 @@ def state_home() -> Path:
     return Path(os.environ.get("RMQCHAOS_HOME", REPO / ".rmqchaos"))
 
 
+def history_db() -> Path:
+    """The run history (analysis/history.py): $RMQCHAOS_HISTORY, else history.duckdb under the state dir."""
+    return Path(os.environ.get("RMQCHAOS_HISTORY") or state_home() / "history.duckdb")
+
+
+@lru_cache(maxsize=1)
+def platform_commit() -> str | None:
+    """The platform's git commit (with `-dirty` when the work tree has changes), None outside a git
+    checkout: recorded in each run's versions.json so the history can tell which code made a run."""
+    import subprocess
+    try:
+        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{head}-dirty" if dirty else head or None
+
+
 def runs_dir() -> Path:
     return Path(os.environ.get("RMQCHAOS_RUNS", REPO / "runs"))
 

@@ -6,7 +6,7 @@ Layout (in full: docs/ledgers.md, "The run directory"):
   state.json           run id, owner lease, cluster state, stage statuses (rewritten atomically)
   processes.jsonl      append-only: every process and cgroup started (what `down` reaps)
   timeline.jsonl       append-only: stage and cluster events with start/end ms
-  versions.json        RocketMQ, Java, Python versions
+  versions.json        RocketMQ, Java, Python versions, the platform's git commit
   cluster/<node>/      rendered config, store/, logs/ (RocketMQ's own), stdout.log
   checks/              outputs of checks; report.json / report.txt
   metrics/disk.jsonl   the store's disk, once a second during the load (rmqchaos/diskstats.py)
@@ -207,7 +207,8 @@ class RunDir:
                 return None
         _atomic_write(self.path / "versions.json", json.dumps(
             {"rocketmq": rocketmq, "java": java, "python": sys.version.split()[0],
-             **{p: v(p) for p in ("locust", "pyspark", "apache-airflow", "gevent")}}, indent=2) + "\n")
+             **{p: v(p) for p in ("locust", "pyspark", "apache-airflow", "gevent")},
+             "platform_commit": paths.platform_commit()}, indent=2) + "\n")
 
     def versions(self) -> dict[str, Any]:
         f = self.path / "versions.json"
