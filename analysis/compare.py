@@ -40,6 +40,8 @@ def loss_pairs(first: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
     for a, b in zip(first, first[1:]):
         if faults_phrase(a) != faults_phrase(b) or a.get("complete") is False or b.get("complete") is False:
             continue
+        if not (a["counts"]["lost"] or b["counts"]["lost"]) and b.get("extends") in (a["scenario"], a.get("extends") or "-"):
+            continue  # neither lost, each a remedy: its own sentence says what the change did (timeouts, duplicates)
         sa, sb = settings(a), settings(b)
         diff = [k for k in sa if sa[k] != sb[k]]
         if not 0 < len(diff) <= 3:
@@ -93,6 +95,10 @@ def _outage(s: dict[str, Any]) -> str:
     return " + ".join(f"{o['broker']} {outage_seconds(o, s)} s" for o in out) if out else "none"
 
 
+def _timeouts(s: dict[str, Any]) -> int:
+    return int(((s.get("errors") or {}).get("by_outcome") or {}).get("timeout", 0))
+
+
 def _p99(s: dict[str, Any]) -> Any:
     p = ((s.get("latency_ms") or {}).get("send_from_intended") or {}).get("p99")
     return NONE if p is None else f"{p:,.0f}" if isinstance(p, (int, float)) else p
@@ -100,7 +106,7 @@ def _p99(s: dict[str, Any]) -> Any:
 
 def remedy(base: dict[str, Any], s: dict[str, Any]) -> str:
     """One sentence: a run against its base, what changed, and what it did to the refusals (count and
-    rate), loss, duplication, the route outages and the p99 send latency from the intended time, base
+    rate), the timed-out attempts and the keys delivered though their sends failed, loss, duplication, the route outages and the p99 send latency from the intended time, base
     first; a noise short of its intent is said so, not taken for the named noise."""
     ch = changes(base, s)
     head = f"{s['scenario']} against its base {base['scenario']} ({', '.join(ch) if ch else 'nothing changed'})"
@@ -108,6 +114,12 @@ def remedy(base: dict[str, Any], s: dict[str, Any]) -> str:
     if busy_refusals(base)["total"] or busy_refusals(s)["total"]:
         parts.append(f"busy refusals {_busy(base)}{ARROW}{_busy(s)}")
     cb, cs = base["counts"], s["counts"]
+    tb, ts = _timeouts(base), _timeouts(s)
+    if tb or ts:  # a policy's question: how many attempts went unanswered, and what became of them
+        parts.append(f"attempts timed out {tb:,}{ARROW}{ts:,}")
+    if cb.get("recovered") or cs.get("recovered"):
+        parts.append(f"delivered though the application was told they failed {cb.get('recovered', 0):,}{ARROW}"
+                     f"{cs.get('recovered', 0):,}")
     parts.append(f"lost {cb['lost']:,}{ARROW}{cs['lost']:,}")
     parts.append(f"duplicated {cb['duplicated']:,}{ARROW}{cs['duplicated']:,}")
     if cb.get("acked_weak") or cs.get("acked_weak"):

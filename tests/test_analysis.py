@@ -3,6 +3,7 @@ malformed ledgers, and a report a person can open."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -297,7 +298,9 @@ def test_same_counts_on_a_standalone_spark_cluster_that_stops_leaving_nothing(re
         for line in listening.splitlines():  # every listener of the three JVMs is on loopback
             if any(f"pid={p}," in line for p in st["running"].values()):
                 assert line.split()[3].startswith(("127.0.0.1:", "[::ffff:127.0.0.1]:")), line
-        an = cli("analyze", str(run), "--master", "spark://127.0.0.1:17177", timeout=600)
+        hist = tmp_path / "history.duckdb"  # the run history the analyze stage records each run in
+        an = cli("analyze", str(run), "--master", "spark://127.0.0.1:17177", timeout=600,
+                 env={**os.environ, "RMQCHAOS_HISTORY": str(hist)})
         assert an.returncode == 0, an.stderr[-2000:]
         assert "WARNING" not in an.stderr  # Spark's and the JVM's own lines go to analysis/spark.log
     finally:
@@ -306,6 +309,13 @@ def test_same_counts_on_a_standalone_spark_cluster_that_stops_leaving_nothing(re
     assert not any(alive(p, None) for p in st["running"].values())
     remote = json.loads((run / "analysis" / "summary.json").read_text())
     assert remote["counts"] == local["counts"] and remote["store_check"]["checked"] == local["store_check"]["checked"]
+    # the real run in the history once with its counts, though analyzed here and imported from its
+    # first analysis too (one row per run id)
+    im = cli("history", "import", str(real_run.path), "--db", str(hist))
+    assert im.returncode == 0, im.stderr
+    rows = json.loads(cli("history", "list", "--db", str(hist), "--json").stdout)
+    assert [(r["run_id"], r["keys"], r["lost"], r["duplicated"]) for r in rows] == \
+        [(local["run_id"], local["counts"]["keys"], 0, 0)]
 
 
 def test_html_report_renders_with_its_plots_in_headless_chromium(real_run, tmp_path: Path) -> None:

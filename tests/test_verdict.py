@@ -266,3 +266,26 @@ def test_old_summaries_without_the_new_keys_still_render_and_new_ones_show_the_c
     new[2]["cluster"]["brokers"]["broker-a"]["transientStorePoolEnable"] = "true"
     page = render(new)
     assert "<p class=verdict>shared-host-tsp against its base shared-host (transientStorePoolEnable unset \u2192 true)" in page
+
+
+def test_a_policy_against_its_base_names_the_timeouts_and_the_keys_delivered_though_their_sends_failed() -> None:
+    """partition-producers' shape: broker-a's answers dropped; `retry` resends every timeout (each a
+    duplicate), `no_retry` resends none (each timed-out key delivered all the same)."""
+    retry = summary("partition-producers", "false", 0, None, counts={"duplicated": 399, "recovered": 0},
+                    causes={"producer_resend": 399}, load={"policy": {"kind": "retry"}},
+                    errors={"by_outcome": {"ok": 16999, "timeout": 400}})
+    once = summary("partition-producers-no-retry", "false", 0, None, counts={"recovered": 391},
+                   load={"policy": {"kind": "no_retry"}}, errors={"by_outcome": {"ok": 16447, "timeout": 391}},
+                   extends="partition-producers")
+    (said,) = comparisons([retry, once])
+    assert said == ("partition-producers-no-retry against its base partition-producers (send policy retry \u2192 "
+                    "no_retry): attempts timed out 400 \u2192 391; delivered though the application was told they "
+                    "failed 0 \u2192 391; lost 0 \u2192 0; duplicated 399 \u2192 0.")
+    # two remedies of one base, neither losing: each against the base, not a loss sentence between them
+    java = summary("partition-producers-java-default", "false", 0, None, counts={"recovered": 170},
+                   load={"policy": {"kind": "java_default"}}, errors={"by_outcome": {"timeout": 170}},
+                   extends="partition-producers")
+    said = comparisons([retry, once, java])
+    assert len(said) == 2 and all(" against its base partition-producers " in x for x in said)
+    # runs without timeouts or such keys say nothing of them (the sentences above are unchanged)
+    assert "timed out" not in comparisons([shared_host(), shared_host("shared-host-quiet", extends="shared-host")])[0]
