@@ -16,7 +16,7 @@ Everything public is importable from `rmqchaos.spec`.
 from __future__ import annotations
 
 from rmqchaos.spec.types import ConfValue, Duration, GroupName, NodeName, NonNegDuration, Port, Strict, TopicName
-from rmqchaos.spec.cluster import Broker, BrokerDefaults, Cluster, Jvm, Namesrv, Proxy, Slave
+from rmqchaos.spec.cluster import Broker, BrokerDefaults, Cluster, Controllers, Jvm, Namesrv, Proxy, Slave
 from rmqchaos.spec.scenario import (Checks, ConsumerInstance, Consumers, Fault, FaultKindSpec, Load, Policy, Repeat,
                                     RetryOn, Scenario, WitnessCheck)
 from rmqchaos.spec.messages import SpecError
@@ -26,7 +26,7 @@ from rmqchaos.spec.loading import (MAX_DEPTH, MAX_EXTENDS, MAX_NODES, dump_scena
                                    read_text)
 
 __all__ = ["ConfValue", "Duration", "GroupName", "NodeName", "NonNegDuration", "Port", "Strict", "TopicName",
-           "Broker", "BrokerDefaults", "Cluster", "Jvm", "Namesrv", "Proxy", "Slave",
+           "Broker", "BrokerDefaults", "Cluster", "Controllers", "Jvm", "Namesrv", "Proxy", "Slave",
            "Checks", "ConsumerInstance", "Consumers", "Fault", "FaultKindSpec", "Load", "Policy", "Repeat", "RetryOn",
            "Scenario", "WitnessCheck", "SpecError", "PLATFORM_BROKER_KEYS", "PLATFORM_NAMESRV_KEYS", "config_keys",
            "fault_errors", "semantic_errors", "MAX_DEPTH", "MAX_EXTENDS", "MAX_NODES", "dump_scenario", "load_scenario",

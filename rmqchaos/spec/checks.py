@@ -8,6 +8,7 @@ from pydantic import ValidationError
 
 from rmqchaos.spec.confkeys import PLATFORM_BROKER_KEYS, PLATFORM_NAMESRV_KEYS, _check_conf, config_keys
 from rmqchaos.spec.messages import _dotted, _pydantic_message
+from rmqchaos.spec.modes import controller_errors, controller_ports
 from rmqchaos.spec.scenario import Fault, FaultKindSpec, Scenario
 
 def fault_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec]) -> list[tuple[tuple[Any, ...], str]]:
@@ -15,7 +16,8 @@ def fault_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec]) -> list[
     its target, and whether it ends within the load."""
     errs: list[tuple[tuple[Any, ...], str]] = []
     nodes = s.cluster.node_names()
-    brokers = [n for n in nodes if n not in ("namesrv", "proxy")]
+    brokers = [n for n in nodes if n not in ("namesrv", "proxy", *(s.cluster.controllers.node_names()
+                                                                   if s.cluster.controllers else ()))]
     for i, f in enumerate(s.faults):
         kind = fault_kinds.get(f.kind)
         if kind is None:
@@ -80,9 +82,15 @@ def semantic_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec] | None
         nodes = [(b.port, ("cluster", "brokers", i, "port"))]
         if b.slave is not None:
             nodes.append((b.slave.port, ("cluster", "brokers", i, "slave", "port")))
+        if b.controller_mode:  # replica r on port + 4r
+            nodes = [(p, ("cluster", "brokers", i, "port" if r == 0 else "replicas"))
+                     for r, (_, p) in enumerate(b.replica_nodes())]
         for port, loc in nodes:
             assert port is not None
-            if port > 65535:  # a slave's default: its master's port + 5
+            if port > 65535 and loc[-1] == "replicas":
+                errs.append((loc, f"a replica's port {port} (the group's port + 4 per replica) is beyond 65535: "
+                                  "use a lower port"))
+            elif port > 65535:  # a slave's default: its master's port + 5
                 errs.append((loc, f"the slave's default port {port} (its master's + 5) is beyond 65535: "
                                   "set slave.port or a lower master port"))
             elif port + 1 > 65535:
@@ -93,6 +101,15 @@ def semantic_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec] | None
                     errs.append((loc, f"port {p} (from port {port}, which also uses port-2 and port+1) collides "
                                       f"with {_dotted(used[p])}"))
                 used[p] = loc
+    for port, loc in controller_ports(s):
+        if port in used:
+            errs.append((loc, f"controller port {port} collides with {_dotted(used[port])}"))
+        used[port] = loc
+    errs += controller_errors(s)
+    nodes = s.cluster.node_names()
+    for dup in sorted({n for n in nodes if nodes.count(n) > 1}):
+        errs.append((("cluster", "brokers"), f"two nodes would be named {dup!r} (a controller-mode group's "
+                                             "replicas are <name>-0, <name>-1, ...): rename a broker group"))
     if s.consumers is not None:
         ids: set[str] = set()
         for i, c in enumerate(s.consumers.instances):

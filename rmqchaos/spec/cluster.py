@@ -31,12 +31,43 @@ class Slave(Strict):
     port: Port | None = None  # default: the master's port + 5
 
 
+REPLICA_PORT_STEP = 4  # replica r of a controller-mode group listens on port + 4r (and port-2, port+1 of that)
+
+
 class Broker(Strict):
     name: NodeName
     port: Port | None = None  # default: 10911 + 10 * index; also uses port-2 (fast) and port+1 (HA)
     jvm: Jvm | None = None
     config: dict[str, ConfValue] = {}
     slave: Slave | None = None
+    # controller mode: the group is this many replicas (nodes <name>-0, <name>-1, ...), each started
+    # as a SLAVE with enableControllerMode; the controllers elect the master (cluster.controllers)
+    replicas: Annotated[StrictInt, Field(ge=1, le=5)] | None = None
+
+    @property
+    def controller_mode(self) -> bool:
+        return self.replicas is not None
+
+    def replica_nodes(self) -> list[tuple[str, int]]:
+        """(node name, main port) of each replica of a controller-mode group."""
+        assert self.port is not None
+        return [(f"{self.name}-{r}", self.port + REPLICA_PORT_STEP * r) for r in range(self.replicas or 0)]
+
+
+class Controllers(Strict):
+    """Controller mode (RIP-44): a Raft (DLedger) group of controllers that elects the master of every
+    controller-mode broker group from its SyncStateSet. `standalone` (the default): `count`
+    ControllerStartup JVMs, nodes controller-0.., each with its own address, port and store, so a
+    fault can take one controller without namesrv. `embedded`: inside namesrv
+    (enableControllerInNamesrv); this platform runs one namesrv, hence one controller (count 1)."""
+    mode: Literal["standalone", "embedded"] = "standalone"
+    count: Annotated[StrictInt, Field(ge=1, le=5)] = 3
+    port: Port = 9878  # controller k listens on port + k: its DLedger peer address, the brokers' controllerAddr
+    jvm: Jvm = Jvm(heap_mb=256)  # standalone only (embedded: namesrv's)
+    config: dict[str, ConfValue] = {}  # ControllerConfig keys (controller.conf), e.g. enableElectUncleanMaster
+
+    def node_names(self) -> list[str]:
+        return [f"controller-{k}" for k in range(self.count)] if self.mode == "standalone" else []
 
 
 class Proxy(Strict):
@@ -69,6 +100,7 @@ class Cluster(Strict):
     broker_defaults: BrokerDefaults = BrokerDefaults()
     brokers: Annotated[list[Broker], Field(min_length=1, max_length=8)] = Field(default_factory=_default_brokers)
     proxy: Proxy = Proxy()
+    controllers: Controllers | None = None  # controller mode: needed by groups with `replicas`
     ready_timeout: Duration = 120.0
     stop_timeout: Duration = 20.0  # SIGTERM grace: a broker's shutdown hooks take ~5-15 s here
     # Every node and client listens on and connects from its own address in this loopback /24
@@ -92,7 +124,12 @@ class Cluster(Strict):
 
     def node_names(self) -> list[str]:
         names = ["namesrv"]
+        if self.controllers is not None:
+            names += self.controllers.node_names()
         for b in self.brokers:
+            if b.controller_mode:
+                names += [n for n, _ in b.replica_nodes()]
+                continue
             names.append(b.name)
             if b.slave is not None:
                 names.append(f"{b.name}-s")

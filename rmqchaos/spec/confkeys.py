@@ -18,9 +18,33 @@ PLATFORM_BROKER_KEYS = {
     "brokerIP1": "(always 127.0.0.1)", "brokerIP2": "(always 127.0.0.1)", "bindAddress": "(always 127.0.0.1)",
     "storePathRootDir": "(the run directory)", "storePathCommitLog": "(the run directory)",
     "rocketmqHome": "(the run directory)",
+    "enableControllerMode": "brokers[].replicas", "controllerAddr": "(the controllers: cluster.controllers)",
 }
 PLATFORM_NAMESRV_KEYS = {"listenPort": "cluster.namesrv.port", "bindAddress": "(always 127.0.0.1)",
-                         "rocketmqHome": "(the run directory)"}
+                         "rocketmqHome": "(the run directory)",
+                         "enableControllerInNamesrv": "cluster.controllers.mode: embedded"}
+
+# Controller mode. The controllers' own keys (ControllerConfig of the pinned 5.5.0 jars, read with
+# javap; config-keys.json does not list them yet): what a scenario may set in cluster.controllers.config.
+CONTROLLER_KEYS = {"enableElectUncleanMaster": "bool", "scanNotActiveBrokerInterval": "long",
+                   "scanInactiveMasterInterval": "long", "notifyBrokerRoleChanged": "bool",
+                   "electMasterMaxRetryCount": "int", "controllerThreadPoolNums": "int",
+                   "controllerRequestThreadPoolQueueCapacity": "int", "mappedFileSize": "int",
+                   "processReadEvent": "bool"}
+PLATFORM_CONTROLLER_KEYS = {
+    "controllerDLegerGroup": "(the cluster's name)", "controllerDLegerPeers": "cluster.controllers.count/port",
+    "controllerDLegerSelfId": "(the node's index)", "controllerStorePath": "(the run directory)",
+    "configStorePath": "(the run directory)", "rocketmqHome": "(the run directory)",
+    "listenPort": "cluster.controllers.port", "bindAddress": "(the node's own address)",
+    "controllerType": "(DLedger: the only controller the platform runs)"}
+# Broker keys read only by a broker in controller mode (BrokerConfig, MessageStoreConfig): on a
+# classic group they would silently do nothing, so they are refused there.
+CONTROLLER_MODE_BROKER_KEYS = {"allAckInSyncStateSet", "controllerHeartBeatTimeoutMills", "brokerHeartbeatInterval",
+                               "syncBrokerMetadataPeriod", "checkSyncStateSetPeriod", "syncControllerMetadataPeriod",
+                               "brokerElectionPriority", "fetchControllerAddrByDnsLookup"}
+# Broker keys of a classic group only: a controller-mode replica's role and id are the controllers'.
+CLASSIC_BROKER_KEYS = {"brokerRole": "a controller-mode replica starts as SLAVE and the elected master runs as "
+                                     "SYNC_MASTER: drop brokerRole from this group"}
 
 
 @lru_cache(maxsize=4)
@@ -66,6 +90,8 @@ def _check_conf(conf: dict[str, Any], known: dict[str, str], platform: dict[str,
         loc = where + (key,)
         if key in platform:
             errs.append((loc, f"{key} is set by the platform; use {platform[key]}"))
+        elif key not in known and key in CONTROLLER_KEYS and known is not CONTROLLER_KEYS:
+            errs.append((loc, f"{key} is a controller key: set it in cluster.controllers.config"))
         elif key not in known:
             close = difflib.get_close_matches(key, list(known), n=1)
             hint = f"; did you mean {close[0]}?" if close else ""
