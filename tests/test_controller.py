@@ -1,9 +1,11 @@
 """Controller mode (issue 36, first step): the spec's controller-mode topology and its validation
-(pure logic, fast).
+(pure logic, fast), and one real cluster: three standalone controllers and a group of three replicas
+elect a new master when the master is killed.
 
 Subnet 127.0.60.0/24, ports 26876..26932: no other test uses them."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -122,3 +124,100 @@ def test_every_scenario_file_still_loads_and_plans_without_controllers() -> None
         s = load_scenario(f)
         assert s.cluster.controllers is None and not any(b.replicas for b in s.cluster.brokers), f
         assert {p.role for p in plan(s)} <= {"namesrv", "master", "slave", "proxy"}, f
+
+
+@pytest.mark.fast
+def test_a_controller_mode_group_is_ready_only_with_an_elected_master_in_namesrv_and_every_replica_in_sync() -> None:
+    from cluster.backend import ClusterBackend
+    from rmqclient.admin import RemotingError, ReplicaGroup
+
+    class Stub(ClusterBackend):  # the readiness condition alone: the controllers' answer and namesrv's
+        state: object = None
+        reg: dict = {}
+        up = down = status = node = spawn_client = run_tool = lambda *a, **k: None  # type: ignore[assignment]
+
+        def sync_state(self, timeout: float = 2.0):  # type: ignore[override]
+            if isinstance(self.state, Exception):
+                raise self.state
+            return self.state
+
+        def registered(self):  # type: ignore[override]
+            return self.reg
+
+    Stub.__abstractmethods__ = frozenset()
+    c = Stub(None, parse_scenario(CTL, "t.yaml"))  # type: ignore[arg-type]
+    a = ["127.0.60.11:26911", "127.0.60.12:26915", "127.0.60.13:26919"]
+    c.state = RemotingError("cannot connect")
+    assert c.replicated() == {"broker-a": "an answer from the controllers (cannot connect)"}
+    c.state = {}
+    assert c.replicated() == {"broker-a": "a master elected by the controllers"}
+    c.state = {"broker-a": ReplicaGroup(a[1], 2, 1, a[1:2], [a[0], a[2]])}
+    assert c.replicated() == {"broker-a": f"its master {a[1]} listed as id 0 in namesrv"}
+    c.reg = {"broker-a": {0: a[1], 1: a[0], 3: a[2]}, "broker-b": {0: "127.0.60.21:26931"}}
+    assert c.replicated() == {"broker-a": f"all 3 replicas in the SyncStateSet (in sync: {a[1]})"}
+    c.state = {"broker-a": ReplicaGroup(a[1], 2, 1, sorted(a), [])}
+    assert c.replicated() == {}
+    assert [p.name for p in c.masters()] == ["broker-b", "broker-a-1"]  # the elected one, as namesrv lists it
+
+
+# ---------------------------------------------------------------- a real controller-mode cluster
+
+
+def _route_master(c, group: str) -> str | None:
+    """The master namesrv routes `group` to for a topic (brokerAddrs["0"]: what a producer takes)."""
+    from cluster.plan import READY_TOPIC
+    from rmqclient.admin import RemotingError
+    try:
+        route = c.admin(timeout=2).topic_route(READY_TOPIC) or {}
+    except RemotingError:
+        return None
+    for bd in route.get("brokerDatas") or []:
+        if bd.get("brokerName") == group:
+            return (bd.get("brokerAddrs") or {}).get("0")
+    return None
+
+
+def test_killing_the_master_of_a_controller_mode_group_elects_another_replica(tmp_path: Path) -> None:
+    """3 standalone controllers + broker-a as 3 replicas: after kill -9 of the master, namesrv routes
+    broker-a to another replica, elected by the controllers (a higher epoch); `down` ends every node."""
+    import yaml
+
+    from conftest import _start
+    from pipeline import down
+    from rmqchaos.procs import alive
+
+    d = yaml.safe_load(CTL)
+    d["cluster"]["brokers"] = [{"name": "broker-a", "port": 26911, "replicas": 3}]
+    d["cluster"]["controllers"]["jvm"] = {"heap_mb": 128, "options": ["-XX:TieredStopAtLevel=1"]}
+    d["cluster"]["broker_defaults"] = {"jvm": {"heap_mb": 256, "max_direct_memory_mb": 256},
+                                       "config": {"allAckInSyncStateSet": True}}
+    d["cluster"].update({"ready_timeout": "60s", "stop_timeout": "3s"})
+    t0 = time.monotonic()
+    run, c = _start(tmp_path, d)
+    try:
+        up_s = time.monotonic() - t0
+        replicas = {p.addr: p.name for p in c.controller_groups()["broker-a"]}
+        before = c.sync_state()["broker-a"]
+        assert before.master_addr in replicas and set(before.in_sync) == set(replicas)  # the steady state
+        old = _route_master(c, "broker-a")
+        assert old == before.master_addr
+        t_kill = time.monotonic()
+        c.node(replicas[old]).kill()  # SIGKILL, as `rmqchaos cluster kill <node>`
+        new = None
+        while time.monotonic() - t_kill < 30:
+            new = _route_master(c, "broker-a")
+            if new and new != old:
+                break
+            time.sleep(0.2)
+        switch_s = time.monotonic() - t_kill
+        assert new and new != old, f"no new master of broker-a in namesrv's route {switch_s:.1f}s after the kill"
+        assert new in replicas
+        after = c.sync_state()["broker-a"]
+        assert after.master_addr == new and after.master_epoch > before.master_epoch
+        print(f"up {up_s:.1f}s; master {old} killed; new master {new} (epoch {before.master_epoch} -> "
+              f"{after.master_epoch}) in namesrv's route {switch_s:.1f}s after the kill")
+    finally:
+        procs = [(r.pid, r.starttime) for r in run.processes.starts()]
+        down.run(run)
+    assert len({r.node for r in run.processes.starts()} & {"controller-0", "controller-1", "controller-2"}) == 3
+    assert not [p for p in procs if alive(*p)]  # controllers and replicas too

@@ -42,7 +42,7 @@ def log_tail(node_dir: Path, lines: int = 10) -> str:
     """The last lines of a node's stdout, and the last records (not stack frames) of RocketMQ's own log."""
     out = []
     for f in [node_dir / "stdout.log", *sorted(log_dir(node_dir.parent, node_dir.name).glob("*.log"))]:
-        if f.name not in ("stdout.log", "broker.log", "namesrv.log", "proxy.log") or not f.is_file():
+        if f.name not in ("stdout.log", "broker.log", "namesrv.log", "proxy.log", "controller.log") or not f.is_file():
             continue
         text = f.read_text(errors="replace").rstrip().splitlines()
         if f.name != "stdout.log":
@@ -111,12 +111,18 @@ class LocalCluster(ClusterBackend):
             # the brokers start beside namesrv, not after it: a broker's JVM takes longer to boot than
             # namesrv's (its first registration comes ~10 s after start here, namesrv answers after ~5),
             # and a registration that found no namesrv is repeated 10 s after the broker's start
+            controllers = [n for n in self.nodes() if n.role == "controller"]
+            if controllers:  # beside namesrv too: a controller-mode broker retries its controllers
+                say(f"starting {len(controllers)} controller(s): {', '.join(n.name for n in controllers)}")
+                for n in controllers:
+                    n.start()
             brokers = [n for n in self.nodes() if n.plan.is_broker]
             say(f"starting {len(brokers)} broker(s): {', '.join(n.name for n in brokers)}")
             for n in brokers:
                 n.start()
             self._wait_namesrv()
             self.wait_registered([n.name for n in brokers])
+            self._wait_replicated()
             self._wait_routable()
             self.verify_broker_configs()
             if "proxy" in self.plans:
@@ -174,6 +180,27 @@ class LocalCluster(ClusterBackend):
                    error=lambda: self._fail(pending[0], f"registration in namesrv {self.namesrv_addr} within "
                                                         f"{t:.0f}s (never registered)"),
                    progress_every=10, progress=lambda: f"still waiting for {', '.join(pending)} to register in namesrv")
+
+    def _wait_replicated(self) -> None:
+        """Controller-mode groups: ready when the controllers have elected a master, namesrv lists it
+        as id 0, and the SyncStateSet holds every replica (the steady state a failover starts from)."""
+        groups = self.controller_groups()
+        if not groups:
+            return
+        lacking: dict[str, str] = {}
+        ctl = [p.name for p in self.plans.values() if p.role == "controller"]
+
+        def steady() -> bool:
+            nonlocal lacking
+            lacking = self.replicated()
+            if lacking:
+                self._check_alive(ctl + [p.name for g in lacking for p in groups[g]], "replication")
+            return not lacking
+        t = self._ready_timeout()
+        poll_until(steady, t, "replication", interval=0.5,
+                   error=lambda: self._fail(groups[next(iter(lacking))][0].name,
+                                            f"{next(iter(lacking))}: {next(iter(lacking.values()))} within {t:.0f}s"),
+                   progress_every=10, progress=lambda: "still waiting for " + "; ".join(f"{g}: {w}" for g, w in lacking.items()))
 
     def _wait_routable(self) -> None:
         """A test topic must route to every broker group: proves each master serves admin requests
@@ -240,8 +267,8 @@ def reap(run: RunDir, grace: float = 15.0) -> list[str]:
             except (OSError, TimeoutError):
                 pass
     live = [r for r in starts if alive(r.pid, r.starttime)]
-    # brokers before namesrv, so brokers can unregister cleanly
-    live.sort(key=lambda r: r.node == "namesrv")
+    # brokers before namesrv and the controllers, so brokers can unregister cleanly
+    live.sort(key=lambda r: r.node == "namesrv" or r.node.startswith("controller-"))
     for r in live:
         send(r.pid, r.starttime, signal.SIGTERM)
     if live and not wait_gone([(r.pid, r.starttime) for r in live], grace):

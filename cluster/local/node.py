@@ -70,7 +70,7 @@ class LocalNode(Node):
 
     @property
     def log_file(self) -> Path:
-        main = {"namesrv": "namesrv.log", "proxy": "proxy.log"}.get(self.role, "broker.log")
+        main = {"namesrv": "namesrv.log", "proxy": "proxy.log", "controller": "controller.log"}.get(self.role, "broker.log")
         return log_dir(self.dir.parent, self.name) / main
 
     @property
