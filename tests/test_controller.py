@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cluster.plan import addresses, plan, render_config
-from rmqchaos.spec import SpecError, load_scenario, parse_scenario
+from rmqchaos.spec import SpecError, dump_scenario, load_scenario, parse_scenario
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -76,6 +76,13 @@ def test_an_embedded_controller_lives_in_the_one_namesrv() -> None:
 
 
 @pytest.mark.fast
+@pytest.mark.parametrize("mode", ["{count: 3, port: 26878}", "{mode: embedded, count: 1, port: 26878}"])
+def test_the_resolved_scenario_a_run_keeps_validates_again(mode: str) -> None:
+    s = parse_scenario(CTL.replace("{count: 3, port: 26878}", mode), "t.yaml")
+    assert parse_scenario(dump_scenario(s), "scenario.yaml") == s
+
+
+@pytest.mark.fast
 @pytest.mark.parametrize("text, line", [
     # a controller-mode group without controllers
     (CTL.replace("  controllers: {count: 3, port: 26878}\n", ""),
@@ -106,6 +113,8 @@ def test_an_embedded_controller_lives_in_the_one_namesrv() -> None:
     (CTL.replace("{count: 3, port: 26878}", "{mode: embedded, count: 3, port: 26878}"),
      "t.yaml:5: cluster.controllers.count: embedded controllers run inside namesrv and this cluster has one "
      "namesrv, so one controller (got count 3): use mode: standalone for 3"),
+    (CTL.replace("{count: 3, port: 26878}", "{mode: embedded, count: 1, port: 26878, jvm: {heap_mb: 512}}"),
+     "t.yaml:5: cluster.controllers.jvm: an embedded controller runs in namesrv's JVM: set cluster.namesrv.jvm"),
     (CTL.replace(", replicas: 3}", "}").replace("allAckInSyncStateSet: true, ", ""),
      "t.yaml:5: cluster.controllers: no broker group uses the controllers: give a group `replicas:` (controller "
      "mode) or drop cluster.controllers"),

@@ -6,6 +6,7 @@ from typing import Any
 
 from rmqchaos.spec.confkeys import (CLASSIC_BROKER_KEYS, CONTROLLER_KEYS, CONTROLLER_MODE_BROKER_KEYS,
                                    PLATFORM_CONTROLLER_KEYS, _check_conf)
+from rmqchaos.spec.cluster import Controllers
 from rmqchaos.spec.scenario import Scenario
 
 Errors = list[tuple[tuple[Any, ...], str]]
@@ -47,7 +48,7 @@ def controller_errors(s: Scenario) -> Errors:
                 errs.append((("cluster", "controllers", "count"),
                              f"embedded controllers run inside namesrv and this cluster has one namesrv, so one "
                              f"controller (got count {ctl.count}): use mode: standalone for {ctl.count}"))
-            if "jvm" in ctl.model_fields_set:
+            if ctl.jvm != Controllers.model_fields["jvm"].default:  # (the resolved dump carries the default)
                 errs.append((("cluster", "controllers", "jvm"), "an embedded controller runs in namesrv's JVM: "
                                                                 "set cluster.namesrv.jvm"))
         if c.backend != "local":
