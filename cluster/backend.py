@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from cluster.plan import NodePlan, plan
+from cluster.plan import NodePlan, controller_addrs, plan
 from cluster.tools import ToolResult
 from rmqchaos import paths
 from rmqchaos.errors import UserError
@@ -24,7 +24,7 @@ from rmqchaos.procs import starttime, stop as stop_pid
 from rmqchaos.rundir import RunDir
 from rmqchaos.spec import Scenario
 from rmqchaos.wait import poll_until
-from rmqclient.admin import AdminClient, RemotingError
+from rmqclient.admin import AdminClient, RemotingError, ReplicaGroup, sync_state
 
 
 @dataclass
@@ -249,7 +249,51 @@ class ClusterBackend(ABC):
         return AdminClient(self.namesrv_addr, timeout)
 
     def masters(self) -> list[NodePlan]:
-        return [p for p in self.plans.values() if p.role == "master"]
+        """The master of every group: a classic group's is fixed; a controller-mode group's is the
+        replica namesrv lists as id 0 now (the first replica while none is, so every group is named)."""
+        out = [p for p in self.plans.values() if p.role == "master"]
+        groups = self.controller_groups()
+        if groups:
+            reg = self.registered() or {}
+            for g, reps in groups.items():
+                now = reg.get(g, {}).get(0)
+                out.append(next((p for p in reps if p.addr == now), reps[0]))
+        return out
+
+    def controller_groups(self) -> dict[str, list[NodePlan]]:
+        """Controller-mode groups: broker name -> its replicas' plans."""
+        out: dict[str, list[NodePlan]] = {}
+        for p in self.plans.values():
+            if p.role == "replica":
+                out.setdefault(p.broker_name or "", []).append(p)
+        return out
+
+    def sync_state(self, timeout: float = 2.0) -> dict[str, ReplicaGroup]:
+        """Each controller-mode group's master, epoch and SyncStateSet, from the controller leader."""
+        return sync_state(controller_addrs(self.scenario), list(self.controller_groups()), timeout)
+
+    def replicated(self) -> dict[str, str]:
+        """Controller-mode groups not yet in steady state -> what they lack: a master elected by the
+        controllers, that master as id 0 in namesrv's registrations, every replica in the SyncStateSet.
+        Empty when every group is replicated (and when there are none)."""
+        groups = self.controller_groups()
+        if not groups:
+            return {}
+        try:
+            state = self.sync_state()
+        except RemotingError as e:
+            return {g: f"an answer from the controllers ({e})" for g in groups}
+        reg = self.registered() or {}
+        lacking = {}
+        for g, reps in groups.items():
+            st = state.get(g)
+            if st is None or not st.master_addr:
+                lacking[g] = "a master elected by the controllers"
+            elif reg.get(g, {}).get(0) != st.master_addr:
+                lacking[g] = f"its master {st.master_addr} listed as id 0 in namesrv"
+            elif set(st.in_sync) != {p.addr for p in reps}:
+                lacking[g] = f"all {len(reps)} replicas in the SyncStateSet (in sync: {', '.join(st.in_sync) or 'none'})"
+        return lacking
 
     def registered(self) -> dict[str, dict[int, str]] | None:
         """brokerName -> {brokerId: addr} from namesrv, or None if namesrv does not answer."""
@@ -267,7 +311,7 @@ class ClusterBackend(ABC):
 
     def wait_routed(self, topic: str, timeout: float) -> None:
         """The one "wait until `topic` routes to every master" loop."""
-        want = {p.broker_name for p in self.masters()}
+        want = {p.broker_name for p in self.plans.values() if p.is_broker}
         poll_until(lambda: self.routed_groups(topic) >= want, timeout, f"topic {topic} to route to every broker group")
 
     def scenario_broker_keys(self, node: str) -> dict[str, object]:
@@ -275,7 +319,10 @@ class ClusterBackend(ABC):
         with the values rendered for it (a slave's brokerRole is SLAVE whatever the defaults say)."""
         p = self.plans[node]
         b = self.scenario.cluster.broker(p.broker_name or "")
-        return {k: p.conf[k] for k in {**self.scenario.cluster.broker_defaults.config, **b.config}}
+        keys = {**self.scenario.cluster.broker_defaults.config, **b.config}
+        if p.role == "replica":  # its role is the controllers' (a default brokerRole does not apply)
+            keys.pop("brokerRole", None)
+        return {k: p.conf[k] for k in keys}
 
     def verify_broker_configs(self) -> dict[str, dict[str, str]]:
         """Read back every broker's effective config (GET_BROKER_CONFIG, as `mqadmin getBrokerConfig`)

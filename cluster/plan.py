@@ -14,19 +14,25 @@ HOST = "127.0.0.1"  # the platform's own address: its admin calls, the monitor, 
 READY_TOPIC = "RMQCHAOS_READY"
 MAIN = {"namesrv": "org.apache.rocketmq.namesrv.NamesrvStartup",
         "broker": "org.apache.rocketmq.broker.BrokerStartup",
-        "proxy": "org.apache.rocketmq.proxy.ProxyStartup"}
+        "proxy": "org.apache.rocketmq.proxy.ProxyStartup",
+        "controller": "org.apache.rocketmq.controller.ControllerStartup"}
 
 
 def addresses(s: Scenario) -> dict[str, str]:
     """Each node's and client's own loopback address in the cluster's subnet: namesrv .1, proxy .2,
     broker group i's master .(10i+11) and its slave one above, the load's producers .201, consumer
     j .(211+j); and `links` .200, where link faults' Toxiproxy proxies listen (a member of no
-    partition). Fixed by the scenario, so a rule or a report names the same node in every run."""
+    partition); standalone controller k .(3+k); replica r of a controller-mode group i .(10i+11+r).
+    Fixed by the scenario, so a rule or a report names the same node in every run."""
     net = s.cluster.subnet.rsplit(".", 1)[0]
     out = {"namesrv": f"{net}.1", "proxy": f"{net}.2", "links": f"{net}.200", "producers": f"{net}.201"}
+    if s.cluster.controllers is not None:  # standalone controller k: .(3+k)
+        out.update({n: f"{net}.{3 + k}" for k, n in enumerate(s.cluster.controllers.node_names())})
     for i, b in enumerate(s.cluster.brokers):
         out[b.name] = f"{net}.{10 * i + 11}"
         out[f"{b.name}-s"] = f"{net}.{10 * i + 12}"
+        if b.controller_mode:  # replica r of a controller-mode group: .(10i+11+r)
+            out.update({n: f"{net}.{10 * i + 11 + r}" for r, (n, _) in enumerate(b.replica_nodes())})
     for j, c in enumerate(s.consumers.instances if s.consumers else []):
         out[f"consumer-{c.id}"] = f"{net}.{min(211 + j, 254)}"  # the 44th and later share .254
     return out
@@ -57,13 +63,13 @@ def free_port(host: str = HOST) -> int:
 @dataclass
 class NodePlan:
     name: str
-    role: str  # namesrv | master | slave | proxy
+    role: str  # namesrv | master | slave | replica (controller mode: the controllers pick the master) | controller | proxy
     ports: list[int]  # the main port first; every port the node listens on
     jvm: Jvm
     conf: dict[str, object]
     host: str = HOST  # the node's own loopback address (addresses())
     broker_name: str | None = None
-    broker_id: int | None = None
+    broker_id: int | None = None  # a replica's is -1: the controllers assign it
 
     @property
     def addr(self) -> str:
@@ -71,11 +77,36 @@ class NodePlan:
 
     @property
     def is_broker(self) -> bool:
-        return self.role in ("master", "slave")
+        return self.role in ("master", "slave", "replica")
 
     def listed_in(self, reg: dict[str, dict[int, str]]) -> bool:
-        """Whether namesrv's registrations (`LocalCluster.registered()`) list this broker at its address."""
-        return reg.get(self.broker_name or "", {}).get(self.broker_id or 0) == self.addr
+        """Whether namesrv's registrations (`LocalCluster.registered()`) list this broker at its address
+        (a replica: under whichever id the controllers gave it; the master's is 0)."""
+        ids = reg.get(self.broker_name or "", {})
+        if self.role == "replica":
+            return self.addr in ids.values()
+        return ids.get(self.broker_id or 0) == self.addr
+
+
+def controller_addrs(s: Scenario) -> list[str]:
+    """host:port of every controller (the brokers' controllerAddr): standalone controller k on
+    controllers.port + k at its own address; embedded, the one inside namesrv, at namesrv's address."""
+    ctl, at = s.cluster.controllers, addresses(s)
+    if ctl is None:
+        return []
+    if ctl.mode == "embedded":
+        return [f"{at['namesrv']}:{ctl.port}"]
+    return [f"{at[n]}:{ctl.port + k}" for k, n in enumerate(ctl.node_names())]
+
+
+def _controller_conf(s: Scenario, k: int) -> dict[str, object]:
+    """The DLedger controller keys of controller k (controller.conf, or namesrv's for embedded)."""
+    ctl = s.cluster.controllers
+    assert ctl is not None
+    addrs = controller_addrs(s)
+    return {"controllerDLegerGroup": f"{s.cluster.name}-controllers",
+            "controllerDLegerPeers": ";".join(f"n{i}-{a}" for i, a in enumerate(addrs)),
+            "controllerDLegerSelfId": f"n{k}", **ctl.config}
 
 
 def plan(s: Scenario) -> list[NodePlan]:
@@ -83,8 +114,20 @@ def plan(s: Scenario) -> list[NodePlan]:
     ns = NodePlan("namesrv", "namesrv", [c.namesrv.port], c.namesrv.jvm,
                   {"listenPort": c.namesrv.port, "bindAddress": at["namesrv"], **c.namesrv.config}, at["namesrv"])
     nodes = [ns]
+    ctl = c.controllers
+    if ctl is not None and ctl.mode == "embedded":  # the controller inside namesrv, on its own port
+        ns.conf.update({"enableControllerInNamesrv": True, **_controller_conf(s, 0)})
+        ns.ports.append(ctl.port)
+    elif ctl is not None:
+        for k, name in enumerate(ctl.node_names()):
+            nodes.append(NodePlan(name, "controller", [ctl.port + k], ctl.jvm,
+                                  {"listenPort": ctl.port + k, "bindAddress": at[name], **_controller_conf(s, k)},
+                                  at[name]))
     for b in c.brokers:
         assert b.port is not None
+        if b.controller_mode:
+            nodes += [_broker_plan(s, b, name, port, -1, at[name], ns.addr) for name, port in b.replica_nodes()]
+            continue
         nodes.append(_broker_plan(s, b, b.name, b.port, 0, at[b.name], ns.addr))
         if b.slave is not None:
             assert b.slave.port is not None
@@ -107,10 +150,13 @@ def _broker_plan(s: Scenario, b: Broker, node: str, port: int, broker_id: int, h
     }
     conf.update(c.broker_defaults.config)
     conf.update(b.config)
-    if broker_id:
+    if broker_id:  # a slave; a controller-mode replica (-1) also starts as one until elected
         conf["brokerRole"] = "SLAVE"
-    return NodePlan(node, "slave" if broker_id else "master", [port, port - 2, port + 1],
-                    b.jvm or c.broker_defaults.jvm, conf, host, b.name, broker_id)
+    if broker_id < 0:
+        conf.update({"enableControllerMode": True, "controllerAddr": ";".join(controller_addrs(s))})
+    role = "replica" if broker_id < 0 else ("slave" if broker_id else "master")
+    return NodePlan(node, role, [port, port - 2, port + 1], b.jvm or c.broker_defaults.jvm, conf, host, b.name,
+                    broker_id)
 
 
 def jvm_options(p: NodePlan, gc_log: str) -> list[str]:
@@ -138,6 +184,8 @@ def main_args(p: NodePlan, conf: str, namesrv_addr: str) -> tuple[str, list[str]
         return MAIN["namesrv"], ["-c", conf], {}
     if p.role == "proxy":
         return MAIN["proxy"], ["-pm", "cluster", "-n", namesrv_addr], {"com.rocketmq.proxy.configPath": conf}
+    if p.role == "controller":
+        return MAIN["controller"], ["-c", conf], {}
     return MAIN["broker"], ["-c", conf, "-n", namesrv_addr], {}
 
 
@@ -155,4 +203,7 @@ def render_config(p: NodePlan, store_dir: str | None = None) -> tuple[str, str]:
     if store_dir is not None and p.is_broker:
         conf.setdefault("storePathRootDir", store_dir)
         conf.setdefault("storePathCommitLog", f"{store_dir}/commitlog")
-    return ("namesrv.properties" if p.role == "namesrv" else "broker.conf"), _props(conf)
+    if store_dir is not None and "controllerDLegerSelfId" in conf:  # a controller's Raft log and metadata
+        conf.setdefault("controllerStorePath", f"{store_dir}/controller")
+    name = {"namesrv": "namesrv.properties", "controller": "controller.conf"}.get(p.role, "broker.conf")
+    return name, _props(conf)

@@ -31,6 +31,8 @@ GET_ALL_TOPIC_CONFIG = 21  # the broker's topicConfigTable (TopicConfigSerialize
 GET_ALL_SUBSCRIPTIONGROUP_CONFIG = 201  # the broker's subscriptionGroupTable
 HEART_BEAT = 34  # a client's heartbeat: its consumer groups (HeartbeatData as JSON)
 GET_BROKER_RUNTIME_INFO = 28  # KVTable: the broker's runtime stats (scheduleMessageOffset_<level> among them)
+CONTROLLER_GET_SYNC_STATE_DATA = 1006  # a controller's view of broker groups (as `mqadmin getSyncStateSet`)
+CONTROLLER_NOT_LEADER = 2007  # a controller that is not the Raft leader answers this
 QUERY_NOT_FOUND = 22
 SUCCESS = 0
 TOPIC_NOT_EXIST = 17
@@ -51,6 +53,39 @@ class BrokerInfo:
     cluster: str
     name: str
     addrs: dict[int, str]  # brokerId -> "host:port"; 0 is the master
+
+
+@dataclass(frozen=True)
+class ReplicaGroup:
+    """A controller-mode broker group as the controller leader sees it (BrokerReplicasInfo.ReplicasInfo)."""
+    master_addr: str | None  # None while the group has no master
+    master_id: int | None
+    master_epoch: int
+    in_sync: list[str]  # addresses of the replicas in the SyncStateSet (the master among them)
+    not_in_sync: list[str]
+
+
+def sync_state(controllers: list[str], groups: list[str], timeout: float = 3.0,
+               source: str | None = None) -> dict[str, ReplicaGroup]:
+    """Master, epoch and SyncStateSet of each group (CONTROLLER_GET_SYNC_STATE_DATA, what `mqadmin
+    getSyncStateSet` asks): each controller in turn until one answers; only the Raft leader does.
+    A group the controllers do not know yet is absent."""
+    last: RemotingError | None = None
+    for addr in controllers:
+        try:
+            with Connection(addr, timeout, source) as c:
+                resp = c.request(CONTROLLER_GET_SYNC_STATE_DATA, body=json.dumps(groups).encode())
+            _check(resp, f"CONTROLLER_GET_SYNC_STATE_DATA on {addr}")
+        except RemotingError as e:
+            last = e
+            continue
+        out = {}
+        for name, r in ((resp.body_json() or {}).get("replicasInfoTable") or {}).items():
+            out[name] = ReplicaGroup(r.get("masterAddress") or None, r.get("masterBrokerId"), int(r.get("masterEpoch") or 0),
+                                     sorted(x.get("brokerAddress", "") for x in r.get("inSyncReplicas") or []),
+                                     sorted(x.get("brokerAddress", "") for x in r.get("notInSyncReplicas") or []))
+        return out
+    raise last or RemotingError("no controller to ask")
 
 
 def _split_addr(addr: str) -> tuple[str, int]:

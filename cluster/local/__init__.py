@@ -8,24 +8,23 @@ cgroups `rmqchaos/<run id>/<node>`; `reap` ends exactly those.
 """
 from __future__ import annotations
 
-import os
 import re
 import signal
-import socket
 import subprocess
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from cluster import netrules, tools
-from cluster.backend import ClusterBackend, Node, NodeMemory, NodeStatus
-from cluster.jvm import find_java, jvm_command
+from cluster.backend import ClusterBackend, NodeStatus
+from cluster.jvm import find_java
 from cluster.local import cgroups
 from cluster.local.cgroups import Cgroup
-from cluster.plan import NODE_SYSTEM_PROPERTIES, READY_TOPIC, NodePlan, jvm_options, main_args, port_in_use, render_config
+from cluster.local.node import CgroupMemory, LocalNode  # noqa: F401  (CgroupMemory: the docker backend's base)
+from cluster.plan import READY_TOPIC, port_in_use
 from cluster.rmqlog import log_dir
 from rmqchaos import paths
 from rmqchaos.errors import UserError
-from rmqchaos.procs import ProcRecord, alive, now_ms, record_spawn, send, spawn, state_char, stop, wait_gone
+from rmqchaos.procs import alive, now_ms, record_spawn, send, spawn, state_char, wait_gone
 from rmqchaos.progress import say
 from rmqchaos.rundir import RunDir
 from rmqchaos.wait import poll_until
@@ -43,7 +42,7 @@ def log_tail(node_dir: Path, lines: int = 10) -> str:
     """The last lines of a node's stdout, and the last records (not stack frames) of RocketMQ's own log."""
     out = []
     for f in [node_dir / "stdout.log", *sorted(log_dir(node_dir.parent, node_dir.name).glob("*.log"))]:
-        if f.name not in ("stdout.log", "broker.log", "namesrv.log", "proxy.log") or not f.is_file():
+        if f.name not in ("stdout.log", "broker.log", "namesrv.log", "proxy.log", "controller.log") or not f.is_file():
             continue
         text = f.read_text(errors="replace").rstrip().splitlines()
         if f.name != "stdout.log":
@@ -112,12 +111,18 @@ class LocalCluster(ClusterBackend):
             # the brokers start beside namesrv, not after it: a broker's JVM takes longer to boot than
             # namesrv's (its first registration comes ~10 s after start here, namesrv answers after ~5),
             # and a registration that found no namesrv is repeated 10 s after the broker's start
+            controllers = [n for n in self.nodes() if n.role == "controller"]
+            if controllers:  # beside namesrv too: a controller-mode broker retries its controllers
+                say(f"starting {len(controllers)} controller(s): {', '.join(n.name for n in controllers)}")
+                for n in controllers:
+                    n.start()
             brokers = [n for n in self.nodes() if n.plan.is_broker]
             say(f"starting {len(brokers)} broker(s): {', '.join(n.name for n in brokers)}")
             for n in brokers:
                 n.start()
             self._wait_namesrv()
             self.wait_registered([n.name for n in brokers])
+            self._wait_replicated()
             self._wait_routable()
             self.verify_broker_configs()
             if "proxy" in self.plans:
@@ -176,6 +181,27 @@ class LocalCluster(ClusterBackend):
                                                         f"{t:.0f}s (never registered)"),
                    progress_every=10, progress=lambda: f"still waiting for {', '.join(pending)} to register in namesrv")
 
+    def _wait_replicated(self) -> None:
+        """Controller-mode groups: ready when the controllers have elected a master, namesrv lists it
+        as id 0, and the SyncStateSet holds every replica (the steady state a failover starts from)."""
+        groups = self.controller_groups()
+        if not groups:
+            return
+        lacking: dict[str, str] = {}
+        ctl = [p.name for p in self.plans.values() if p.role == "controller"]
+
+        def steady() -> bool:
+            nonlocal lacking
+            lacking = self.replicated()
+            if lacking:
+                self._check_alive(ctl + [p.name for g in lacking for p in groups[g]], "replication")
+            return not lacking
+        t = self._ready_timeout()
+        poll_until(steady, t, "replication", interval=0.5,
+                   error=lambda: self._fail(groups[next(iter(lacking))][0].name,
+                                            f"{next(iter(lacking))}: {next(iter(lacking.values()))} within {t:.0f}s"),
+                   progress_every=10, progress=lambda: "still waiting for " + "; ".join(f"{g}: {w}" for g, w in lacking.items()))
+
     def _wait_routable(self) -> None:
         """A test topic must route to every broker group: proves each master serves admin requests
         and that namesrv has its topic table."""
@@ -226,205 +252,6 @@ class LocalCluster(ClusterBackend):
         return out
 
 
-class CgroupMemory(NodeMemory):
-    def __init__(self, cg: Cgroup) -> None:
-        self.cg = cg
-
-    def usage(self) -> int | None:
-        return self.cg.memory_usage()
-
-    def page_cache(self) -> int:
-        return self.cg.file_cache()
-
-    def oom_kills(self) -> int:
-        return self.cg.oom_kills()
-
-    def cap(self, page_cache: int | None = None) -> int:
-        if not self.cg.exists():
-            raise UserError(f"cgroup {self.cg.rel} does not exist", "the local backend creates one per node")
-        return self.cg.cap_memory(page_cache=page_cache)
-
-    def clear_limit(self) -> None:
-        self.cg.clear_memory_limit()
-
-
-class LocalNode(Node):
-    def __init__(self, cluster: LocalCluster, plan: NodePlan) -> None:
-        self.c = cluster
-        self.plan = plan
-        self.name = plan.name
-        self.role = plan.role
-        self.dir = cluster.run.node_dir(plan.name)
-        self.cgroup = Cgroup(cluster._cgroup_rel(plan.name))
-
-    @property
-    def record(self) -> ProcRecord | None:
-        return self.c.run.processes.latest(self.name)
-
-    @property
-    def pid(self) -> int | None:
-        r = self.record
-        return r.pid if r and alive(r.pid, r.starttime) else None
-
-    @property
-    def memory(self) -> NodeMemory:
-        return CgroupMemory(self.cgroup)
-
-    @property
-    def log_file(self) -> Path:
-        main = {"namesrv": "namesrv.log", "proxy": "proxy.log"}.get(self.role, "broker.log")
-        return log_dir(self.dir.parent, self.name) / main
-
-    @property
-    def stdout_file(self) -> Path:
-        return self.dir / "stdout.log"
-
-    # ------------------------------------------------------------ start
-    def command(self, java: str, home: Path) -> list[str]:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        (self.dir / "logs").mkdir(exist_ok=True)
-        name, text = render_config(self.plan, str(self.dir / "store"))
-        conf = self.dir / name
-        conf.write_text(text)
-        j = self.plan.jvm
-        opts = jvm_options(self.plan, str(self.dir / "logs" / "gc.log"))
-        main, args, props = main_args(self.plan, str(conf), self.c.namesrv_addr)
-        return jvm_command(main, args, cp=f"{home / 'lib'}/*", heap_mb=j.heap_mb, java=java, options=opts,
-                           user_home=self.dir, rocketmq_home=self.dir,
-                           system_properties={**NODE_SYSTEM_PROPERTIES, **j.system_properties, **props})
-
-    def start(self) -> None:
-        if self.running():
-            raise UserError(f"{self.name} is already running (pid {self.pid})", "stop it first")
-        java = find_java()[0]
-        home = paths.rocketmq_home(self.c.scenario.cluster.rocketmq_version)
-        shim = paths.loopback_shim()
-        if not self.c.run.is_registered():
-            self.c.run.register()  # a restart of a cluster that is down: `down --all` must find it
-        if not self.cgroup.exists():
-            self.cgroup.create()
-            self.c.run.processes.record_cgroup(self.name, self.cgroup.rel)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS"))}
-        # the shim binds the node's listeners and outgoing connections to its own address
-        env.update({"ROCKETMQ_HOME": str(self.dir), "LD_PRELOAD": str(shim), "RMQCHAOS_NODE_ADDR": self.plan.host})
-        cmd = self.command(java, home)
-        proc = spawn(cmd, cwd=self.dir, env=env, log_file=self.stdout_file, join=self.cgroup.procs_files(),
-                     new_session=True)
-        record_spawn(self.c.run.processes, self.name, proc, cmd, cgroup=self.cgroup.rel, ports=self.plan.ports)
-
-    def wait_port(self) -> None:
-        def accepts() -> bool:
-            try:
-                socket.create_connection((self.plan.host, self.plan.ports[0]), timeout=1).close()
-                return True
-            except OSError:
-                return False
-        poll_until(accepts, self.c._ready_timeout(), f"port {self.plan.ports[0]}", interval=0.2,
-                   check=lambda: self.c._check_alive([self.name], f"port {self.plan.ports[0]}"),
-                   error=lambda: self.c._fail(self.name, f"port {self.plan.ports[0]} to accept connections"))
-
-    # ------------------------------------------------------------ faults
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        r = self.record
-        if r is None or not alive(r.pid, r.starttime):
-            raise UserError(f"{self.name} is not running", "start or restart it first")
-        send(r.pid, r.starttime, sig)
-        if sig in (signal.SIGKILL, signal.SIGTERM) and self.cgroup.frozen():
-            # A frozen task acts on a signal only once thawed; signalling first means a SIGKILLed
-            # broker runs no code of its own after the thaw (it answers nothing more).
-            self.cgroup.freeze(False)
-        if sig == signal.SIGKILL:
-            wait_gone([(r.pid, r.starttime)], 10)
-            self.c.run.processes.record_exit(self.name, r.pid, "SIGKILL")
-            self.wait_ports_closed()
-
-    def wait_ports_closed(self) -> None:
-        """After a SIGKILL: reaped is not yet closed. The kernel may release the listeners a moment
-        later, and a client connecting in between is accepted and then reset. Return once they are gone."""
-        poll_until(lambda: not any(port_in_use(p, self.plan.host) for p in self.plan.ports), 5, f"{self.name}'s ports",
-                   interval=0.02, raise_on_timeout=False)
-
-    def pause(self) -> None:
-        if not self.running():
-            raise UserError(f"{self.name} is not running", "cannot pause it")
-        self.cgroup.freeze(True)
-
-    def resume(self) -> None:
-        self.cgroup.freeze(False)
-
-    def paused(self) -> bool:
-        return self.cgroup.frozen()
-
-    def exec(self, cmd: Sequence[str]) -> subprocess.Popen:
-        # Joins only the memory controller: the helper's charges count against the node's limit,
-        # while freezer/blkio stay the node's own.
-        p = spawn(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            self.cgroup.join_memory(p.pid)
-        except BaseException:
-            p.kill()
-            p.wait()
-            raise
-        return p
-
-    def throttle_io(self, majmin: str, limits: dict[str, int]) -> dict[str, int]:
-        if not self.cgroup.exists():
-            raise UserError(f"cgroup {self.cgroup.rel} does not exist", "the local backend creates one per node")
-        self.cgroup.throttle_io(majmin, limits)
-        return self.cgroup.io_throttle(majmin)
-
-    def make_oom_victim(self) -> None:
-        pid = self.pid
-        if pid is None:
-            raise UserError(f"{self.name} is not running", "cannot make it the OOM victim")
-        Path(f"/proc/{pid}/oom_score_adj").write_text("1000")
-
-    def wait_exit(self, pid: int, timeout: float) -> bool:
-        r = self.record
-        return wait_gone([(pid, r.starttime if r and r.pid == pid else None)], timeout)
-
-    def mark_exited(self, pid: int, how: str) -> None:
-        self.c.run.processes.record_exit(self.name, pid, how)
-
-    def stop(self, grace: float | None = None) -> str:
-        r = self.record
-        if r is None:
-            return "not-started"
-        if self.cgroup.frozen():
-            self.cgroup.freeze(False)
-        how = stop(r.pid, r.starttime, self.c.scenario.cluster.stop_timeout if grace is None else grace)
-        if how != "already-exited":
-            self.c.run.processes.record_exit(self.name, r.pid, how)
-        return how
-
-    def restart(self) -> None:
-        t0 = now_ms()
-        if self.plan.is_broker and self.c.registered() is None:
-            raise UserError(f"cannot restart {self.name}: namesrv {self.c.namesrv_addr} does not answer",
-                            "bring the cluster up first (rmqchaos cluster up) or restart namesrv")
-        self.stop()
-        if self.plan.is_broker:
-            self._wait_dropped()
-        say(f"restarting {self.name}")
-        self.start()
-        if self.plan.is_broker:
-            self.c.wait_registered([self.name])
-        elif self.role == "namesrv":
-            self.c._wait_namesrv()
-        else:
-            self.wait_port()
-        self.c.run.event("restart", self.name, t0, now_ms(), "ok", pid=self.pid)
-
-    def _wait_dropped(self, timeout: float = 10.0) -> None:
-        """Wait until namesrv has dropped this (stopped) broker, which it does when the connection
-        closes: otherwise the restart's registration check could pass on the dead process's entry.
-        Bounded: a namesrv that keeps the entry longer only costs the check its precision."""
-        def dropped() -> bool:
-            reg = self.c.registered()
-            return reg is not None and not self.plan.listed_in(reg)
-        poll_until(dropped, timeout, "namesrv to drop it", interval=0.1, raise_on_timeout=False)
-
-
 def reap(run: RunDir, grace: float = 15.0) -> list[str]:
     """End every process `run` started (by recorded pid + start time, and anything still inside its
     cgroups), then remove its cgroups. Safe to call repeatedly, and after the platform was killed."""
@@ -440,8 +267,8 @@ def reap(run: RunDir, grace: float = 15.0) -> list[str]:
             except (OSError, TimeoutError):
                 pass
     live = [r for r in starts if alive(r.pid, r.starttime)]
-    # brokers before namesrv, so brokers can unregister cleanly
-    live.sort(key=lambda r: r.node == "namesrv")
+    # brokers before namesrv and the controllers, so brokers can unregister cleanly
+    live.sort(key=lambda r: r.node == "namesrv" or r.node.startswith("controller-"))
     for r in live:
         send(r.pid, r.starttime, signal.SIGTERM)
     if live and not wait_gone([(r.pid, r.starttime) for r in live], grace):

@@ -1,0 +1,223 @@
+"""A node of the local backend: one JVM in its own cgroup, started, signalled, paused (freezer),
+throttled and stopped by its recorded pid and start time."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+from cluster.backend import Node, NodeMemory
+from cluster.jvm import find_java, jvm_command
+from cluster.local.cgroups import Cgroup
+from cluster.plan import NODE_SYSTEM_PROPERTIES, NodePlan, jvm_options, main_args, port_in_use, render_config
+from cluster.rmqlog import log_dir
+from rmqchaos import paths
+from rmqchaos.errors import UserError
+from rmqchaos.procs import ProcRecord, alive, now_ms, record_spawn, send, spawn, stop, wait_gone
+from rmqchaos.progress import say
+from rmqchaos.wait import poll_until
+
+if TYPE_CHECKING:
+    from cluster.local import LocalCluster
+
+
+class CgroupMemory(NodeMemory):
+    def __init__(self, cg: Cgroup) -> None:
+        self.cg = cg
+
+    def usage(self) -> int | None:
+        return self.cg.memory_usage()
+
+    def page_cache(self) -> int:
+        return self.cg.file_cache()
+
+    def oom_kills(self) -> int:
+        return self.cg.oom_kills()
+
+    def cap(self, page_cache: int | None = None) -> int:
+        if not self.cg.exists():
+            raise UserError(f"cgroup {self.cg.rel} does not exist", "the local backend creates one per node")
+        return self.cg.cap_memory(page_cache=page_cache)
+
+    def clear_limit(self) -> None:
+        self.cg.clear_memory_limit()
+
+
+class LocalNode(Node):
+    def __init__(self, cluster: "LocalCluster", plan: NodePlan) -> None:
+        self.c = cluster
+        self.plan = plan
+        self.name = plan.name
+        self.role = plan.role
+        self.dir = cluster.run.node_dir(plan.name)
+        self.cgroup = Cgroup(cluster._cgroup_rel(plan.name))
+
+    @property
+    def record(self) -> ProcRecord | None:
+        return self.c.run.processes.latest(self.name)
+
+    @property
+    def pid(self) -> int | None:
+        r = self.record
+        return r.pid if r and alive(r.pid, r.starttime) else None
+
+    @property
+    def memory(self) -> NodeMemory:
+        return CgroupMemory(self.cgroup)
+
+    @property
+    def log_file(self) -> Path:
+        main = {"namesrv": "namesrv.log", "proxy": "proxy.log", "controller": "controller.log"}.get(self.role, "broker.log")
+        return log_dir(self.dir.parent, self.name) / main
+
+    @property
+    def stdout_file(self) -> Path:
+        return self.dir / "stdout.log"
+
+    # ------------------------------------------------------------ start
+    def command(self, java: str, home: Path) -> list[str]:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "logs").mkdir(exist_ok=True)
+        name, text = render_config(self.plan, str(self.dir / "store"))
+        conf = self.dir / name
+        conf.write_text(text)
+        j = self.plan.jvm
+        opts = jvm_options(self.plan, str(self.dir / "logs" / "gc.log"))
+        main, args, props = main_args(self.plan, str(conf), self.c.namesrv_addr)
+        return jvm_command(main, args, cp=f"{home / 'lib'}/*", heap_mb=j.heap_mb, java=java, options=opts,
+                           user_home=self.dir, rocketmq_home=self.dir,
+                           system_properties={**NODE_SYSTEM_PROPERTIES, **j.system_properties, **props})
+
+    def start(self) -> None:
+        if self.running():
+            raise UserError(f"{self.name} is already running (pid {self.pid})", "stop it first")
+        java = find_java()[0]
+        home = paths.rocketmq_home(self.c.scenario.cluster.rocketmq_version)
+        shim = paths.loopback_shim()
+        if not self.c.run.is_registered():
+            self.c.run.register()  # a restart of a cluster that is down: `down --all` must find it
+        if not self.cgroup.exists():
+            self.cgroup.create()
+            self.c.run.processes.record_cgroup(self.name, self.cgroup.rel)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS"))}
+        # the shim binds the node's listeners and outgoing connections to its own address
+        env.update({"ROCKETMQ_HOME": str(self.dir), "LD_PRELOAD": str(shim), "RMQCHAOS_NODE_ADDR": self.plan.host})
+        cmd = self.command(java, home)
+        proc = spawn(cmd, cwd=self.dir, env=env, log_file=self.stdout_file, join=self.cgroup.procs_files(),
+                     new_session=True)
+        record_spawn(self.c.run.processes, self.name, proc, cmd, cgroup=self.cgroup.rel, ports=self.plan.ports)
+
+    def wait_port(self) -> None:
+        def accepts() -> bool:
+            try:
+                socket.create_connection((self.plan.host, self.plan.ports[0]), timeout=1).close()
+                return True
+            except OSError:
+                return False
+        poll_until(accepts, self.c._ready_timeout(), f"port {self.plan.ports[0]}", interval=0.2,
+                   check=lambda: self.c._check_alive([self.name], f"port {self.plan.ports[0]}"),
+                   error=lambda: self.c._fail(self.name, f"port {self.plan.ports[0]} to accept connections"))
+
+    # ------------------------------------------------------------ faults
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        r = self.record
+        if r is None or not alive(r.pid, r.starttime):
+            raise UserError(f"{self.name} is not running", "start or restart it first")
+        send(r.pid, r.starttime, sig)
+        if sig in (signal.SIGKILL, signal.SIGTERM) and self.cgroup.frozen():
+            # A frozen task acts on a signal only once thawed; signalling first means a SIGKILLed
+            # broker runs no code of its own after the thaw (it answers nothing more).
+            self.cgroup.freeze(False)
+        if sig == signal.SIGKILL:
+            wait_gone([(r.pid, r.starttime)], 10)
+            self.c.run.processes.record_exit(self.name, r.pid, "SIGKILL")
+            self.wait_ports_closed()
+
+    def wait_ports_closed(self) -> None:
+        """After a SIGKILL: reaped is not yet closed. The kernel may release the listeners a moment
+        later, and a client connecting in between is accepted and then reset. Return once they are gone."""
+        poll_until(lambda: not any(port_in_use(p, self.plan.host) for p in self.plan.ports), 5, f"{self.name}'s ports",
+                   interval=0.02, raise_on_timeout=False)
+
+    def pause(self) -> None:
+        if not self.running():
+            raise UserError(f"{self.name} is not running", "cannot pause it")
+        self.cgroup.freeze(True)
+
+    def resume(self) -> None:
+        self.cgroup.freeze(False)
+
+    def paused(self) -> bool:
+        return self.cgroup.frozen()
+
+    def exec(self, cmd: Sequence[str]) -> subprocess.Popen:
+        # Joins only the memory controller: the helper's charges count against the node's limit,
+        # while freezer/blkio stay the node's own.
+        p = spawn(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            self.cgroup.join_memory(p.pid)
+        except BaseException:
+            p.kill()
+            p.wait()
+            raise
+        return p
+
+    def throttle_io(self, majmin: str, limits: dict[str, int]) -> dict[str, int]:
+        if not self.cgroup.exists():
+            raise UserError(f"cgroup {self.cgroup.rel} does not exist", "the local backend creates one per node")
+        self.cgroup.throttle_io(majmin, limits)
+        return self.cgroup.io_throttle(majmin)
+
+    def make_oom_victim(self) -> None:
+        pid = self.pid
+        if pid is None:
+            raise UserError(f"{self.name} is not running", "cannot make it the OOM victim")
+        Path(f"/proc/{pid}/oom_score_adj").write_text("1000")
+
+    def wait_exit(self, pid: int, timeout: float) -> bool:
+        r = self.record
+        return wait_gone([(pid, r.starttime if r and r.pid == pid else None)], timeout)
+
+    def mark_exited(self, pid: int, how: str) -> None:
+        self.c.run.processes.record_exit(self.name, pid, how)
+
+    def stop(self, grace: float | None = None) -> str:
+        r = self.record
+        if r is None:
+            return "not-started"
+        if self.cgroup.frozen():
+            self.cgroup.freeze(False)
+        how = stop(r.pid, r.starttime, self.c.scenario.cluster.stop_timeout if grace is None else grace)
+        if how != "already-exited":
+            self.c.run.processes.record_exit(self.name, r.pid, how)
+        return how
+
+    def restart(self) -> None:
+        t0 = now_ms()
+        if self.plan.is_broker and self.c.registered() is None:
+            raise UserError(f"cannot restart {self.name}: namesrv {self.c.namesrv_addr} does not answer",
+                            "bring the cluster up first (rmqchaos cluster up) or restart namesrv")
+        self.stop()
+        if self.plan.is_broker:
+            self._wait_dropped()
+        say(f"restarting {self.name}")
+        self.start()
+        if self.plan.is_broker:
+            self.c.wait_registered([self.name])
+        elif self.role == "namesrv":
+            self.c._wait_namesrv()
+        else:
+            self.wait_port()
+        self.c.run.event("restart", self.name, t0, now_ms(), "ok", pid=self.pid)
+
+    def _wait_dropped(self, timeout: float = 10.0) -> None:
+        """Wait until namesrv has dropped this (stopped) broker, which it does when the connection
+        closes: otherwise the restart's registration check could pass on the dead process's entry.
+        Bounded: a namesrv that keeps the entry longer only costs the check its precision."""
+        def dropped() -> bool:
+            reg = self.c.registered()
+            return reg is not None and not self.plan.listed_in(reg)
+        poll_until(dropped, timeout, "namesrv to drop it", interval=0.1, raise_on_timeout=False)

@@ -1,0 +1,135 @@
+"""Checks beyond field types: config keys, names and port collisions, and every fault against its kind."""
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+from pydantic import ValidationError
+
+from rmqchaos.spec.confkeys import PLATFORM_BROKER_KEYS, PLATFORM_NAMESRV_KEYS, _check_conf, config_keys
+from rmqchaos.spec.messages import _dotted, _pydantic_message
+from rmqchaos.spec.modes import controller_errors, controller_ports
+from rmqchaos.spec.scenario import Fault, FaultKindSpec, Scenario
+
+def fault_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec]) -> list[tuple[tuple[Any, ...], str]]:
+    """Each fault against its kind: a known kind, its own parameters (defaults filled in, in place),
+    its target, and whether it ends within the load."""
+    errs: list[tuple[tuple[Any, ...], str]] = []
+    nodes = s.cluster.node_names()
+    brokers = [n for n in nodes if n not in ("namesrv", "proxy", *(s.cluster.controllers.node_names()
+                                                                   if s.cluster.controllers else ()))]
+    for i, f in enumerate(s.faults):
+        kind = fault_kinds.get(f.kind)
+        if kind is None:
+            errs.append((("faults", i, "kind"), f"unknown fault kind {f.kind!r}; known: {', '.join(sorted(fault_kinds))}"))
+            continue
+        try:
+            params = kind.Params.model_validate(f.params)
+        except ValidationError as ve:
+            for e in ve.errors():
+                loc = ("faults", i, *e["loc"])
+                if e["type"] == "extra_forbidden":
+                    allowed = ", ".join([*Fault.model_fields,
+                                         *(f.alias or n for n, f in kind.Params.model_fields.items())])
+                    errs.append((loc, f"unknown key for a {f.kind} fault; allowed: {allowed}"))
+                else:
+                    errs.append((loc, _pydantic_message(e)))
+            continue
+        f.__pydantic_extra__ = params.model_dump(mode="json")  # the resolved scenario shows every default
+        if kind.target == "none":
+            if f.target is not None:
+                errs.append((("faults", i, "target"), f"a {f.kind} fault acts on the cluster, not on a node: drop target"))
+        elif f.target is None:
+            errs.append((("faults", i), f"a {f.kind} fault needs `target:` (one of {', '.join(nodes)})"))
+        elif f.target not in (brokers if kind.target == "broker" else nodes):
+            allowed = brokers if kind.target == "broker" else nodes
+            errs.append((("faults", i, "target"), f"no {'broker' if kind.target == 'broker' else 'node'} "
+                                                  f"{f.target!r} in this cluster; {kind.target}s: {', '.join(allowed)}"))
+        if f.restart_after is not None and not kind.ends_node:
+            ending = ", ".join(sorted(k for k, v in fault_kinds.items() if v.ends_node))
+            errs.append((("faults", i, "restart_after"), f"restart_after applies to {ending}"))
+        span = (f.repeat.every * (f.repeat.times - 1) if f.repeat else 0.0) + kind.span(params) + (f.restart_after or 0.0)
+        if s.load is None:
+            errs.append((("faults", i), "faults run on the load's clock: add a `load:` section"))
+        elif math.isinf(span):  # lasts until the load ends: must start before it does
+            if f.at >= s.load.duration:
+                errs.append((("faults", i, "at"), f"the fault starts at {f.at:g}s, after the load's duration "
+                                                  f"{s.load.duration:g}s"))
+        elif f.at + span > s.load.duration:
+            errs.append((("faults", i, "at"), f"the fault (at {f.at:g}s, lasting {span:g}s) ends after the "
+                                              f"load's duration {s.load.duration:g}s"))
+        errs += [(("faults", i, *loc), msg) for loc, msg in kind.check(params, f, s)]
+    return errs
+
+
+def semantic_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec] | None = None
+                    ) -> list[tuple[tuple[Any, ...], str]]:
+    """Checks that need more than field types: RocketMQ config keys, port collisions, and (given
+    the registry of fault kinds) every fault against its kind."""
+    keys = config_keys(s.cluster.rocketmq_version)
+    errs = _check_conf(s.cluster.namesrv.config, keys["namesrv"], PLATFORM_NAMESRV_KEYS,
+                       ("cluster", "namesrv", "config"), "namesrv")
+    errs += _check_conf(s.cluster.broker_defaults.config, keys["broker"], PLATFORM_BROKER_KEYS,
+                        ("cluster", "broker_defaults", "config"), "broker.conf")
+    used: dict[int, tuple[Any, ...]] = {s.cluster.namesrv.port: ("cluster", "namesrv", "port")}
+    names: set[str] = set()
+    for i, b in enumerate(s.cluster.brokers):
+        if b.name in names:
+            errs.append((("cluster", "brokers", i, "name"), f"broker name {b.name!r} is used twice"))
+        names.add(b.name)
+        errs += _check_conf(b.config, keys["broker"], PLATFORM_BROKER_KEYS, ("cluster", "brokers", i, "config"),
+                            "broker.conf")
+        nodes = [(b.port, ("cluster", "brokers", i, "port"))]
+        if b.slave is not None:
+            nodes.append((b.slave.port, ("cluster", "brokers", i, "slave", "port")))
+        if b.controller_mode:  # replica r on port + 4r
+            nodes = [(p, ("cluster", "brokers", i, "port" if r == 0 else "replicas"))
+                     for r, (_, p) in enumerate(b.replica_nodes())]
+        for port, loc in nodes:
+            assert port is not None
+            if port > 65535 and loc[-1] == "replicas":
+                errs.append((loc, f"a replica's port {port} (the group's port + 4 per replica) is beyond 65535: "
+                                  "use a lower port"))
+            elif port > 65535:  # a slave's default: its master's port + 5
+                errs.append((loc, f"the slave's default port {port} (its master's + 5) is beyond 65535: "
+                                  "set slave.port or a lower master port"))
+            elif port + 1 > 65535:
+                errs.append((loc, f"port {port} also needs port+1 ({port + 1}, HA), beyond 65535: use a port "
+                                  "of at most 65534"))
+            for p in (port - 2, port, port + 1):  # fast remoting server, main, HA
+                if p in used:
+                    errs.append((loc, f"port {p} (from port {port}, which also uses port-2 and port+1) collides "
+                                      f"with {_dotted(used[p])}"))
+                used[p] = loc
+    for port, loc in controller_ports(s):
+        if port in used:
+            errs.append((loc, f"controller port {port} collides with {_dotted(used[port])}"))
+        used[port] = loc
+    errs += controller_errors(s)
+    nodes = s.cluster.node_names()
+    for dup in sorted({n for n in nodes if nodes.count(n) > 1}):
+        errs.append((("cluster", "brokers"), f"two nodes would be named {dup!r} (a controller-mode group's "
+                                             "replicas are <name>-0, <name>-1, ...): rename a broker group"))
+    if s.consumers is not None:
+        ids: set[str] = set()
+        for i, c in enumerate(s.consumers.instances):
+            if c.id in ids:
+                errs.append((("consumers", "instances", i, "id"), f"consumer id {c.id!r} is used twice"))
+            ids.add(c.id)
+        if s.load is None and s.consumers.instances and any(c.topics is None for c in s.consumers.instances):
+            errs.append((("consumers",), "consumers without `topics` need a `load` section to take them from"))
+    if fault_kinds is not None:
+        errs += fault_errors(s, fault_kinds)
+    ids = [f.id for f in s.faults if f.id]
+    for i, f in enumerate(s.faults):
+        if f.id and ids.count(f.id) > 1:
+            errs.append((("faults", i, "id"), f"fault id {f.id!r} is used twice"))
+    if s.load is not None and s.load.backup_topic() == s.load.topic:
+        errs.append((("load", "policy", "backup_topic"), "the backup topic must differ from load.topic"))
+    if s.cluster.proxy.enabled:
+        for field in ("grpc_port", "remoting_port"):
+            p = getattr(s.cluster.proxy, field)
+            if p in used:
+                errs.append((("cluster", "proxy", field), f"port {p} collides with {_dotted(used[p])}"))
+            used[p] = ("cluster", "proxy", field)
+    return errs

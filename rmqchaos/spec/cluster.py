@@ -1,0 +1,138 @@
+"""The `cluster` section: namesrv, broker groups, proxy, the nodes' loopback subnet."""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, StrictInt, model_validator
+
+from rmqchaos import paths
+from rmqchaos.spec.types import ConfValue, Duration, NodeName, Port, Strict
+
+class Jvm(Strict):
+    heap_mb: Annotated[StrictInt, Field(ge=32, le=16384)]
+    max_direct_memory_mb: Annotated[StrictInt, Field(ge=16, le=65536)] | None = None
+    options: list[str] = []
+    system_properties: dict[str, ConfValue] = {}
+
+
+class Namesrv(Strict):
+    port: Port = 9876
+    jvm: Jvm = Jvm(heap_mb=128)
+    config: dict[str, ConfValue] = {}
+
+
+class BrokerDefaults(Strict):
+    """Applied to every broker; a broker's own `jvm` replaces it, its `config` keys override it."""
+    jvm: Jvm = Jvm(heap_mb=512, max_direct_memory_mb=512)
+    config: dict[str, ConfValue] = {}
+
+
+class Slave(Strict):
+    port: Port | None = None  # default: the master's port + 5
+
+
+REPLICA_PORT_STEP = 4  # replica r of a controller-mode group listens on port + 4r (and port-2, port+1 of that)
+
+
+class Broker(Strict):
+    name: NodeName
+    port: Port | None = None  # default: 10911 + 10 * index; also uses port-2 (fast) and port+1 (HA)
+    jvm: Jvm | None = None
+    config: dict[str, ConfValue] = {}
+    slave: Slave | None = None
+    # controller mode: the group is this many replicas (nodes <name>-0, <name>-1, ...), each started
+    # as a SLAVE with enableControllerMode; the controllers elect the master (cluster.controllers)
+    replicas: Annotated[StrictInt, Field(ge=1, le=5)] | None = None
+
+    @property
+    def controller_mode(self) -> bool:
+        return self.replicas is not None
+
+    def replica_nodes(self) -> list[tuple[str, int]]:
+        """(node name, main port) of each replica of a controller-mode group."""
+        assert self.port is not None
+        return [(f"{self.name}-{r}", self.port + REPLICA_PORT_STEP * r) for r in range(self.replicas or 0)]
+
+
+class Controllers(Strict):
+    """Controller mode (RIP-44): a Raft (DLedger) group of controllers that elects the master of every
+    controller-mode broker group from its SyncStateSet. `standalone` (the default): `count`
+    ControllerStartup JVMs, nodes controller-0.., each with its own address, port and store, so a
+    fault can take one controller without namesrv. `embedded`: inside namesrv
+    (enableControllerInNamesrv); this platform runs one namesrv, hence one controller (count 1)."""
+    mode: Literal["standalone", "embedded"] = "standalone"
+    count: Annotated[StrictInt, Field(ge=1, le=5)] = 3
+    port: Port = 9878  # controller k listens on port + k: its DLedger peer address, the brokers' controllerAddr
+    jvm: Jvm = Jvm(heap_mb=256)  # standalone only (embedded: namesrv's)
+    config: dict[str, ConfValue] = {}  # ControllerConfig keys (controller.conf), e.g. enableElectUncleanMaster
+
+    def node_names(self) -> list[str]:
+        return [f"controller-{k}" for k in range(self.count)] if self.mode == "standalone" else []
+
+
+class Proxy(Strict):
+    enabled: bool = False
+    grpc_port: Port = 8081
+    remoting_port: Port = 8080
+    jvm: Jvm = Jvm(heap_mb=256)
+
+
+def _default_brokers() -> list[Broker]:
+    return [Broker(name="broker-a"), Broker(name="broker-b")]
+
+
+def _loopback_subnet(v: Any) -> str:
+    import ipaddress
+    try:
+        net = ipaddress.IPv4Network(str(v), strict=True)
+    except ValueError as e:
+        raise ValueError(f"not an IPv4 subnet: {e}") from None
+    if not net.subnet_of(ipaddress.IPv4Network("127.0.0.0/8")) or net.prefixlen != 24 or str(net) == "127.0.0.0/24":
+        raise ValueError("must be a /24 inside 127.0.0.0/8 other than 127.0.0.0/24 (e.g. 127.0.10.0/24)")
+    return str(net)
+
+
+class Cluster(Strict):
+    backend: Literal["local", "docker"] = "local"  # docker: `rmqchaos image build` + an engine
+    rocketmq_version: str = Field(default_factory=paths.pinned_rocketmq_version)
+    name: NodeName = "DefaultCluster"
+    namesrv: Namesrv = Namesrv()
+    broker_defaults: BrokerDefaults = BrokerDefaults()
+    brokers: Annotated[list[Broker], Field(min_length=1, max_length=8)] = Field(default_factory=_default_brokers)
+    proxy: Proxy = Proxy()
+    controllers: Controllers | None = None  # controller mode: needed by groups with `replicas`
+    ready_timeout: Duration = 120.0
+    stop_timeout: Duration = 20.0  # SIGTERM grace: a broker's shutdown hooks take ~5-15 s here
+    # Every node and client listens on and connects from its own address in this loopback /24
+    # (cluster/plan.py `addresses`), so that every link is an address pair a partition can name.
+    subnet: Annotated[str, BeforeValidator(lambda v: _loopback_subnet(v))] = "127.0.10.0/24"
+
+    @model_validator(mode="after")
+    def _assign_ports(self) -> "Cluster":
+        for i, b in enumerate(self.brokers):
+            if b.port is None:
+                b.port = 10911 + 10 * i
+            if b.slave is not None and b.slave.port is None:
+                b.slave.port = b.port + 5
+        return self
+
+    def broker(self, name: str) -> Broker:
+        for b in self.brokers:
+            if b.name == name:
+                return b
+        raise KeyError(name)
+
+    def node_names(self) -> list[str]:
+        names = ["namesrv"]
+        if self.controllers is not None:
+            names += self.controllers.node_names()
+        for b in self.brokers:
+            if b.controller_mode:
+                names += [n for n, _ in b.replica_nodes()]
+                continue
+            names.append(b.name)
+            if b.slave is not None:
+                names.append(f"{b.name}-s")
+        if self.proxy.enabled:
+            names.append("proxy")
+        return names

@@ -1,0 +1,67 @@
+"""Which keys belong to which replication mode: classic master/slave groups (the baseline) and
+controller-mode groups (`brokers[].replicas` with `cluster.controllers`). One error line per problem."""
+from __future__ import annotations
+
+from typing import Any
+
+from rmqchaos.spec.confkeys import (CLASSIC_BROKER_KEYS, CONTROLLER_KEYS, CONTROLLER_MODE_BROKER_KEYS,
+                                   PLATFORM_CONTROLLER_KEYS, _check_conf)
+from rmqchaos.spec.cluster import Controllers
+from rmqchaos.spec.scenario import Scenario
+
+Errors = list[tuple[tuple[Any, ...], str]]
+
+
+def controller_errors(s: Scenario) -> Errors:
+    """Controller mode: controllers and replica groups need each other, and every key is of its mode."""
+    c, errs = s.cluster, []
+    ctl = c.controllers
+    groups = [i for i, b in enumerate(c.brokers) if b.controller_mode]
+    for i in groups:
+        b = c.brokers[i]
+        if ctl is None:
+            errs.append((("cluster", "brokers", i, "replicas"),
+                         f"{b.name} is a controller-mode group (replicas: {b.replicas}) but the cluster has no "
+                         "controllers: add cluster.controllers (e.g. {mode: standalone, count: 3})"))
+        if b.slave is not None:
+            errs.append((("cluster", "brokers", i, "slave"), "a controller-mode group (replicas) has no fixed "
+                                                             "slave: drop slave, or drop replicas for master/slave"))
+        for key, why in CLASSIC_BROKER_KEYS.items():
+            if key in b.config:
+                errs.append((("cluster", "brokers", i, "config", key), why))
+    for i, b in enumerate(c.brokers):
+        if not b.controller_mode:
+            for key in sorted(CONTROLLER_MODE_BROKER_KEYS & set(b.config)):
+                errs.append((("cluster", "brokers", i, "config", key),
+                             f"{key} applies only to a controller-mode group: give {b.name} `replicas:` "
+                             "(and cluster.controllers), or drop the key"))
+    if not groups:
+        for key in sorted(CONTROLLER_MODE_BROKER_KEYS & set(c.broker_defaults.config)):
+            errs.append((("cluster", "broker_defaults", "config", key),
+                         f"{key} applies only to a controller-mode group, and no group has `replicas:`"))
+    if ctl is not None:
+        if not groups:
+            errs.append((("cluster", "controllers"), "no broker group uses the controllers: give a group "
+                                                     "`replicas:` (controller mode) or drop cluster.controllers"))
+        if ctl.mode == "embedded":
+            if ctl.count != 1:
+                errs.append((("cluster", "controllers", "count"),
+                             f"embedded controllers run inside namesrv and this cluster has one namesrv, so one "
+                             f"controller (got count {ctl.count}): use mode: standalone for {ctl.count}"))
+            if ctl.jvm != Controllers.model_fields["jvm"].default:  # (the resolved dump carries the default)
+                errs.append((("cluster", "controllers", "jvm"), "an embedded controller runs in namesrv's JVM: "
+                                                                "set cluster.namesrv.jvm"))
+        if c.backend != "local":
+            errs.append((("cluster", "controllers"), "controller mode runs on the local backend only (so far)"))
+        errs += _check_conf(ctl.config, CONTROLLER_KEYS, PLATFORM_CONTROLLER_KEYS,
+                            ("cluster", "controllers", "config"), "controller")
+    return errs
+
+
+def controller_ports(s: Scenario) -> list[tuple[int, tuple[Any, ...]]]:
+    """(port, where) of each controller's listener (embedded: inside namesrv, one)."""
+    ctl = s.cluster.controllers
+    if ctl is None:
+        return []
+    n = ctl.count if ctl.mode == "standalone" else 1
+    return [(ctl.port + k, ("cluster", "controllers", "port")) for k in range(n)]

@@ -1,0 +1,157 @@
+"""The scenario document: its sections beside `cluster` (checks, load, consumers, faults) and the
+`Scenario` model itself. Later stages add sections as new fields of `Scenario`."""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Protocol
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, model_validator
+
+from rmqchaos.spec.cluster import Cluster
+from rmqchaos.spec.types import Duration, GroupName, NodeName, NonNegDuration, Strict, TopicName, _duration
+
+# ---------------------------------------------------------------- checks
+
+
+class WitnessCheck(Strict):
+    """Round trip through RocketMQ's own tools: benchmark Producer sends, mqadmin reads back."""
+    messages: Annotated[StrictInt, Field(ge=1, le=100_000)] = 200
+    message_size: Annotated[StrictInt, Field(ge=1, le=4 * 1024 * 1024)] = 128
+    threads: Annotated[StrictInt, Field(ge=1, le=64)] = 2
+    topic: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,127}$")] = "RMQCHAOS_WITNESS"
+    timeout: Duration = 120.0
+
+
+class Checks(Strict):
+    witness: WitnessCheck | None = None
+
+
+# ---------------------------------------------------------------- load and consumers
+
+RetryOn = Annotated[str, Field(pattern=r"^(timeout|transport|busy|weak|code:\d{1,5})$")]
+
+
+class Policy(Strict):
+    """What the application does after an attempt (loadgen/policies.py has the exact rules)."""
+    kind: Literal["no_retry", "retry", "java_default", "resend_to_backup_topic", "ignore_send_status"] = "no_retry"
+    attempts: Annotated[StrictInt, Field(ge=1, le=16)] = 3  # retry: attempts in all
+    another_broker: StrictBool = True  # retry: next attempt avoids the broker of the last one
+    # retry: which results are retried. timeout | transport (no answer: connection refused/closed) |
+    # busy (code 2) | weak (stored with a status other than SEND_OK) | code:<n>
+    retry_on: list[RetryOn] = ["timeout", "transport", "busy"]
+    resend_on: list[RetryOn] = ["busy", "timeout"]  # resend_to_backup_topic: what triggers the resend
+    backup_topic: TopicName | None = None  # resend_to_backup_topic: default <topic>_bak
+    send_msg_timeout: Duration = 3.0  # java_default: budget for all attempts (sendMsgTimeout)
+
+
+class Load(Strict):
+    """Locust load: `users` producers at `rate` messages/s in total, for `duration` or `messages`."""
+    topic: TopicName = "RMQCHAOS_LOAD"
+    queues: Annotated[StrictInt, Field(ge=1, le=64)] = 4  # per broker, for the topics the load creates
+    users: Annotated[StrictInt, Field(ge=1, le=2000)] = 8
+    spawn_rate: Annotated[float, Field(gt=0, le=10000)] = 100.0
+    rate: Annotated[float, Field(gt=0, le=200_000)] = 200.0  # messages/s, all users together
+    duration: Annotated[float, BeforeValidator(_duration), Field(gt=0, le=6 * 3600)] = 30.0
+    messages: Annotated[StrictInt, Field(ge=1, le=100_000_000)] | None = None  # stop after this many
+    message_size: Annotated[StrictInt, Field(ge=1, le=4 * 1024 * 1024)] = 1024
+    tags: str | None = None
+    key_prefix: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{0,40}$")] = ""
+    timeout: Duration = 3.0  # per attempt
+    policy: Policy = Policy()
+    workers: Annotated[StrictInt, Field(ge=0, le=16)] = 0  # 0: one process; N: Locust master + N workers
+    ledger: StrictBool = True  # off only to measure the ledger's cost
+
+    def backup_topic(self) -> str | None:
+        if self.policy.kind != "resend_to_backup_topic":
+            return None
+        return self.policy.backup_topic or f"{self.topic}_bak"
+
+    def topics(self) -> list[str]:
+        return [self.topic] + ([b] if (b := self.backup_topic()) else [])
+
+
+class ConsumerInstance(Strict):
+    id: NodeName = "c0"
+    group: GroupName = "rmqchaos_consumer"
+    topics: list[TopicName] | None = None  # default: every topic of the load (incl. the backup topic)
+    mode: Literal["all", "ack_first_of_batch"] = "all"
+    batch_size: Annotated[StrictInt, Field(ge=1, le=1024)] = 1
+    delay_ms: Annotated[StrictInt, Field(ge=0, le=60_000)] = 0
+    threads: Annotated[StrictInt, Field(ge=1, le=256)] = 8
+    heap_mb: Annotated[StrictInt, Field(ge=64, le=4096)] = 256
+    # redeliveries through %RETRY% before a message goes to %DLQ%<group>; -1: the client's default (16)
+    max_reconsume_times: Annotated[StrictInt, Field(ge=-1, le=16)] = -1
+
+
+class Consumers(Strict):
+    """Real Java consumers, started before the load and stopped after the drain: once the load has
+    stopped, they run until no new delivery arrived for `settle` and every group's lag is 0 (at most
+    `drain_timeout`). Lag 0 is the proof: a consumer commits its offsets only after it has recorded
+    the deliveries (every 5 s), and a broker that left the route or came back keeps the lag unknown or
+    above 0 until its queues are consumed again (re-pulls included). `settle` covers only what lag
+    cannot see: redeliveries that wait in the broker's delay levels (retry-pileup sets 35 s); what
+    waits in %RETRY%<group> counts in the lag.
+
+    `route_refresh`: how often each consumer asks namesrv for its topics' routes (the Java client's
+    pollNameServerInterval, 30 s by default). A consumer learns a new broker of a topic, a broker back
+    in the route, or a %RETRY% queue its first route did not list, only at its next refresh."""
+    instances: list[ConsumerInstance] = Field(default_factory=lambda: [ConsumerInstance()])
+    settle: Duration = 3.0
+    drain_timeout: Duration = 300.0
+    route_refresh: Annotated[float, BeforeValidator(_duration), Field(ge=1, le=600)] = 30.0
+
+
+# ---------------------------------------------------------------- faults
+
+
+class Repeat(Strict):
+    every: Duration
+    times: Annotated[StrictInt, Field(ge=2, le=100)]
+
+
+class Fault(BaseModel):
+    """One fault on the load's clock (`at` from the load's start). The keys here are common to every
+    kind; any other key is a parameter of the kind (chaos/kinds/), validated against the kind's own
+    model when the scenario is loaded through the pipeline (which knows the registry)."""
+    model_config = ConfigDict(extra="allow", validate_default=True)
+    id: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,40}$")] | None = None  # default <kind>-<target>-<n>
+    kind: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,40}$")]
+    target: NodeName | None = None  # a node; none for admin-level kinds
+    at: NonNegDuration
+    restart_after: Duration | None = None  # kinds that end a node: restart it this long after
+    repeat: Repeat | None = None
+    timeout: Duration = 60.0  # how long the fault may take to act (an OOM kill: 0.1 s to tens of s)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The kind's own parameters (every key not common to all kinds)."""
+        return dict(self.model_extra or {})
+
+
+class FaultKindSpec(Protocol):
+    """What the spec needs to know of a fault kind (chaos.protocol.FaultKind satisfies it)."""
+    Params: type[BaseModel]
+    target: str  # node | broker | none
+    ends_node: bool
+
+    def span(self, params: Any) -> float: ...
+
+    def check(self, params: Any, fault: "Fault", scenario: "Scenario") -> list[tuple[tuple[Any, ...], str]]: ...
+
+
+class Scenario(Strict):
+    name: NodeName  # default: the file's name without .yaml (never inherited through `extends`)
+    description: str = ""
+    cluster: Cluster = Field(default_factory=Cluster)
+    checks: Checks = Checks()
+    load: Load | None = None
+    consumers: Consumers | None = None  # default with a load: one consumer `c0` acking everything
+    faults: list[Fault] = []
+
+    @model_validator(mode="after")
+    def _default_consumers(self) -> "Scenario":
+        if self.load is not None and self.consumers is None:
+            self.consumers = Consumers()
+        return self
+
+    def resolved(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")

@@ -1,0 +1,41 @@
+"""The spec's value types (durations, ports, names, config values) and the strict base model."""
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Union
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def _duration(v: Any) -> Any:
+    """'500ms', '30s', '2m', '1h' or a bare number of seconds -> float seconds."""
+    if isinstance(v, bool):
+        raise ValueError("expected a duration such as 30s, 500ms or 2m")
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        m = _DURATION.match(v)
+        if not m:
+            if v.strip().startswith("-"):
+                raise ValueError(f"duration must not be negative (got {v!r})")
+            raise ValueError(f"expected a duration such as 30s, 500ms or 2m (got {v!r})")
+        return float(m.group(1)) * _UNIT[m.group(2)]
+    raise ValueError("expected a duration such as 30s, 500ms or 2m")
+
+
+Duration = Annotated[float, BeforeValidator(_duration), Field(gt=0)]
+Port = Annotated[StrictInt, Field(ge=1024, le=65535)]
+ConfValue = Union[StrictBool, StrictInt, StrictFloat, str]
+NodeName = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,40}$")]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+NonNegDuration = Annotated[float, BeforeValidator(_duration), Field(ge=0)]
+TopicName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,120}$")]
+GroupName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,120}$")]
