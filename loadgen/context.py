@@ -54,7 +54,7 @@ class LoadContext:
         self.plan, self.load, self.events = plan, plan.load, events
         self.producer_id = f"w{plan.worker}-{os.getpid()}"
         self.producer = Producer(plan.namesrv, group=f"rmqchaos_{plan.run_id[-6:]}", timeout=self.load.timeout,
-                                 source=plan.source)
+                                 route_ttl=self.load.route_refresh, source=plan.source)
         self.writer = LedgerWriter(send_ledger_path(Path(plan.run_dir), self.producer_id)) if plan.ledger else None
         self.ledger = self.writer  # what an attempt writes to: None in the off turns of bench ledger --alternate
         #: bench ledger --alternate: at each turn's start (ledger on, user CPU-s, system CPU-s, accepted so far)

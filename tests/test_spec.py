@@ -142,3 +142,11 @@ def test_broker_reported_values_compare_by_type() -> None:
     assert same_value(True, "true") and not same_value(True, "false")
     assert same_value(256, "256") and same_value(0.5, "0.5") and not same_value(4, "256")
     assert same_value("SYNC_FLUSH", "SYNC_FLUSH") and not same_value("SYNC_FLUSHH", "ASYNC_FLUSH")
+
+
+def test_producers_route_refresh_is_the_java_clients_default_and_bounded() -> None:
+    """load.route_refresh: how long a producer keeps a topic's route (pollNameServerInterval, 30 s)."""
+    assert parse_scenario("name: x\nload: {}\n", "t.yaml").load.route_refresh == 30.0
+    assert parse_scenario("name: x\nload: {route_refresh: 5s}\n", "t.yaml").load.route_refresh == 5.0
+    e = err("name: x\nload:\n  route_refresh: 500ms\n")
+    assert e.lines == ["t.yaml:3: load.route_refresh: Input should be greater than or equal to 1 (got '500ms')"]

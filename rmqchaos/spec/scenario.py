@@ -56,6 +56,10 @@ class Load(Strict):
     tags: str | None = None
     key_prefix: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{0,40}$")] = ""
     timeout: Duration = 3.0  # per attempt
+    # how often the producers ask namesrv for a topic's route (the Java client's pollNameServerInterval:
+    # it refreshes on this period only, not after a failed send), so a failover costs what it costs an
+    # application: sends go to a dead or demoted master until the next refresh
+    route_refresh: Annotated[float, BeforeValidator(_duration), Field(ge=1, le=600)] = 30.0
     policy: Policy = Policy()
     workers: Annotated[StrictInt, Field(ge=0, le=16)] = 0  # 0: one process; N: Locust master + N workers
     ledger: StrictBool = True  # off only to measure the ledger's cost
