@@ -395,7 +395,10 @@ def cmd_bench_analyze(a: argparse.Namespace) -> int:
     cluster of 1 master and 2 workers of 1 core that the benchmark starts and stops."""
     from analysis import duckdb_ref, synthetic
     from analysis import spark_cluster
-    from analysis.reconcile import analyze_ledgers, key_table, read_receive, read_send, seal_all, spark_session
+    from analysis.keys import key_table
+    from analysis.reconcile import analyze_ledgers
+    from analysis.sealed import read_receive, read_send, seal_all
+    from analysis.session import spark_session
     from rmqchaos.seal import sealed_path
 
     keys = ("keys", "ok", "lost", "duplicated", "recovered", "failed", "indeterminate", "unexpected",
