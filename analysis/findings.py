@@ -89,7 +89,7 @@ def lasting_outages(s: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def is_busy(answer: str) -> bool:
-    """Whether an answer label (analysis/reconcile.py answer_label) is a busy refusal (code 2)."""
+    """Whether an answer label (analysis/answers.py answer_label) is a busy refusal (code 2)."""
     return answer.startswith("[") or answer == "code 2"
 
 

@@ -16,7 +16,8 @@ SCHEMA_VERSION = 2
 def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -> dict[str, Any]:
     from analysis.broker_log import evidence
     from analysis.completeness import completeness
-    from analysis.reconcile import analyze_ledgers, spark_session
+    from analysis.reconcile import analyze_ledgers
+    from analysis.session import spark_session
     from cluster.store import Store
     from rmqchaos.ledgers import ledger_files
     from rmqchaos.progress import say
@@ -30,7 +31,7 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
         say("analyze: INCOMPLETE RUN: " + "; ".join(comp["reasons"]))
     send, recv = ledger_files(run.path, "send"), ledger_files(run.path, "receive")
     say(f"analyze: {len(send)} send and {len(recv)} receive ledger file(s) with Spark")
-    from analysis.reconcile import C1_ONLY_BELOW_BYTES
+    from analysis.session import C1_ONLY_BELOW_BYTES
     small = sum(_size(f) for f in send + recv) < C1_ONLY_BELOW_BYTES
     spark = spark or spark_session(master, log_file=out / "spark.log", small=small)  # the process's session, kept
     brokers = run.broker_configs()

@@ -103,7 +103,7 @@ def write(run_ledgers: Path, n: int, files: int = 4, run_id: str = "synthetic") 
     """)
     for j in range(files):
         pid = f"w{j}-1"
-        # each line as the load writes it (rmqchaos/ledgers.py SendLines): an intent carries the
+        # each line as the load writes it (rmqchaos/ledger_lines.py SendLines): an intent carries the
         # intent's fields only, an outcome all of them, nulls included
         con.execute(f"""COPY (
           SELECT CASE WHEN sub = 0 THEN json_object({_pairs(INTENT_KEYS)}) ELSE json_object({_pairs(OUTCOME_KEYS)})

@@ -14,7 +14,9 @@ import gevent.event
 
 from loadgen.policies import accepted, run_policy
 from rmqchaos import body as msgbody
-from rmqchaos.ledgers import DRAIN_S, LedgerWriter, SendLines, send_ledger_path
+from rmqchaos.journal_write import DRAIN_S, LedgerWriter
+from rmqchaos.ledger_lines import SendLines
+from rmqchaos.ledgers import send_ledger_path
 from rmqchaos.spec import Load
 from rmqclient.producer import Producer, SendResult
 

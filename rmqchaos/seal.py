@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rmqchaos.errors import UserError
-from rmqchaos.ledgers import RECEIVE_FIELDS, SEALED_EXTRA, SEND_FIELDS, journal_tail, recover_spool
+from rmqchaos.journal_read import journal_tail
+from rmqchaos.journal_write import recover_spool
+from rmqchaos.ledgers import RECEIVE_FIELDS, SEALED_EXTRA, SEND_FIELDS
 
 if TYPE_CHECKING:  # imported where used: sealing is the only DuckDB user here
     import duckdb

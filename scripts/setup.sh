@@ -79,7 +79,7 @@ if [ ! -f "$SHIM" ] || [ cluster/native/loopback_bind.c -nt "$SHIM" ]; then
   mkdir -p .cache/native
   gcc -O2 -Wall -shared -fPIC -o "$SHIM" cluster/native/loopback_bind.c -ldl
 fi
-# --- the send ledger's lines in C (rmqchaos/ledgers.py; without it, the same bytes from Python) ---
+# --- the send ledger's lines in C (rmqchaos/ledger_lines.py; without it, the same bytes from Python) ---
 EXT=rmqchaos/_send_lines$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 if [ ! -f "$EXT" ] || [ rmqchaos/native/send_lines.c -nt "$EXT" ]; then
   say "building $EXT"

@@ -177,7 +177,7 @@ def load_run(tmp: Path, cluster, load: dict, consumers: dict | None = None, name
 @pytest.fixture(scope="module")
 def spark_session_for_module() -> Iterator:
     """One local Spark session for a module's several `analyze` runs (each would start its own)."""
-    from analysis.reconcile import spark_session
+    from analysis.session import spark_session
     s = spark_session()
     yield s
     s.stop()

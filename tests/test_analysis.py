@@ -14,9 +14,11 @@ import jsonschema
 import pytest
 
 from analysis import duckdb_ref, rules, synthetic
-from analysis.reconcile import LedgerError, analyze_ledgers, spark_session
+from analysis.reconcile import analyze_ledgers
+from analysis.session import spark_session
 from analysis.report import verdict
 from analysis.verdict import busy_phrase
+from rmqchaos.seal import LedgerError
 from tests.conftest import REPO, cli, load_run
 from tests.helpers import CHROMIUM_FLAGS, chromium, rendered_verdicts
 from tests.test_client import consume_all
@@ -70,7 +72,7 @@ def test_latency_percentiles_are_exact_nearest_rank_per_group(spark) -> None:
     import math
     import random
 
-    from analysis.reconcile import PERCENTS, _histogram, _percentiles
+    from analysis.latency import PERCENTS, histogram as _histogram, percentiles as _percentiles
     from pyspark.sql import functions as F
     rnd = random.Random(7)
     # skewed ms latencies (few distinct values, long tail), some nulls, groups of very different sizes
@@ -111,10 +113,10 @@ def test_event_windows_count_the_keys_and_acked_sends_meant_inside_them(spark, t
 def test_answers_stay_exact_when_the_kinds_of_answer_exceed_the_cap(spark, tmp_path: Path, monkeypatch) -> None:
     """The answers' totals come from the error grouping's rows; past ERROR_GROUPS_MAX kinds those rows
     are cut (a warning), and the answers are then counted apart: still the planted truth."""
-    import analysis.reconcile as reconcile
+    import analysis.answers as answers
     n = 5_000
     synthetic.write(tmp_path, n)
-    monkeypatch.setattr(reconcile, "ERROR_GROUPS_MAX", 2)
+    monkeypatch.setattr(answers, "ERROR_GROUPS_MAX", 2)
     res = analyze_ledgers(spark, *_files(tmp_path), [])
     assert any("more than 2 kinds of answer" in w for w in res["warnings"])
     assert sum(res["errors"]["by_outcome"].values()) < res["counts"]["attempts"]  # the cut rows

@@ -199,7 +199,9 @@ def test_answers_say_which_attempts_were_stored_and_what_first_answer_duplicated
         spark_session_for_module: Any, tmp_path: Path, form: str) -> None:
     """The same planted answers with msgIds of no particular form (every key matched by msgId) and in
     RocketMQ's form (keys whose one attempt was delivered under its own msgId settled in the key table)."""
-    from analysis.reconcile import analyze_ledgers, attribute, key_table, read_receive, read_send
+    from analysis.keys import key_table
+    from analysis.reconcile import analyze_ledgers
+    from analysis.sealed import attribute, read_receive, read_send
     mid = _canonical if form == "canonical" else (lambda m: m)
     other_case = (lambda m: _canonical(m).lower()) if form == "canonical" else (lambda m: m.upper())
     busy = "[PCBUSY_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: 12ms, size of queue: 3"

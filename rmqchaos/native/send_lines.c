@@ -1,4 +1,4 @@
-/* The send ledger's two lines of an attempt in C: rmqchaos.ledgers.SendLines (in a tight loop about
+/* The send ledger's two lines of an attempt in C: rmqchaos.ledger_lines.SendLines (in a tight loop about
  * half the time of the Python paths: 0.22 against 0.37 us an intent line, 0.46 against 1.0 us an
  * outcome line).
  *

@@ -1,0 +1,45 @@
+"""What a send record says, column by column: intent or outcome, acknowledged, definitely rejected,
+the kind of a transport failure; and counting the rows where a condition holds."""
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import functions as F
+
+from analysis import rules
+
+# Send records, column by column. An intent and its outcome share key, producer_id, attempt_id,
+# topic and start_ms, so nothing needs pairing them: a key's attempts are its intents; an attempt
+# without outcome is one intent more than outcomes (per key, per second, in total).
+def is_intent() -> Any:
+    return F.col("rec") == "intent"
+
+
+def is_outcome() -> Any:
+    return F.col("rec") == "outcome"
+
+
+def acked() -> Any:
+    return is_outcome() & (F.col("outcome") == "ok")
+
+
+def rejected() -> Any:
+    """A definite rejection (rules.DEFINITE_REJECT_CODES), or a request that never left the producer."""
+    return is_outcome() & (F.col("outcome") == "error") & (
+        F.col("code").isin(*rules.DEFINITE_REJECT_CODES) | (F.col("code").isNull() & (F.col("sent") == F.lit(False))))
+
+
+def count_where(cond: Any) -> Any:
+    return F.sum(cond.cast("long"))
+
+
+def error_kind() -> Any:
+    """A transport failure in a word, from the producer's error text (rmqclient/producer.py): what a
+    person acts on differs between a refused connection, a dropped one and no route."""
+    e = F.col("error")
+    return (F.when(F.col("outcome") != "error", F.lit(None))
+            .when(e.startswith("route lookup failed"), "route lookup failed")  # namesrv, not the broker
+            .when(e.rlike("(?i)refused"), "connection refused")
+            .when(e.startswith("connect to"), "connect failed")
+            .when(e.rlike("(?i)closed|reset|broken pipe"), "connection lost")
+            .when(e.isNotNull(), "transport error"))

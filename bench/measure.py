@@ -1,0 +1,55 @@
+"""What one benchmark process cost: its acknowledged messages and attempts, its wall time from spawn
+to exit and its CPU-seconds (wait4's rusage: user + sys), start-up included."""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rmqchaos.errors import UserError
+from rmqchaos.procs import spawn
+
+
+@dataclass
+class Sample:
+    who: str  # "python" | "java"
+    acked: int
+    attempts: int
+    wall_s: float
+    cpu_s: float  # user + system
+    sys_s: float = 0.0  # of which in the kernel (the Locust benchmarks only)
+    minflt: int = 0  # minor page faults (the Locust benchmarks only)
+
+    @property
+    def rate(self) -> float:
+        return self.acked / self.wall_s if self.wall_s else 0.0
+
+    @property
+    def cpu_per_10k(self) -> float:
+        return self.cpu_s / self.acked * 10_000 if self.acked else float("inf")
+
+
+def measure(cmd: list[str], env: dict[str, str] | None, timeout: float,
+            workdir: Path) -> tuple[str, float, Any, int]:
+    """Run cmd to completion: (stdout, wall s, the child's rusage, exit code)."""
+    out_f = workdir / "out.txt"
+    with open(out_f, "wb") as out:
+        t0 = time.monotonic()
+        p = spawn(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=workdir, die_with_parent=True)
+        deadline = t0 + timeout
+        while True:
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                p.kill()
+                os.wait4(p.pid, 0)
+                raise UserError(f"benchmark process {cmd[0]} did not finish within {timeout:.0f}s",
+                                "is the cluster healthy? (rmqchaos cluster status)")
+            time.sleep(0.01)
+        wall = time.monotonic() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return out_f.read_text(errors="replace"), wall, ru, p.returncode

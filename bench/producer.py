@@ -1,0 +1,109 @@
+"""`rmqchaos bench producer`: the platform's producer against RocketMQ's own benchmark Producer.
+
+Both run as child processes against the same cluster and topic, in interleaved rounds (ABBA order,
+so drift of this noisy machine falls on both sides), with the same concurrency, message size and
+count. For each process: acked messages, wall time from spawn to exit, and CPU-seconds (user + sys,
+from wait4's rusage) — whole-process numbers, JVM/interpreter start-up included on both sides.
+Only ratios measured side by side are meant to be compared across machines.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from bench.measure import Sample, measure
+from bench.rounds import TOPIC, bench_topic
+from cluster.jvm import classpath, jvm_command
+from cluster.tools import BENCH_PRODUCER, bench_args, bench_complete
+from pipeline import down, up
+from pipeline.runs import create_run, namesrv_target, reap_orphans
+from rmqchaos import paths
+from rmqchaos.errors import UserError
+from rmqchaos.progress import say
+
+
+def run_python(ns: str, count: int, size: int, conc: int, timeout: float, workdir: Path) -> Sample:
+    cmd = [sys.executable, "-m", "rmqclient.bench_worker", "--namesrv", ns, "--topic", TOPIC, "--count", str(count),
+           "--size", str(size), "--concurrency", str(conc)]
+    out, wall, ru, rc = measure(cmd, dict(os.environ), timeout, workdir)
+    res = next((json.loads(x) for x in reversed(out.splitlines()) if x.startswith("{")), None)
+    if rc != 0 or res is None:
+        raise UserError(f"the platform's benchmark producer failed (exit {rc})", out.strip()[-300:])
+    return Sample("python", res["acked"], res["attempts"], wall, ru.ru_utime + ru.ru_stime)
+
+
+def run_java(ns: str, count: int, size: int, conc: int, timeout: float, workdir: Path, heap_mb: int) -> Sample:
+    paths.rocketmq_home(paths.pinned_rocketmq_version())  # installs the pinned jars when missing
+    cmd = jvm_command(BENCH_PRODUCER, bench_args(ns, TOPIC, count, size, conc), heap_mb=heap_mb,
+                      cp=classpath(paths.pinned_rocketmq_version()), user_home=workdir)
+    out, wall, ru, rc = measure(cmd, dict(os.environ, ROCKETMQ_HOME=str(workdir)), timeout, workdir)
+    done = bench_complete(out)
+    if rc != 0 or done is None:
+        raise UserError(f"RocketMQ's benchmark Producer failed (exit {rc})", out.strip()[-300:])
+    total, failed, resp_failed = done
+    return Sample("java", total - failed, total + resp_failed, wall, ru.ru_utime + ru.ru_stime)
+
+
+def compare(samples: list[Sample]) -> dict[str, float]:
+    def tot(who: str) -> tuple[float, float, float]:
+        s = [x for x in samples if x.who == who]
+        return sum(x.acked for x in s), sum(x.wall_s for x in s), sum(x.cpu_s for x in s)
+    pa, pw, pc = tot("python")
+    ja, jw, jc = tot("java")
+    return {"python_rate": pa / pw, "java_rate": ja / jw, "python_cpu_per_10k": pc / pa * 1e4,
+            "java_cpu_per_10k": jc / ja * 1e4, "acked_per_cpu": (pa / pc) / (ja / jc), "acked_rate": (pa / pw) / (ja / jw)}
+
+
+def bench_producer(ns: str, rounds: int, count: int, size: int, conc: int, timeout: float,
+                   java_heap_mb: int = 256) -> list[Sample]:
+    bench_topic(ns)
+    samples: list[Sample] = []
+    with tempfile.TemporaryDirectory(prefix="rmqchaos-bench-") as td:
+        wd = Path(td)
+        warm = max(1000, count // 10)
+        say(f"warm-up: {warm} messages each (not counted)")
+        run_python(ns, warm, size, conc, timeout, wd)
+        run_java(ns, warm, size, conc, timeout, wd, java_heap_mb)
+        for i in range(rounds):
+            order = ("python", "java") if i % 2 == 0 else ("java", "python")
+            for who in order:
+                s = (run_python(ns, count, size, conc, timeout, wd) if who == "python"
+                     else run_java(ns, count, size, conc, timeout, wd, java_heap_mb))
+                samples.append(s)
+                say(f"round {i + 1}/{rounds} {who:6s}: {s.acked}/{s.attempts} acked in {s.wall_s:.1f}s "
+                    f"({s.rate:.0f} msg/s), {s.cpu_s:.2f} CPU-s ({s.cpu_per_10k:.2f} per 10k acked)")
+    return samples
+
+
+def cmd_bench_producer(a: argparse.Namespace) -> int:
+    run = None
+    if a.namesrv or a.run_dir:
+        ns, _ = namesrv_target(a.namesrv, a.run_dir)
+    else:
+        reap_orphans()
+        run = create_run(a.scenario, None, mode="owned")
+        say(f"starting a cluster for the benchmark from {a.scenario} (run directory {run.path})")
+        ns = up.run(run)["namesrv"]
+    try:
+        samples = bench_producer(ns, a.rounds, a.messages, a.size, a.concurrency, a.timeout)
+    finally:
+        if run is not None:
+            down.run(run)
+    r = compare(samples)
+    per_round = [(p.cpu_per_10k and j.cpu_per_10k / p.cpu_per_10k, p.rate / j.rate)
+                 for p, j in zip([s for s in samples if s.who == "python"], [s for s in samples if s.who == "java"])]
+    print(f"producer benchmark: {a.rounds} interleaved rounds x {a.messages} messages of {a.size} B, "
+          f"{a.concurrency} concurrent sends, topic {TOPIC} on every broker")
+    print(f"{'':8s} {'acked msg/s':>12s} {'CPU-s per 10k acked':>20s}")
+    print(f"{'python':8s} {r['python_rate']:12.0f} {r['python_cpu_per_10k']:20.3f}   (rmqclient.Producer, gevent)")
+    print(f"{'java':8s} {r['java_rate']:12.0f} {r['java_cpu_per_10k']:20.3f}   ({BENCH_PRODUCER})")
+    print("per-round ratios (python/java) acked_per_cpu: "
+          + ", ".join(f"{x:.2f}" for x, _ in per_round) + "; acked_rate: " + ", ".join(f"{y:.2f}" for _, y in per_round)
+          + f" (median {statistics.median(x for x, _ in per_round):.2f} / {statistics.median(y for _, y in per_round):.2f})")
+    print(f"ratio acked_per_cpu={r['acked_per_cpu']:.2f} acked_rate={r['acked_rate']:.2f}")
+    return 0
