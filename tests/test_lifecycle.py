@@ -8,6 +8,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import RMQCHAOS, REPO, cli, scenario_dict, write_scenario
 from helpers import assert_nothing_left, live
 
@@ -94,6 +96,7 @@ def test_cli_sigkilled_after_up_is_reaped_by_the_next_down(tmp_path: Path) -> No
     assert_nothing_left(out)
 
 
+@pytest.mark.long  # make test: the next `down --all` reaps the same leftovers (reap_lost_runs, which `up` calls too)
 def test_cli_sigkilled_after_up_is_reaped_by_the_next_up(tmp_path: Path) -> None:
     out = _start_run_and_sigkill_it_once_up(tmp_path, "killed2")
     # same ports: this `up` can only succeed if it reaped the orphaned cluster first
