@@ -71,6 +71,7 @@ def test_without_an_engine_the_docker_backend_fails_with_one_line(tmp_path: Path
     assert (r.returncode, r.stderr.strip().splitlines()) == (1, [want]), r.stderr
 
 
+@pytest.mark.long  # make test: the docker backend's cluster by hand (containers, host network, loopback, reaping); the compose file's rendering
 def test_compose_file_brings_up_a_cluster_the_platforms_clients_use_and_down_leaves_nothing(engine: Any,
                                                                                              tmp_path: Path) -> None:
     from cluster.container.engine import docker_host

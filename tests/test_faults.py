@@ -21,6 +21,7 @@ def _wait_state(cluster, node: str, want: str, within: float) -> str:
         time.sleep(0.2)
 
 
+@pytest.mark.long  # make test: the nightly DAG test's kill fault on broker-a, the OOM pair's kill and restart
 def test_sigkilled_broker_is_reported_down_and_keeps_its_messages_after_restart(fresh_cluster, tmp_path) -> None:
     c = fresh_cluster
     topic = "T_KILL_RESTART"

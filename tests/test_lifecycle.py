@@ -49,6 +49,7 @@ def test_cluster_up_status_down_leaves_nothing(tmp_path: Path) -> None:
     assert_nothing_left(rd)
 
 
+@pytest.mark.long  # make test: every `rmqchaos run` test (the shared-host and partition CI forms) runs up to the report
 def test_run_end_to_end_writes_report(tmp_path: Path) -> None:
     d = scenario_dict("e2e", 21876, [21911, 21921],
                       checks={"witness": {"messages": 200, "threads": 2, "topic": "T_E2E"}})

@@ -334,6 +334,7 @@ def test_a_bad_link_is_refused_at_load_in_one_line(tmp_path: Path, fault: dict, 
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "never").exists()
 
 
+@pytest.mark.long  # make test: a 200 ms toxic measured on its link and none beside it, the reconnect into the proxy and back
 @live
 def test_slow_link_to_broker_a_slows_its_own_sends_only(tmp_path: Path) -> None:
     """The CI form of scenarios/link-slow-broker.yaml: producers -> broker-a 200 ms ± 50 ms from 5 s
