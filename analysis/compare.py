@@ -40,8 +40,9 @@ def loss_pairs(first: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
     for a, b in zip(first, first[1:]):
         if faults_phrase(a) != faults_phrase(b) or a.get("complete") is False or b.get("complete") is False:
             continue
-        if not (a["counts"]["lost"] or b["counts"]["lost"]) and b.get("extends") in (a["scenario"], a.get("extends") or "-"):
-            continue  # neither lost, each a remedy: its own sentence says what the change did (timeouts, duplicates)
+        remedies = b.get("extends") and b["extends"] in (a["scenario"], a.get("extends"))
+        if remedies and not (a["counts"]["lost"] or b["counts"]["lost"]):
+            continue  # neither lost: each remedy's own sentence says what the change did (timeouts, duplicates)
         sa, sb = settings(a), settings(b)
         diff = [k for k in sa if sa[k] != sb[k]]
         if not 0 < len(diff) <= 3:
@@ -106,8 +107,9 @@ def _p99(s: dict[str, Any]) -> Any:
 
 def remedy(base: dict[str, Any], s: dict[str, Any]) -> str:
     """One sentence: a run against its base, what changed, and what it did to the refusals (count and
-    rate), the timed-out attempts and the keys delivered though their sends failed, loss, duplication, the route outages and the p99 send latency from the intended time, base
-    first; a noise short of its intent is said so, not taken for the named noise."""
+    rate), the timed-out attempts and the keys delivered though their sends failed, loss, duplication,
+    the route outages and the p99 send latency from the intended time, base first; a noise short of its
+    intent is said so, not taken for the named noise."""
     ch = changes(base, s)
     head = f"{s['scenario']} against its base {base['scenario']} ({', '.join(ch) if ch else 'nothing changed'})"
     parts = []

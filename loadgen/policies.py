@@ -5,8 +5,9 @@ gets an `attempt(topic, exclude_broker, timeout)` function and calls it as the a
 - retry: up to `attempts`, on the results listed in `retry_on`, optionally on another broker.
 - java_default: DefaultMQProducer 5.5.0 sync send (docs/protocol.md): 3 attempts in all inside one
   sendMsgTimeout budget, each getting what is left of it; retried at once on a transport failure and
-  on codes JAVA_RETRY_CODES, never after a timeout (it spent what was left); any stored answer (whatever its status) ends it
-  (retryAnotherBrokerWhenNotStoreOK=false); each retry prefers another broker than the last.
+  on codes JAVA_RETRY_CODES, never after a timeout (it spent what was left); any stored answer
+  (whatever its status) ends it (retryAnotherBrokerWhenNotStoreOK=false); each retry prefers another
+  broker than the last.
 - resend_to_backup_topic: on a result in `resend_on` (default busy, timeout), send the same business
   message once to the backup topic (incident 000's workaround).
 - ignore_send_status: one attempt; the application takes any stored answer as success, even
