@@ -61,7 +61,7 @@ def container_plans(s: Scenario) -> list[ContainerPlan]:
                           options=jvm_options(p, f"{LOGS}/gc.log"), user_home=HOME,
                           rocketmq_home=rocketmq_home(version), system_properties={**NODE_SYSTEM_PROPERTIES, **j.system_properties, **props})
         vols = {f"{p.name}-logs": LOGS}
-        if p.is_broker:
+        if p.is_broker or p.role == "controller":  # a controller's Raft log and metadata are state too
             vols = {f"{p.name}-store": STORE, **vols}
         out.append(ContainerPlan(p, cmd, conf_name, text, j.heap_mb + (j.max_direct_memory_mb or 0) + JAVA_OVERHEAD_MB,
                                  vols))

