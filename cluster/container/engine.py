@@ -123,7 +123,7 @@ def mounts() -> list[str]:
     """Mount points under the engine's directories (dockerd bind-mounts exec/netns/default)."""
     with open("/proc/self/mountinfo") as f:
         points = [ln.split()[4] for ln in f]
-    return [p for p in points if p.startswith(str(home()) + "/")]
+    return [p for p in points if p.startswith(str(home().resolve()) + "/")]  # /proc lists resolved paths
 
 
 def down() -> list[str]:
