@@ -249,10 +249,11 @@ class ClusterBackend(ABC):
         return AdminClient(self.namesrv_addr, timeout)
 
     def masters(self) -> list[NodePlan]:
-        """The master of every group: a classic group's is fixed; a controller-mode group's is the
-        replica namesrv lists as id 0 now (the first replica while none is, so every group is named)."""
+        """The master of every group: a classic group's is fixed; a replicated group's (controller
+        mode, DLedger) is the replica namesrv lists as id 0 now (the first replica while none is,
+        so every group is named)."""
         out = [p for p in self.plans.values() if p.role == "master"]
-        groups = self.controller_groups()
+        groups = self.replica_groups()
         if groups:
             reg = self.registered() or {}
             for g, reps in groups.items():
@@ -260,31 +261,36 @@ class ClusterBackend(ABC):
                 out.append(next((p for p in reps if p.addr == now), reps[0]))
         return out
 
-    def controller_groups(self) -> dict[str, list[NodePlan]]:
-        """Controller-mode groups: broker name -> its replicas' plans."""
+    def replica_groups(self, replication: str | None = None) -> dict[str, list[NodePlan]]:
+        """Replicated groups (of one kind: controller | dledger, or both): broker name -> its replicas' plans."""
         out: dict[str, list[NodePlan]] = {}
         for p in self.plans.values():
-            if p.role == "replica":
+            if p.role == "replica" and replication in (None, p.replication):
                 out.setdefault(p.broker_name or "", []).append(p)
         return out
+
+    def controller_groups(self) -> dict[str, list[NodePlan]]:
+        """Controller-mode groups: broker name -> its replicas' plans."""
+        return self.replica_groups("controller")
 
     def sync_state(self, timeout: float = 2.0) -> dict[str, ReplicaGroup]:
         """Each controller-mode group's master, epoch and SyncStateSet, from the controller leader."""
         return sync_state(controller_addrs(self.scenario), list(self.controller_groups()), timeout)
 
     def replicated(self) -> dict[str, str]:
-        """Controller-mode groups not yet in steady state -> what they lack: a master elected by the
-        controllers, that master as id 0 in namesrv's registrations, every replica in the SyncStateSet.
-        Empty when every group is replicated (and when there are none)."""
+        """Replicated groups not yet in steady state -> what they lack. Controller mode: a master
+        elected by the controllers, that master as id 0 in namesrv's registrations, every replica in
+        the SyncStateSet. DLedger: a replica as id 0 in namesrv (the leader: DLedger gives no other
+        answer a client sees) and every replica registered. Empty when every group is replicated."""
+        lacking = self._dledger_lacking()
         groups = self.controller_groups()
         if not groups:
-            return {}
+            return lacking
         try:
             state = self.sync_state()
         except RemotingError as e:
-            return {g: f"an answer from the controllers ({e})" for g in groups}
+            return {**lacking, **{g: f"an answer from the controllers ({e})" for g in groups}}
         reg = self.registered() or {}
-        lacking = {}
         for g, reps in groups.items():
             st = state.get(g)
             if st is None or not st.master_addr:
@@ -293,6 +299,21 @@ class ClusterBackend(ABC):
                 lacking[g] = f"its master {st.master_addr} listed as id 0 in namesrv"
             elif set(st.in_sync) != {p.addr for p in reps}:
                 lacking[g] = f"all {len(reps)} replicas in the SyncStateSet (in sync: {', '.join(st.in_sync) or 'none'})"
+        return lacking
+
+    def _dledger_lacking(self) -> dict[str, str]:
+        groups = self.replica_groups("dledger")
+        reg = self.registered() if groups else {}
+        if reg is None:
+            return {g: "an answer from namesrv" for g in groups}
+        lacking = {}
+        for g, reps in groups.items():
+            ids = reg.get(g, {})
+            missing = [p.name for p in reps if p.addr not in ids.values()]
+            if ids.get(0) not in {p.addr for p in reps}:
+                lacking[g] = "a leader elected by DLedger, listed as id 0 in namesrv"
+            elif missing:
+                lacking[g] = f"every replica registered in namesrv (not yet: {', '.join(missing)})"
         return lacking
 
     def registered(self) -> dict[str, dict[int, str]] | None:
@@ -320,7 +341,7 @@ class ClusterBackend(ABC):
         p = self.plans[node]
         b = self.scenario.cluster.broker(p.broker_name or "")
         keys = {**self.scenario.cluster.broker_defaults.config, **b.config}
-        if p.role == "replica":  # its role is the controllers' (a default brokerRole does not apply)
+        if p.role == "replica":  # its role is the controllers' or DLedger's (a default brokerRole does not apply)
             keys.pop("brokerRole", None)
         return {k: p.conf[k] for k in keys}
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from rmqchaos.loopback import loopback
 from rmqchaos.spec import Broker, Jvm, Scenario
+from rmqchaos.spec.cluster import DLEDGER_PORT_OFFSET
 
 HOST = "127.0.0.1"  # the platform's own address: its admin calls, the monitor, Airflow, Spark, noise
 READY_TOPIC = "RMQCHAOS_READY"
@@ -22,7 +23,7 @@ def addresses(s: Scenario) -> dict[str, str]:
     """Each node's and client's own loopback address in the cluster's subnet: namesrv .1, proxy .2,
     broker group i's master .(10i+11) and its slave one above, the load's producers .201, consumer
     j .(211+j); and `links` .200, where link faults' Toxiproxy proxies listen (a member of no
-    partition); standalone controller k .(3+k); replica r of a controller-mode group i .(10i+11+r).
+    partition); standalone controller k .(3+k); replica r of a replicated group i .(10i+11+r).
     Fixed by the scenario, so a rule or a report names the same node in every run."""
     net = s.cluster.subnet.rsplit(".", 1)[0]
     out = {"namesrv": f"{net}.1", "proxy": f"{net}.2", "links": f"{net}.200", "producers": f"{net}.201"}
@@ -31,7 +32,7 @@ def addresses(s: Scenario) -> dict[str, str]:
     for i, b in enumerate(s.cluster.brokers):
         out[b.name] = f"{net}.{10 * i + 11}"
         out[f"{b.name}-s"] = f"{net}.{10 * i + 12}"
-        if b.controller_mode:  # replica r of a controller-mode group: .(10i+11+r)
+        if b.replicated:  # replica r of a replicated group: .(10i+11+r)
             out.update({n: f"{net}.{10 * i + 11 + r}" for r, (n, _) in enumerate(b.replica_nodes())})
     for j, c in enumerate(s.consumers.instances if s.consumers else []):
         out[f"consumer-{c.id}"] = f"{net}.{min(211 + j, 254)}"  # the 44th and later share .254
@@ -63,13 +64,14 @@ def free_port(host: str = HOST) -> int:
 @dataclass
 class NodePlan:
     name: str
-    role: str  # namesrv | master | slave | replica (controller mode: the controllers pick the master) | controller | proxy
+    role: str  # namesrv | master | slave | replica (its group elects the master) | controller | proxy
     ports: list[int]  # the main port first; every port the node listens on
     jvm: Jvm
     conf: dict[str, object]
     host: str = HOST  # the node's own loopback address (addresses())
     broker_name: str | None = None
-    broker_id: int | None = None  # a replica's is -1: the controllers assign it
+    broker_id: int | None = None  # a replica's is -1: the controllers (or DLedger) assign it
+    replication: str | None = None  # a replica's group: controller | dledger (Broker.replication)
 
     @property
     def addr(self) -> str:
@@ -125,7 +127,7 @@ def plan(s: Scenario) -> list[NodePlan]:
                                   at[name]))
     for b in c.brokers:
         assert b.port is not None
-        if b.controller_mode:
+        if b.replicated:
             nodes += [_broker_plan(s, b, name, port, -1, at[name], ns.addr) for name, port in b.replica_nodes()]
             continue
         nodes.append(_broker_plan(s, b, b.name, b.port, 0, at[b.name], ns.addr))
@@ -140,6 +142,14 @@ def plan(s: Scenario) -> list[NodePlan]:
     return nodes
 
 
+def dledger_conf(s: Scenario, b: Broker, r: int) -> dict[str, object]:
+    """The DLedger commit log keys of replica r of group `b`: peer k is n<k> at its own address on
+    its main port - 1. A follower registers as brokerId k+1 (DLedgerCommitLog's id), the leader as 0."""
+    at = addresses(s)
+    peers = ";".join(f"n{k}-{at[n]}:{p + DLEDGER_PORT_OFFSET}" for k, (n, p) in enumerate(b.replica_nodes()))
+    return {"enableDLegerCommitLog": True, "dLegerGroup": b.name, "dLegerPeers": peers, "dLegerSelfId": f"n{r}"}
+
+
 def _broker_plan(s: Scenario, b: Broker, node: str, port: int, broker_id: int, host: str, ns_addr: str) -> NodePlan:
     c = s.cluster
     conf: dict[str, object] = {
@@ -150,13 +160,18 @@ def _broker_plan(s: Scenario, b: Broker, node: str, port: int, broker_id: int, h
     }
     conf.update(c.broker_defaults.config)
     conf.update(b.config)
-    if broker_id:  # a slave; a controller-mode replica (-1) also starts as one until elected
+    ports = [port, port - 2, port + 1]
+    if b.dledger:  # DLedger gives the role; BrokerStartup exits on a SLAVE whose brokerId is -1
+        conf.pop("brokerRole", None)
+        conf.update(dledger_conf(s, b, [n for n, _ in b.replica_nodes()].index(node)))
+        ports.append(port + DLEDGER_PORT_OFFSET)
+    elif broker_id:  # a slave; a controller-mode replica (-1) also starts as one until elected
         conf["brokerRole"] = "SLAVE"
-    if broker_id < 0:
+    if broker_id < 0 and b.controller_mode:
         conf.update({"enableControllerMode": True, "controllerAddr": ";".join(controller_addrs(s))})
     role = "replica" if broker_id < 0 else ("slave" if broker_id else "master")
-    return NodePlan(node, role, [port, port - 2, port + 1], b.jvm or c.broker_defaults.jvm, conf, host, b.name,
-                    broker_id)
+    return NodePlan(node, role, ports, b.jvm or c.broker_defaults.jvm, conf, host, b.name, broker_id,
+                    b.replication if b.replicated else None)
 
 
 def jvm_options(p: NodePlan, gc_log: str) -> list[str]:

@@ -182,9 +182,10 @@ class LocalCluster(ClusterBackend):
                    progress_every=10, progress=lambda: f"still waiting for {', '.join(pending)} to register in namesrv")
 
     def _wait_replicated(self) -> None:
-        """Controller-mode groups: ready when the controllers have elected a master, namesrv lists it
-        as id 0, and the SyncStateSet holds every replica (the steady state a failover starts from)."""
-        groups = self.controller_groups()
+        """Replicated groups: ready in the steady state a failover starts from (`replicated`):
+        controller mode: an elected master listed as id 0 in namesrv, every replica in the SyncStateSet;
+        DLedger: a leader listed as id 0, every replica registered."""
+        groups = self.replica_groups()
         if not groups:
             return
         lacking: dict[str, str] = {}

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from rmqchaos.spec.confkeys import PLATFORM_BROKER_KEYS, PLATFORM_NAMESRV_KEYS, _check_conf, config_keys
 from rmqchaos.spec.messages import _dotted, _pydantic_message
-from rmqchaos.spec.modes import controller_errors, controller_ports
+from rmqchaos.spec.modes import controller_errors, controller_ports, dledger_errors
 from rmqchaos.spec.scenario import Fault, FaultKindSpec, Scenario
 
 def fault_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec]) -> list[tuple[tuple[Any, ...], str]]:
@@ -82,7 +82,7 @@ def semantic_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec] | None
         nodes = [(b.port, ("cluster", "brokers", i, "port"))]
         if b.slave is not None:
             nodes.append((b.slave.port, ("cluster", "brokers", i, "slave", "port")))
-        if b.controller_mode:  # replica r on port + 4r
+        if b.replicated:  # replica r on port + 4r
             nodes = [(p, ("cluster", "brokers", i, "port" if r == 0 else "replicas"))
                      for r, (_, p) in enumerate(b.replica_nodes())]
         for port, loc in nodes:
@@ -96,19 +96,21 @@ def semantic_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec] | None
             elif port + 1 > 65535:
                 errs.append((loc, f"port {port} also needs port+1 ({port + 1}, HA), beyond 65535: use a port "
                                   "of at most 65534"))
-            for p in (port - 2, port, port + 1):  # fast remoting server, main, HA
+            dl = (port - 1,) if b.dledger else ()  # a DLedger replica's peer port
+            for p in (port - 2, *dl, port, port + 1):  # fast remoting server, main, HA
                 if p in used:
-                    errs.append((loc, f"port {p} (from port {port}, which also uses port-2 and port+1) collides "
+                    also = "port-2, port-1 (DLedger) and port+1" if dl else "port-2 and port+1"
+                    errs.append((loc, f"port {p} (from port {port}, which also uses {also}) collides "
                                       f"with {_dotted(used[p])}"))
                 used[p] = loc
     for port, loc in controller_ports(s):
         if port in used:
             errs.append((loc, f"controller port {port} collides with {_dotted(used[port])}"))
         used[port] = loc
-    errs += controller_errors(s)
+    errs += controller_errors(s) + dledger_errors(s)
     nodes = s.cluster.node_names()
     for dup in sorted({n for n in nodes if nodes.count(n) > 1}):
-        errs.append((("cluster", "brokers"), f"two nodes would be named {dup!r} (a controller-mode group's "
+        errs.append((("cluster", "brokers"), f"two nodes would be named {dup!r} (a replicated group's "
                                              "replicas are <name>-0, <name>-1, ...): rename a broker group"))
     if s.consumers is not None:
         ids: set[str] = set()

@@ -31,25 +31,37 @@ class Slave(Strict):
     port: Port | None = None  # default: the master's port + 5
 
 
-REPLICA_PORT_STEP = 4  # replica r of a controller-mode group listens on port + 4r (and port-2, port+1 of that)
+REPLICA_PORT_STEP = 4  # replica r of a replicated group listens on port + 4r (and port-2, port+1 of that)
+DLEDGER_PORT_OFFSET = -1  # a DLedger replica's peer port: its main port - 1, the free slot of its 4-port block
 
 
 class Broker(Strict):
     name: NodeName
-    port: Port | None = None  # default: 10911 + 10 * index; also uses port-2 (fast) and port+1 (HA)
+    port: Port | None = None  # default: 10911 + 10 * index; also uses port-2 (fast) and port+1 (HA), DLedger port-1
     jvm: Jvm | None = None
     config: dict[str, ConfValue] = {}
     slave: Slave | None = None
-    # controller mode: the group is this many replicas (nodes <name>-0, <name>-1, ...), each started
-    # as a SLAVE with enableControllerMode; the controllers elect the master (cluster.controllers)
+    # a replicated group: this many replicas (nodes <name>-0, <name>-1, ...), each its own node
     replicas: Annotated[StrictInt, Field(ge=1, le=5)] | None = None
+    # who elects a replicated group's master: `controller` (the default with `replicas`): replicas
+    # start as SLAVEs with enableControllerMode and cluster.controllers elect; `dledger`: the replicas
+    # run a DLedger (Raft) commit log among themselves (enableDLegerCommitLog) and its leader is master
+    replication: Literal["controller", "dledger"] | None = None
+
+    @property
+    def replicated(self) -> bool:
+        return self.replicas is not None
 
     @property
     def controller_mode(self) -> bool:
-        return self.replicas is not None
+        return self.replicas is not None and self.replication != "dledger"
+
+    @property
+    def dledger(self) -> bool:
+        return self.replicas is not None and self.replication == "dledger"
 
     def replica_nodes(self) -> list[tuple[str, int]]:
-        """(node name, main port) of each replica of a controller-mode group."""
+        """(node name, main port) of each replica of a replicated group."""
         assert self.port is not None
         return [(f"{self.name}-{r}", self.port + REPLICA_PORT_STEP * r) for r in range(self.replicas or 0)]
 
@@ -100,7 +112,7 @@ class Cluster(Strict):
     broker_defaults: BrokerDefaults = BrokerDefaults()
     brokers: Annotated[list[Broker], Field(min_length=1, max_length=8)] = Field(default_factory=_default_brokers)
     proxy: Proxy = Proxy()
-    controllers: Controllers | None = None  # controller mode: needed by groups with `replicas`
+    controllers: Controllers | None = None  # controller mode: needed by groups with `replicas` (replication: controller)
     ready_timeout: Duration = 120.0
     stop_timeout: Duration = 20.0  # SIGTERM grace: a broker's shutdown hooks take ~5-15 s here
     # Every node and client listens on and connects from its own address in this loopback /24
@@ -114,6 +126,8 @@ class Cluster(Strict):
                 b.port = 10911 + 10 * i
             if b.slave is not None and b.slave.port is None:
                 b.slave.port = b.port + 5
+            if b.replicas is not None and b.replication is None:
+                b.replication = "controller"
         return self
 
     def broker(self, name: str) -> Broker:
@@ -127,7 +141,7 @@ class Cluster(Strict):
         if self.controllers is not None:
             names += self.controllers.node_names()
         for b in self.brokers:
-            if b.controller_mode:
+            if b.replicated:
                 names += [n for n, _ in b.replica_nodes()]
                 continue
             names.append(b.name)

@@ -19,6 +19,9 @@ PLATFORM_BROKER_KEYS = {
     "storePathRootDir": "(the run directory)", "storePathCommitLog": "(the run directory)",
     "rocketmqHome": "(the run directory)",
     "enableControllerMode": "brokers[].replicas", "controllerAddr": "(the controllers: cluster.controllers)",
+    "enableDLegerCommitLog": "brokers[].replication: dledger", "dLegerGroup": "(the group's name)",
+    "dLegerPeers": "brokers[].replicas/port", "dLegerSelfId": "(the replica's index: n<r>)",
+    "storePathDLedgerCommitLog": "(the run directory)",
 }
 PLATFORM_NAMESRV_KEYS = {"listenPort": "cluster.namesrv.port", "bindAddress": "(always 127.0.0.1)",
                          "rocketmqHome": "(the run directory)",
@@ -42,6 +45,8 @@ PLATFORM_CONTROLLER_KEYS = {
 CONTROLLER_MODE_BROKER_KEYS = {"allAckInSyncStateSet", "controllerHeartBeatTimeoutMills", "brokerHeartbeatInterval",
                                "syncBrokerMetadataPeriod", "checkSyncStateSetPeriod", "syncControllerMetadataPeriod",
                                "brokerElectionPriority", "fetchControllerAddrByDnsLookup"}
+# Broker keys read only by a DLedger commit log (MessageStoreConfig): refused on any other group.
+DLEDGER_BROKER_KEYS = {"preferredLeaderId", "enableBatchPush"}
 # Broker keys of a classic group only: a controller-mode replica's role and id are the controllers'.
 CLASSIC_BROKER_KEYS = {"brokerRole": "a controller-mode replica starts as SLAVE and the elected master runs as "
                                      "SYNC_MASTER: drop brokerRole from this group"}

@@ -1,11 +1,12 @@
-"""Which keys belong to which replication mode: classic master/slave groups (the baseline) and
-controller-mode groups (`brokers[].replicas` with `cluster.controllers`). One error line per problem."""
+"""Which keys belong to which replication mode: classic master/slave groups (the baseline),
+controller-mode groups (`brokers[].replicas` with `cluster.controllers`) and DLedger groups
+(`replicas` with `replication: dledger`). One error line per problem."""
 from __future__ import annotations
 
 from typing import Any
 
 from rmqchaos.spec.confkeys import (CLASSIC_BROKER_KEYS, CONTROLLER_KEYS, CONTROLLER_MODE_BROKER_KEYS,
-                                   PLATFORM_CONTROLLER_KEYS, _check_conf)
+                                   DLEDGER_BROKER_KEYS, PLATFORM_CONTROLLER_KEYS, _check_conf)
 from rmqchaos.spec.cluster import Controllers
 from rmqchaos.spec.scenario import Scenario
 
@@ -30,15 +31,17 @@ def controller_errors(s: Scenario) -> Errors:
             if key in b.config:
                 errs.append((("cluster", "brokers", i, "config", key), why))
     for i, b in enumerate(c.brokers):
-        if not b.controller_mode:
-            for key in sorted(CONTROLLER_MODE_BROKER_KEYS & set(b.config)):
-                errs.append((("cluster", "brokers", i, "config", key),
-                             f"{key} applies only to a controller-mode group: give {b.name} `replicas:` "
-                             "(and cluster.controllers), or drop the key"))
+        for key in sorted(CONTROLLER_MODE_BROKER_KEYS & set(b.config)) if not b.controller_mode else ():
+            errs.append((("cluster", "brokers", i, "config", key),
+                         f"{key} is a controller-mode key and {b.name} replicates by DLedger (replication: "
+                         "dledger): drop it" if b.dledger else
+                         f"{key} applies only to a controller-mode group: give {b.name} `replicas:` "
+                         "(and cluster.controllers), or drop the key"))
     if not groups:
         for key in sorted(CONTROLLER_MODE_BROKER_KEYS & set(c.broker_defaults.config)):
             errs.append((("cluster", "broker_defaults", "config", key),
-                         f"{key} applies only to a controller-mode group, and no group has `replicas:`"))
+                         f"{key} applies only to a controller-mode group, and no group is one (`replicas:` "
+                         "with replication: controller)"))
     if ctl is not None:
         if not groups:
             errs.append((("cluster", "controllers"), "no broker group uses the controllers: give a group "
@@ -53,6 +56,40 @@ def controller_errors(s: Scenario) -> Errors:
                                                                 "set cluster.namesrv.jvm"))
         errs += _check_conf(ctl.config, CONTROLLER_KEYS, PLATFORM_CONTROLLER_KEYS,
                             ("cluster", "controllers", "config"), "controller")
+    return errs
+
+
+def dledger_errors(s: Scenario) -> Errors:
+    """DLedger groups: enough replicas for a Raft majority, no fixed slave or role, DLedger keys only
+    on them; `replication` only with `replicas`."""
+    c, errs = s.cluster, []
+    for i, b in enumerate(c.brokers):
+        at = ("cluster", "brokers", i)
+        if b.replication is not None and b.replicas is None:
+            errs.append((at + ("replication",), f"replication applies to a replicated group: give {b.name} "
+                                                "`replicas:` (3 or more for dledger), or drop replication"))
+        if not b.dledger:
+            errs += [(at + ("config", k), f"{k} applies only to a DLedger group (replicas with replication: "
+                                          "dledger)") for k in sorted(DLEDGER_BROKER_KEYS & set(b.config))]
+            continue
+        assert b.replicas is not None
+        if b.replicas < 3:
+            errs.append((at + ("replicas",), f"a DLedger group needs at least 3 replicas (got {b.replicas}): Raft "
+                                             "commits on a majority, and only 3 or more keep one with a replica down"))
+        if b.slave is not None:
+            errs.append((at + ("slave",), "a DLedger group (replication: dledger) has no fixed slave: drop slave"))
+        if "brokerRole" in b.config:
+            errs.append((at + ("config", "brokerRole"), "a DLedger replica's role is DLedger's (its leader runs as "
+                                                        "SYNC_MASTER, the others as SLAVE): drop brokerRole"))
+        peer = b.config.get("preferredLeaderId")
+        if peer is not None and peer not in [f"n{r}" for r in range(b.replicas)]:
+            errs.append((at + ("config", "preferredLeaderId"), f"preferredLeaderId names a replica: n0..n{b.replicas - 1} "
+                                                               f"(replica r is n<r>), got {peer!r}"))
+        if c.backend != "local":
+            errs.append((at + ("replication",), "a DLedger group runs on the local backend only (so far)"))
+    if not any(b.dledger for b in c.brokers):
+        errs += [(("cluster", "broker_defaults", "config", k), f"{k} applies only to a DLedger group, and no group "
+                                                               "is one") for k in sorted(DLEDGER_BROKER_KEYS & set(c.broker_defaults.config))]
     return errs
 
 
