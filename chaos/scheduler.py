@@ -144,7 +144,8 @@ class FaultScheduler(threading.Thread):
         if target != f.target:
             f = f.model_copy(update={"target": target})
         start = now_ms()
-        say(f"fault {fid}: {f.kind}" + (f" {f.target}" if f.target else "") + (f" ({rec['role']})" if "role" in rec else ""))
+        say(f"fault {fid}: {f.kind}" + (f" {f.target}" if f.target else "")
+            + (f" ({rec['role']})" if "role" in rec else ""))
         h: FaultKind = k(self.ctx, f, params, fid)
         try:
             h.start()  # a start that fails undoes its own partial work (e.g. oom_kill lifts the limit)
@@ -153,7 +154,8 @@ class FaultScheduler(threading.Thread):
             finally:  # a fault that started is undone even when a tick failed
                 ev = h.stop()
         except Exception as e:  # noqa: BLE001 - recorded, then fails the stage
-            self._failed(fid, f, rec, start, {"error": e.line() if isinstance(e, UserError) else f"{type(e).__name__}: {e}"})
+            why = e.line() if isinstance(e, UserError) else f"{type(e).__name__}: {e}"
+            self._failed(fid, f, rec, start, {"error": why})
             return
         self._record(f.target or "cluster", start, "ok", rec, ev)
 

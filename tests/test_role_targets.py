@@ -259,9 +259,10 @@ def test_a_partition_side_named_by_role_is_cut_at_its_holder_when_it_starts() ->
                     "[controller-leader, 'broker-a-1']]}\n")
     c = Answers(s)
     c.state, c.leader = {"broker-a": group(A[0])}, CONTROLLERS[1]
-    p = Partition(FaultContext(None, c, threading.Event()), s.faults[0], Partition.Params.model_validate(  # type: ignore[arg-type]
-        s.faults[0].params), "cut")
+    params = Partition.Params.model_validate(s.faults[0].params)
+    p = Partition(FaultContext(None, c, threading.Event()), s.faults[0], params, "cut")  # type: ignore[arg-type]
     assert p.resolved(s.faults[0].params["groups"]) == [["broker-a-0"], ["controller-1", "broker-a-1"]]
     c.state = {"broker-a": group(A[1])}  # now the master is named on the other side too
-    with pytest.raises(FaultError, match="partition cut: master-of:broker-a is broker-a-1 now, which is also in group 1"):
+    with pytest.raises(FaultError, match="partition cut: master-of:broker-a is broker-a-1 now, which is also in "
+                                         "group 1"):
         p.resolved(s.faults[0].params["groups"])

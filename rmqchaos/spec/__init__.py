@@ -31,5 +31,5 @@ __all__ = ["CONTROLLER_LEADER", "MASTER_OF", "ConfValue", "Duration", "FaultTarg
            "Broker", "BrokerDefaults", "Cluster", "Controllers", "Jvm", "Namesrv", "Proxy", "Slave",
            "Checks", "ConsumerInstance", "Consumers", "Fault", "FaultKindSpec", "Load", "Policy", "Repeat", "RetryOn",
            "Scenario", "WitnessCheck", "SpecError", "PLATFORM_BROKER_KEYS", "PLATFORM_NAMESRV_KEYS", "config_keys",
-           "fault_errors", "role_error", "semantic_errors", "MAX_DEPTH", "MAX_EXTENDS", "MAX_NODES", "dump_scenario", "load_scenario",
-           "parse_scenario", "read_text"]
+           "fault_errors", "role_error", "semantic_errors", "MAX_DEPTH", "MAX_EXTENDS", "MAX_NODES", "dump_scenario",
+           "load_scenario", "parse_scenario", "read_text"]

@@ -22,8 +22,8 @@ def role_error(s: Scenario, target: str) -> str | None:
         return None if group in groups else f"no broker group {group!r} in this cluster; groups: {', '.join(groups)}"
     ctl = s.cluster.controllers
     if target == CONTROLLER_LEADER and (ctl is None or ctl.mode != "standalone"):
-        return (f"{CONTROLLER_LEADER} needs standalone controllers (cluster.controllers with mode: standalone); "
-                + ("this cluster has none" if ctl is None else "an embedded controller lives in namesrv: target namesrv"))
+        why = "this cluster has none" if ctl is None else "an embedded controller lives in namesrv: target namesrv"
+        return f"{CONTROLLER_LEADER} needs standalone controllers (cluster.controllers with mode: standalone); {why}"
     return None
 
 

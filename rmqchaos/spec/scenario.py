@@ -120,7 +120,8 @@ class Fault(BaseModel):
     model_config = ConfigDict(extra="allow", validate_default=True)
     id: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,40}$")] | None = None  # default <kind>-<target>-<n>
     kind: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,40}$")]
-    target: FaultTarget | None = None  # a node or a role (master-of:<group>, controller-leader); none for admin-level kinds
+    # a node, or a role resolved when it fires (master-of:<group>, controller-leader); none for admin-level kinds
+    target: FaultTarget | None = None
     at: NonNegDuration
     restart_after: Duration | None = None  # kinds that end a node: restart it this long after
     repeat: Repeat | None = None
