@@ -31,6 +31,11 @@ def node_at(plans: Iterable[NodePlan], addr: str | None, group: str | None = Non
     return None
 
 
+def controller_mode(plans: Iterable[NodePlan], group: str) -> bool:
+    """Whether the controllers elect `group`'s master (its brokers run with enableControllerMode)."""
+    return any(p.conf.get("enableControllerMode") is True for p in plans if p.broker_name == group and p.is_broker)
+
+
 def holder(c: ClusterBackend, role: str) -> tuple[str | None, str]:
     """(the node that holds `role` now or None, what was seen: the failure line's words)."""
     group = role_group(role)
@@ -38,7 +43,7 @@ def holder(c: ClusterBackend, role: str) -> tuple[str | None, str]:
         if group is None:
             addr = c.controller_leader()
             return node_at(c.plans.values(), addr), "no controller answers as the Raft leader"
-        if group in c.controller_groups():
+        if controller_mode(c.plans.values(), group):
             st = c.sync_state().get(group)
             addr = st.master_addr if st else None
             seen = f"the controllers name no master of {group}" + (f" (epoch {st.master_epoch})" if st else "")
