@@ -266,3 +266,15 @@ def test_a_partition_side_named_by_role_is_cut_at_its_holder_when_it_starts() ->
     with pytest.raises(FaultError, match="partition cut: master-of:broker-a is broker-a-1 now, which is also in "
                                          "group 1"):
         p.resolved(s.faults[0].params["groups"])
+
+
+def test_the_verdict_names_the_node_hit_and_the_role_it_held_and_not_the_restart_after_it() -> None:
+    from analysis.verdict import faults_phrase
+    ev = [{"kind": "fault", "outcome": "ok", "target": "broker-a-1",
+           "params": {"fault_kind": "kill", "role": "master-of:broker-a"}},
+          {"kind": "fault", "outcome": "ok", "target": "broker-a-1",
+           "params": {"fault_kind": "restart", "follows": "kill-master-of-broker-a"}},
+          {"kind": "fault", "outcome": "ok", "target": "controller-2",
+           "params": {"fault_kind": "kill", "role": "controller-leader"}}]
+    assert faults_phrase({"events": ev}) == ("one SIGKILL of broker-a-1 (master-of:broker-a) and one SIGKILL of "
+                                             "controller-2 (controller-leader)")
