@@ -36,13 +36,15 @@ def faults_phrase(s: dict[str, Any], intent: bool = True) -> str:
             ev = (e.get("params") or {}).get("evidence") or {}
             if k[0] == "link" and ev.get("from"):  # named by its ends: 'producers -> broker-a'
                 k = (k[0], f"{ev['from']} -> {ev['to']}")
+            if (e.get("params") or {}).get("role"):  # the node hit and the role it held when hit
+                k = (k[0], f"{k[1]} ({e['params']['role']})")
             seen[k] = seen.get(k, 0) + 1
     short: dict[tuple[str, str], float | None] = {}
     for x in noise_intents(s) if intent else []:
         if x["intent"].get("short"):
             k, got = (x["fault_kind"], x["target"]), reached_pct(x["intent"])
             short[k] = got if k not in short else min((v for v in (short[k], got) if v is not None), default=None)
-    killed = {t for k, t in seen if k in ("oom_kill", "jvm_oom", "kill")}
+    killed = {t.split(" (")[0] for k, t in seen if k in ("oom_kill", "jvm_oom", "kill")}
 
     def part(k: str, t: str, n: int) -> str:
         one, many = FAULT_WORDS.get(k, (k, k + "s"))

@@ -55,6 +55,7 @@ class FaultKind(ABC):
     Params: ClassVar[type[BaseModel]] = NoParams
     target: ClassVar[str] = "node"  # node | broker | none
     ends_node: ClassVar[bool] = False  # its occurrences end the node: `restart_after` is allowed
+    roles: ClassVar[bool] = False  # `target:` may be a role (master-of:<group>, controller-leader): chaos/targets.py
     tick_s: ClassVar[float | None] = None  # a lasting fault that must follow the node: `tick` this often
 
     def __init__(self, ctx: FaultContext, fault: Fault, params: BaseModel, occurrence: str = "") -> None:
@@ -89,6 +90,7 @@ class FaultKind(ABC):
     # ------------------------------------------------------------ helpers for kinds
     @property
     def node(self) -> Node:
+        """The target node (a role target is resolved before the occurrence is built: chaos/scheduler.py)."""
         assert self.fault.target is not None
         return self.ctx.cluster.node(self.fault.target)
 

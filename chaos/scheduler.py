@@ -5,6 +5,10 @@ occurrence runs on its own worker (at most MAX_CONCURRENT at once), so a long pa
 back the next fault: wait until its time, `start`, wait its `span` (or until the load ends), `stop`.
 Each is recorded as a `fault` event: fault id, kind, target, parameters, start and end ms, outcome
 and evidence. A fault that cannot be applied is recorded as failed and fails the stage.
+
+A role target (`master-of:<group>`, `controller-leader`) is resolved when its occurrence fires
+(chaos/targets.py): the event's target is the node hit, its `role` what was asked; the restart of a
+`restart_after` follows its kill's node (`follows`), not the role's holder at restart time.
 """
 from __future__ import annotations
 
@@ -16,13 +20,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 from chaos.kinds import registry
-from chaos.protocol import FaultContext, FaultKind
+from chaos.protocol import FaultContext, FaultError, FaultKind
+from chaos.targets import resolve
 from cluster.backend import ClusterBackend
 from rmqchaos.errors import UserError
 from rmqchaos.procs import now_ms
 from rmqchaos.progress import say
 from rmqchaos.rundir import RunDir
-from rmqchaos.spec import Fault
+from rmqchaos.spec import Fault, is_role
 
 MAX_CONCURRENT = 16
 
@@ -31,6 +36,7 @@ class Occurrence(NamedTuple):
     at: float  # seconds after the load's start
     fault_id: str
     fault: Fault
+    follows: str | None = None  # a `restart_after` restart: the kill occurrence whose node it restarts
 
 
 def occurrences(faults: list[Fault]) -> list[Occurrence]:
@@ -38,7 +44,7 @@ def occurrences(faults: list[Fault]) -> list[Occurrence]:
     out: list[Occurrence] = []
     counts: dict[str, int] = {}
     for f in faults:
-        base = f.id or (f"{f.kind}-{f.target}" if f.target else f.kind)
+        base = f.id or (f"{f.kind}-{f.target.replace(':', '-')}" if f.target else f.kind)
         counts[base] = counts.get(base, 0) + 1
         fid = f.id or (base if counts[base] == 1 else f"{base}-{counts[base]}")
         times = [f.at + k * f.repeat.every for k in range(f.repeat.times)] if f.repeat else [f.at]
@@ -47,7 +53,7 @@ def occurrences(faults: list[Fault]) -> list[Occurrence]:
             out.append(Occurrence(t, one, f))
             if f.restart_after is not None:
                 out.append(Occurrence(t + f.restart_after, f"{one}-restart",
-                                      Fault(kind="restart", target=f.target, at=t + f.restart_after)))
+                                      Fault(kind="restart", target=f.target, at=t + f.restart_after), one))
     return sorted(out, key=lambda o: o.at)
 
 
@@ -59,6 +65,9 @@ class FaultScheduler(threading.Thread):
         self.errors: list[str] = []
         self.results: list[dict[str, Any]] = []
         self._lock = threading.Lock()
+        # the node each occurrence acted on (None: it resolved none), set once known; what a follower waits for
+        self._hit: dict[str, str | None] = {}
+        self._known = {o.follows: threading.Event() for o in self.plan if o.follows}
 
     def stop(self) -> None:
         """The load has ended: occurrences not yet due are not applied, long-lived ones stop now."""
@@ -89,15 +98,54 @@ class FaultScheduler(threading.Thread):
                 pool.submit(self._one, t0, occ)
 
     def _one(self, t0: float, occ: Occurrence) -> None:
+        try:
+            self._fire(t0, occ)
+        except Exception as e:  # noqa: BLE001 - a worker's exception would vanish in its future
+            self._error(f"fault {occ.fault_id}: the scheduler failed: {type(e).__name__}: {e}")
+        finally:  # a follower never waits on an occurrence that ended without a node
+            if occ.fault_id in self._known:
+                self._hit.setdefault(occ.fault_id, None)
+                self._known[occ.fault_id].set()
+
+    def _node_for(self, occ: Occurrence, rec: dict[str, Any]) -> str | None:
+        """The node this occurrence acts on, resolved now (None: a cluster-level kind); FaultError if none."""
+        f = occ.fault
+        if occ.follows is not None:
+            self._known[occ.follows].wait()
+            node = self._hit.get(occ.follows)
+            rec["follows"] = occ.follows
+            if node is None:
+                raise FaultError(f"{occ.follows} hit no node: nothing to restart")
+        elif f.target is not None and is_role(f.target):
+            rec["role"] = f.target
+            t = time.monotonic()
+            node = resolve(self.ctx.cluster, f.target, self.ctx.halt)
+            rec["resolve_s"] = round(time.monotonic() - t, 3)
+        else:
+            node = f.target
+        if occ.fault_id in self._known:
+            self._hit[occ.fault_id] = node
+            self._known[occ.fault_id].set()
+        return node
+
+    def _fire(self, t0: float, occ: Occurrence) -> None:
         f, fid = occ.fault, occ.fault_id
         if self.ctx.halt.wait(max(0.0, t0 + occ.at - time.time())):
             self._error(f"fault {fid} not applied: the load ended first")
             return
         k = registry()[f.kind]
         params = k.Params.model_validate(f.params)
-        start = now_ms()
-        say(f"fault {fid}: {f.kind}" + (f" {f.target}" if f.target else ""))
         rec: dict[str, Any] = {"fault_id": fid, "fault_kind": f.kind, "at_s": occ.at, **params.model_dump(mode="json")}
+        try:
+            target = self._node_for(occ, rec)
+        except FaultError as e:  # recorded under the role asked for: no node was hit
+            self._failed(fid, f, rec, now_ms(), {"error": e.line()})
+            return
+        if target != f.target:
+            f = f.model_copy(update={"target": target})
+        start = now_ms()
+        say(f"fault {fid}: {f.kind}" + (f" {f.target}" if f.target else "")
+            + (f" ({rec['role']})" if "role" in rec else ""))
         h: FaultKind = k(self.ctx, f, params, fid)
         try:
             h.start()  # a start that fails undoes its own partial work (e.g. oom_kill lifts the limit)
@@ -105,14 +153,21 @@ class FaultScheduler(threading.Thread):
                 self._hold(h, start / 1000 + k.span(params), k.tick_s)
             finally:  # a fault that started is undone even when a tick failed
                 ev = h.stop()
-            outcome = "ok"
         except Exception as e:  # noqa: BLE001 - recorded, then fails the stage
-            ev, outcome = {"error": e.line() if isinstance(e, UserError) else f"{type(e).__name__}: {e}"}, "failed"
-            self._error(f"fault {fid} ({f.kind} {f.target or ''}) failed: {ev['error']}")
-        self.rd.event("fault", f.target or "cluster", start, now_ms(), outcome, **rec, evidence=ev)
+            why = e.line() if isinstance(e, UserError) else f"{type(e).__name__}: {e}"
+            self._failed(fid, f, rec, start, {"error": why})
+            return
+        self._record(f.target or "cluster", start, "ok", rec, ev)
+
+    def _failed(self, fid: str, f: Fault, rec: dict[str, Any], start: int, ev: dict[str, Any]) -> None:
+        self._error(f"fault {fid} ({f.kind} {f.target or ''}) failed: {ev['error']}")
+        self._record(f.target or "cluster", start, "failed", rec, ev)
+
+    def _record(self, target: str, start: int, outcome: str, rec: dict[str, Any], ev: dict[str, Any]) -> None:
+        self.rd.event("fault", target, start, now_ms(), outcome, **rec, evidence=ev)
         with self._lock:
             self.results.append({**rec, "outcome": outcome, "evidence": ev})
-        say(f"fault {fid}: {outcome} {json.dumps(ev)[:200]}")
+        say(f"fault {rec['fault_id']}: {outcome} {json.dumps(ev)[:200]}")
 
     def _hold(self, h: FaultKind, end: float, tick_s: float | None) -> None:
         """Until `end` (inf: until the load ends), ticking `h` every tick_s if it declares one."""

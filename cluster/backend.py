@@ -24,7 +24,7 @@ from rmqchaos.procs import starttime, stop as stop_pid
 from rmqchaos.rundir import RunDir
 from rmqchaos.spec import Scenario
 from rmqchaos.wait import poll_until
-from rmqclient.admin import AdminClient, RemotingError, ReplicaGroup, sync_state
+from rmqclient.admin import AdminClient, RemotingError, ReplicaGroup, controller_leader, sync_state
 
 
 @dataclass
@@ -276,6 +276,11 @@ class ClusterBackend(ABC):
     def sync_state(self, timeout: float = 2.0) -> dict[str, ReplicaGroup]:
         """Each controller-mode group's master, epoch and SyncStateSet, from the controller leader."""
         return sync_state(controller_addrs(self.scenario), list(self.controller_groups()), timeout)
+
+    def controller_leader(self, timeout: float = 2.0) -> str | None:
+        """The address of the controller that is the Raft leader now (None mid-election; RemotingError
+        when no controller answers)."""
+        return controller_leader(controller_addrs(self.scenario), timeout)
 
     def replicated(self) -> dict[str, str]:
         """Replicated groups not yet in steady state -> what they lack. Controller mode: a master

@@ -15,7 +15,7 @@ from typing import Callable
 from cluster.plan import addresses, plan
 from cluster.toxiproxy import measure_rtt
 from rmqchaos.errors import UserError
-from rmqchaos.spec import Scenario
+from rmqchaos.spec import Scenario, is_role, role_group
 from rmqclient.frame import Frame, encode_frame
 
 #: a request code no RocketMQ server handles: every remoting server (namesrv, broker, proxy) answers
@@ -25,11 +25,21 @@ PROBE_REQUEST = encode_frame(Frame(code=PROBE_CODE, opaque=1))
 PROBE_TIMEOUT_S = 0.5  # the monitor's: a cut link costs at most this for the connect and again for the answer
 
 
+def role_candidates(s: Scenario, role: str) -> list[str]:
+    """The nodes that may hold a role when it is resolved (chaos/targets.py): every node of the
+    broker group of `master-of:<group>`, every standalone controller for `controller-leader`."""
+    group = role_group(role)
+    return [p.name for p in plan(s) if (p.broker_name == group if group is not None else p.role == "controller")]
+
+
 def named_endpoints(s: Scenario, member: str) -> list[tuple[str, str, list[int]]]:
     """(process name, address, listening ports) of each process a member names ([] for an unknown
-    name): a node is itself, `consumers` every consumer instance (`consumer-<id>`)."""
+    name): a node is itself, `consumers` every consumer instance (`consumer-<id>`), a role every
+    node that may hold it."""
     at = addresses(s)
     ports = {p.name: p.ports for p in plan(s)}
+    if is_role(member):
+        return [(n, at[n], ports[n]) for n in role_candidates(s, member)]
     if member in ports:
         return [(member, at[member], ports[member])]
     if member == "consumers":

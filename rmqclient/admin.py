@@ -31,6 +31,7 @@ GET_ALL_TOPIC_CONFIG = 21  # the broker's topicConfigTable (TopicConfigSerialize
 GET_ALL_SUBSCRIPTIONGROUP_CONFIG = 201  # the broker's subscriptionGroupTable
 HEART_BEAT = 34  # a client's heartbeat: its consumer groups (HeartbeatData as JSON)
 GET_BROKER_RUNTIME_INFO = 28  # KVTable: the broker's runtime stats (scheduleMessageOffset_<level> among them)
+CONTROLLER_GET_METADATA_INFO = 1005  # a controller's Raft view (GetMetaDataResponseHeader); any controller answers
 CONTROLLER_GET_SYNC_STATE_DATA = 1006  # a controller's view of broker groups (as `mqadmin getSyncStateSet`)
 CONTROLLER_NOT_LEADER = 2007  # a controller that is not the Raft leader answers this
 QUERY_NOT_FOUND = 22
@@ -86,6 +87,46 @@ def sync_state(controllers: list[str], groups: list[str], timeout: float = 3.0,
                                      sorted(x.get("brokerAddress", "") for x in r.get("notInSyncReplicas") or []))
         return out
     raise last or RemotingError("no controller to ask")
+
+
+@dataclass(frozen=True)
+class ControllerMeta:
+    """One controller's view of the controllers' Raft group (GetMetaDataResponseHeader, 5.5.0:
+    group, controllerLeaderId, controllerLeaderAddress, isLeader, peers)."""
+    addr: str  # the controller asked
+    is_leader: bool  # it is the leader itself
+    leader_id: str | None  # e.g. n1; None while it knows no leader (mid-election)
+    leader_addr: str | None  # the leader's DLedger peer address: its listen address here
+    peers: str
+
+
+def controller_metadata(addr: str, timeout: float = 2.0, source: str | None = None) -> ControllerMeta:
+    """CONTROLLER_GET_METADATA_INFO on one controller (as `mqadmin getControllerMetaData`)."""
+    with Connection(addr, timeout, source) as c:
+        resp = c.request(CONTROLLER_GET_METADATA_INFO)
+    _check(resp, f"CONTROLLER_GET_METADATA_INFO on {addr}")
+    e = resp.ext
+    return ControllerMeta(addr, e.get("isLeader", "").lower() == "true", e.get("controllerLeaderId") or None,
+                          e.get("controllerLeaderAddress") or None, e.get("peers") or "")
+
+
+def controller_leader(controllers: list[str], timeout: float = 2.0) -> str | None:
+    """The address of the controller that answers as the Raft leader itself (each asked in turn);
+    None while none does (mid-election). RemotingError when no controller answers at all."""
+    last: RemotingError | None = None
+    answered = False
+    for addr in controllers:
+        try:
+            meta = controller_metadata(addr, timeout)
+        except RemotingError as e:
+            last = e
+            continue
+        answered = True
+        if meta.is_leader:
+            return addr
+    if not answered:
+        raise last or RemotingError("no controller to ask")
+    return None
 
 
 def _split_addr(addr: str) -> tuple[str, int]:

@@ -1,8 +1,10 @@
 """Controller mode (issue 36, first step): the spec's controller-mode topology and its validation
 (pure logic, fast), and one real cluster: three standalone controllers and a group of three replicas
-elect a new master when the master is killed.
+elect a new master when the master is killed, by faults on a role (`master-of:broker-a`,
+`controller-leader`: tests/test_role_targets.py has their pure logic).
 
-Subnet 127.0.60.0/24, ports 26876..26932: no other test uses them."""
+The fast tests' scenario: subnet 127.0.60.0/24, ports 26876..26932; the real cluster's: subnet
+127.0.61.0/24, ports 27076..27120. No other test uses them."""
 from __future__ import annotations
 
 import time
@@ -186,45 +188,90 @@ def _route_master(c, group: str) -> str | None:
     return None
 
 
-def test_killing_the_master_of_a_controller_mode_group_elects_another_replica(tmp_path: Path) -> None:
-    """3 standalone controllers + broker-a as 3 replicas: after kill -9 of the master, namesrv routes
-    broker-a to another replica, elected by the controllers (a higher epoch); `down` ends every node."""
+def test_a_kill_of_the_master_of_a_group_and_of_the_controller_leader_hits_the_holders_of_the_time(
+        tmp_path: Path) -> None:
+    """3 standalone controllers + broker-a as 3 replicas, the faults run by the FaultScheduler:
+    `kill master-of:broker-a` (+ restart_after) kills the elected master; the controllers elect
+    another replica (a higher epoch, routed by namesrv); the restart brings back the node that was
+    killed (a new pid, registered again, not master). Then `kill controller-leader` kills the Raft
+    leader, and another controller leads. `down` ends every node. Subnet 127.0.61.0/24, ports
+    27076..27120."""
+    import json
+
     import yaml
 
+    from chaos.scheduler import FaultScheduler
     from conftest import _start
     from pipeline import down
     from rmqchaos.procs import alive
+    from rmqchaos.wait import poll_until
 
     d = yaml.safe_load(CTL)
-    d["cluster"]["brokers"] = [{"name": "broker-a", "port": 26911, "replicas": 3}]
-    d["cluster"]["controllers"]["jvm"] = {"heap_mb": 128, "options": ["-XX:TieredStopAtLevel=1"]}
-    d["cluster"]["broker_defaults"] = {"jvm": {"heap_mb": 256, "max_direct_memory_mb": 256},
-                                       "config": {"allAckInSyncStateSet": True}}
-    d["cluster"].update({"ready_timeout": "60s", "stop_timeout": "3s"})
+    d["cluster"].update({"subnet": "127.0.61.0/24", "namesrv": {"port": 27076}, "ready_timeout": "60s",
+                         "stop_timeout": "3s",
+                         "controllers": {"count": 3, "port": 27078,
+                                         "jvm": {"heap_mb": 128, "options": ["-XX:TieredStopAtLevel=1"]}},
+                         "brokers": [{"name": "broker-a", "port": 27111, "replicas": 3}],
+                         "broker_defaults": {"jvm": {"heap_mb": 256, "max_direct_memory_mb": 256},
+                                             "config": {"allAckInSyncStateSet": True}}})
+    d["load"] = {"duration": "120s"}  # faults run on a load's clock; the test starts that clock itself
+    d["faults"] = [{"id": "kill-master", "kind": "kill", "target": "master-of:broker-a", "at": "0s",
+                    "restart_after": "3s"},
+                   {"id": "kill-leader", "kind": "kill", "target": "controller-leader", "at": "0s"}]
     t0 = time.monotonic()
     run, c = _start(tmp_path, d)
+
+    def faults(*fs) -> dict[str, dict]:  # run `fs` on a load clock that starts now; their events by id
+        sched = FaultScheduler(run, c, list(fs))
+        run.load_dir.mkdir(exist_ok=True)
+        run.load_started_file.write_text(json.dumps({"start_s": time.time()}))
+        sched.start()
+        sched.join(90)
+        assert not sched.is_alive()
+        sched.check()
+        return {e["params"]["fault_id"]: e for e in run.timeline() if e["kind"] == "fault"}
+
     try:
         up_s = time.monotonic() - t0
         replicas = {p.addr: p.name for p in c.controller_groups()["broker-a"]}
         before = c.sync_state()["broker-a"]
         assert before.master_addr in replicas and set(before.in_sync) == set(replicas)  # the steady state
-        old = _route_master(c, "broker-a")
-        assert old == before.master_addr
+        assert _route_master(c, "broker-a") == before.master_addr
+        master = replicas[before.master_addr]
+        old_pid = c.node(master).pid
         t_kill = time.monotonic()
-        c.node(replicas[old]).kill()  # SIGKILL, as `rmqchaos cluster kill <node>`
-        new = None
-        while time.monotonic() - t_kill < 30:
-            new = _route_master(c, "broker-a")
-            if new and new != old:
-                break
-            time.sleep(0.2)
-        switch_s = time.monotonic() - t_kill
-        assert new and new != old, f"no new master of broker-a in namesrv's route {switch_s:.1f}s after the kill"
-        assert new in replicas
+        ev = faults(run.scenario().faults[0])
+        kill, restart = ev["kill-master"], ev["kill-master-restart"]
+        # the kill hit the master of its time; the restart brought that node back, not the new master
+        assert (kill["target"], kill["params"]["role"], kill["outcome"]) == (master, "master-of:broker-a", "ok")
+        assert kill["params"]["evidence"]["pid"] == old_pid
+        assert (restart["target"], restart["params"]["follows"], restart["outcome"]) == (master, "kill-master", "ok")
+        assert restart["params"]["evidence"]["pid"] not in (None, old_pid)
+        assert c.node(master).pid == restart["params"]["evidence"]["pid"]
         after = c.sync_state()["broker-a"]
-        assert after.master_addr == new and after.master_epoch > before.master_epoch
-        print(f"up {up_s:.1f}s; master {old} killed; new master {new} (epoch {before.master_epoch} -> "
-              f"{after.master_epoch}) in namesrv's route {switch_s:.1f}s after the kill")
+        new = after.master_addr
+        assert new in replicas and new != before.master_addr and after.master_epoch > before.master_epoch
+        assert _route_master(c, "broker-a") == new  # namesrv routes the group to the elected replica
+        reg = c.registered() or {}
+        assert c.plans[master].listed_in(reg) and reg["broker-a"].get(0) == new  # rejoined, as a slave
+        kill_s = time.monotonic() - t_kill
+
+        leader = c.controller_leader()
+        controllers = {p.addr: p.name for p in c.plans.values() if p.role == "controller"}
+        assert leader in controllers
+        ev = faults(run.scenario().faults[1])
+        hit = ev["kill-leader"]
+        assert (hit["target"], hit["params"]["role"], hit["outcome"]) == (controllers[leader], "controller-leader",
+                                                                          "ok")
+        assert c.node(controllers[leader]).pid is None
+        def other() -> str | None:
+            now = c.controller_leader()
+            return now if now != leader else None
+        moved = poll_until(other, 30, "another controller to lead")
+        assert moved in controllers and moved != leader
+        print(f"up {up_s:.1f}s; master {master} killed, new master {replicas[new]} (epoch {before.master_epoch} -> "
+              f"{after.master_epoch}), {master} restarted and registered, {kill_s:.1f}s; controller leader "
+              f"{controllers[leader]} killed, {controllers[moved]} leads")
     finally:
         procs = [(r.pid, r.starttime) for r in run.processes.starts()]
         down.run(run)

@@ -82,6 +82,6 @@ def test_resend_to_backup_topic_only_on_the_listed_results() -> None:
 def test_fault_schedule_expands_repeats_and_restarts() -> None:
     plan = occurrences([Fault(kind="pause", target="broker-b", at=5, duration=2, repeat={"every": 10, "times": 3}),
                         Fault(id="oom", kind="oom_kill", target="broker-a", at=12, restart_after=4)])
-    assert [(t, fid, f.kind) for t, fid, f in plan] == [
-        (5, "pause-broker-b#1", "pause"), (12, "oom", "oom_kill"), (15, "pause-broker-b#2", "pause"),
-        (16, "oom-restart", "restart"), (25, "pause-broker-b#3", "pause")]
+    assert [(o.at, o.fault_id, o.fault.kind, o.follows) for o in plan] == [
+        (5, "pause-broker-b#1", "pause", None), (12, "oom", "oom_kill", None), (15, "pause-broker-b#2", "pause", None),
+        (16, "oom-restart", "restart", "oom"), (25, "pause-broker-b#3", "pause", None)]

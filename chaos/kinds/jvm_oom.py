@@ -9,7 +9,7 @@ from typing import Any
 
 from chaos.protocol import FaultError, FaultKind, register
 from cluster.jvm import jvm_command, platform_jar
-from rmqchaos.spec import Fault, Scenario
+from rmqchaos.spec import Fault, Scenario, role_group
 
 EXIT_FLAG = "-XX:+ExitOnOutOfMemoryError"
 
@@ -19,17 +19,19 @@ class JvmOom(FaultKind):
     name = "jvm_oom"
     target = "broker"
     ends_node = True
+    roles = True
 
     @classmethod
     def check(cls, params: Any, fault: Fault, scenario: Scenario) -> list[tuple[tuple[Any, ...], str]]:
         if scenario.cluster.backend == "docker":  # the agent jar is a host path the container cannot open
             return [(("kind",), "jvm_oom is not available on the docker backend yet; use oom_kill, or "
                                 "cluster.backend: local")]
-        if fault.target not in [b.name for b in scenario.cluster.brokers]:
+        name = role_group(fault.target or "") or fault.target  # master-of:<group>: the group's jvm
+        if name not in [b.name for b in scenario.cluster.brokers]:
             return []
-        b = scenario.cluster.broker(fault.target)
+        b = scenario.cluster.broker(name)
         if EXIT_FLAG not in (b.jvm or scenario.cluster.broker_defaults.jvm).options:
-            return [(("kind",), f"jvm_oom needs {EXIT_FLAG} in {fault.target}'s jvm.options "
+            return [(("kind",), f"jvm_oom needs {EXIT_FLAG} in {name}'s jvm.options "
                                 "(else the OutOfMemoryError does not end the JVM)")]
         return []
 

@@ -23,6 +23,7 @@ class Kill(FaultKind):
     name = "kill"
     Params = KillParams
     ends_node = True
+    roles = True
 
     def start(self) -> None:
         pid = self.running_pid()

@@ -47,6 +47,7 @@ def dmesg_line(pid: int) -> str | None:
 class OomKill(FaultKind):
     name = "oom_kill"
     ends_node = True
+    roles = True
 
     def start(self) -> None:
         node, timeout = self.node, self.fault.timeout

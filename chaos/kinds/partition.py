@@ -2,7 +2,9 @@
 DROP rules in the run's own chain (cluster/netrules.py), for `duration` or until the load ends.
 
 Members are names, never addresses: a node (namesrv, broker-a, broker-a-s, proxy), `producers`
-(the load), `consumers` (every consumer instance) or `consumer-<id>`. Each has its own loopback
+(the load), `consumers` (every consumer instance) or `consumer-<id>`, or a role (`master-of:<group>`,
+`controller-leader`) resolved to its node when the occurrence starts (chaos/targets.py; the
+evidence's `groups` are the resolved names, `asked` the groups as written). Each has its own loopback
 address in the cluster's subnet (cluster/plan.py `addresses`), so the rules can only name
 127.0.0.0/8. Every rule also names a node's listening port, so another cluster on the same
 addresses (other ports) is untouched: a link between a and b is a's connections to b's listeners
@@ -20,13 +22,14 @@ from typing import Annotated, Any
 from pydantic import Field, StrictBool
 
 from chaos.protocol import FaultError, Lasting, LastingKind, register
+from chaos.targets import resolve
 from cluster import netrules
 from cluster.conns import established
 from cluster.probe import endpoints, members
 from rmqchaos.errors import UserError
-from rmqchaos.spec import Fault, Scenario
+from rmqchaos.spec import Fault, Scenario, is_role, role_error
 
-Member = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,60}$")]
+Member = Annotated[str, Field(pattern=r"^(master-of:)?[A-Za-z][A-Za-z0-9_-]{0,60}$")]
 
 
 class PartitionParams(Lasting):
@@ -75,7 +78,9 @@ class Partition(LastingKind):
         known, errs, seen = members(scenario), [], {}
         for i, g in enumerate(params.groups):
             for k, m in enumerate(g):
-                if m not in known:
+                if is_role(m) and (why := role_error(scenario, m)) is not None:
+                    errs.append((("groups", i, k), why))
+                elif not is_role(m) and m not in known:
                     errs.append((("groups", i, k), f"no node or client {m!r}; members: {', '.join(known)}"))
                 elif m in seen:
                     errs.append((("groups", i, k), f"{m!r} is in groups {seen[m]} and {i}: a member is in one group"))
@@ -88,11 +93,12 @@ class Partition(LastingKind):
     def start(self) -> None:
         p: PartitionParams = self.params  # type: ignore[assignment]
         s = self.ctx.cluster.scenario
+        groups = self.resolved(p.groups)
         # the chain belongs to the cluster's run (registered, so `down` and reaping find it), the
         # rules to this occurrence
         self.rules = netrules.RunRules(self.ctx.cluster.run.run_id)
         self.tag = re.sub(r"[^A-Za-z0-9._-]", "_", self.occurrence)
-        self.want = drops(s, p.groups, p.one_way)
+        self.want = drops(s, groups, p.one_way)
         before = across(self.want, established())
         applied: list[str] = []
         try:
@@ -102,8 +108,24 @@ class Partition(LastingKind):
             self.rules.remove_tag(self.tag)
             raise FaultError(f"partition {self.occurrence}: {e.message}", e.hint) from None
         self.t0 = time.monotonic()
-        self.evidence = {"groups": p.groups, "one_way": p.one_way, "rules": len(applied), "applied": applied,
+        self.evidence = {"groups": groups, "one_way": p.one_way, "rules": len(applied), "applied": applied,
                          "links_at_start": before}
+        if groups != p.groups:
+            self.evidence["asked"] = p.groups
+
+    def resolved(self, groups: list[list[str]]) -> list[list[str]]:
+        """The groups with each role replaced by its node now; FaultError if it names a node that is
+        also in another group (e.g. master-of:broker-a resolved to broker-a-1, named on the other side)."""
+        out = [[resolve(self.ctx.cluster, m, self.ctx.halt) for m in g] for g in groups]
+        seen: dict[str, tuple[int, str]] = {}  # node -> (group, the member that named it)
+        for i, g in enumerate(out):
+            for m, asked in zip(g, groups[i]):
+                j, other = seen.setdefault(m, (i, asked))
+                if j != i:
+                    role, k = (asked, j) if is_role(asked) else (other, i)
+                    raise FaultError(f"partition {self.occurrence}: {role} is {m} now, which is also in group {k}",
+                                     "a member is in one group")
+        return out
 
     def stop(self) -> dict[str, Any]:
         still = across(self.want, established())

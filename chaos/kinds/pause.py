@@ -17,6 +17,7 @@ class PauseParams(Strict):
 class Pause(FaultKind):
     name = "pause"
     Params = PauseParams
+    roles = True
 
     @classmethod
     def span(cls, params: Any) -> float:

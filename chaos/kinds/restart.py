@@ -8,6 +8,7 @@ from chaos.protocol import FaultKind, register
 @register
 class Restart(FaultKind):
     name = "restart"
+    roles = True
 
     def start(self) -> None:
         old = self.node.pid

@@ -15,19 +15,21 @@ Everything public is importable from `rmqchaos.spec`.
 """
 from __future__ import annotations
 
-from rmqchaos.spec.types import ConfValue, Duration, GroupName, NodeName, NonNegDuration, Port, Strict, TopicName
+from rmqchaos.spec.types import (CONTROLLER_LEADER, MASTER_OF, ConfValue, Duration, FaultTarget, GroupName, NodeName,
+                                 NonNegDuration, Port, Strict, TopicName, is_role, role_group)
 from rmqchaos.spec.cluster import Broker, BrokerDefaults, Cluster, Controllers, Jvm, Namesrv, Proxy, Slave
 from rmqchaos.spec.scenario import (Checks, ConsumerInstance, Consumers, Fault, FaultKindSpec, Load, Policy, Repeat,
                                     RetryOn, Scenario, WitnessCheck)
 from rmqchaos.spec.messages import SpecError
 from rmqchaos.spec.confkeys import PLATFORM_BROKER_KEYS, PLATFORM_NAMESRV_KEYS, config_keys
-from rmqchaos.spec.checks import fault_errors, semantic_errors
+from rmqchaos.spec.checks import fault_errors, role_error, semantic_errors
 from rmqchaos.spec.loading import (MAX_DEPTH, MAX_EXTENDS, MAX_NODES, dump_scenario, load_scenario, parse_scenario,
                                    read_text)
 
-__all__ = ["ConfValue", "Duration", "GroupName", "NodeName", "NonNegDuration", "Port", "Strict", "TopicName",
+__all__ = ["CONTROLLER_LEADER", "MASTER_OF", "ConfValue", "Duration", "FaultTarget", "GroupName", "NodeName",
+           "NonNegDuration", "Port", "Strict", "TopicName", "is_role", "role_group",
            "Broker", "BrokerDefaults", "Cluster", "Controllers", "Jvm", "Namesrv", "Proxy", "Slave",
            "Checks", "ConsumerInstance", "Consumers", "Fault", "FaultKindSpec", "Load", "Policy", "Repeat", "RetryOn",
            "Scenario", "WitnessCheck", "SpecError", "PLATFORM_BROKER_KEYS", "PLATFORM_NAMESRV_KEYS", "config_keys",
-           "fault_errors", "semantic_errors", "MAX_DEPTH", "MAX_EXTENDS", "MAX_NODES", "dump_scenario", "load_scenario",
-           "parse_scenario", "read_text"]
+           "fault_errors", "role_error", "semantic_errors", "MAX_DEPTH", "MAX_EXTENDS", "MAX_NODES", "dump_scenario",
+           "load_scenario", "parse_scenario", "read_text"]

@@ -10,6 +10,22 @@ from rmqchaos.spec.confkeys import PLATFORM_BROKER_KEYS, PLATFORM_NAMESRV_KEYS, 
 from rmqchaos.spec.messages import _dotted, _pydantic_message
 from rmqchaos.spec.modes import controller_errors, controller_ports, dledger_errors
 from rmqchaos.spec.scenario import Fault, FaultKindSpec, Scenario
+from rmqchaos.spec.types import CONTROLLER_LEADER, MASTER_OF, is_role, role_group
+
+
+def role_error(s: Scenario, target: str) -> str | None:
+    """Why a role target cannot resolve in this cluster (None: it can). A classic group's master is
+    its one master node; a controller-mode group's is whichever replica the controllers elected."""
+    group = role_group(target)
+    if group is not None:
+        groups = [b.name for b in s.cluster.brokers]
+        return None if group in groups else f"no broker group {group!r} in this cluster; groups: {', '.join(groups)}"
+    ctl = s.cluster.controllers
+    if target == CONTROLLER_LEADER and (ctl is None or ctl.mode != "standalone"):
+        why = "this cluster has none" if ctl is None else "an embedded controller lives in namesrv: target namesrv"
+        return f"{CONTROLLER_LEADER} needs standalone controllers (cluster.controllers with mode: standalone); {why}"
+    return None
+
 
 def fault_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec]) -> list[tuple[tuple[Any, ...], str]]:
     """Each fault against its kind: a known kind, its own parameters (defaults filled in, in place),
@@ -41,6 +57,17 @@ def fault_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec]) -> list[
                 errs.append((("faults", i, "target"), f"a {f.kind} fault acts on the cluster, not on a node: drop target"))
         elif f.target is None:
             errs.append((("faults", i), f"a {f.kind} fault needs `target:` (one of {', '.join(nodes)})"))
+        elif is_role(f.target):
+            if not kind.roles:
+                takers = ", ".join(sorted(k for k, v in fault_kinds.items() if v.roles))
+                errs.append((("faults", i, "target"), f"a {f.kind} fault takes a node's name, not a role; roles "
+                                                      f"({MASTER_OF}<group>, {CONTROLLER_LEADER}) work with {takers} "
+                                                      "and in a partition's groups"))
+            elif kind.target == "broker" and f.target == CONTROLLER_LEADER:
+                errs.append((("faults", i, "target"), f"a {f.kind} fault acts on a broker, and {CONTROLLER_LEADER} "
+                                                      f"is a controller: use {MASTER_OF}<group>"))
+            elif (why := role_error(s, f.target)) is not None:
+                errs.append((("faults", i, "target"), why))
         elif f.target not in (brokers if kind.target == "broker" else nodes):
             allowed = brokers if kind.target == "broker" else nodes
             errs.append((("faults", i, "target"), f"no {'broker' if kind.target == 'broker' else 'node'} "

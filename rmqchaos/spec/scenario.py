@@ -7,7 +7,8 @@ from typing import Annotated, Any, Literal, Protocol
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
 from rmqchaos.spec.cluster import Cluster
-from rmqchaos.spec.types import Duration, GroupName, NodeName, NonNegDuration, Strict, TopicName, _duration
+from rmqchaos.spec.types import (Duration, FaultTarget, GroupName, NodeName, NonNegDuration, Strict, TopicName,
+                                 _duration)
 
 # ---------------------------------------------------------------- checks
 
@@ -119,7 +120,8 @@ class Fault(BaseModel):
     model_config = ConfigDict(extra="allow", validate_default=True)
     id: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,40}$")] | None = None  # default <kind>-<target>-<n>
     kind: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,40}$")]
-    target: NodeName | None = None  # a node; none for admin-level kinds
+    # a node, or a role resolved when it fires (master-of:<group>, controller-leader); none for admin-level kinds
+    target: FaultTarget | None = None
     at: NonNegDuration
     restart_after: Duration | None = None  # kinds that end a node: restart it this long after
     repeat: Repeat | None = None
@@ -136,6 +138,7 @@ class FaultKindSpec(Protocol):
     Params: type[BaseModel]
     target: str  # node | broker | none
     ends_node: bool
+    roles: bool  # `target:` may be a role, resolved when the fault fires
 
     def span(self, params: Any) -> float: ...
 

@@ -31,6 +31,21 @@ Port = Annotated[StrictInt, Field(ge=1024, le=65535)]
 ConfValue = Union[StrictBool, StrictInt, StrictFloat, str]
 NodeName = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,40}$")]
 
+# A fault's target: a node's name, or a role resolved when the fault fires (chaos/targets.py):
+# `master-of:<broker group>` or `controller-leader`.
+MASTER_OF = "master-of:"
+CONTROLLER_LEADER = "controller-leader"
+FaultTarget = Annotated[str, Field(pattern=r"^(master-of:)?[A-Za-z][A-Za-z0-9_-]{0,40}$")]
+
+
+def is_role(target: str | None) -> bool:
+    return target is not None and (target.startswith(MASTER_OF) or target == CONTROLLER_LEADER)
+
+
+def role_group(target: str) -> str | None:
+    """The broker group of `master-of:<group>` (None for any other target)."""
+    return target[len(MASTER_OF):] if target.startswith(MASTER_OF) else None
+
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)

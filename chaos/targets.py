@@ -1,0 +1,81 @@
+"""Role targets: which node is `master-of:<group>` or the `controller-leader` when an occurrence
+fires. Resolved here only, once per occurrence (chaos/scheduler.py for `target:`, the partition kind
+for its groups' members); a kind then acts on that node, and a `restart_after` restarts the node its
+kill resolved to, whoever is master by then.
+
+A controller-mode group's master is the replica the controllers' SyncStateSet data names (the
+leader's view, which the brokers obey); any other group's is the node namesrv lists as brokerId 0
+for it (a classic group's one master, or whichever node a replicated group put there). The
+controller leader is the standalone controller that answers CONTROLLER_GET_METADATA_INFO as the
+Raft leader itself. Mid-election there is none: wait up to RESOLVE_WAIT_S, then fail with one line."""
+from __future__ import annotations
+
+import threading
+from typing import Iterable
+
+from chaos.protocol import FaultError
+from cluster.backend import ClusterBackend
+from cluster.plan import NodePlan
+from rmqchaos.spec import CONTROLLER_LEADER, is_role, role_group
+from rmqchaos.wait import poll_until
+from rmqclient.admin import RemotingError
+
+RESOLVE_WAIT_S = 10.0  # longer than a kill -9 election (~5 s); a SIGSTOP one takes ~15 s and fails here
+
+
+def node_at(plans: Iterable[NodePlan], addr: str | None, group: str | None = None) -> str | None:
+    """The node listening at `addr` (of broker group `group`, or a controller when None)."""
+    for p in plans:
+        if p.addr == addr and (p.broker_name == group if group is not None else p.role == "controller"):
+            return p.name
+    return None
+
+
+def controller_mode(plans: Iterable[NodePlan], group: str) -> bool:
+    """Whether the controllers elect `group`'s master (its brokers run with enableControllerMode)."""
+    return any(p.conf.get("enableControllerMode") is True for p in plans if p.broker_name == group and p.is_broker)
+
+
+def holder(c: ClusterBackend, role: str) -> tuple[str | None, str]:
+    """(the node that holds `role` now or None, what was seen: the failure line's words)."""
+    group = role_group(role)
+    try:
+        if group is None:
+            addr = c.controller_leader()
+            return node_at(c.plans.values(), addr), "no controller answers as the Raft leader"
+        if controller_mode(c.plans.values(), group):
+            st = c.sync_state().get(group)
+            addr = st.master_addr if st else None
+            seen = f"the controllers name no master of {group}" + (f" (epoch {st.master_epoch})" if st else "")
+        else:
+            addr = ((c.registered() or {}).get(group) or {}).get(0)
+            seen = f"namesrv lists no master (brokerId 0) of {group}"
+    except RemotingError as e:
+        return None, f"no answer: {e}"
+    node = node_at(c.plans.values(), addr, group)
+    return node, seen if addr is None or node else f"its master {addr} is no node of this run"
+
+
+def resolve(c: ClusterBackend, target: str, halt: threading.Event | None = None,
+            wait_s: float | None = None) -> str:
+    """The node `target` names now: itself, or the holder of a role, waiting up to `wait_s`
+    (RESOLVE_WAIT_S) while nobody holds it (or until `halt`, the load's end). FaultError if nobody does."""
+    if not is_role(target):
+        return target
+    seen = [""]
+
+    def held() -> str | None:
+        node, seen[0] = holder(c, target)
+        return node
+
+    def gone() -> None:
+        if halt is not None and halt.is_set():
+            raise FaultError(f"{target}: the load ended while waiting for a holder ({seen[0]})")
+
+    wait = RESOLVE_WAIT_S if wait_s is None else wait_s
+    node = poll_until(held, wait, target, interval=0.2, check=gone, raise_on_timeout=False)
+    if node is None:
+        what = "no controller leader" if target == CONTROLLER_LEADER else f"no master of {role_group(target)}"
+        raise FaultError(f"{target} resolves to no node: {what} after waiting {wait:g}s ({seen[0]})",
+                         "an election that takes longer (a paused or cut-off master: ~15 s) needs a later `at`")
+    return node
