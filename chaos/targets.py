@@ -16,7 +16,7 @@ from typing import Iterable
 from chaos.protocol import FaultError
 from cluster.backend import ClusterBackend
 from cluster.plan import NodePlan
-from rmqchaos.spec import CONTROLLER_LEADER, is_role, role_group
+from rmqchaos.spec import CONTROLLER_LEADER, MASTER_OF, SLAVES_OF, is_role, role_group
 from rmqchaos.wait import poll_until
 from rmqclient.admin import RemotingError
 
@@ -79,3 +79,13 @@ def resolve(c: ClusterBackend, target: str, halt: threading.Event | None = None,
         raise FaultError(f"{target} resolves to no node: {what} after waiting {wait:g}s ({seen[0]})",
                          "an election that takes longer (a paused or cut-off master: ~15 s) needs a later `at`")
     return node
+
+
+def resolve_all(c: ClusterBackend, member: str, halt: threading.Event | None = None) -> list[str]:
+    """The nodes a partition member names now: `slaves-of:<group>` is every node of the group but the
+    master `master-of:<group>` resolves to (the same moment's answer); any other member, one node."""
+    if not member.startswith(SLAVES_OF):
+        return [resolve(c, member, halt)]
+    group = role_group(member)
+    master = resolve(c, MASTER_OF + str(group), halt)
+    return [p.name for p in c.plans.values() if p.broker_name == group and p.is_broker and p.name != master]

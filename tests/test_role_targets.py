@@ -278,3 +278,20 @@ def test_the_verdict_names_the_node_hit_and_the_role_it_held_and_not_the_restart
            "params": {"fault_kind": "kill", "role": "controller-leader"}}]
     assert faults_phrase({"events": ev}) == ("one SIGKILL of broker-a-1 (master-of:broker-a) and one SIGKILL of "
                                              "controller-2 (controller-leader)")
+
+
+def test_slaves_of_is_a_partition_member_only_and_resolves_to_every_node_of_the_group_but_its_master() -> None:
+    from chaos.kinds.partition import Partition
+    from chaos.protocol import FaultContext
+    assert err(CTL + "  - {kind: kill, target: 'slaves-of:broker-a', at: 1s}\n") == [
+        "t.yaml:11: faults[0].target: slaves-of:broker-a names several nodes: only a partition's groups take it; "
+        "target one node or master-of:<group>"]
+    # the #7017 shape: the master cut from the controllers and the group's other replicas
+    s = parse(CTL + "  - {kind: partition, at: 1s, duration: 5s, groups: [['master-of:broker-a'], "
+                    "[controller-0, controller-1, controller-2, 'slaves-of:broker-a']]}\n")
+    c = Answers(s)
+    c.state = {"broker-a": group(A[1])}
+    params = Partition.Params.model_validate(s.faults[0].params)
+    p = Partition(FaultContext(None, c, threading.Event()), s.faults[0], params, "isolate")  # type: ignore[arg-type]
+    assert p.resolved(s.faults[0].params["groups"]) == [
+        ["broker-a-1"], ["controller-0", "controller-1", "controller-2", "broker-a-0", "broker-a-2"]]

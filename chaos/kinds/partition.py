@@ -22,14 +22,14 @@ from typing import Annotated, Any
 from pydantic import Field, StrictBool
 
 from chaos.protocol import FaultError, Lasting, LastingKind, register
-from chaos.targets import resolve
+from chaos.targets import resolve_all
 from cluster import netrules
 from cluster.conns import established
 from cluster.probe import endpoints, members
 from rmqchaos.errors import UserError
 from rmqchaos.spec import Fault, Scenario, is_role, role_error
 
-Member = Annotated[str, Field(pattern=r"^(master-of:)?[A-Za-z][A-Za-z0-9_-]{0,60}$")]
+Member = Annotated[str, Field(pattern=r"^(master-of:|slaves-of:)?[A-Za-z][A-Za-z0-9_-]{0,60}$")]
 
 
 class PartitionParams(Lasting):
@@ -116,10 +116,11 @@ class Partition(LastingKind):
     def resolved(self, groups: list[list[str]]) -> list[list[str]]:
         """The groups with each role replaced by its node now; FaultError if it names a node that is
         also in another group (e.g. master-of:broker-a resolved to broker-a-1, named on the other side)."""
-        out = [[resolve(self.ctx.cluster, m, self.ctx.halt) for m in g] for g in groups]
+        named = [[(n, m) for m in g for n in resolve_all(self.ctx.cluster, m, self.ctx.halt)] for g in groups]
+        out = [[n for n, _ in g] for g in named]
         seen: dict[str, tuple[int, str]] = {}  # node -> (group, the member that named it)
-        for i, g in enumerate(out):
-            for m, asked in zip(g, groups[i]):
+        for i, g in enumerate(named):
+            for m, asked in g:
                 j, other = seen.setdefault(m, (i, asked))
                 if j != i:
                     role, k = (asked, j) if is_role(asked) else (other, i)

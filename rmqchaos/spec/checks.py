@@ -10,7 +10,7 @@ from rmqchaos.spec.confkeys import PLATFORM_BROKER_KEYS, PLATFORM_NAMESRV_KEYS, 
 from rmqchaos.spec.messages import _dotted, _pydantic_message
 from rmqchaos.spec.modes import controller_errors, controller_ports, dledger_errors
 from rmqchaos.spec.scenario import Fault, FaultKindSpec, Scenario
-from rmqchaos.spec.types import CONTROLLER_LEADER, MASTER_OF, is_role, role_group
+from rmqchaos.spec.types import CONTROLLER_LEADER, MASTER_OF, SLAVES_OF, is_role, role_group
 
 
 def role_error(s: Scenario, target: str) -> str | None:
@@ -58,7 +58,10 @@ def fault_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec]) -> list[
         elif f.target is None:
             errs.append((("faults", i), f"a {f.kind} fault needs `target:` (one of {', '.join(nodes)})"))
         elif is_role(f.target):
-            if not kind.roles:
+            if f.target.startswith(SLAVES_OF):
+                errs.append((("faults", i, "target"), f"{f.target} names several nodes: only a partition's groups "
+                                                      f"take it; target one node or {MASTER_OF}<group>"))
+            elif not kind.roles:
                 takers = ", ".join(sorted(k for k, v in fault_kinds.items() if v.roles))
                 errs.append((("faults", i, "target"), f"a {f.kind} fault takes a node's name, not a role; roles "
                                                       f"({MASTER_OF}<group>, {CONTROLLER_LEADER}) work with {takers} "

@@ -32,19 +32,24 @@ ConfValue = Union[StrictBool, StrictInt, StrictFloat, str]
 NodeName = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,40}$")]
 
 # A fault's target: a node's name, or a role resolved when the fault fires (chaos/targets.py):
-# `master-of:<broker group>` or `controller-leader`.
+# `master-of:<broker group>` or `controller-leader`; in a partition's groups also
+# `slaves-of:<broker group>` (every other node of the group: several nodes, so no `target:`).
 MASTER_OF = "master-of:"
+SLAVES_OF = "slaves-of:"
 CONTROLLER_LEADER = "controller-leader"
-FaultTarget = Annotated[str, Field(pattern=r"^(master-of:)?[A-Za-z][A-Za-z0-9_-]{0,40}$")]
+FaultTarget = Annotated[str, Field(pattern=r"^(master-of:|slaves-of:)?[A-Za-z][A-Za-z0-9_-]{0,40}$")]
 
 
 def is_role(target: str | None) -> bool:
-    return target is not None and (target.startswith(MASTER_OF) or target == CONTROLLER_LEADER)
+    return target is not None and (target.startswith((MASTER_OF, SLAVES_OF)) or target == CONTROLLER_LEADER)
 
 
 def role_group(target: str) -> str | None:
-    """The broker group of `master-of:<group>` (None for any other target)."""
-    return target[len(MASTER_OF):] if target.startswith(MASTER_OF) else None
+    """The broker group of `master-of:<group>` / `slaves-of:<group>` (None for any other target)."""
+    for prefix in (MASTER_OF, SLAVES_OF):
+        if target.startswith(prefix):
+            return target[len(prefix):]
+    return None
 
 
 class Strict(BaseModel):
