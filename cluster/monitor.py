@@ -24,7 +24,10 @@ route: a broker that left the route is exactly what must still be seen), and nam
   where one side listens, a link fault's from -> to), member names as keys: one PROBE_CODE round trip
   on a fresh connection from the client's own address to the server's remoting port, so the fault's
   iptables rules and proxies apply to it; null when nothing answered within 0.5 s. The probes run
-  concurrently with the rest of the sample, so a cut link does not stretch it.
+  concurrently with the rest of the sample, so a cut link does not stretch it;
+- `groups[broker group]`: its mode, master (elected by the controllers, or namesrv's id 0), master
+  epoch and SyncStateSet (controller mode), the master namesrv routes to, and each replica's own
+  view: up, role, commit-log max offset (cluster/groups.py; asked concurrently with the rest).
 
 A sample that cannot ask something records it as null: the monitor never stops the run.
 """
@@ -39,6 +42,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from cluster.groups import GroupSampler
+from cluster.plan import controller_addrs
 from cluster.probe import fault_links, probe_all
 from cluster.rmqlog import line_ms, log_dir
 from rmqchaos.rundir import RunDir
@@ -133,12 +138,14 @@ class Monitor:
         self.frame_line_ms: int | None = None
         self.links = fault_links(s)  # none without network faults: no probes, no `links` field
         self.pool = ThreadPoolExecutor(min(32, len(self.links)), "probe") if self.links else None
+        self.group_sampler = GroupSampler(self.cluster.plans.values(), controller_addrs(s))
 
     # ------------------------------------------------------------ one sample
     def sample(self) -> dict[str, Any]:
         now = int(time.time() * 1000)
         out: dict[str, Any] = {"ts_ms": now}
         links = probe_all(self.pool, self.links) if self.pool is not None else None
+        groups = self.group_sampler.start()
         reg = self.cluster.registered()
         try:
             out["namesrv"] = {"up": True, "topics": by_type(self.admin.topic_list(), self.own),
@@ -184,6 +191,7 @@ class Monitor:
             brokers[p.name] = b
         out["brokers"] = brokers
         out["backlog"] = merge_backlog(brokers)
+        out["groups"] = groups(reg)
         if links is not None:
             out["links"] = links()
         return out
