@@ -25,6 +25,8 @@ route: a broker that left the route is exactly what must still be seen), and nam
   on a fresh connection from the client's own address to the server's remoting port, so the fault's
   iptables rules and proxies apply to it; null when nothing answered within 0.5 s. The probes run
   concurrently with the rest of the sample, so a cut link does not stretch it;
+- the brokers are asked all at once, each request with a 2 s timeout: a SIGSTOPped broker stretches
+  a sample to about 2 s (a dead one refuses at once);
 - `groups[broker group]`: its mode, master (elected by the controllers, or namesrv's id 0), master
   epoch and SyncStateSet (controller mode), the master namesrv routes to, and each replica's own
   view: up, role, commit-log max offset (cluster/groups.py; asked concurrently with the rest).
@@ -43,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster.groups import GroupSampler
-from cluster.plan import controller_addrs
+from cluster.plan import NodePlan, controller_addrs
 from cluster.probe import fault_links, probe_all
 from cluster.rmqlog import line_ms, log_dir
 from rmqchaos.rundir import RunDir
@@ -122,6 +124,7 @@ class Monitor:
         s = self.cluster.scenario
         self.nodes = [p for p in self.cluster.plans.values() if p.is_broker]
         self.admin = AdminClient(self.cluster.namesrv_addr, timeout=2)
+        self.broker_pool = ThreadPoolExecutor(max(1, min(32, len(self.nodes))), "broker")
         self.load_topics = s.load.topics() if s.load else []
         self.groups: dict[str, list[str]] = {}
         for c in (s.consumers.instances if s.consumers else []):
@@ -159,42 +162,49 @@ class Monitor:
                 self.frames = {"count": self.frames["count"] + 1, "limit": int(m.group(1)),
                                "last_length": int(m.group(2)), "last_ms": self.frame_line_ms}
         out["frame_errors"] = dict(self.frames)
-        brokers: dict[str, Any] = {}
         for p in self.nodes:
             for line in self.reg_tails[p.name].lines():
                 for key, text in (("ok", REG_OK), ("failed", REG_FAILED)):
                     if text in line:
                         self.reg[p.name][key] += 1
                         self.reg[p.name][f"last_{key}_ms"] = line_ms(line)
-            b: dict[str, Any] = {"registered": None if reg is None else p.listed_in(reg),
-                                 "routed": None if routed is None else p.broker_name in routed,
-                                 "registrations": dict(self.reg[p.name])}
-            try:
-                topics = self.admin.topic_configs(p.addr)
-                b.update(up=True, topics=by_type(list(topics), self.own), groups=len(self.admin.group_configs(p.addr)))
-            except RemotingError:
-                b["up"] = False
-                brokers[p.name] = b
-                continue
-            try:  # a question that failed is unknown (null), not a broker that is down
-                runtime = self.admin.runtime_info(p.addr)
-                b["commit_max"] = int(runtime["commitLogMaxOffset"]) if "commitLogMaxOffset" in runtime else None
-            except (RemotingError, ValueError):
-                runtime, b["commit_max"] = None, None
-            if p.role == "master":
-                try:
-                    b["delayed"] = None if runtime is None else delayed(runtime)
-                    b["backlog"] = self._backlog(p.addr, p.broker_name or "", topics)
-                except RemotingError:
-                    b.setdefault("delayed", None)
-                    b["backlog"] = None
-            brokers[p.name] = b
+        # every broker at once: stopped brokers cost the sample one timeout together, not one each.
+        # The 2 s timeout stays: a broker busy rewriting a huge topic table answers slowly and must
+        # count as up (a route outage is a broker namesrv dropped while it answered)
+        asked = {p.name: self.broker_pool.submit(self._broker, p, reg, routed) for p in self.nodes}
+        brokers = {n: f.result() for n, f in asked.items()}
         out["brokers"] = brokers
         out["backlog"] = merge_backlog(brokers)
         out["groups"] = groups(reg)
         if links is not None:
             out["links"] = links()
         return out
+
+    def _broker(self, p: NodePlan, reg: dict[str, dict[int, str]] | None, routed: set[str] | None) -> dict[str, Any]:
+        """One broker's part of the sample, asked of the broker itself."""
+        b: dict[str, Any] = {"registered": None if reg is None else p.listed_in(reg),
+                             "routed": None if routed is None else p.broker_name in routed,
+                             "registrations": dict(self.reg[p.name])}
+        try:
+            topics = self.admin.topic_configs(p.addr)
+            b.update(up=True, topics=by_type(list(topics), self.own), groups=len(self.admin.group_configs(p.addr)))
+        except RemotingError:
+            b["up"] = False
+            return b
+        try:  # a question that failed is unknown (null), not a broker that is down
+            runtime = self.admin.runtime_info(p.addr)
+            b["commit_max"] = int(runtime["commitLogMaxOffset"]) if "commitLogMaxOffset" in runtime else None
+        except (RemotingError, ValueError):
+            runtime, b["commit_max"] = None, None
+        # a classic master, or the replica namesrv lists as id 0 now (controller mode, DLedger)
+        if p.role == "master" or (reg is not None and reg.get(p.broker_name or "", {}).get(0) == p.addr):
+            try:
+                b["delayed"] = None if runtime is None else delayed(runtime)
+                b["backlog"] = self._backlog(p.addr, p.broker_name or "", topics)
+            except RemotingError:
+                b.setdefault("delayed", None)
+                b["backlog"] = None
+        return b
 
     def _backlog(self, addr: str, broker: str, topics: dict[str, dict[str, Any]]) -> dict[str, Any]:
         """Per group on this broker: {"topic|broker|queue": (max offset, committed offset)}, its

@@ -90,7 +90,8 @@ def test_the_monitor_follows_a_controller_mode_failover_in_its_groups(tmp_path: 
     master, its epoch, a SyncStateSet of 3, one replica reporting master and two slave, their offsets
     past the messages sent;
     after kill -9 of the master a later sample names another master at a higher epoch and the dead
-    node down, and samples stay about a second apart."""
+    node down, samples still a second apart; then a SIGSTOPped slave down too, a sample costing
+    no more than one timeout."""
     import yaml
 
     from cluster.plan import READY_TOPIC
@@ -148,11 +149,30 @@ def test_the_monitor_follows_a_controller_mode_failover_in_its_groups(tmp_path: 
         after = m["groups"]["broker-a"]
         print(f"up {up_s:.1f}s; killed {old} (epoch {epoch}); sample at +{m['ts_ms'] - kill_ms} ms:", json.dumps(after))
         assert after["replicas"][after["master"]]["up"] and old not in (after["sync_state_set"] or [old])
-        # a dead node costs the sample nothing: the samples since the kill stay about a second apart
+        # the dead node refuses at once: the samples since the kill stay about a second apart
         ts = [s["ts_ms"] for s in _samples(run.path) if s["ts_ms"] >= kill_ms - 1000]
         gaps = [b - a for a, b in zip(ts, ts[1:])]
-        print("sample gaps after the kill (ms):", gaps)
+        # a stopped node (SIGSTOP: it accepts connections and never answers) is down in its group and
+        # in `brokers`, and costs a sample one timeout (the `brokers` asks' 2 s), not one per ask
+        slave = next(n for n, r in after["replicas"].items() if r["role"] == "slave")
+        c.node(slave).pause()
+        try:
+            stop_ms = int(time.time() * 1000)
+
+            def stopped() -> dict[str, Any] | None:
+                return next((m for m in _samples(run.path) if m["ts_ms"] > stop_ms + 100
+                             and m["groups"]["broker-a"]["replicas"][slave]["up"] is False), None)
+
+            m = poll_until(stopped, 15, f"a sample with the stopped {slave} down")
+            assert m is not None and m["brokers"][slave]["up"] is False
+            poll_until(lambda: sum(s["ts_ms"] > m["ts_ms"] for s in _samples(run.path)) >= 2, 10, "two more samples")
+        finally:
+            c.node(slave).resume()
+        ts = [s["ts_ms"] for s in _samples(run.path) if s["ts_ms"] >= stop_ms]
+        stopped_gaps = [b - a for a, b in zip(ts, ts[1:])]
+        print(f"sample gaps after the kill (ms): {gaps}; while {slave} was stopped: {stopped_gaps}")
         assert gaps and max(gaps) < 1600, gaps
+        assert len(stopped_gaps) >= 2 and max(stopped_gaps) < 2800, stopped_gaps
     finally:
         procs = [(r.pid, r.starttime) for r in run.processes.starts()]
         down.run(run)
