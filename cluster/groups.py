@@ -6,14 +6,14 @@ read by the failover analysis, so keep it as it is):
 - `master`/`master_addr`: controller mode: the master the controllers elected; otherwise the node
   namesrv lists as brokerId 0. `epoch`, `sync_state_set`: the controllers' (controller mode only);
 - `routed_master`: the node namesrv lists as brokerId 0 (what a producer's route takes);
-- `replicas[node]`: `up` (answered GET_BROKER_CONFIG or GET_BROKER_RUNTIME_INFO within
-  ASK_TIMEOUT_S), `role` as the node itself runs (its effective `brokerRole`: the ReplicasManager and
-  DLedger's role handler rewrite it on a switch), `max_offset` (runtime info's commitLogMaxOffset),
-  `confirm_offset` (always null: RocketMQ 5.5.0 exposes the store's confirm offset through no admin
-  request; see docs/broker-evidence.md).
+- `replicas[node]`: `up` (answered GET_BROKER_CONFIG or GET_BROKER_RUNTIME_INFO within the
+  monitor's timeout), `role` as the node itself runs (its effective `brokerRole`: the
+  ReplicasManager and DLedger's role handler rewrite it on a switch), `max_offset` (runtime info's
+  commitLogMaxOffset), `confirm_offset` (always null: RocketMQ 5.5.0 exposes the store's confirm
+  offset through no admin request; see docs/broker-evidence.md).
 
-Every ask has a short timeout and they all run at once beside the rest of the sample, so a dead or
-SIGSTOPped node costs the sample at most one timeout, not one per ask; what did not answer is null.
+The asks all run at once beside the rest of the sample, so a dead node costs the sample nothing and
+a SIGSTOPped one a single timeout, not one per ask; what did not answer is null.
 """
 from __future__ import annotations
 
@@ -23,9 +23,6 @@ from typing import Any, Callable, Iterable
 
 from cluster.plan import NodePlan
 from rmqclient.admin import AdminClient, RemotingError, ReplicaGroup, sync_state
-
-ASK_TIMEOUT_S = 0.8  # per request, all at once: a stopped node must not stretch the 1 s sample
-
 
 @dataclass(frozen=True)
 class GroupPlan:
@@ -90,15 +87,15 @@ def group_record(g: GroupPlan, controllers: dict[str, ReplicaGroup] | None, reg_
     return rec
 
 
-def ask_role(addr: str) -> str | None:
+def ask_role(addr: str, timeout: float) -> str | None:
     """The node's effective brokerRole as master/slave (GET_BROKER_CONFIG); raises RemotingError."""
-    return role_of(AdminClient("", ASK_TIMEOUT_S).broker_config(addr).get("brokerRole"))
+    return role_of(AdminClient("", timeout).broker_config(addr).get("brokerRole"))
 
 
-def ask_max_offset(addr: str) -> int | None:
+def ask_max_offset(addr: str, timeout: float) -> int | None:
     """The end of the node's commit log (GET_BROKER_RUNTIME_INFO); raises RemotingError."""
     try:
-        return int(AdminClient("", ASK_TIMEOUT_S).runtime_info(addr)["commitLogMaxOffset"])
+        return int(AdminClient("", timeout).runtime_info(addr)["commitLogMaxOffset"])
     except (KeyError, ValueError):
         return None
 
@@ -131,17 +128,18 @@ class GroupSampler:
     """Asks, once per sample, the controllers (for every controller-mode group at once) and every
     broker node; `start()` sends the asks, and the function it returns builds the records."""
 
-    def __init__(self, plans: Iterable[NodePlan], controllers: list[str]) -> None:
-        self.groups = group_plans(plans)
+    def __init__(self, plans: Iterable[NodePlan], controllers: list[str], timeout: float) -> None:
+        self.groups, self.timeout = group_plans(plans), timeout
         self.controllers = controllers
         self.ctl_groups = [g for g, gp in self.groups.items() if gp.mode == "controller"]
         n = sum(2 * len(g.nodes) for g in self.groups.values()) + (len(controllers) if self.ctl_groups else 0)
         self.pool = ThreadPoolExecutor(min(32, max(1, n)), "groups")
 
     def start(self) -> Callable[[dict[str, dict[int, str]] | None], dict[str, Any]]:
-        ctl = [self.pool.submit(sync_state, [a], self.ctl_groups, ASK_TIMEOUT_S)
+        ctl = [self.pool.submit(sync_state, [a], self.ctl_groups, self.timeout)
                for a in (self.controllers if self.ctl_groups else [])]
-        asks = {name: (self.pool.submit(ask_role, addr), self.pool.submit(ask_max_offset, addr))
+        asks = {name: (self.pool.submit(ask_role, addr, self.timeout),
+                       self.pool.submit(ask_max_offset, addr, self.timeout))
                 for g in self.groups.values() for name, addr in g.nodes}
 
         def finish(reg: dict[str, dict[int, str]] | None) -> dict[str, Any]:

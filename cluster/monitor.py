@@ -25,8 +25,8 @@ route: a broker that left the route is exactly what must still be seen), and nam
   on a fresh connection from the client's own address to the server's remoting port, so the fault's
   iptables rules and proxies apply to it; null when nothing answered within 0.5 s. The probes run
   concurrently with the rest of the sample, so a cut link does not stretch it;
-- the brokers are asked all at once, each request with a 2 s timeout: a SIGSTOPped broker stretches
-  a sample to about 2 s (a dead one refuses at once);
+- the brokers are asked all at once, each request with ASK_TIMEOUT_S (2 s): a SIGSTOPped broker
+  stretches a sample to about 2 s (a dead one refuses at once);
 - `groups[broker group]`: its mode, master (elected by the controllers, or namesrv's id 0), master
   epoch and SyncStateSet (controller mode), the master namesrv routes to, and each replica's own
   view: up, role, commit-log max offset (cluster/groups.py; asked concurrently with the rest).
@@ -52,6 +52,11 @@ from rmqchaos.rundir import RunDir
 from rmqclient.admin import AdminClient, RemotingError
 
 INTERVAL_S = 1.0
+# per request. Not shorter: on this 2-core host under load a live broker's answer can take a second
+# (a shorter timeout called it down), and one rewriting a huge topic table must count as up (a route
+# outage is a broker namesrv dropped while it answered). The asks run concurrently, so a SIGSTOPped
+# node stretches a sample to about this once; a dead one refuses at once.
+ASK_TIMEOUT_S = 2.0
 SYSTEM_TOPICS = {"TBW102", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "BenchmarkTest", "SCHEDULE_TOPIC_XXXX",
                  "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
                  "TRANS_CHECK_MAX_TIME_TOPIC", "rmq_sys_REVIVE_LOG", "rmq_sys_SYNC_BROKER_MEMBER"}
@@ -123,7 +128,7 @@ class Monitor:
         self.cluster = get_backend(run)
         s = self.cluster.scenario
         self.nodes = [p for p in self.cluster.plans.values() if p.is_broker]
-        self.admin = AdminClient(self.cluster.namesrv_addr, timeout=2)
+        self.admin = AdminClient(self.cluster.namesrv_addr, timeout=ASK_TIMEOUT_S)
         self.broker_pool = ThreadPoolExecutor(max(1, min(32, len(self.nodes))), "broker")
         self.load_topics = s.load.topics() if s.load else []
         self.groups: dict[str, list[str]] = {}
@@ -141,7 +146,7 @@ class Monitor:
         self.frame_line_ms: int | None = None
         self.links = fault_links(s)  # none without network faults: no probes, no `links` field
         self.pool = ThreadPoolExecutor(min(32, len(self.links)), "probe") if self.links else None
-        self.group_sampler = GroupSampler(self.cluster.plans.values(), controller_addrs(s))
+        self.group_sampler = GroupSampler(self.cluster.plans.values(), controller_addrs(s), ASK_TIMEOUT_S)
 
     # ------------------------------------------------------------ one sample
     def sample(self) -> dict[str, Any]:
@@ -168,9 +173,7 @@ class Monitor:
                     if text in line:
                         self.reg[p.name][key] += 1
                         self.reg[p.name][f"last_{key}_ms"] = line_ms(line)
-        # every broker at once: stopped brokers cost the sample one timeout together, not one each.
-        # The 2 s timeout stays: a broker busy rewriting a huge topic table answers slowly and must
-        # count as up (a route outage is a broker namesrv dropped while it answered)
+        # every broker at once: stopped brokers cost the sample one timeout together, not one each
         asked = {p.name: self.broker_pool.submit(self._broker, p, reg, routed) for p in self.nodes}
         brokers = {n: f.result() for n, f in asked.items()}
         out["brokers"] = brokers
