@@ -24,7 +24,12 @@ route: a broker that left the route is exactly what must still be seen), and nam
   where one side listens, a link fault's from -> to), member names as keys: one PROBE_CODE round trip
   on a fresh connection from the client's own address to the server's remoting port, so the fault's
   iptables rules and proxies apply to it; null when nothing answered within 0.5 s. The probes run
-  concurrently with the rest of the sample, so a cut link does not stretch it.
+  concurrently with the rest of the sample, so a cut link does not stretch it;
+- the brokers are asked all at once, each request with ASK_TIMEOUT_S (2 s): a SIGSTOPped broker
+  stretches a sample to about 2 s (a dead one refuses at once);
+- `groups[broker group]`: its mode, master (elected by the controllers, or namesrv's id 0), master
+  epoch and SyncStateSet (controller mode), the master namesrv routes to, and each replica's own
+  view: up, role, commit-log max offset (cluster/groups.py; asked concurrently with the rest).
 
 A sample that cannot ask something records it as null: the monitor never stops the run.
 """
@@ -39,12 +44,19 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from cluster.groups import GroupSampler
+from cluster.plan import NodePlan, controller_addrs
 from cluster.probe import fault_links, probe_all
 from cluster.rmqlog import line_ms, log_dir
 from rmqchaos.rundir import RunDir
 from rmqclient.admin import AdminClient, RemotingError
 
 INTERVAL_S = 1.0
+# per request. Not shorter: on this 2-core host under load a live broker's answer can take a second
+# (a shorter timeout called it down), and one rewriting a huge topic table must count as up (a route
+# outage is a broker namesrv dropped while it answered). The asks run concurrently, so a SIGSTOPped
+# node stretches a sample to about this once; a dead one refuses at once.
+ASK_TIMEOUT_S = 2.0
 SYSTEM_TOPICS = {"TBW102", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "BenchmarkTest", "SCHEDULE_TOPIC_XXXX",
                  "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
                  "TRANS_CHECK_MAX_TIME_TOPIC", "rmq_sys_REVIVE_LOG", "rmq_sys_SYNC_BROKER_MEMBER"}
@@ -116,7 +128,8 @@ class Monitor:
         self.cluster = get_backend(run)
         s = self.cluster.scenario
         self.nodes = [p for p in self.cluster.plans.values() if p.is_broker]
-        self.admin = AdminClient(self.cluster.namesrv_addr, timeout=2)
+        self.admin = AdminClient(self.cluster.namesrv_addr, timeout=ASK_TIMEOUT_S)
+        self.broker_pool = ThreadPoolExecutor(max(1, min(32, len(self.nodes))), "broker")
         self.load_topics = s.load.topics() if s.load else []
         self.groups: dict[str, list[str]] = {}
         for c in (s.consumers.instances if s.consumers else []):
@@ -133,12 +146,14 @@ class Monitor:
         self.frame_line_ms: int | None = None
         self.links = fault_links(s)  # none without network faults: no probes, no `links` field
         self.pool = ThreadPoolExecutor(min(32, len(self.links)), "probe") if self.links else None
+        self.group_sampler = GroupSampler(self.cluster.plans.values(), controller_addrs(s), ASK_TIMEOUT_S)
 
     # ------------------------------------------------------------ one sample
     def sample(self) -> dict[str, Any]:
         now = int(time.time() * 1000)
         out: dict[str, Any] = {"ts_ms": now}
         links = probe_all(self.pool, self.links) if self.pool is not None else None
+        groups = self.group_sampler.start()
         reg = self.cluster.registered()
         try:
             out["namesrv"] = {"up": True, "topics": by_type(self.admin.topic_list(), self.own),
@@ -152,41 +167,47 @@ class Monitor:
                 self.frames = {"count": self.frames["count"] + 1, "limit": int(m.group(1)),
                                "last_length": int(m.group(2)), "last_ms": self.frame_line_ms}
         out["frame_errors"] = dict(self.frames)
-        brokers: dict[str, Any] = {}
         for p in self.nodes:
             for line in self.reg_tails[p.name].lines():
                 for key, text in (("ok", REG_OK), ("failed", REG_FAILED)):
                     if text in line:
                         self.reg[p.name][key] += 1
                         self.reg[p.name][f"last_{key}_ms"] = line_ms(line)
-            b: dict[str, Any] = {"registered": None if reg is None else p.listed_in(reg),
-                                 "routed": None if routed is None else p.broker_name in routed,
-                                 "registrations": dict(self.reg[p.name])}
-            try:
-                topics = self.admin.topic_configs(p.addr)
-                b.update(up=True, topics=by_type(list(topics), self.own), groups=len(self.admin.group_configs(p.addr)))
-            except RemotingError:
-                b["up"] = False
-                brokers[p.name] = b
-                continue
-            try:  # a question that failed is unknown (null), not a broker that is down
-                runtime = self.admin.runtime_info(p.addr)
-                b["commit_max"] = int(runtime["commitLogMaxOffset"]) if "commitLogMaxOffset" in runtime else None
-            except (RemotingError, ValueError):
-                runtime, b["commit_max"] = None, None
-            if p.role == "master":
-                try:
-                    b["delayed"] = None if runtime is None else delayed(runtime)
-                    b["backlog"] = self._backlog(p.addr, p.broker_name or "", topics)
-                except RemotingError:
-                    b.setdefault("delayed", None)
-                    b["backlog"] = None
-            brokers[p.name] = b
+        # every broker at once: stopped brokers cost the sample one timeout together, not one each
+        asked = {p.name: self.broker_pool.submit(self._broker, p, reg, routed) for p in self.nodes}
+        brokers = {n: f.result() for n, f in asked.items()}
         out["brokers"] = brokers
         out["backlog"] = merge_backlog(brokers)
+        out["groups"] = groups(reg)
         if links is not None:
             out["links"] = links()
         return out
+
+    def _broker(self, p: NodePlan, reg: dict[str, dict[int, str]] | None, routed: set[str] | None) -> dict[str, Any]:
+        """One broker's part of the sample, asked of the broker itself."""
+        b: dict[str, Any] = {"registered": None if reg is None else p.listed_in(reg),
+                             "routed": None if routed is None else p.broker_name in routed,
+                             "registrations": dict(self.reg[p.name])}
+        try:
+            topics = self.admin.topic_configs(p.addr)
+            b.update(up=True, topics=by_type(list(topics), self.own), groups=len(self.admin.group_configs(p.addr)))
+        except RemotingError:
+            b["up"] = False
+            return b
+        try:  # a question that failed is unknown (null), not a broker that is down
+            runtime = self.admin.runtime_info(p.addr)
+            b["commit_max"] = int(runtime["commitLogMaxOffset"]) if "commitLogMaxOffset" in runtime else None
+        except (RemotingError, ValueError):
+            runtime, b["commit_max"] = None, None
+        # a classic master, or the replica namesrv lists as id 0 now (controller mode, DLedger)
+        if p.role == "master" or (reg is not None and reg.get(p.broker_name or "", {}).get(0) == p.addr):
+            try:
+                b["delayed"] = None if runtime is None else delayed(runtime)
+                b["backlog"] = self._backlog(p.addr, p.broker_name or "", topics)
+            except RemotingError:
+                b.setdefault("delayed", None)
+                b["backlog"] = None
+        return b
 
     def _backlog(self, addr: str, broker: str, topics: dict[str, dict[str, Any]]) -> dict[str, Any]:
         """Per group on this broker: {"topic|broker|queue": (max offset, committed offset)}, its
