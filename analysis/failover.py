@@ -43,8 +43,6 @@ def failover(send: DataFrame, keys: DataFrame, events: list[dict[str, Any]], mon
     windows = two_master_windows(per_second)
     fos = occurrences(events, topo, samples)
     firsts = first_acks(send, topo, [(f["group"], f["start_ms"], f["bound_ms"]) for f in fos])
-    last_ms = max([r["t"] * 1000 + 999 for r in per_second if r["t"] is not None]
-                  + [m["ts_ms"] for m in samples], default=None)
     for f, fa in zip(fos, firsts):
         _first_acks(f, fa)
         f["two_master_seconds"] = [w["t"] for w in windows if w["group"] == f["group"]
@@ -59,7 +57,7 @@ def failover(send: DataFrame, keys: DataFrame, events: list[dict[str, Any]], mon
         f.pop("bound_ms")
     return {"groups": {g: {"mode": _mode(samples, g), "nodes": topo.groups[g], "acked_by_node": dict(sorted(acked[g].items()))}
                        for g in topo.replicated},
-            "failovers": fos, "two_master_windows": windows, "lost": lost, "last_seen_ms": last_ms,
+            "failovers": fos, "two_master_windows": windows, "lost": lost,
             "duplicates_after_switch": None, "duplicates_after_switch_why": DUPLICATES_AFTER_SWITCH}
 
 
@@ -72,9 +70,11 @@ def occurrences(events: list[dict[str, Any]], topo: Topology, samples: list[dict
     next such fault on the same group: `bound_ms`)."""
     killed: set[str] = set()
     hits = []
-    for e in sorted((e for e in events if e.get("kind") == "fault"), key=lambda e: e["start_ms"]):
+    # as the verdict names faults: the ones applied (outcome ok)
+    for e in sorted((e for e in events if e.get("kind") == "fault" and e.get("outcome") == "ok"),
+                    key=lambda e: e["start_ms"]):
         p = e.get("params") or {}
-        node, kind = str(e.get("target")), p.get("fault_kind") or "fault"
+        node, kind = _node(str(e.get("target")), int(e["start_ms"]), samples), p.get("fault_kind") or "fault"
         if kind in RECOVERY_KINDS and node in killed:
             continue
         if kind in KILLS:
@@ -91,6 +91,16 @@ def occurrences(events: list[dict[str, Any]], topo: Topology, samples: list[dict
         h["bound_ms"] = later[0] if later else (1 << 62)
         out.append({**h, **timing(h["group"], h["old_master"], h["start_ms"], h["bound_ms"], samples)})
     return out
+
+
+def _node(target: str, start_ms: int, samples: list[dict[str, Any]]) -> str:
+    """The node a fault hit: its target, or for a role left unresolved in the event (`master-of:<group>`)
+    the group's master in the last sample before the fault."""
+    if not target.startswith("master-of:"):
+        return target
+    g = target.split(":", 1)[1]
+    before = [m["groups"][g] for m in samples if m["ts_ms"] < start_ms and g in m["groups"]]
+    return (before[-1].get("master") or before[-1].get("routed_master") or target) if before else target
 
 
 def _controller_view(gr: dict[str, Any]) -> bool:

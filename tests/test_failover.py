@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 
 from analysis.acks import Topology, decode_store_host, store_host_prefix, two_master_windows
-from analysis.failover import classify_lost, timing
+from analysis.failover import classify_lost, occurrences, timing
 from analysis.verdict import failover_phrases, hms
 from cluster.store import MAGIC_V1, Store
 from rmqchaos.ledgers import RECEIVE_KEYS, intent_record, outcome_record
@@ -94,6 +94,22 @@ def test_detection_and_election_times_from_the_monitor_samples() -> None:
     # an unfinished run: nothing after the fault, nothing claimed
     u = timing("broker-a", "broker-a-0", FAULT, 1 << 62, MONITOR[:10])
     assert (u["detection_s"], u["election_s"]) == (None, None) and u["reasons"]["detection"].startswith("no monitor sample")
+
+
+@pytest.mark.fast
+def test_which_faults_start_a_failover() -> None:
+    def fault(target: str, kind: str, at: int, outcome: str = "ok") -> dict[str, Any]:
+        return {"kind": "fault", "target": target, "start_ms": at, "end_ms": at + 100, "outcome": outcome,
+                "params": {"fault_id": f"{kind}-{at}", "fault_kind": kind}}
+    events = [fault("master-of:broker-a", "kill", FAULT),      # a role the event left unresolved: the master then
+              fault("broker-a-0", "restart", FAULT + 20_000),   # the kill's recovery, not a failover
+              fault("broker-b", "kill", FAULT),                 # a group of one node: nothing to fail over to
+              fault("broker-a-1", "pause", FAULT + 30_000, "failed"),  # not applied
+              fault("broker-a-1", "pause", FAULT + 40_000)]
+    got = occurrences(events, Topology.of(brokers(Path("/x"))), MONITOR)
+    assert [(f["old_master"], f["fault_kind"], f["bound_ms"]) for f in got] == \
+        [("broker-a-0", "kill", FAULT + 40_000), ("broker-a-1", "pause", 1 << 62)]
+    assert (got[0]["detection_s"], got[1]["was_master"]) == (2.0, True)
 
 
 @pytest.mark.fast
