@@ -37,15 +37,16 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
     brokers = run.broker_configs()
     # the brokers' own store files (cluster/store.py): where a lost key is, or that it is nowhere
     store = Store(brokers, run.path / "cluster") if brokers else None
+    monitor = _jsonl(run.path / "monitor" / "cluster.jsonl")
     try:
         events = [e for e in run.timeline()]
         res = analyze_ledgers(spark, send, recv, events, out, receive_complete=comp["receive_complete"],
-                              store=store if store is not None and store.nodes() else None)
+                              store=store if store is not None and store.nodes() else None,
+                              brokers=brokers, monitor=monitor)
     finally:
         if store is not None:
             store.close()
     s = run.scenario()
-    monitor = _jsonl(run.path / "monitor" / "cluster.jsonl")
     summary = {"schema_version": SCHEMA_VERSION, "run_id": run.run_id, "scenario": s.name, "extends": _base_name(run.path),
                "run_dir": str(run.path), "analyzed_ms": int(time.time() * 1000),
                "complete": comp["complete"], "incomplete_reasons": comp["reasons"],
@@ -54,7 +55,7 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
                **{k: res[k] for k in ("counts", "duplicates_by_cause", "duplicated_keys_by_send_outcome",
                                       "retried_keys_by_batch_position", "errors",
                                       "answers", "busy_series", "latency_ms", "windows", "warnings", "corrupted",
-                                      "corrupted_by_kind", "unexpected_examples", "store_check")},
+                                      "corrupted_by_kind", "unexpected_examples", "store_check", "failover")},
                "events": events, "series": res["series"],
                # the host's side of the time axis: disk pressure each second, the brokers' own put latency
                "disk": _jsonl(run.disk_metrics_file),

@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 from analysis import rules, sends, timeline
 from analysis.answers import answer_groups, answers, error_counts
 from analysis.corrupted import corrupted
+from analysis.failover import failover
 from analysis.keys import key_table
 from analysis.latency import by_broker, pct_result as _pct_result
 from analysis.latency import histogram as _histogram, percentiles as _percentiles
@@ -39,10 +40,14 @@ def shuffle_partitions(files: list[Path]) -> int:
 
 def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: list[Path],
                     events: list[dict[str, Any]], out_dir: Path | None = None,
-                    receive_complete: bool = True, store: Any = None) -> dict[str, Any]:
+                    receive_complete: bool = True, store: Any = None,
+                    brokers: dict[str, dict[str, str]] | None = None,
+                    monitor: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The reconciliation proper; returns the `counts`, `errors`, `latency_ms`, `series`, `windows`
     parts of summary.json. With out_dir, writes keys.parquet and series.parquet there. With `store`
     (cluster/store.py's, over the run's broker stores), lost and indeterminate keys are looked up in it.
+    With `brokers` (node -> broker.conf) and the `monitor` samples, the `failover` part
+    (analysis/failover.py; None without a replicated group).
 
     `send_files`/`recv_files` are the journals (JSON Lines); Spark reads their sealed Parquet copies
     only, sealing first whatever a crashed writer left unsealed. Passes over the data: one job by key
@@ -77,6 +82,9 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
         res["store_check"] = store_check(send, keys, store, warnings) if store is not None else None
         if store is not None:
             step(f"{res['store_check']['checked']} lost or indeterminate keys looked up in the brokers' stores")
+        res["failover"] = failover(send, keys, events, monitor or [], brokers, store) if brokers else None
+        if res["failover"]:
+            step(f"{len(res['failover']['failovers'])} failover(s) of the replicated groups")
         res["answers"] = answers(send, recv, keys, res["counts"]["duplicated"], answer_totals)
         step("answers matched with the msgIds delivered")
         if res["series"] and not own_tmp:

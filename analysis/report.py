@@ -93,6 +93,44 @@ def _evidence(s: dict[str, Any]) -> list[str]:
     return out
 
 
+def _failover(s: dict[str, Any]) -> list[str]:
+    """Each failover of a replicated group (analysis/failover.py): its times, the acks per node, the
+    two-master seconds and where the group's lost keys are; nothing without a replicated group."""
+    fo = s.get("failover")
+    if not fo:
+        return []
+    out = ["<h3>Failovers of the replicated groups</h3>"]
+    if fo["failovers"]:
+        out.append(_table([[f["group"], f"{f['fault_kind']} {f['fault_id']}", f["old_master"], f["was_master"],
+                            f["detection_s"], f["election_s"], f["new_master"], f["first_ack_new_master_s"],
+                            f"{fmt(f['first_ack_any_s'])} ({fmt(f['first_ack_any_node'])})", f["lost_in_switch"],
+                            len(f["two_master_seconds"]), "; ".join(f"{k}: {v}" for k, v in f["reasons"].items())]
+                           for f in fo["failovers"]],
+                          ["group", "fault", "node hit", "was master", "detected (s)", "elected (s)", "new master",
+                           "first ack on it (s)", "first ack on any node (s)", "lost in the switch",
+                           "two-master seconds", "not seen"]))
+    else:
+        out.append("<p>No fault hit a node of a replicated group.</p>")
+    out.append("<p>Acknowledged sends by the node that stored them (the offsetMsgId's store host): " + html.escape(
+        "; ".join(f"{g}: " + ", ".join(f"{n} {k:,}" for n, k in d["acked_by_node"].items())
+                  for g, d in fo["groups"].items())) + "</p>")
+    if fo["two_master_windows"]:
+        out.append("<p class=warn>Seconds in which two nodes of one group acknowledged sends:</p>" + _table(
+            [[w["group"], w["t"], ", ".join(f"{n} {k}" for n, k in w["nodes"].items())] for w in fo["two_master_windows"]],
+            ["group", "second (epoch)", "acks by node"]))
+    lost = fo.get("lost")
+    if lost and lost["checked"]:
+        out.append("<p>Lost keys of the replicated groups in every replica's store: " + html.escape(", ".join(
+            f"{k.replace('_', ' ')} {lost[k]}" for k in ("lost_in_switch", "stored_on_other_replica",
+                                                       "stored_on_acking_node", "stored_ack_node_unknown",
+                                                       "never_stored"))) + "</p>" + _table(
+            [[e["key"], e["verdict"].replace("_", " "), ", ".join(e["acked_by"]),
+              ", ".join(f"{n} ({'up' if u else 'down' if u is False else '?'})" for n, u in e["stored_on_up"].items())]
+             for e in lost["examples"]], ["key", "where", "acknowledged by", "stored on (at the last sample)"]))
+    out.append(f"<p>Duplicates after a switch: {html.escape(fo['duplicates_after_switch_why'])}.</p>")
+    return out
+
+
 def _run_section(s: dict[str, Any], several: bool = False) -> str:
     c = s["counts"]
     lat = s["latency_ms"]
@@ -117,7 +155,7 @@ def _run_section(s: dict[str, Any], several: bool = False) -> str:
                         ["keys", "attempts", "acked", "acked weak", "ok", "LOST", "undelivered at stop (not verified)",
                          "DUPLICATED", "extra deliveries", "recovered", "failed", "indeterminate", "unexpected",
                          "CORRUPTED copies"]))
-    parts += _evidence(s)
+    parts += _evidence(s) + _failover(s)
     parts.append("<h3>Duplicates by cause</h3>" + _table([list(s["duplicates_by_cause"].values())],
                                                           list(s["duplicates_by_cause"])))
     rb = s.get("retried_keys_by_batch_position") or {}

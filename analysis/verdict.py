@@ -2,6 +2,7 @@
 found) and the sentences that compare runs."""
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from analysis.findings import (NONE, busy_refusals, lasting_outages, noise_intents, outage_seconds, reached_pct,
@@ -166,10 +167,12 @@ def catchup_phrases(s: dict[str, Any]) -> list[str]:
 
 
 def found(s: dict[str, Any]) -> list[str]:
-    """What a run found beyond loss and duplication, each a clause of its verdict: the busy refusals by
+    """What a run found beyond loss and duplication, each a clause of its verdict: each failover of a
+    replicated group (analysis/failover.py) and its two-master seconds, the busy refusals by
     kind and rate, each route outage and its length, the %RETRY% redeliveries by batch position, and a
     noise that fell short of its intent, in its own words."""
-    out = [x for x in [busy_phrase(s)] if x] + outage_phrases(s) + link_phrases(s) + catchup_phrases(s)
+    out = failover_phrases(s) + [x for x in [busy_phrase(s)] if x] + outage_phrases(s) + link_phrases(s) \
+        + catchup_phrases(s)
     rb = s.get("retried_keys_by_batch_position") or {}
     if any(rb.values()):
         out.append(f"keys redelivered through %RETRY%: {rb['later_in_batch']:,} at index 1..n-1 of their listener "
@@ -200,4 +203,55 @@ def link_phrases(s: dict[str, Any]) -> list[str]:
         out.append(f"during link fault {w['id']}, acked sends took " + ", ".join(
             f"p50 {d['during']['p50']} / p99 {d['during']['p99']} ms on {b} (outside it {d['outside']['p50']} / "
             f"{d['outside']['p99']} ms)" for b, d in by.items() if d["during"]["n"]))
+    return out
+
+
+def hms(t: int) -> str:
+    """An epoch second as the verdicts name it (UTC): 23:04:05."""
+    return time.strftime("%H:%M:%S", time.gmtime(t))
+
+
+def _seconds_named(ts: list[int], windows: dict[int, dict[str, int]]) -> str:
+    named = [f"{hms(t)} ({', '.join(f'{n} {k:,}' for n, k in windows[t].items())})" for t in ts[:3]]
+    return ", ".join(named) + (f" and {len(ts) - 3} more" if len(ts) > 3 else "")
+
+
+def failover_phrases(s: dict[str, Any]) -> list[str]:
+    """Per failover (analysis/failover.py), e.g. 'broker-a after the SIGKILL of broker-a-0 (its master):
+    detected after 2.0 s, broker-a-1 elected after 5.0 s, first ack on it after 7.3 s, 1 acknowledged
+    message lost in the switch, two masters acknowledged in 1 s: 22:13:40 (broker-a-0 1, broker-a-1 1)';
+    then the two-master seconds outside any failover. Nothing for a run without replicated groups."""
+    fo = s.get("failover")
+    if not fo:
+        return []
+    wins = {(w["group"], w["t"]): w["nodes"] for w in fo.get("two_master_windows") or []}
+    out, named = [], set()
+    for f in fo.get("failovers") or []:
+        r = f.get("reasons") or {}
+        what = f"{FAULT_WORDS.get(f['fault_kind'], (f['fault_kind'],))[0]} of {f['old_master']}" + \
+            (" (its master)" if f.get("was_master") else " (not its master)" if f.get("was_master") is False else "")
+        new = f.get("new_master")
+        parts = [f"detected after {f['detection_s']} s" if f.get("detection_s") is not None else
+                 f"not detected ({r.get('detection')})",
+                 f"{new} elected after {f['election_s']} s" if new else f"no election ({r.get('election')})"]
+        if new:
+            parts.append(f"first ack on it after {f['first_ack_new_master_s']} s"
+                         if f.get("first_ack_new_master_s") is not None else f"no ack on it ({r.get('first_ack_new_master')})")
+        if f.get("first_ack_any_node") and f["first_ack_any_node"] != new:
+            parts.append(f"first ack on any node after {f['first_ack_any_s']} s ({f['first_ack_any_node']})")
+        n = f.get("lost_in_switch")
+        parts.append("loss in the switch not checked against the stores" if n is None else
+                     f"{_n(n, 'acknowledged message', 'acknowledged messages')} lost in the switch")
+        ts = f.get("two_master_seconds") or []
+        named.update((f["group"], t) for t in ts)
+        parts.append(f"two masters acknowledged in {len(ts)} s: {_seconds_named(ts, {t: wins[(f['group'], t)] for t in ts})}"
+                     if ts else "no second with two acknowledging nodes")
+        out.append(f"{f['group']} after the {what}: " + ", ".join(parts))
+    rest: dict[str, list[int]] = {}
+    for g, t in sorted(wins):
+        if (g, t) not in named:
+            rest.setdefault(g, []).append(t)
+    for g, ts in rest.items():
+        out.append(f"two nodes of {g} acknowledged in the same second {_n(len(ts), 'time', 'times')}: "
+                   + _seconds_named(ts, {t: wins[(g, t)] for t in ts}))
     return out

@@ -94,6 +94,15 @@ def _write(run: RunDir) -> None:
             lines.append(f"store check ({sc['checked']} keys, {sc['method']}): lost in no commit log "
                          f"{sc['lost_from_store']}, stored but never delivered {sc['lost_in_delivery']}; indeterminate "
                          f"stored {sc['indeterminate_stored']}, never stored {sc['indeterminate_not_stored']}")
+        fo = summ.get("failover")
+        if fo:
+            lines.append("failover: acks by storing node " + "; ".join(
+                f"{g} " + ", ".join(f"{n} {k}" for n, k in d["acked_by_node"].items()) for g, d in fo["groups"].items())
+                + f"; {len(fo['failovers'])} failover(s), {len(fo['two_master_windows'])} two-master second(s)"
+                + ("; lost of the replicated groups: " + ", ".join(
+                    f"{k} {fo['lost'][k]}" for k in ("lost_in_switch", "stored_on_other_replica", "stored_on_acking_node",
+                                                     "stored_ack_node_unknown", "never_stored"))
+                   if fo.get("lost") else ""))
         if c.get("corrupted_deliveries"):
             lines.append(f"CORRUPTED: {c['corrupted_deliveries']} damaged deliveries ("
                          + ", ".join(f"{k} {v}" for k, v in summ["corrupted_by_kind"].items() if v) + "), e.g. "

@@ -289,3 +289,43 @@ def test_a_policy_against_its_base_names_the_timeouts_and_the_keys_delivered_tho
     assert len(said) == 2 and all(" against its base partition-producers " in x for x in said)
     # runs without timeouts or such keys say nothing of them (the sentences above are unchanged)
     assert "timed out" not in comparisons([shared_host(), shared_host("shared-host-quiet", extends="shared-host")])[0]
+
+
+def failover_section(**f: Any) -> dict[str, Any]:
+    """A `failover` section as analysis/failover.py writes it: broker-a-0 SIGKILLed, broker-a-1 elected."""
+    fo = {"fault_id": "kill-a", "fault_kind": "kill", "outcome": "ok", "group": "broker-a", "old_master": "broker-a-0",
+          "role": "master-of:broker-a", "start_ms": 1_700_000_010_000, "end_ms": 1_700_000_010_200, "mode": "controller",
+          "was_master": True, "samples_after": 15, "detected_ms": 1_700_000_012_000, "detection_s": 2.0,
+          "elected_ms": 1_700_000_015_000, "election_s": 5.0, "new_master": "broker-a-1", "epoch": 2, "reasons": {},
+          "first_ack_new_master_ms": 1_700_000_017_300, "first_ack_new_master_s": 7.3,
+          "first_ack_any_ms": 1_700_000_017_300, "first_ack_any_s": 7.3, "first_ack_any_node": "broker-a-1",
+          "two_master_seconds": [], "lost_in_switch": 0, **f}
+    return {"groups": {"broker-a": {"mode": "controller", "nodes": ["broker-a-0", "broker-a-1", "broker-a-2"],
+                                    "acked_by_node": {"broker-a-0": 900, "broker-a-1": 1100}}},
+            "failovers": [fo], "two_master_windows": [{"group": "broker-a", "t": 1_700_000_020, "nodes": {"broker-a-0": 3, "broker-a-1": 12}}]
+            if fo["two_master_seconds"] else [],
+            "lost": {"checked": 0, "lost_in_switch": 0, "stored_on_other_replica": 0, "stored_on_acking_node": 0,
+                     "stored_ack_node_unknown": 0, "never_stored": 0, "examples": []},
+            "duplicates_after_switch": None, "duplicates_after_switch_why": "not attributed"}
+
+
+def test_the_verdict_names_each_failover_its_times_its_loss_and_its_two_master_seconds() -> None:
+    s = summary("ctl-kill", "false", 0, None, failover=failover_section())
+    assert verdict(s).endswith("none delivered twice; broker-a after the SIGKILL of broker-a-0 (its master): detected "
+                               "after 2.0 s, broker-a-1 elected after 5.0 s, first ack on it after 7.3 s, 0 acknowledged "
+                               "messages lost in the switch, no second with two acknowledging nodes.")
+    two = summary("ctl-split", "false", 0, None, failover=failover_section(two_master_seconds=[1_700_000_020]))
+    assert "two masters acknowledged in 1 s: 22:13:40 (broker-a-0 3, broker-a-1 12)" in verdict(two)
+    # not seen is said so, with why, never claimed
+    gone = failover_section(detection_s=None, election_s=None, new_master=None, first_ack_new_master_s=None,
+                            first_ack_any_s=None, first_ack_any_node=None, lost_in_switch=None,
+                            reasons={"detection": "no monitor sample of the group after the fault",
+                                     "election": "no monitor sample of the group after the fault"})
+    assert verdict(summary("cut", "false", 0, None, failover=gone)).endswith(
+        "broker-a after the SIGKILL of broker-a-0 (its master): not detected (no monitor sample of the group after the "
+        "fault), no election (no monitor sample of the group after the fault), loss in the switch not checked against "
+        "the stores, no second with two acknowledging nodes.")
+    assert "broker-a after" not in verdict(summary("plain", "false", 0, None, failover=None))
+    page = render([whole(two)])
+    assert "Failovers of the replicated groups" in page and "broker-a-0 3, broker-a-1 12" in page
+    assert "Failovers" not in render([whole(summary("plain", "false", 0, None))])

@@ -1,0 +1,227 @@
+"""The analysis of a failover (docs/analysis.md, "Failover"): per fault on a node of a replicated
+broker group, how long until the group's view of its master changed (detection), until another node
+was master (election) and until a send was acknowledged on the new master (recovery as the user sees
+it); the seconds in which two nodes of one group acknowledged sends; and where the acknowledged
+messages the group lost are, on every replica's store.
+
+Inputs: the monitor's per-group record in each sample (cluster/monitor.py: `groups.<group>` with
+`mode`, `master`, `sync_state_set`, `routed_master`, `replicas`), the timeline's fault events (their
+`target`: the node the fault hit), the send ledger (which node stored each ack: analysis/acks.py) and
+the brokers' stores (cluster/store.py). What the run did not see is null with its reason, never a claim.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from analysis import sends
+from analysis.acks import Topology, acks_per_second, first_acks, two_master_windows
+from analysis.session import BROADCAST_MAX
+from analysis.store_check import STORE_EXAMPLES, STORE_LOOKUP_MAX
+
+# a restart after a kill is its recovery (as in the verdict), not a fault that starts a failover
+RECOVERY_KINDS = ("restart",)
+KILLS = ("kill", "oom_kill", "jvm_oom")
+
+DUPLICATES_AFTER_SWITCH = (
+    "not attributed: a redelivery by the new master after an election is the same stored copy (group, queue, "
+    "offset) as a re-pull after a rebalance, and the receive ledger's offset_msg_id names the node that first "
+    "stored the copy, not the node that served it; counted in consumer_repull")
+
+
+def failover(send: DataFrame, keys: DataFrame, events: list[dict[str, Any]], monitor: list[dict[str, Any]],
+             brokers: dict[str, dict[str, str]], store: Any = None) -> dict[str, Any] | None:
+    """The `failover` section of summary.json; None for a run without replicated groups."""
+    topo = Topology.of(brokers)
+    if not topo.replicated:
+        return None
+    samples = sorted((m for m in monitor if "ts_ms" in m and isinstance(m.get("groups"), dict)),
+                     key=lambda m: m["ts_ms"])
+    per_second = acks_per_second(send, topo)
+    windows = two_master_windows(per_second)
+    fos = occurrences(events, topo, samples)
+    firsts = first_acks(send, topo, [(f["group"], f["start_ms"], f["bound_ms"]) for f in fos])
+    for f, fa in zip(fos, firsts):
+        _first_acks(f, fa)
+        f["two_master_seconds"] = [w["t"] for w in windows if w["group"] == f["group"]
+                                   and f["start_ms"] // 1000 <= w["t"] and w["t"] * 1000 < f["bound_ms"]]
+        f["lost_in_switch"] = None  # without a store to look in: not checked
+    lost = switch_losses(send, keys, store, topo, fos, samples) if store is not None else None
+    acked: dict[str, dict[str, int]] = {g: {} for g in topo.replicated}
+    for r in per_second:
+        n = r["node"] or "unattributed"
+        acked[r["group"]][n] = acked[r["group"]].get(n, 0) + r["n"]
+    for f in fos:
+        f.pop("bound_ms")
+    return {"groups": {g: {"mode": _mode(samples, g), "nodes": topo.groups[g], "acked_by_node": dict(sorted(acked[g].items()))}
+                       for g in topo.replicated},
+            "failovers": fos, "two_master_windows": windows, "lost": lost,
+            "duplicates_after_switch": None, "duplicates_after_switch_why": DUPLICATES_AFTER_SWITCH}
+
+
+def _mode(samples: list[dict[str, Any]], group: str) -> str | None:
+    return next((m["groups"][group].get("mode") for m in reversed(samples) if group in m["groups"]), None)
+
+
+def occurrences(events: list[dict[str, Any]], topo: Topology, samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each fault that hit a node of a replicated group, with what the monitor saw after it (until the
+    next such fault on the same group: `bound_ms`)."""
+    killed: set[str] = set()
+    hits = []
+    # as the verdict names faults: the ones applied (outcome ok)
+    for e in sorted((e for e in events if e.get("kind") == "fault" and e.get("outcome") == "ok"),
+                    key=lambda e: e["start_ms"]):
+        p = e.get("params") or {}
+        node, kind = _node(str(e.get("target")), int(e["start_ms"]), samples), p.get("fault_kind") or "fault"
+        if kind in RECOVERY_KINDS and node in killed:
+            continue
+        if kind in KILLS:
+            killed.add(node)
+        g = topo.group_of(node)
+        if g is None or g not in topo.replicated:
+            continue
+        hits.append({"fault_id": p.get("fault_id"), "fault_kind": kind, "outcome": e.get("outcome"),
+                     "group": g, "old_master": node, "role": e.get("role") or p.get("role"),
+                     "start_ms": int(e["start_ms"]), "end_ms": e.get("end_ms")})
+    out = []
+    for i, h in enumerate(hits):
+        later = [x["start_ms"] for x in hits[i + 1:] if x["group"] == h["group"]]
+        h["bound_ms"] = later[0] if later else (1 << 62)
+        out.append({**h, **timing(h["group"], h["old_master"], h["start_ms"], h["bound_ms"], samples)})
+    return out
+
+
+def _node(target: str, start_ms: int, samples: list[dict[str, Any]]) -> str:
+    """The node a fault hit: its target, or for a role left unresolved in the event (`master-of:<group>`)
+    the group's master in the last sample before the fault."""
+    if not target.startswith("master-of:"):
+        return target
+    g = target.split(":", 1)[1]
+    before = [m["groups"][g] for m in samples if m["ts_ms"] < start_ms and g in m["groups"]]
+    return (before[-1].get("master") or before[-1].get("routed_master") or target) if before else target
+
+
+def _controller_view(gr: dict[str, Any]) -> bool:
+    return gr.get("mode") == "controller"
+
+
+def detected(gr: dict[str, Any], old: str) -> bool:
+    """Whether a group record no longer has `old` as its (in-sync) master: in controller mode the
+    controllers' view (master changed or null, or `old` out of the SyncStateSet); otherwise the route
+    (namesrv's master of the group is not `old`)."""
+    if _controller_view(gr):
+        sss = gr.get("sync_state_set")
+        return gr.get("master") != old or (sss is not None and old not in sss)
+    return gr.get("routed_master") != old
+
+
+def timing(group: str, old: str, start_ms: int, bound_ms: int, samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Detection and election after a fault on `old`, from the monitor samples in [start_ms, bound_ms)."""
+    before = [m["groups"][group] for m in samples if m["ts_ms"] < start_ms and group in m["groups"]]
+    was = None
+    if before:
+        b = before[-1]
+        was = (b.get("master") if _controller_view(b) or b.get("master") else b.get("routed_master")) == old
+    seen = [(m["ts_ms"], m["groups"][group]) for m in samples
+            if start_ms <= m["ts_ms"] < bound_ms and group in m["groups"]]
+    out: dict[str, Any] = {"mode": seen[0][1].get("mode") if seen else (before[-1].get("mode") if before else None),
+                           "was_master": was, "samples_after": len(seen), "detected_ms": None, "detection_s": None,
+                           "elected_ms": None, "election_s": None, "new_master": None, "epoch": None, "reasons": {}}
+    upto = f"by the last sample ({(seen[-1][0] - start_ms) / 1000:.1f} s after the fault)" if seen else ""
+    if not seen:
+        out["reasons"]["detection"] = out["reasons"]["election"] = "no monitor sample of the group after the fault"
+        return out
+    d = next(((t, g) for t, g in seen if detected(g, old)), None)
+    if d:
+        out.update(detected_ms=d[0], detection_s=round((d[0] - start_ms) / 1000, 3))
+    else:
+        out["reasons"]["detection"] = f"{group}'s view still had {old} as its master {upto}"
+    e = next(((t, g) for t, g in seen if g.get("master") not in (None, old)), None)
+    if e:
+        out.update(elected_ms=e[0], election_s=round((e[0] - start_ms) / 1000, 3), new_master=e[1]["master"],
+                   epoch=e[1].get("epoch"))
+    else:
+        out["reasons"]["election"] = f"no node other than {old} was master {upto}"
+    return out
+
+
+def _first_acks(f: dict[str, Any], by_node: dict[str, int | None]) -> None:
+    """The first acknowledged send on the new master, and on any node of the group, after the fault."""
+    s = f["start_ms"]
+    new = f["new_master"]
+    at = by_node.get(new) if new else None
+    f["first_ack_new_master_ms"] = at
+    f["first_ack_new_master_s"] = None if at is None else round((at - s) / 1000, 3)
+    if new is None:
+        f["reasons"]["first_ack_new_master"] = "no new master was seen"
+    elif at is None:
+        f["reasons"]["first_ack_new_master"] = f"no send was acknowledged by {new} after the fault in the send ledger"
+    any_ = min(((t, n) for n, t in by_node.items() if t is not None), default=None)
+    f["first_ack_any_ms"], f["first_ack_any_node"] = (any_ if any_ else (None, None))
+    f["first_ack_any_s"] = None if any_ is None else round((any_[0] - s) / 1000, 3)
+    if any_ is None:
+        f["reasons"]["first_ack_any"] = f"no send was acknowledged by a node of {f['group']} after the fault"
+
+
+def classify_lost(acked_by: set[str], stored_on: set[str], switched: bool) -> str:
+    """A lost acknowledged message of a replicated group by where it is: in no store (never_stored);
+    only on the node(s) that acknowledged it, which lost the mastership afterwards (lost_in_switch);
+    also on another replica (stored_on_other_replica: stored but never delivered); only on the
+    acknowledging node, no switch after the ack (stored_on_acking_node); stored, the acknowledging node
+    not known (stored_ack_node_unknown)."""
+    if not stored_on:
+        return "never_stored"
+    if not acked_by:
+        return "stored_ack_node_unknown"
+    if stored_on - acked_by:
+        return "stored_on_other_replica"
+    return "lost_in_switch" if switched else "stored_on_acking_node"
+
+
+LOST_KINDS = ("lost_in_switch", "stored_on_other_replica", "stored_on_acking_node", "stored_ack_node_unknown",
+              "never_stored")
+
+
+def switch_losses(send: DataFrame, keys: DataFrame, store: Any, topo: Topology, fos: list[dict[str, Any]],
+                  samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every lost key acknowledged by a replicated group, looked up in every node's store and classified
+    (`classify_lost`); each lost_in_switch key is counted on the failover of the node that acknowledged
+    it whose switch (detection, else the fault's end) came after the ack. Bounded by the lost keys."""
+    lost = keys.where(F.col("class") == "lost").select("key")
+    n = int(lost.count())
+    small = F.broadcast(lost) if n <= BROADCAST_MAX else lost
+    node = topo.ack_node()
+    rows = (send.join(small, "key").groupBy("key").agg(
+        F.collect_set(F.when(sends.is_intent(), F.col("topic"))).alias("topics"),
+        F.collect_set(F.when(sends.acked(), F.col("broker"))).alias("groups"),
+        F.collect_set(node).alias("acked_by"),
+        F.max(F.when(sends.acked(), F.col("end_ms"))).alias("ack_ms"))
+        .where(F.arrays_overlap("groups", F.array(*[F.lit(g) for g in topo.replicated])))
+        .orderBy("key").limit(STORE_LOOKUP_MAX).collect()) if n else []
+    up = {}
+    if samples:
+        for g in topo.replicated:
+            reps = (samples[-1]["groups"].get(g) or {}).get("replicas") or {}
+            up.update({nd: bool(r.get("up")) for nd, r in reps.items()})
+    counts = dict.fromkeys(LOST_KINDS, 0)
+    per_fo = [0] * len(fos)
+    examples = []
+    for r in rows:
+        acked_by = set(r["acked_by"])
+        locs = [loc for t in sorted(r["topics"]) for loc in store.find(t, r["key"])]
+        stored_on = {loc["node"] for loc in locs}
+        hit = [i for i, f in enumerate(fos) if f["old_master"] in acked_by
+               and (r["ack_ms"] or 0) <= (f["detected_ms"] or f["end_ms"] or f["start_ms"])]
+        kind = classify_lost(acked_by, stored_on, bool(hit))
+        counts[kind] += 1
+        if kind == "lost_in_switch":
+            per_fo[hit[0]] += 1
+        if len(examples) < STORE_EXAMPLES:
+            examples.append({"key": r["key"], "verdict": kind, "acked_by": sorted(acked_by), "ack_ms": r["ack_ms"],
+                             "stored_on": sorted(stored_on),
+                             "stored_on_up": {nd: up.get(nd) for nd in sorted(stored_on)}})
+    for f, k in zip(fos, per_fo):
+        f["lost_in_switch"] = k
+    return {"checked": len(rows), **counts, "examples": examples}

@@ -1,0 +1,234 @@
+"""The analysis of a failover (analysis/failover.py, analysis/acks.py) on a planted run: a three-node
+group whose master is killed, monitor samples as cluster/monitor.py writes them, a send ledger whose
+offsetMsgIds name the storing node, and commit logs planted in the nodes' store directories in the
+format the brokers write (cluster/store.py reads them as it reads a real one)."""
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any, Iterator
+
+import jsonschema
+import pytest
+
+from analysis.acks import Topology, decode_store_host, store_host_prefix, two_master_windows
+from analysis.failover import classify_lost, failover, occurrences, timing
+from analysis.verdict import failover_phrases, hms
+from cluster.store import MAGIC_V1, Store
+from rmqchaos.ledgers import RECEIVE_KEYS, intent_record, outcome_record
+from tests.conftest import REPO
+
+T = 1_700_000_000_000  # second 0 of the planted run
+FAULT = T + 10_000
+NODES = {"broker-a-0": ("127.0.64.11", 30911), "broker-a-1": ("127.0.64.12", 30921),
+         "broker-a-2": ("127.0.64.13", 30931)}
+SCHEMA = json.loads((REPO / "analysis" / "summary.schema.json").read_text())
+
+
+def brokers(root: Path, replicated: bool = True) -> dict[str, dict[str, str]]:
+    nodes = NODES if replicated else {"broker-a-0": NODES["broker-a-0"]}
+    out = {n: {"brokerName": "broker-a", "brokerIP1": ip, "listenPort": str(port),
+               "storePathRootDir": str(root / n / "store")} for n, (ip, port) in nodes.items()}
+    out["broker-b"] = {"brokerName": "broker-b", "brokerIP1": "127.0.64.21", "listenPort": "30941",
+                       "storePathRootDir": str(root / "broker-b" / "store")}
+    return out
+
+
+def msg_id(node: str, offset: int) -> str:
+    ip, port = NODES.get(node, ("127.0.64.21", 30941))
+    return store_host_prefix(ip, port) + f"{offset:016X}"
+
+
+@pytest.mark.fast
+def test_offset_msg_id_names_the_store_host_as_decode_message_id_reads_it() -> None:
+    # MessageDecoder.createMessageId (5.5.0): IPv4 4 bytes, port as an int, commit-log offset as a long
+    assert decode_store_host("7F00000100002A9F0000000000001F40") == ("127.0.0.1", 10911, 8000)
+    assert store_host_prefix("127.0.64.12", 30921) == "7F00400C000078C9"
+    assert decode_store_host(msg_id("broker-a-1", 77)) == ("127.0.64.12", 30921, 77)
+    assert decode_store_host("ABC") is None and decode_store_host("Z" * 32) is None
+    topo = Topology.of(brokers(Path("/x")))
+    assert topo.replicated == {"broker-a": ["broker-a-0", "broker-a-1", "broker-a-2"]}
+    assert topo.group_of("broker-b") == "broker-b" and topo.prefix["7F00400C000078C9"] == "broker-a-1"
+
+
+@pytest.mark.fast
+def test_two_nodes_acknowledging_in_one_second_is_a_two_master_window() -> None:
+    rows = [{"group": "broker-a", "t": 5, "node": "broker-a-0", "n": 40},
+            {"group": "broker-a", "t": 6, "node": "broker-a-0", "n": 3},
+            {"group": "broker-a", "t": 6, "node": "broker-a-1", "n": 12},
+            {"group": "broker-a", "t": 6, "node": None, "n": 9},  # unattributed: no node of its own
+            {"group": "broker-c", "t": 6, "node": "broker-c-0", "n": 1}]
+    assert two_master_windows(rows) == [{"group": "broker-a", "t": 6, "nodes": {"broker-a-0": 3, "broker-a-1": 12}}]
+
+
+def sample(ts: int, master: str | None, sss: list[str] | None, up: tuple[bool, ...] = (True, True, True),
+           mode: str = "controller", routed: str | None = None, epoch: int = 1) -> dict[str, Any]:
+    return {"ts_ms": ts, "brokers": {}, "groups": {"broker-a": {
+        "mode": mode, "master": master, "master_addr": None, "epoch": epoch, "sync_state_set": sss,
+        "routed_master": routed if routed is not None else master,
+        "replicas": {n: {"up": u, "role": "master" if n == master else "slave", "max_offset": 0, "confirm_offset": 0}
+                     for n, u in zip(NODES, up)}}}}
+
+
+ALL = ["broker-a-0", "broker-a-1", "broker-a-2"]
+# the master broker-a-0 killed at FAULT: out of the SyncStateSet 2.0 s later, broker-a-1 elected 5.0 s later
+MONITOR = ([sample(T + 1000 * i, "broker-a-0", ALL) for i in range(11)]
+           + [sample(FAULT + 1000, "broker-a-0", ALL, (False, True, True))]
+           + [sample(FAULT + 2000 + 1000 * i, "broker-a-0", ALL[1:], (False, True, True)) for i in range(3)]
+           + [sample(FAULT + 5000 + 1000 * i, "broker-a-1", ALL[1:], (False, True, True), epoch=2) for i in range(12)])
+
+
+@pytest.mark.fast
+def test_detection_and_election_times_from_the_monitor_samples() -> None:
+    t = timing("broker-a", "broker-a-0", FAULT, 1 << 62, MONITOR)
+    assert (t["was_master"], t["detection_s"], t["election_s"], t["new_master"], t["epoch"]) == \
+        (True, 2.0, 5.0, "broker-a-1", 2)
+    # a classic group (no controllers): detection is the route moving off the node; no election ever
+    classic = [sample(T, "broker-a-0", None, mode="classic")] + \
+        [sample(FAULT + 1000 * i, "broker-a-0", None, mode="classic", routed="broker-a-0" if i < 3 else "")
+         for i in range(6)]
+    c = timing("broker-a", "broker-a-0", FAULT, 1 << 62, classic)
+    assert (c["detection_s"], c["election_s"], c["new_master"]) == (3.0, None, None)
+    assert c["reasons"]["election"] == "no node other than broker-a-0 was master by the last sample (5.0 s after the fault)"
+    # an unfinished run: nothing after the fault, nothing claimed
+    u = timing("broker-a", "broker-a-0", FAULT, 1 << 62, MONITOR[:10])
+    assert (u["detection_s"], u["election_s"]) == (None, None) and u["reasons"]["detection"].startswith("no monitor sample")
+
+
+@pytest.mark.fast
+def test_which_faults_start_a_failover() -> None:
+    def fault(target: str, kind: str, at: int, outcome: str = "ok") -> dict[str, Any]:
+        return {"kind": "fault", "target": target, "start_ms": at, "end_ms": at + 100, "outcome": outcome,
+                "params": {"fault_id": f"{kind}-{at}", "fault_kind": kind}}
+    events = [fault("master-of:broker-a", "kill", FAULT),      # a role the event left unresolved: the master then
+              fault("broker-a-0", "restart", FAULT + 20_000),   # the kill's recovery, not a failover
+              fault("broker-b", "kill", FAULT),                 # a group of one node: nothing to fail over to
+              fault("broker-a-1", "pause", FAULT + 30_000, "failed"),  # not applied
+              fault("broker-a-1", "pause", FAULT + 40_000)]
+    got = occurrences(events, Topology.of(brokers(Path("/x"))), MONITOR)
+    assert [(f["old_master"], f["fault_kind"], f["bound_ms"]) for f in got] == \
+        [("broker-a-0", "kill", FAULT + 40_000), ("broker-a-1", "pause", 1 << 62)]
+    assert (got[0]["detection_s"], got[1]["was_master"]) == (2.0, True)
+
+
+@pytest.mark.fast
+def test_a_lost_message_only_on_the_old_masters_store_is_lost_in_the_switch() -> None:
+    old = {"broker-a-0"}
+    assert classify_lost(old, {"broker-a-0"}, switched=True) == "lost_in_switch"
+    assert classify_lost(old, {"broker-a-0"}, switched=False) == "stored_on_acking_node"
+    assert classify_lost(old, {"broker-a-0", "broker-a-1"}, switched=True) == "stored_on_other_replica"
+    assert classify_lost(old, set(), switched=True) == "never_stored"
+    assert classify_lost(set(), {"broker-a-1"}, switched=True) == "stored_ack_node_unknown"
+
+
+def commit_log(path: Path, records: list[tuple[str, str, int]]) -> None:
+    """A commit-log file as a broker writes it (MessageDecoder's layout, docs/broker-evidence.md):
+    one record per (topic, key, queue offset), then zeros."""
+    out = b""
+    for topic, key, qoff in records:
+        props = f"KEYS\x01{key}\x02UNIQ_KEY\x01U{qoff:030X}\x02".encode()
+        bd, tb = b"payload " + key.encode(), topic.encode()
+        rec = (struct.pack(">iiiiiqqiq", 0, MAGIC_V1, 0, 0, 0, qoff, len(out), 0, T) + b"\x7f\0\0\x01"
+               + struct.pack(">i", 5) + struct.pack(">q", T) + b"\x7f\0\0\x01" + struct.pack(">i", 30911)
+               + struct.pack(">iq", 0, 0) + struct.pack(">i", len(bd)) + bd + bytes([len(tb)]) + tb
+               + struct.pack(">h", len(props)) + props)
+        out += struct.pack(">i", len(rec)) + rec[4:]
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "00000000000000000000").write_bytes(out + b"\0" * 4096)
+
+
+class Ledger:
+    def __init__(self, d: Path) -> None:
+        d.mkdir(parents=True, exist_ok=True)
+        self.send, self.recv, self.n = open(d / "send-p1.jsonl", "w"), open(d / "receive-c0.jsonl", "w"), 0
+        self.d = d
+
+    def ack(self, key: str, node: str, end_ms: int, delivered: bool = True, group: str = "broker-a") -> None:
+        self.n += 1
+        rec = ("intent", "r", "p1", self.n, key, 1, "T_FO", "no_retry", end_ms - 5, end_ms - 3)
+        self.send.write(json.dumps(intent_record(*rec)) + "\n")
+        self.send.write(json.dumps(outcome_record("outcome", *rec[1:], end_ms, "ok", "SEND_OK", 0, None, None, True,
+                                                  f"{self.n:032X}", msg_id(node, self.n * 100), group, 0, self.n,
+                                                  True)) + "\n")
+        if delivered:
+            r = dict.fromkeys(RECEIVE_KEYS)
+            r.update(run_id="r", key=key, msg_id=f"{self.n:032X}", topic="T_FO", origin_topic="T_FO", broker=group,
+                     queue_id=0, queue_offset=self.n, reconsume_times=0, consumer_id="c0", batch_size=1, batch_index=0,
+                     receive_ms=end_ms + 50)
+            self.recv.write(json.dumps(r) + "\n")
+
+    def files(self) -> tuple[list[Path], list[Path]]:
+        self.send.close()
+        self.recv.close()
+        return [self.d / "send-p1.jsonl"], [self.d / "receive-c0.jsonl"]
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator:
+    from analysis.session import spark_session
+    yield spark_session()
+
+
+def planted(tmp: Path) -> tuple[list[Path], list[Path], list[dict[str, Any]]]:
+    led = Ledger(tmp / "ledgers")
+    for i in range(9):
+        led.ack(f"before-{i}", "broker-a-0", T + 1000 * (i + 1))
+        led.ack(f"b-{i}", "broker-b", T + 1000 * (i + 1) + 10, group="broker-b")
+    led.ack("lost-switch", "broker-a-0", T + 9500, delivered=False)    # only on the old master's store
+    led.ack("lost-replica", "broker-a-0", T + 9600, delivered=False)   # on broker-a-1 too
+    led.ack("lost-never", "broker-a-0", T + 9700, delivered=False)     # on no store
+    led.ack("in-flight", "broker-a-0", FAULT + 50)                     # answered as the kill came
+    for i in range(10):
+        led.ack(f"after-{i}", "broker-a-1", FAULT + 7300 + 1000 * i)
+    led.ack("two-master", "broker-a-0", FAULT + 10_400)                # the same second as after-3 on broker-a-1
+    commit_log(tmp / "cluster" / "broker-a-0" / "store" / "commitlog",
+               [("T_FO", "lost-switch", 1), ("T_FO", "lost-replica", 2)])
+    commit_log(tmp / "cluster" / "broker-a-1" / "store" / "commitlog", [("T_FO", "lost-replica", 2)])
+    events = [{"kind": "fault", "target": "broker-a-0", "start_ms": FAULT, "end_ms": FAULT + 200, "outcome": "ok",
+               "role": "master-of:broker-a", "params": {"fault_id": "kill-a", "fault_kind": "kill"}}]
+    return *led.files(), events
+
+
+def test_planted_failover_times_two_master_seconds_and_loss_in_the_switch(spark, tmp_path: Path) -> None:
+    from analysis.reconcile import analyze_ledgers
+    send, recv, events = planted(tmp_path)
+    conf = brokers(tmp_path / "cluster")
+    store = Store(conf)
+    try:
+        res = analyze_ledgers(spark, send, recv, events, store=store, brokers=conf, monitor=MONITOR)
+    finally:
+        store.close()
+    fo, sc = res["failover"], res["store_check"]
+    jsonschema.validate(fo, SCHEMA["properties"]["failover"])
+    [f] = fo["failovers"]
+    assert (f["group"], f["old_master"], f["was_master"], f["role"], f["mode"]) == \
+        ("broker-a", "broker-a-0", True, "master-of:broker-a", "controller")
+    assert (f["detection_s"], f["election_s"], f["new_master"]) == (2.0, 5.0, "broker-a-1")
+    assert (f["first_ack_new_master_s"], f["first_ack_any_s"], f["first_ack_any_node"]) == (7.3, 0.05, "broker-a-0")
+    second = (FAULT + 10_400) // 1000
+    assert fo["two_master_windows"] == [{"group": "broker-a", "t": second,
+                                         "nodes": {"broker-a-0": 1, "broker-a-1": 1}}]
+    assert f["two_master_seconds"] == [second]
+    assert fo["groups"]["broker-a"]["acked_by_node"] == {"broker-a-0": 14, "broker-a-1": 10}
+    assert "broker-b" not in fo["groups"]
+    # every replica's store: the split of the replicated group's lost keys, the existing totals exact
+    assert res["counts"]["lost"] == 3 and (sc["lost_from_store"], sc["lost_in_delivery"]) == (1, 2)
+    lost = fo["lost"]
+    assert (lost["lost_in_switch"], lost["stored_on_other_replica"], lost["never_stored"], lost["checked"]) == (1, 1, 1, 3)
+    assert f["lost_in_switch"] == 1
+    ex = {e["key"]: e for e in lost["examples"]}
+    assert ex["lost-switch"]["stored_on"] == ["broker-a-0"] and ex["lost-switch"]["stored_on_up"] == {"broker-a-0": False}
+    assert ex["lost-replica"]["stored_on_up"] == {"broker-a-0": False, "broker-a-1": True}
+    words = failover_phrases({"failover": fo})
+    assert words == [f"broker-a after the SIGKILL of broker-a-0 (its master): detected after 2.0 s, broker-a-1 elected "
+                     f"after 5.0 s, first ack on it after 7.3 s, first ack on any node after 0.05 s (broker-a-0), one "
+                     f"acknowledged message lost in the switch, two masters acknowledged in 1 s: {hms(second)} "
+                     f"(broker-a-0 1, broker-a-1 1)"]
+
+
+@pytest.mark.fast
+def test_a_run_without_replicated_groups_has_no_failover_section(tmp_path: Path) -> None:
+    # decided from the brokers' confs before any Spark job: no section, no clause in the verdict
+    assert failover(None, None, [], [], brokers(tmp_path, replicated=False)) is None  # type: ignore[arg-type]
+    assert failover_phrases({"failover": None}) == [] and failover_phrases({}) == []
