@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable
 from cluster.plan import NodePlan
 from rmqclient.admin import AdminClient, RemotingError, ReplicaGroup, sync_state
 
+
 @dataclass(frozen=True)
 class GroupPlan:
     name: str
