@@ -83,7 +83,8 @@ def verdict(run_dirs: list[str], db: str | Path | None = None) -> dict[str, Any]
 
 def combined_report(reports: list[dict | None] | None, out: str | Path | None = None) -> dict:
     """The matrix's combined HTML report from its runs' `report` results (None: a run whose report
-    task did not run), with the run history's trends and the runs' regression flags. Returns {"report": the HTML (None when no run was analyzed), "runs": [...]}."""
+    task did not run), with the run history's trends and the runs' regression flags. Returns
+    {"report": the HTML (None when no run was analyzed), "runs": [...]}."""
     from pipeline.report import combined
     from pipeline.runs import default_run_dir
     done = [r for r in (reports or []) if r]  # None altogether: the matrix never expanded

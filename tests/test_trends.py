@@ -165,3 +165,17 @@ def test_the_loss_report_and_the_nightly_report_carry_the_trends(tmp_path: Path,
     assert "p99 send latency (ms) 900, beyond its last 5 runs&#x27; 140..160 (limit 210)" in page
     rep: dict[str, Any] = matrix.combined_report([{"run_dir": str(ctl.path)}], tmp_path / "nightly.html")
     assert "beyond its range: p99 send latency (ms) 900" in Path(rep["report"]).read_text()
+
+
+def test_each_point_sits_over_the_range_of_its_own_baseline(db: Path) -> None:
+    from analysis.trends import points
+    rows = history.runs(db, scenario="oom-tsp-on")
+    pts = points(rows)
+    assert [p["row"]["lost"] for p in pts] == LOSSY
+    assert [p["range"]["lost"] for p in pts] == [None, (97, 97), (79, 97), (79, 97), (1, 97)]  # the runs before each
+    assert [len(p["judged"]["baseline"]) for p in pts] == [0, 1, 2, 3, 4]
+    assert [p["row"]["lost"] for p in points(rows, upto_ms=rows[2]["started_ms"])] == LOSSY[:3]  # a report of older runs
+    unfinished = {**rows[-1], "run_id": "later-unfinished", "started_ms": rows[-1]["started_ms"] + DAY,
+                  "complete": False, "lost": 500}
+    last = points([*rows, unfinished])[-1]
+    assert last["judged"]["flags"] == [] and last["range"]["lost"] == (1, 97)  # shown (a grey cross), not judged
