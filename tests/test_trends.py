@@ -92,6 +92,17 @@ def test_a_control_night_that_lost_one_key_fails_the_nightly_naming_it(tmp_path:
         matrix.verdict([str(ctl.path), str(tsp.path)], db)
 
 
+def test_a_control_night_whose_p99_left_its_range_is_named_and_fails_nothing(tmp_path: Path, db: Path) -> None:
+    run = tonight(tmp_path, "control", p99=900, record=db)
+    res = matrix.verdict([str(run.path)], db)
+    assert res["flags"] == [f"control (run {run.state()['run_id']}): beyond its range: p99 send latency (ms) 900, "
+                            f"beyond its last {NIGHTS} runs' 140..160 (limit 210)",
+                            f"control (run {run.state()['run_id']}): beyond its range: p99 latency from the intended "
+                            f"send time (ms) 920, beyond its last {NIGHTS} runs' 160..180 (limit 230)",
+                            f"control (run {run.state()['run_id']}): beyond its range: p99 end-to-end latency (ms) "
+                            f"960, beyond its last {NIGHTS} runs' 200..220 (limit 275)"]
+
+
 def test_a_first_night_without_a_history_is_judged_against_nothing(tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     run = tonight(tmp_path, "control", lost=1)
