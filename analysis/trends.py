@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 import math
 import re
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from analysis.plots import _svg, plt
@@ -43,6 +43,15 @@ def points(rows: list[dict[str, Any]], rule: Rule = Rule(), upto_ms: int | None 
     return out
 
 
+def _spans(xs: list[datetime]) -> list[datetime]:
+    """Each x's span, halfway to its neighbours (the ends: as far out as inside; one run: 6 hours
+    either side), as [start, end] pairs flattened: the band's x values."""
+    half = [(b - a) / 2 for a, b in zip(xs, xs[1:])]
+    left = [half[0] if half else timedelta(hours=6), *half]
+    right = [*half, half[-1] if half else timedelta(hours=6)]
+    return [v for x, lt, rt in zip(xs, left, right) for v in (x - lt, x + rt)]
+
+
 def plot_trend(scenario: str, pts: list[dict[str, Any]]) -> str:
     """One figure per scenario, a panel per figure: the trailing range as a band (each run's own
     baseline min..max, -range), the complete runs' points (<g id="trend-<slug>-<figure>-points">, one
@@ -51,6 +60,7 @@ def plot_trend(scenario: str, pts: list[dict[str, Any]]) -> str:
     spread in orange (-flagged)."""
     import matplotlib.dates as mdates
     xs = [datetime.fromtimestamp(p["row"]["started_ms"] / 1000, timezone.utc) for p in pts]
+    bx = _spans(xs)
     fig, axes = plt.subplots(len(FIGURES), 1, figsize=(9, 1.3 * len(FIGURES) + 0.8), sharex=True)
     nan = math.nan
     for ax, (f, label, k) in zip(axes, FIGURES):
@@ -62,9 +72,10 @@ def plot_trend(scenario: str, pts: list[dict[str, Any]]) -> str:
         done = [p["row"].get("complete") is True for p in pts]
         lo = [nan if p["range"][f] is None else p["range"][f][0] * k for p in pts]
         hi = [nan if p["range"][f] is None else p["range"][f][1] * k for p in pts]
-        # edged, so that a range of one value (a control's 0..0) still shows
-        ax.fill_between(xs, lo, hi, step="mid", facecolor="#bbdefb", edgecolor="#64b5f6", lw=0.8, gid=f"{g}-range",
-                        label="its trailing range (min..max)")
+        # each run's own range, as wide as halfway to its neighbours; edged, so that a range of one
+        # value (a control's 0..0) still shows as a line
+        ax.fill_between(bx, [v for v in lo for _ in "ab"], [v for v in hi for _ in "ab"], facecolor="#bbdefb",
+                        edgecolor="#64b5f6", lw=0.8, gid=f"{g}-range", label="its trailing range (min..max)")
         cx = [(x, val(p)) for x, d, p in zip(xs, done, pts) if d and p["row"].get(f) is not None]
         ax.plot([x for x, _ in cx], [v for _, v in cx], marker="o", ms=4, lw=1, color="#1565c0", gid=f"{g}-points",
                 label="a run")
