@@ -97,7 +97,7 @@ def plot_trend(scenario: str, pts: list[dict[str, Any]]) -> str:
     loc = mdates.AutoDateLocator(tz=timezone.utc)
     axes[-1].xaxis.set_major_locator(loc)
     axes[-1].xaxis.set_major_formatter(mdates.ConciseDateFormatter(loc, tz=timezone.utc))
-    fig.tight_layout(rect=(0, 0, 1, 0.96))
+    fig.subplots_adjust(left=0.07, right=0.98, top=0.92, bottom=0.06, hspace=0.45)  # tight_layout: 0.8 s a plot
     return _svg(fig)
 
 
