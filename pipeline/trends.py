@@ -40,7 +40,10 @@ def _history(run_dirs: list[str | Path | RunDir], db: str | Path | None
 
 def judge(run_dirs: list[str | Path | RunDir], db: str | Path | None = None, rule: Rule = Rule()) -> dict[str, Any]:
     """{"runs": [regress result per analyzed run], "note": why the history was not read, or None}."""
-    cur, by, note = _history(run_dirs, db)
+    try:
+        cur, by, note = _history(run_dirs, db)
+    except (OSError, ValueError, KeyError, TypeError) as e:  # a summary the history cannot read: the verdict stands
+        return {"runs": [], "note": f"the runs could not be judged against the run history: {type(e).__name__}: {e}"}
     return {"runs": [regressions(r, by[r["scenario"]], rule) for r in cur], "note": note}
 
 

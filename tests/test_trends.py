@@ -111,6 +111,10 @@ def test_a_first_night_without_a_history_is_judged_against_nothing(tmp_path: Pat
         "no earlier complete run of this scenario: nothing to compare with"]
     assert "verdict: the run history could not be read, so these runs are judged against nothing: no run history " \
            "at" in capsys.readouterr().out
+    run.summary_file.write_text("{}")  # a summary the history cannot read: the verdict still stands
+    res = matrix.verdict([str(run.path)], tmp_path / "none.duckdb")
+    assert res["regressions"] == [] and "verdict: the runs could not be judged against the run history: " \
+                                       "KeyError" in capsys.readouterr().out
 
 
 def _dom(page: Path, profile: Path) -> str:
