@@ -105,5 +105,12 @@ def regressions(current: dict[str, Any], rows: list[dict[str, Any]], rule: Rule 
     return out
 
 
+def flag_line(judged: dict[str, Any], flag: dict[str, Any]) -> str:
+    """One flag of a `regressions` result on one line: the scenario, the run, the figure, its value
+    and the range it left (the nightly verdict's log, the report)."""
+    kind = "REGRESSION of a zero-loss scenario" if flag["fails"] else "beyond its range"
+    return f"{judged['scenario']} (run {judged['run_id']}): {kind}: {flag['words']}"
+
+
 def _num(x: float) -> str:
     return f"{x:g}" if isinstance(x, float) else str(x)

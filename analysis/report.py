@@ -231,7 +231,9 @@ def spread(summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def render(summaries: list[dict[str, Any]], title: str = "RocketMQ loss and duplication report") -> str:
+def render(summaries: list[dict[str, Any]], title: str = "RocketMQ loss and duplication report",
+           extra: str = "") -> str:
+    """extra: a section of HTML after the runs' own (the run history's trends: analysis/trends.py)."""
     body = [f"<h1>{html.escape(title)}</h1>", "<section id=verdict><h2>Verdict</h2>"
             + "".join(f"<p class=verdict>{html.escape(v)}</p>" for v in [verdict(s) for s in summaries] + comparisons(summaries))
             + "</section>"]
@@ -246,6 +248,7 @@ def render(summaries: list[dict[str, Any]], title: str = "RocketMQ loss and dupl
         body.append(f"<div class=plot>{plot_compare(summaries)}</div>")
         body.append("<h2>Busy answers, loss, duplicates and latency</h2>" + _table(compare_rows(summaries), COMPARE_HEAD))
     body += [_run_section(s, len(summaries) > 1) for s in summaries]
+    body.append(extra)
     body.append(time_table(summaries))
     style = ("body{font-family:sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse;margin:.5em 0}"
              "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}th{background:#eceff1}"
@@ -274,9 +277,9 @@ def time_table(summaries: list[dict[str, Any]]) -> str:
         ["scenario", *names, "between stages", "wall", "wall / load"])
 
 
-def write_report(runs: list[str | Path], out: str | Path) -> Path:
+def write_report(runs: list[str | Path], out: str | Path, extra: str = "") -> Path:
     sums = [with_times(load_summary(r), Path(r)) for r in runs]
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(sums))
+    out.write_text(render(sums, extra=extra))
     return out

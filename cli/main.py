@@ -149,7 +149,7 @@ def cmd_analyze(a: argparse.Namespace) -> int:
 
 
 def cmd_report(a: argparse.Namespace) -> int:
-    print(f"report: {report.combined(a.run_dirs, a.out)['html']}")
+    print(f"report: {report.combined(a.run_dirs, a.out, history=a.history or bool(a.db), db=a.db)['html']}")
     return 0
 
 
@@ -259,6 +259,10 @@ def parser() -> argparse.ArgumentParser:
                         description="Several runs are shown side by side (e.g. transientStorePoolEnable on vs off).")
     rp.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     rp.add_argument("--out", required=True, help="HTML file to write")
+    rp.add_argument("--history", action="store_true",
+                    help="with each scenario's trend over its earlier runs and what left its range (the run history)")
+    rp.add_argument("--db", help="with --history: the run history file (default: $RMQCHAOS_HISTORY, else "
+                                         "$RMQCHAOS_HOME/history.duckdb)")
     rp.set_defaults(fn=cmd_report)
 
     import bench

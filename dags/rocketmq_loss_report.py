@@ -12,7 +12,9 @@ DOC = """
 ### RocketMQ loss / duplication report
 
 Triggered by hand with `run_dirs` (one or more run directories), it rebuilds each run's report and, for
-several, one combined report. It also runs whenever an analysis publishes the `rmqchaos_analysis` asset.
+several, one combined report, each with the trends of the runs' scenarios over their earlier runs (the run
+history: lost, duplicated, busy rate, p99 send, longest recovery; each run's point over its trailing range)
+and what left its range. It also runs whenever an analysis publishes the `rmqchaos_analysis` asset.
 The report's path is the task's return value; its *rmqchaos report* link opens it.
 """
 
@@ -29,7 +31,7 @@ def rocketmq_loss_report() -> None:
         for events in (ctx.get("triggering_asset_events") or {}).values():
             dirs += [e.extra["run_dir"] for e in events if (e.extra or {}).get("run_dir")]
         from pipeline.report import rebuild
-        return rebuild(dirs)
+        return rebuild(dirs, history=True)
 
     build()
 

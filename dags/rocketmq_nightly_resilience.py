@@ -19,9 +19,11 @@ one slot):
 whatever failed in between) → analyze → report
 
 The analyses run in parallel; then `combined_report` writes one HTML report across the matrix (its path is
-the task's return value, and the task's *rmqchaos report* link opens it), and `verdict` fails the DAG run
-when a run failed or its loss could not be verified; a scenario that loses messages is a finding, not a
-failure.
+the task's return value, and the task's *rmqchaos report* link opens it), with each scenario's trend
+over its earlier runs (the run history), and `verdict` fails the DAG run when a run failed, its loss
+could not be verified, or a scenario that never lost in its trailing runs lost (a regression). Each
+figure that left its trailing range is named in the report and in `verdict`'s log; a scenario that
+keeps losing messages is a finding, not a failure.
 """
 
 
@@ -52,8 +54,9 @@ def rocketmq_nightly_resilience() -> None:
         return write(reports)
 
     @task(retries=0)
-    def verdict(rep: dict[str, Any]) -> dict[str, list[str]]:
-        """Fails the DAG run if a run failed or could not verify its loss (the report is written)."""
+    def verdict(rep: dict[str, Any]) -> dict[str, Any]:
+        """Fails the DAG run if a run failed, could not verify its loss, or a zero-loss scenario lost
+        (against its trailing runs in the run history); logs each figure that left its range."""
         from pipeline.matrix import verdict as judge
         return judge(rep["runs"])
 

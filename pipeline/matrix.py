@@ -1,12 +1,16 @@
 """The nightly resilience matrix: which scenarios run (listed in one file, scenarios/nightly.yaml),
-the run directory each gets, and the matrix's verdict once every run has been analyzed."""
+the run directory each gets, and the matrix's verdict once every run has been analyzed: the runs that
+failed and the regressions against the run history."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import yaml
 
+from analysis.regress import flag_line
+from pipeline import trends
 from pipeline.runs import as_run, create_run, load_scenario, reap_orphans
 from rmqchaos import paths
 from rmqchaos.errors import UserError
@@ -54,19 +58,33 @@ def failures(run_dir: str | Path | RunDir) -> list[str]:
     return out
 
 
-def verdict(run_dirs: list[str]) -> dict[str, list[str]]:
-    """Every run's failures; a UserError naming the runs that failed (after the report is written)."""
+def verdict(run_dirs: list[str], db: str | Path | None = None) -> dict[str, Any]:
+    """Every run's failures, and each analyzed run's regression flags against its scenario's trailing
+    runs in the run history (pipeline/trends.py; db: the history file, default paths.history_db()),
+    each flag printed as one line (the DAG task's log). A UserError naming the runs that failed and
+    every regression of a zero-loss scenario (a new loss: `fails`); a figure beyond its spread is a
+    finding, named, not a failure. Returns {"failed": {}, "flags": [the lines], "regressions": [...]}."""
     bad = {d: f for d in run_dirs if (f := failures(d))}
-    if bad:
-        raise UserError(f"{len(bad)} of {len(run_dirs)} runs failed: "
-                        + " | ".join(f"{as_run(d).scenario().name}: {'; '.join(f)}" for d, f in bad.items()),
-                        "see the combined report")
-    return bad
+    judged = trends.judge(run_dirs, db)
+    if judged["note"]:
+        print(f"verdict: {judged['note']}", flush=True)
+    lines = [flag_line(j, f) for j in judged["runs"] for f in j["flags"]]
+    for line in lines:
+        print(f"verdict: {line}", flush=True)
+    if not lines and not judged["note"]:
+        print(f"verdict: nothing left its range ({len(judged['runs'])} run(s) against the run history)", flush=True)
+    problems = [f"{len(bad)} of {len(run_dirs)} runs failed: "
+                + " | ".join(f"{as_run(d).scenario().name}: {'; '.join(f)}" for d, f in bad.items())] if bad else []
+    problems += [flag_line(j, f) for j in judged["runs"] for f in j["flags"] if f["fails"]]
+    if problems:
+        raise UserError(" | ".join(problems), "see the combined report")
+    return {"failed": bad, "flags": lines, "regressions": judged["runs"]}
 
 
 def combined_report(reports: list[dict | None] | None, out: str | Path | None = None) -> dict:
     """The matrix's combined HTML report from its runs' `report` results (None: a run whose report
-    task did not run). Returns {"report": the HTML (None when no run was analyzed), "runs": [...]}."""
+    task did not run), with the run history's trends and the runs' regression flags. Returns
+    {"report": the HTML (None when no run was analyzed), "runs": [...]}."""
     from pipeline.report import combined
     from pipeline.runs import default_run_dir
     done = [r for r in (reports or []) if r]  # None altogether: the matrix never expanded
@@ -74,4 +92,5 @@ def combined_report(reports: list[dict | None] | None, out: str | Path | None = 
         raise UserError("no scenario of the matrix ran", "see the failed tasks before this one")
     analyzed = [r["run_dir"] for r in done if as_run(r["run_dir"]).summary_file.exists()]
     target = out or str(default_run_dir("nightly")) + ".html"
-    return {"report": combined(analyzed, target)["html"] if analyzed else None, "runs": [r["run_dir"] for r in done]}
+    return {"report": combined(analyzed, target, history=True)["html"] if analyzed else None,
+            "runs": [r["run_dir"] for r in done]}

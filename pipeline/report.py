@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pipeline import trends
 from pipeline.runs import as_run
 from pipeline.stage import stage
 from rmqchaos.errors import UserError
@@ -13,42 +14,47 @@ from rmqchaos.rundir import RunDir
 from rmqchaos.stagetimes import time_by_stage, time_line
 
 
-def run(run_dir: str | Path | RunDir) -> dict[str, Any]:
-    """report.txt / report.json (stages, witness, counts) and, when the run was analyzed, report.html."""
+def run(run_dir: str | Path | RunDir, history: bool = False) -> dict[str, Any]:
+    """report.txt / report.json (stages, witness, counts) and, when the run was analyzed, report.html
+    (history: with the run history's trends and the run's regression flags, pipeline/trends.py)."""
     r = as_run(run_dir)
     with stage(r, "report"):
-        _write(r)
+        _write(r, history)
     return {"txt": str(r.report_txt), "html": str(r.report_html) if r.report_html.exists() else None}
 
 
-def rebuild(run_dirs: list[str | Path | RunDir], out: str | Path | None = None) -> dict[str, Any]:
+def rebuild(run_dirs: list[str | Path | RunDir], out: str | Path | None = None,
+            history: bool = False) -> dict[str, Any]:
     """Each run's report again and, for several analyzed runs, one combined report (default
-    runs/<time>-loss-report.html). Returns {"report": the HTML to read, "runs": [...]}."""
+    runs/<time>-loss-report.html); history: with the trends. Returns {"report": the HTML to read, "runs": [...]}."""
     runs = list(dict.fromkeys(str(as_run(d).path) for d in run_dirs))  # each once, in order
     if not runs:
         raise UserError("no run directory to report on", "pass run_dirs (or trigger through an analysis)")
-    htmls = [h for d in runs if (h := run(d)["html"])]
+    htmls = [h for d in runs if (h := run(d, history)["html"])]
     if len(runs) == 1:
         return {"report": htmls[0] if htmls else str(as_run(runs[0]).report_txt), "runs": runs}
     from pipeline.runs import default_run_dir
     analyzed = [d for d in runs if as_run(d).summary_file.exists()]
-    rep = combined(analyzed, out or str(default_run_dir("loss-report")) + ".html")["html"] if analyzed else None
+    rep = combined(analyzed, out or str(default_run_dir("loss-report")) + ".html", history)["html"] if analyzed else None
     return {"report": rep, "runs": runs}
 
 
-def combined(run_dirs: list[str | Path | RunDir], out: str | Path) -> dict[str, Any]:
-    """One HTML report of several analyzed runs, side by side (e.g. TSP on vs off)."""
+def combined(run_dirs: list[str | Path | RunDir], out: str | Path, history: bool = False,
+             db: str | Path | None = None) -> dict[str, Any]:
+    """One HTML report of several analyzed runs, side by side (e.g. TSP on vs off); history: with the
+    run history's trends of their scenarios and their regression flags (db: the history file, default
+    paths.history_db())."""
     from analysis.report import write_report  # matplotlib: only when a report is written
     runs = [as_run(d) for d in run_dirs]
-    html = write_report([r.path for r in runs], Path(out))
+    html = write_report([r.path for r in runs], Path(out), trends.section(runs, db) if history else "")
     return {"html": str(html), "runs": [str(r.path) for r in runs]}
 
 
-def _write(run: RunDir) -> None:
+def _write(run: RunDir, history: bool = False) -> None:
     summary_f = run.summary_file
     if summary_f.exists():
         from analysis.report import write_report
-        write_report([run.path], run.report_html)
+        write_report([run.path], run.report_html, trends.section([run]) if history else "")
     st = run.state()
     tl = run.timeline()
     up_ev = next((e for e in tl if e["kind"] == "cluster_up"), None)
