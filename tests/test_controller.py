@@ -188,6 +188,7 @@ def _route_master(c, group: str) -> str | None:
     return None
 
 
+@pytest.mark.long  # make test: tests/test_failover_run.py, the same role kills (master-of, controller-leader, restart of the killed node) in a whole run
 def test_a_kill_of_the_master_of_a_group_and_of_the_controller_leader_hits_the_holders_of_the_time(
         tmp_path: Path) -> None:
     """3 standalone controllers + broker-a as 3 replicas, the faults run by the FaultScheduler:

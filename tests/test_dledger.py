@@ -149,6 +149,7 @@ def test_a_dledger_group_is_ready_with_a_replica_as_id_0_and_every_replica_regis
 # ---------------------------------------------------------------- a real DLedger group
 
 
+@pytest.mark.long  # make test: tests/test_failover_run.py, a DLedger group's leader killed and another elected in a whole run
 def test_killing_the_leader_of_a_dledger_group_lists_a_new_leader_as_id_0(tmp_path: Path) -> None:
     """broker-a as 3 DLedger replicas: after kill -9 of the leader, the other two elect a new one,
     which namesrv lists as brokerId 0 (what a producer's route takes); `down` ends every node."""

@@ -85,6 +85,7 @@ def _samples(run_path: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in f.read_text().splitlines() if x.strip()] if f.is_file() else []
 
 
+@pytest.mark.long  # make test: tests/test_failover_run.py, the monitor's groups record through a controller-mode kill in a whole run
 def test_the_monitor_follows_a_controller_mode_failover_in_its_groups(tmp_path: Path) -> None:
     """3 standalone controllers + broker-a as 3 replicas: the monitor's sample names the elected
     master, its epoch, a SyncStateSet of 3, one replica reporting master and two slave, their offsets

@@ -1,0 +1,86 @@
+"""A replicated cluster through its failovers, end to end (issue 36's CI form of the nightly's
+failover scenarios): three standalone controllers, broker-a as a controller-mode group of three
+(allAckInSyncStateSet) and broker-b as a DLedger group of three, under load. The faults target roles:
+broker-a's master is killed -9 and restarted, then broker-b's leader, then the controller leader.
+The run is analyzed: each failover's detection, election and first acknowledged send on the new
+master, nothing lost, and the monitor's per-group record of the switch.
+
+Subnet 127.0.68.0/24, ports 21476..21550: no other test uses them."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from tests.conftest import write_scenario
+
+SCENARIO = {
+    "name": "failover-ci",
+    "cluster": {
+        "subnet": "127.0.68.0/24",
+        "namesrv": {"port": 21476},
+        "controllers": {"count": 3, "port": 21478, "jvm": {"heap_mb": 128, "options": ["-XX:TieredStopAtLevel=1"]}},
+        "broker_defaults": {"jvm": {"heap_mb": 256, "max_direct_memory_mb": 256}, "config": {"flushDiskType": "ASYNC_FLUSH"}},
+        "brokers": [{"name": "broker-a", "port": 21511, "replicas": 3, "config": {"allAckInSyncStateSet": True}},
+                    {"name": "broker-b", "port": 21541, "replicas": 3, "replication": "dledger"}],
+        "ready_timeout": "120s", "stop_timeout": "3s"},
+    # producers and the consumer ask namesrv for routes every 5 s (30 s by default): a switch shows
+    # within the short load
+    "load": {"topic": "RMQCHAOS_FAILOVER_CI", "users": 10, "rate": 200, "duration": "45s", "message_size": 256,
+             "timeout": "3s", "route_refresh": "5s", "policy": {"kind": "no_retry"}},
+    "consumers": {"route_refresh": "5s", "settle": "10s"},
+    "faults": [
+        {"id": "kill-a", "kind": "kill", "target": "master-of:broker-a", "at": "8s", "restart_after": "8s"},
+        {"id": "kill-b", "kind": "kill", "target": "master-of:broker-b", "at": "18s", "restart_after": "8s"},
+        {"id": "kill-leader", "kind": "kill", "target": "controller-leader", "at": "30s", "restart_after": "5s"},
+    ],
+}
+
+
+def test_a_replicated_cluster_fails_over_under_load_and_the_analysis_times_each_switch(
+        spark_session_for_module, tmp_path: Path) -> None:
+    from pipeline import analyze, down, drain, load, up
+    from pipeline.runs import create_run
+    t0 = time.monotonic()
+    run = create_run(write_scenario(tmp_path / "failover-ci.yaml", SCENARIO), tmp_path / "run", mode="owned")
+    try:
+        up.run(run)
+        t_up = time.monotonic() - t0
+        load.run(run)
+        drain.run(run)
+    finally:
+        down.run(run)
+    analyze.run(run)
+    s = json.loads((run.path / "analysis" / "summary.json").read_text())
+    samples = [json.loads(x) for x in (run.path / "monitor" / "cluster.jsonl").read_text().splitlines()]
+    samples = [x for x in samples if x.get("groups")]
+    faults = {e["params"]["fault_id"]: e for e in s["events"] if e["kind"] == "fault"}
+    assert {k: e["outcome"] for k, e in faults.items()} == dict.fromkeys(
+        ["kill-a", "kill-b", "kill-leader", "kill-a-restart", "kill-b-restart", "kill-leader-restart"], "ok")
+
+    def master_before(group: str, ms: int) -> str | None:
+        return [x for x in samples if x["ts_ms"] < ms][-1]["groups"][group]["master"]
+    for fid, group in (("kill-a", "broker-a"), ("kill-b", "broker-b")):
+        ev = faults[fid]
+        # the role resolved to the master of that moment; its restart brought back that node
+        assert ev["params"]["role"] == f"master-of:{group}" and ev["target"] == master_before(group, ev["start_ms"])
+        assert faults[f"{fid}-restart"]["target"] == ev["target"]
+    assert faults["kill-leader"]["target"].startswith("controller-")
+    # the monitor saw broker-a's switch: a higher epoch, another master, the killed node back as a slave
+    first, last = samples[0]["groups"]["broker-a"], samples[-1]["groups"]["broker-a"]
+    assert last["epoch"] > first["epoch"] and last["master"] != faults["kill-a"]["target"]
+    assert last["replicas"][faults["kill-a"]["target"]]["up"] is True
+    assert last["replicas"][faults["kill-a"]["target"]]["role"] == "slave"
+    # the analysis: per failover the detection, election and first ack on the new master, in order
+    fo = {f["fault_id"]: f for f in s["failover"]["failovers"]}
+    assert set(fo) == {"kill-a", "kill-b"}, fo
+    for fid in ("kill-a", "kill-b"):
+        f = fo[fid]
+        assert f["old_master"] == faults[fid]["target"] and f["new_master"] not in (None, f["old_master"]), f
+        assert 0 <= f["detection_s"] <= f["election_s"] <= f["first_ack_new_master_s"] < 30, f
+    assert s["failover"]["two_master_windows"] == []
+    assert s["complete"] is True and s["counts"]["acked"] > 0
+    assert s["counts"]["lost"] == 0, s["counts"]  # allAckInSyncStateSet; DLedger's majority
+    print(f"up {t_up:.0f} s; " + "; ".join(
+        f"{k}: {f['old_master']} -> {f['new_master']}, detected {f['detection_s']} s, elected {f['election_s']} s, "
+        f"first ack {f['first_ack_new_master_s']} s" for k, f in fo.items()))
