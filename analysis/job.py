@@ -63,6 +63,10 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
                # its link probes per link (analysis/links.py)
                "monitor": [_compact(m) for m in monitor], "links": link_series(monitor),
                "broker_evidence": evidence(run.path / "cluster", brokers)}
+    if s.expect is not None:  # a known bug's signature: reproduced or not, with the evidence
+        from analysis.expect import evaluate, read_probes
+        summary["expect"] = evaluate(s.expect, summary, read_probes(run.probes_file), s.cluster.rocketmq_version)
+        say(f"analyze: {summary['expect']['words']}")
     out.mkdir(exist_ok=True)
     tmp = out / "summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=1) + "\n")

@@ -22,7 +22,7 @@ from cluster.jvm import classpath, jvm_command
 from cluster.tools import BENCH_PRODUCER, bench_args, bench_complete
 from pipeline import down, up
 from pipeline.runs import create_run, namesrv_target, reap_orphans
-from rmqchaos import paths
+from rmqchaos import paths, rocketmq_dist
 from rmqchaos.errors import UserError
 from rmqchaos.progress import say
 
@@ -38,7 +38,7 @@ def run_python(ns: str, count: int, size: int, conc: int, timeout: float, workdi
 
 
 def run_java(ns: str, count: int, size: int, conc: int, timeout: float, workdir: Path, heap_mb: int) -> Sample:
-    paths.rocketmq_home(paths.pinned_rocketmq_version())  # installs the pinned jars when missing
+    rocketmq_dist.rocketmq_home(paths.pinned_rocketmq_version())  # installs the pinned jars when missing
     cmd = jvm_command(BENCH_PRODUCER, bench_args(ns, TOPIC, count, size, conc), heap_mb=heap_mb,
                       cp=classpath(paths.pinned_rocketmq_version()), user_home=workdir)
     out, wall, ru, rc = measure(cmd, dict(os.environ, ROCKETMQ_HOME=str(workdir)), timeout, workdir)

@@ -381,12 +381,13 @@ class ClusterBackend(ABC):
         self.spawn_client("monitor", [sys.executable, "-m", "cluster.monitor", str(self.run.path)], cwd=self.run.path,
                           env=paths.module_env(), log_file=d / "monitor.log", new_session=True, outlive=True)
 
-    def create_topics(self, topics: list[str], queues: int, timeout: float = 30.0) -> None:
+    def create_topics(self, topics: list[str], queues: int, timeout: float = 30.0,
+                      attributes: dict[str, str] | None = None) -> None:
         """Create (or update) `topics` on every master and wait until they route to every group."""
         admin = self.admin(timeout=15)  # a just-started broker on a starved 2-core host took >3 s to read one
         for t in topics:
             try:
-                admin.create_topic_everywhere(t, queues=queues)
+                admin.create_topic_everywhere(t, queues=queues, attributes=attributes)
             except RemotingError as e:
                 raise UserError(f"cannot create topic {t}: {e}", "is the cluster up? (rmqchaos cluster status)") from None
         for t in topics:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from typing import Mapping, Sequence
 
-from rmqchaos import paths
+from rmqchaos import rocketmq_dist
 from rmqchaos.errors import UserError
 
 MIN_JAVA = 11  # RocketMQ 5.x jars are Java 8 bytecode; the JVM options used here (-Xlog) need 9+; 11 is LTS
@@ -46,12 +46,12 @@ def find_java() -> tuple[str, int, str]:
 
 def platform_jar(version: str) -> str:
     """The platform's own Java module (consumer, OOM agent, config-key reader)."""
-    return str(paths.rocketmq_home(version) / "rmqchaos-java.jar")
+    return str(rocketmq_dist.rocketmq_home(version) / "rmqchaos-java.jar")
 
 
 def classpath(version: str, platform_jar: bool = False) -> str:
     """The jars of a RocketMQ version (and the platform's own module first, when asked)."""
-    home = paths.rocketmq_home(version)
+    home = rocketmq_dist.rocketmq_home(version)
     cp = f"{home / 'lib'}/*"
     return f"{home / 'rmqchaos-java.jar'}:{cp}" if platform_jar else cp
 

@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster import get_backend
+from cluster.backend import ClusterBackend
 from pipeline import slot
 from pipeline.runs import as_run
 from pipeline.stage import stage
@@ -23,12 +24,29 @@ GRACE_S = 2.0
 def run(run_dir: str | Path | RunDir, graceful: bool = False) -> dict[str, Any]:
     r = as_run(run_dir)
     with stage(r, "down"):
+        c = get_backend(r)
+        _probe(r, c)
         say("stopping the cluster")
-        done = get_backend(r).down(None if graceful else min(GRACE_S, r.scenario().cluster.stop_timeout))
+        done = c.down(None if graceful else min(GRACE_S, r.scenario().cluster.stop_timeout))
         for d in done:
             say(d)
         slot.release(r)
         return {"done": done}
+
+
+def _probe(r: RunDir, c: ClusterBackend) -> None:
+    """The scenario's `expect:` probes, read while the nodes still run (once per run: a second
+    `down` finds them stopped). A probe that cannot be read is recorded so, never a failed `down`."""
+    if r.probes_file.exists() or not r.stages().get("up", {}).get("status") == "ok":
+        return
+    from cluster.probes import take
+    try:
+        got = take(r, c)
+    except Exception as e:  # noqa: BLE001 - stopping the cluster matters more than any probe
+        say(f"expect: warning: probes not taken: {e}")
+        return
+    for p in got or []:
+        say(f"expect: {p['words']}: {'holds' if p['holds'] else 'does not hold' if p['holds'] is False else p.get('error')}")
 
 
 def all_runs() -> list[RunDir]:

@@ -30,7 +30,7 @@ def _load(run: RunDir, ledger: bool | None) -> dict[str, Any]:
         say("no load configured")
         return {"load": None}
     c = get_backend(run)
-    c.create_topics(s.load.topics(), s.load.queues)
+    c.create_topics(s.load.topics(), s.load.queues, attributes=s.load.topic_attributes)
     run.ledgers_dir.mkdir(exist_ok=True)
     consumers = start_consumers(run, c, s) if s.consumers else []
     faults: FaultScheduler | None = None

@@ -56,15 +56,6 @@ def pinned_rocketmq_version() -> str:
     return m.group(1).strip()
 
 
-def rocketmq_home(version: str) -> Path:
-    """Directory with lib/ (all RocketMQ runtime jars), rmqchaos-java.jar and config-keys.json."""
-    home = CACHE / f"rocketmq-{version}"
-    if not (home / "lib").is_dir() or not (home / "rmqchaos-java.jar").is_file():
-        raise UserError(f"RocketMQ {version} jars are not installed in {home}",
-                        f"run `make setup ROCKETMQ_VERSION={version}`")
-    return home
-
-
 def loopback_shim() -> Path:
     shim = CACHE / "native" / "libloopback_bind.so"
     if not shim.is_file():

@@ -110,6 +110,11 @@ class RunDir:
         return self.analysis_dir / "summary.json"
 
     @property
+    def probes_file(self) -> Path:
+        """The `expect:` block's probes of the live cluster, taken before `down` (cluster/probes.py)."""
+        return self.path / "expect" / "probes.json"
+
+    @property
     def checks_dir(self) -> Path:
         return self.path / "checks"
 

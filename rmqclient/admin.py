@@ -259,16 +259,22 @@ class AdminClient:
                 out[k.strip()] = v.strip()
         return out
 
-    def create_topic(self, broker_addr: str, topic: str, queues: int = 4, perm: int = PERM_READ_WRITE) -> None:
+    def create_topic(self, broker_addr: str, topic: str, queues: int = 4, perm: int = PERM_READ_WRITE,
+                     attributes: dict[str, str] | None = None) -> None:
+        """`attributes` (e.g. {"message.type": "NORMAL"}) go as mqadmin's `-a +message.type=NORMAL`
+        (CreateTopicRequestHeader.attributes: '+key=value' joined by ',', '+' = add)."""
         ext = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues,
                "perm": perm, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False}
+        if attributes:
+            ext["attributes"] = ",".join(f"+{k}={v}" for k, v in sorted(attributes.items()))
         self._broker(broker_addr, UPDATE_AND_CREATE_TOPIC, ext, f"UPDATE_AND_CREATE_TOPIC {topic}")
 
-    def create_topic_everywhere(self, topic: str, queues: int = 4, cluster: str | None = None) -> list[str]:
+    def create_topic_everywhere(self, topic: str, queues: int = 4, cluster: str | None = None,
+                                attributes: dict[str, str] | None = None) -> list[str]:
         """Create `topic` on every master (as `mqadmin updateTopic -c`). Returns the broker names."""
         masters = self.master_addrs(cluster)
         for addr in masters.values():
-            self.create_topic(addr, topic, queues)
+            self.create_topic(addr, topic, queues, attributes=attributes)
         return sorted(masters)
 
     def delete_topic(self, topic: str, cluster: str | None = None) -> None:
@@ -317,8 +323,14 @@ class AdminClient:
 
     def topic_configs(self, broker_addr: str) -> dict[str, dict[str, Any]]:
         """Every topic the broker holds (its topicConfigTable: what it registers to namesrv)."""
+        return self.topic_table(broker_addr)[0]
+
+    def topic_table(self, broker_addr: str) -> tuple[dict[str, dict[str, Any]], dict[str, Any] | None]:
+        """The broker's topicConfigTable and its dataVersion (a slave takes its master's dataVersion
+        when it syncs the table: equal versions = the slave has synced the master's current table)."""
         resp = self._broker(broker_addr, GET_ALL_TOPIC_CONFIG, {}, "GET_ALL_TOPIC_CONFIG")
-        return dict((resp.body_json() or {}).get("topicConfigTable") or {})
+        body = resp.body_json() or {}
+        return dict(body.get("topicConfigTable") or {}), body.get("dataVersion")
 
     def group_configs(self, broker_addr: str) -> dict[str, dict[str, Any]]:
         """Every subscription group the broker holds."""

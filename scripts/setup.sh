@@ -56,21 +56,10 @@ if ! stamp_ok .venv/.setup-stamp "$venv_key" || [ ! -x .venv/bin/python ]; then
   echo "$venv_key" > .venv/.setup-stamp
 fi
 
-# --- RocketMQ jars (pinned in pom.xml) + the platform's Java module ---
+# --- RocketMQ jars (pinned in pom.xml) + the platform's Java module, built against that version ---
+# rmqchaos/rocketmq_dist.py: the one Maven resolution (any other version resolves the same way on first use)
 RMQ_VERSION=${ROCKETMQ_VERSION:-$(sed -n 's:.*<rocketmq.version>\(.*\)</rocketmq.version>.*:\1:p' pom.xml | head -1)}
-LIB=.cache/rocketmq-$RMQ_VERSION
-mvn_key=$( (cat pom.xml; find java/src -type f | sort | xargs cat; echo "$RMQ_VERSION") | sha256sum | cut -c1-16)
-if ! stamp_ok "$LIB/.setup-stamp" "$mvn_key" || [ ! -f "$LIB/rmqchaos-java.jar" ]; then
-  say "resolving RocketMQ $RMQ_VERSION jars with Maven into $LIB"
-  rm -rf "$LIB/lib"
-  mkdir -p "$LIB"
-  mvn -B -q -Drocketmq.version="$RMQ_VERSION" package dependency:copy-dependencies \
-      -DincludeScope=runtime -DoutputDirectory="$ROOT/$LIB/lib" -DskipTests >"$ROOT/.cache/mvn.log" 2>&1 \
-    || { tail -20 .cache/mvn.log >&2; die "Maven could not resolve RocketMQ $RMQ_VERSION (see .cache/mvn.log)"; }
-  cp target/rmqchaos-java-*.jar "$LIB/rmqchaos-java.jar"
-  java -cp "$LIB/rmqchaos-java.jar:$LIB/lib/*" io.rmqchaos.ConfigKeys > "$LIB/config-keys.json"
-  echo "$mvn_key" > "$LIB/.setup-stamp"
-fi
+.venv/bin/python -m rmqchaos.rocketmq_dist "$RMQ_VERSION" >/dev/null || exit 1  # its error is one line
 
 # --- LD_PRELOAD shim that keeps every listener of our JVMs on loopback ---
 SHIM=.cache/native/libloopback_bind.so

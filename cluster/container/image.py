@@ -16,7 +16,7 @@ from typing import Any
 
 from cluster.compose import HOME, image_tag, rocketmq_home
 from cluster.container import engine
-from rmqchaos import paths
+from rmqchaos import paths, rocketmq_dist
 from rmqchaos.errors import UserError
 from rmqchaos.progress import say
 
@@ -75,7 +75,7 @@ def check_current(img: Any) -> None:
 def build(version: str | None = None) -> dict[str, Any]:
     """Build (or rebuild) rmqchaos/rocketmq:VERSION in the engine `engine.client()` reaches."""
     version = version or paths.pinned_rocketmq_version()
-    jars = paths.rocketmq_home(version)
+    jars = rocketmq_dist.rocketmq_home(version)
     shim = paths.loopback_shim()
     import docker
     c = engine.client()

@@ -22,7 +22,7 @@ from cluster.local.cgroups import Cgroup
 from cluster.local.node import CgroupMemory, LocalNode  # noqa: F401  (CgroupMemory: the docker backend's base)
 from cluster.plan import READY_TOPIC, port_in_use
 from cluster.rmqlog import log_dir
-from rmqchaos import paths
+from rmqchaos import paths, rocketmq_dist
 from rmqchaos.errors import UserError
 from rmqchaos.procs import alive, now_ms, record_spawn, send, spawn, state_char, wait_gone
 from rmqchaos.progress import say
@@ -87,7 +87,7 @@ class LocalCluster(ClusterBackend):
     # ------------------------------------------------------------ up
     def _preflight(self) -> None:
         find_java()
-        paths.rocketmq_home(self.scenario.cluster.rocketmq_version)
+        rocketmq_dist.rocketmq_home(self.scenario.cluster.rocketmq_version)
         paths.loopback_shim()
         if cgroups.version() == 0:
             raise UserError("no cgroup hierarchy is mounted at /sys/fs/cgroup",

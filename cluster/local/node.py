@@ -14,7 +14,7 @@ from cluster.jvm import find_java, jvm_command
 from cluster.local.cgroups import Cgroup
 from cluster.plan import NODE_SYSTEM_PROPERTIES, NodePlan, jvm_options, main_args, port_in_use, render_config
 from cluster.rmqlog import log_dir
-from rmqchaos import paths
+from rmqchaos import paths, rocketmq_dist
 from rmqchaos.errors import UserError
 from rmqchaos.procs import ProcRecord, alive, now_ms, record_spawn, send, spawn, stop, wait_gone
 from rmqchaos.progress import say
@@ -95,7 +95,7 @@ class LocalNode(Node):
         if self.running():
             raise UserError(f"{self.name} is already running (pid {self.pid})", "stop it first")
         java = find_java()[0]
-        home = paths.rocketmq_home(self.c.scenario.cluster.rocketmq_version)
+        home = rocketmq_dist.rocketmq_home(self.c.scenario.cluster.rocketmq_version)
         shim = paths.loopback_shim()
         if not self.c.run.is_registered():
             self.c.run.register()  # a restart of a cluster that is down: `down --all` must find it

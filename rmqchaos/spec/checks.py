@@ -6,6 +6,7 @@ from typing import Any, Mapping
 
 from pydantic import ValidationError
 
+from rmqchaos.errors import UserError
 from rmqchaos.spec.confkeys import PLATFORM_BROKER_KEYS, PLATFORM_NAMESRV_KEYS, _check_conf, config_keys
 from rmqchaos.spec.messages import _dotted, _pydantic_message
 from rmqchaos.spec.modes import controller_errors, controller_ports, dledger_errors
@@ -96,7 +97,10 @@ def semantic_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec] | None
                     ) -> list[tuple[tuple[Any, ...], str]]:
     """Checks that need more than field types: RocketMQ config keys, port collisions, and (given
     the registry of fault kinds) every fault against its kind."""
-    keys = config_keys(s.cluster.rocketmq_version)
+    try:  # the version's own jars (resolved with Maven on its first use): its keys, not the pinned one's
+        keys = config_keys(s.cluster.rocketmq_version)
+    except UserError as e:
+        return [(("cluster", "rocketmq_version"), e.line())]
     errs = _check_conf(s.cluster.namesrv.config, keys["namesrv"], PLATFORM_NAMESRV_KEYS,
                        ("cluster", "namesrv", "config"), "namesrv")
     errs += _check_conf(s.cluster.broker_defaults.config, keys["broker"], PLATFORM_BROKER_KEYS,
@@ -158,10 +162,33 @@ def semantic_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec] | None
             errs.append((("faults", i, "id"), f"fault id {f.id!r} is used twice"))
     if s.load is not None and s.load.backup_topic() == s.load.topic:
         errs.append((("load", "policy", "backup_topic"), "the backup topic must differ from load.topic"))
+    errs += expect_errors(s)
     if s.cluster.proxy.enabled:
         for field in ("grpc_port", "remoting_port"):
             p = getattr(s.cluster.proxy, field)
             if p in used:
                 errs.append((("cluster", "proxy", field), f"port {p} collides with {_dotted(used[p])}"))
             used[p] = ("cluster", "proxy", field)
+    return errs
+
+
+def expect_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
+    """The `expect:` block against this scenario: its versions are RocketMQ versions this platform
+    knows, its probes name broker nodes of this cluster, its figures need a load to count."""
+    from rmqchaos.rocketmq_dist import known_versions
+    if s.expect is None:
+        return []
+    errs: list[tuple[tuple[Any, ...], str]] = []
+    versions = known_versions()
+    for field in ("shows_on", "gone_in"):
+        for i, v in enumerate(getattr(s.expect, field)):
+            if v not in versions:
+                errs.append((("expect", field, i), f"unknown RocketMQ version {v!r}; known: {', '.join(versions)}"))
+    brokers = [n for n in s.cluster.node_names()
+               if n not in ("namesrv", "proxy", *(s.cluster.controllers.node_names() if s.cluster.controllers else ()))]
+    for i, node in s.expect.probe_nodes():
+        if node not in brokers:
+            errs.append((("expect", "probes", i), f"no broker node {node!r} in this cluster; brokers: {', '.join(brokers)}"))
+    if s.expect.conditions and s.load is None:
+        errs.append((("expect", "conditions"), "conditions count the load's messages: add a `load:` section"))
     return errs

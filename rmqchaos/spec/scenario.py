@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal, Protocol
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
 from rmqchaos.spec.cluster import Cluster
+from rmqchaos.spec.expect import Expect
 from rmqchaos.spec.types import (Duration, FaultTarget, GroupName, NodeName, NonNegDuration, Strict, TopicName,
                                  _duration)
 
@@ -47,6 +48,9 @@ class Policy(Strict):
 class Load(Strict):
     """Locust load: `users` producers at `rate` messages/s in total, for `duration` or `messages`."""
     topic: TopicName = "RMQCHAOS_LOAD"
+    # attributes the load's topics are created with (mqadmin updateTopic -a +message.type=NORMAL)
+    topic_attributes: dict[Annotated[str, Field(pattern=r"^[a-z][a-z0-9._]{0,60}$")],
+                           Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,60}$")]] = {}
     queues: Annotated[StrictInt, Field(ge=1, le=64)] = 4  # per broker, for the topics the load creates
     users: Annotated[StrictInt, Field(ge=1, le=2000)] = 8
     spawn_rate: Annotated[float, Field(gt=0, le=10000)] = 100.0
@@ -153,6 +157,7 @@ class Scenario(Strict):
     load: Load | None = None
     consumers: Consumers | None = None  # default with a load: one consumer `c0` acking everything
     faults: list[Fault] = []
+    expect: Expect | None = None  # a known bug's signature: the run's verdict says reproduced or not
 
     @model_validator(mode="after")
     def _default_consumers(self) -> "Scenario":

@@ -1,0 +1,80 @@
+"""Whether a run reproduced the known bug its scenario's `expect:` block describes
+(rmqchaos/spec/expect.py): every condition on the summary's figures and every probe of the live
+cluster (cluster/probes.py, taken before `down`) must hold. The result goes into the summary
+(`expect`) and the verdict sentence; a run on a version the bug was reported on that does not
+reproduce it, or one on a fixed version that does, is `as_expected: false`: a failure of the
+platform (or news about the fix), never a pass."""
+from __future__ import annotations
+
+import json
+import operator
+from pathlib import Path
+from typing import Any
+
+from rmqchaos.spec.expect import Expect, figure, parse_condition
+
+_OPS = {"==": operator.eq, "!=": operator.ne, ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
+
+
+def read_probes(f: Path) -> list[dict[str, Any]] | None:
+    """The probes a run took (None: not taken, e.g. the cluster never came up)."""
+    try:
+        return json.loads(f.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def evaluate(expect: Expect, summary: dict[str, Any], probes: list[dict[str, Any]] | None,
+             version: str) -> dict[str, Any]:
+    """{issue, version, expected ('reproduced' on a shows_on version, 'not reproduced' on a gone_in
+    one, None otherwise), reproduced (True / False / None: some evidence could not be read and the
+    rest holds), as_expected, evidence [{what, holds, seen}], words (the verdict's clause)}."""
+    evidence: list[dict[str, Any]] = []
+    for c in expect.conditions:
+        name, op, want = parse_condition(c)
+        got = figure(summary, name)
+        evidence.append({"what": c, "holds": None if got is None else _OPS[op](got, want),
+                         "seen": f"{name} = {got}" if got is not None else f"{name}: not in this run's summary"})
+    by_index = {p.get("probe"): p for p in probes or []}
+    for i, p in enumerate(expect.probes):
+        got = by_index.get(i)
+        evidence.append({"what": p.words(), "holds": got.get("holds") if got else None,
+                         "seen": (got.get("seen") or got.get("error")) if got else "probe not taken: the cluster "
+                                                                                   "was not up at the end of the run"})
+    holds = [e["holds"] for e in evidence]
+    reproduced = False if False in holds else None if None in holds else True
+    expected = "reproduced" if version in expect.shows_on else "not reproduced" if version in expect.gone_in else None
+    as_expected = None if reproduced is None or expected is None else (reproduced == (expected == "reproduced"))
+    return {"issue": expect.issue, "version": version, "shows_on": expect.shows_on, "gone_in": expect.gone_in,
+            "expected": expected, "reproduced": reproduced, "as_expected": as_expected, "evidence": evidence,
+            "words": words(expect.issue, version, reproduced, expected, evidence)}
+
+
+def words(issue: str, version: str, reproduced: bool | None, expected: str | None,
+          evidence: list[dict[str, Any]]) -> str:
+    """e.g. 'reproduced apache/rocketmq#9403 on 5.3.3, as expected (a version it was reported on):
+    topic T absent from broker-a-s (broker-a-s holds 9 topics, T not among them)'."""
+    name = _issue_name(issue)
+    head = {True: "reproduced", False: "did not reproduce", None: "could not tell whether it reproduced"}[reproduced]
+    if expected is not None and reproduced is not None:
+        ok = reproduced == (expected == "reproduced")
+        head += f" {name} on {version}, " + ("as expected" if ok else "NOT as expected") + \
+            (" (a version it was reported on)" if expected == "reproduced" else " (a version with the fix)")
+    else:
+        head += f" {name} on {version}"
+    shown = [e for e in evidence if e["holds"] is not True] if reproduced is not True else evidence
+    return head + ": " + ", ".join(_clause(e) for e in shown)
+
+
+def _clause(e: dict[str, Any]) -> str:
+    """One piece of evidence: 'topic T absent from broker-a-s (broker-a-s holds 13 topics, T not
+    among them)', 'not lost > 0 (lost = 0)', 'unknown: ... (why)'."""
+    return {True: "", False: "not ", None: "unknown: "}[e["holds"]] + f"{e['what']} ({e['seen']})"
+
+
+def _issue_name(url: str) -> str:
+    """https://github.com/apache/rocketmq/issues/9403 -> apache/rocketmq#9403 (else the URL)."""
+    parts = url.rstrip("/").split("/")
+    if len(parts) >= 7 and parts[2] == "github.com" and parts[5] in ("issues", "pull"):
+        return f"{parts[3]}/{parts[4]}#{parts[6]}"
+    return url

@@ -1,0 +1,184 @@
+"""A RocketMQ version's jars on this machine: resolved with Maven on first use, cached in
+.cache/rocketmq-<version>/ (lib/, rmqchaos-java.jar built against that version, config-keys.json
+read from those jars by reflection). The one place the Maven resolution lives: scripts/setup.sh
+calls it for the pinned version (`python -m rmqchaos.rocketmq_dist VERSION`), a scenario naming
+another version (cluster.rocketmq_version) calls it when the spec is validated."""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rmqchaos import paths
+from rmqchaos.errors import UserError
+from rmqchaos.progress import say
+
+# Checked with `mvn dependency:get` / a full resolution here (issue 37): every artifact of pom.xml
+# (namesrv, broker, proxy, tools, client, example) at that version is on Maven Central. 4.x does not
+# resolve (no rocketmq-proxy; rocketmq-broker 4.9.8 is not found either).
+KNOWN_TO_RESOLVE = ("5.1.0", "5.1.1", "5.1.3", "5.1.4", "5.2.0", "5.3.0", "5.3.1", "5.3.2", "5.3.3", "5.4.0",
+                    "5.5.0")
+_VERSION = re.compile(r"^5\.\d{1,3}\.\d{1,3}$")
+MAVEN_TIMEOUT = 1800.0  # a first resolution downloads ~150 MB of jars
+# Client-side programs only (the witness check's benchmark Producer): when a release did not publish
+# them (rocketmq-example 5.3.3 is not on Maven Central), the pinned version's are used, and the
+# version's directory says so in substituted.json. Never a server artifact: those are the version.
+CLIENT_SIDE = ("rocketmq-example",)
+
+
+def known() -> str:
+    return ", ".join(known_versions())
+
+
+def known_versions() -> list[str]:
+    """The versions known to resolve, the pinned one and any other already in the cache."""
+    cached = [d.name.removeprefix("rocketmq-") for d in paths.CACHE.glob("rocketmq-*") if d.is_dir()
+              and _VERSION.match(d.name.removeprefix("rocketmq-"))]
+    return sorted({*KNOWN_TO_RESOLVE, paths.pinned_rocketmq_version(), *cached},
+                  key=lambda v: tuple(int(x) for x in v.split(".")))
+
+
+def stamp_key(version: str) -> str:
+    """What the cached directory was built from: pom.xml, the Java module's sources and the version
+    (the same digest setup.sh always wrote, so an existing cache stays valid)."""
+    h = hashlib.sha256((paths.REPO / "pom.xml").read_bytes())
+    for f in sorted(str(p.relative_to(paths.REPO)) for p in (paths.REPO / "java" / "src").rglob("*") if p.is_file()):
+        h.update((paths.REPO / f).read_bytes())
+    h.update(f"{version}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def home(version: str) -> Path:
+    return paths.CACHE / f"rocketmq-{version}"
+
+
+def installed(version: str) -> bool:
+    """The version's directory is complete and built from today's pom.xml and Java sources."""
+    d = home(version)
+    stamp = d / ".setup-stamp"
+    return ((d / "lib").is_dir() and (d / "rmqchaos-java.jar").is_file() and (d / "config-keys.json").is_file()
+            and stamp.is_file() and stamp.read_text().strip() == stamp_key(version))
+
+
+def check_version(version: str) -> None:
+    """One line for a version that cannot be resolved at all (not a 5.x release number)."""
+    if not _VERSION.match(version):
+        raise UserError(f"RocketMQ version {version!r} cannot be resolved here (the platform runs 5.x releases "
+                        "from Maven Central)", f"versions known to resolve: {known()}")
+
+
+def rocketmq_home(version: str) -> Path:
+    """Directory with lib/ (all RocketMQ runtime jars), rmqchaos-java.jar and config-keys.json,
+    resolved with Maven on the first use of the version."""
+    return ensure(version)
+
+
+def ensure(version: str) -> Path:
+    """The version's directory, resolving it with Maven first when it is missing or stale (one
+    progress line; a lock so that two processes resolving the same version wait for one another).
+    A version Maven cannot resolve is one UserError line naming it and the versions known to resolve."""
+    check_version(version)
+    if installed(version):
+        return home(version)
+    paths.CACHE.mkdir(parents=True, exist_ok=True)
+    with open(paths.CACHE / f"rocketmq-{version}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not installed(version):  # another process may have built it while we waited
+            _build(version)
+    return home(version)
+
+
+def _build(version: str) -> None:
+    mvn, java = shutil.which("mvn"), shutil.which("java")
+    if not mvn or not java:
+        raise UserError(f"RocketMQ {version} is not installed and {'mvn' if not mvn else 'java'} is not on PATH",
+                        f"run `make setup` (then RocketMQ {version} resolves on first use)")
+    dest, log = home(version), paths.CACHE / f"mvn-{version}.log"
+    work = paths.CACHE / f"build-{version}"  # its own Maven project dir: target/ of no checkout is touched
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "java").mkdir(parents=True)
+    shutil.copy2(paths.REPO / "pom.xml", work / "pom.xml")
+    shutil.copytree(paths.REPO / "java" / "src", work / "java" / "src")
+    out = work / "out"
+    say(f"resolving RocketMQ {version} with Maven into {dest} (first use of this version; a few minutes)")
+    t0 = time.monotonic()
+    substituted: dict[str, str] = {}
+    while True:
+        rc = _maven(mvn, work, version, out / "lib", log)
+        missing = re.findall(rf"org\.apache\.rocketmq:(rocketmq-[a-z-]+):jar:{re.escape(version)}", _log_text(log))
+        if rc == 0 or not missing or not set(missing) <= set(CLIENT_SIDE) or set(missing) <= set(substituted):
+            break
+        pinned = paths.pinned_rocketmq_version()
+        pom = (work / "pom.xml").read_text()
+        for a in set(missing):
+            substituted[a] = pinned
+            pom = pom.replace(f"<artifactId>{a}</artifactId><version>${{rocketmq.version}}</version>",
+                              f"<artifactId>{a}</artifactId><version>{pinned}</version>")
+        (work / "pom.xml").write_text(pom)
+        shutil.rmtree(out, ignore_errors=True)
+    if rc != 0:
+        shutil.rmtree(work, ignore_errors=True)
+        raise UserError(f"RocketMQ {version} does not resolve from Maven ({_maven_reason(log)}; log: {log})",
+                        f"versions known to resolve: {known()}")
+    jar = next((work / "target").glob("rmqchaos-java-*.jar"))
+    shutil.copy2(jar, out / "rmqchaos-java.jar")
+    keys = subprocess.run([java, "-cp", f"{out / 'rmqchaos-java.jar'}{os.pathsep}{out / 'lib'}/*",
+                           "io.rmqchaos.ConfigKeys"], capture_output=True, text=True, timeout=120)
+    if keys.returncode != 0:
+        shutil.rmtree(work, ignore_errors=True)
+        raise UserError(f"RocketMQ {version}: reading its config keys failed: "
+                        f"{(keys.stderr.strip().splitlines() or ['no output'])[-1]}", "see the jars in " + str(out))
+    (out / "config-keys.json").write_text(keys.stdout)
+    if substituted:
+        import json
+        (out / "substituted.json").write_text(json.dumps(substituted) + "\n")
+    (out / ".setup-stamp").write_text(stamp_key(version) + "\n")
+    shutil.rmtree(dest, ignore_errors=True)  # stale (another pom.xml or Java module): replaced whole
+    out.rename(dest)
+    shutil.rmtree(work, ignore_errors=True)
+    say(f"RocketMQ {version} resolved into {dest} ({time.monotonic() - t0:.0f} s)")
+
+
+def _maven(mvn: str, work: Path, version: str, lib: Path, log: Path) -> int:
+    with open(log, "w") as lf:
+        try:
+            return subprocess.run([mvn, "-B", "-q", f"-Drocketmq.version={version}", "package",
+                                   "dependency:copy-dependencies", "-DincludeScope=runtime",
+                                   f"-DoutputDirectory={lib}", "-DskipTests"],
+                                  cwd=work, stdout=lf, stderr=subprocess.STDOUT, timeout=MAVEN_TIMEOUT).returncode
+        except subprocess.TimeoutExpired:
+            return -1
+
+
+def _log_text(log: Path) -> str:
+    try:
+        return re.sub(r"\x1b\[[0-9;]*m", "", log.read_text(errors="replace"))
+    except OSError:
+        return ""
+
+
+def _maven_reason(log: Path) -> str:
+    """The line of Maven's log that says why, shortened (e.g. 'Could not find artifact ...')."""
+    text = _log_text(log)
+    if not text:
+        return "no Maven log"
+    for pat in (r"Could not find artifact [^\s]+", r"Could not resolve dependencies[^:]*", r"COMPILATION ERROR",
+                r"\[ERROR\] [^\n]{0,160}"):
+        m = re.search(pat, text)
+        if m:
+            return m.group(0).replace("[ERROR] ", "")
+    return "Maven failed"
+
+
+if __name__ == "__main__":  # scripts/setup.sh: python -m rmqchaos.rocketmq_dist VERSION
+    try:
+        print(ensure(sys.argv[1]))
+    except UserError as e:
+        print(f"[setup] error: {e.line()}", file=sys.stderr)
+        sys.exit(1)

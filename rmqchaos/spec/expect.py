@@ -1,0 +1,101 @@
+"""The `expect:` section: the machine-checked signature of "reproduced" for a scenario that
+reproduces a known bug (scenarios/upstream/). Conditions on named figures of the run's summary
+(`lost > 0`) and on probes of the live cluster taken before it stops (a topic absent from a node's
+topic config table); the run's verdict is "reproduced" when every condition holds
+(analysis/expect.py evaluates them, cluster/probes.py takes the probes)."""
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, Field, model_validator
+
+from rmqchaos.spec.types import NodeName, Strict, TopicName
+
+# figure name -> its path in analysis/summary.json (dotted); null (no store check) counts as absent
+FIGURES = {**{k: f"counts.{k}" for k in ("keys", "attempts", "acked", "acked_weak", "acked_weak_lost", "ok", "lost",
+                                         "undelivered_at_stop", "duplicated", "duplicate_deliveries", "recovered",
+                                         "failed", "indeterminate", "unexpected", "corrupted_deliveries")},
+           **{f"store_check.{k}": f"store_check.{k}" for k in ("lost_from_store", "lost_in_delivery",
+                                                                "indeterminate_stored", "indeterminate_not_stored")}}
+OPS = ("==", "!=", ">=", "<=", ">", "<")
+_CONDITION = re.compile(r"^\s*([a-z_.]+)\s*(==|!=|>=|<=|>|<)\s*(-?\d+)\s*$")
+_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
+
+
+def parse_condition(text: str) -> tuple[str, str, int]:
+    """'lost > 0' -> ('lost', '>', 0); ValueError (the validation line) for anything else."""
+    m = _CONDITION.match(text)
+    if not m:
+        raise ValueError(f"expected '<figure> <op> <integer>' such as 'lost > 0' (op: {' '.join(OPS)}), got {text!r}")
+    name, op, value = m.group(1), m.group(2), int(m.group(3))
+    if name not in FIGURES:
+        raise ValueError(f"unknown figure {name!r}; figures: {', '.join(FIGURES)}")
+    return name, op, value
+
+
+def _condition(v: str) -> str:
+    parse_condition(v)
+    return v
+
+
+Condition = Annotated[str, AfterValidator(_condition)]
+
+
+def _version(v: str) -> str:
+    if not _VERSION.match(v):
+        raise ValueError(f"expected a RocketMQ version such as 5.3.3, got {v!r}")
+    return v
+
+
+Version = Annotated[str, AfterValidator(_version)]
+
+
+class TopicOnNode(Strict):
+    topic: TopicName
+    node: NodeName  # a broker node of this cluster (a slave: broker-a-s; a replica: broker-a-1)
+
+
+class Probe(Strict):
+    """One fact read from the live cluster after the drain, before `down` (exactly one key)."""
+    topic_absent: TopicOnNode | None = None  # the topic is not in the node's topic config table
+    topic_present: TopicOnNode | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> "Probe":
+        if sum(x is not None for x in (self.topic_absent, self.topic_present)) != 1:
+            raise ValueError("a probe is exactly one of: topic_absent, topic_present")
+        return self
+
+    def kind(self) -> tuple[str, TopicOnNode]:
+        return ("topic_absent", self.topic_absent) if self.topic_absent else ("topic_present", self.topic_present)  # type: ignore[return-value]
+
+    def words(self) -> str:
+        k, t = self.kind()
+        return f"topic {t.topic} {'absent from' if k == 'topic_absent' else 'present on'} {t.node}"
+
+
+class Expect(Strict):
+    """What "reproduced" means for this scenario: every condition and every probe holds."""
+    issue: Annotated[str, Field(pattern=r"^https://\S+$")]  # the upstream report
+    shows_on: Annotated[list[Version], Field(min_length=1)]  # versions the bug was reported on
+    gone_in: list[Version] = []  # versions that carry the fix
+    conditions: list[Condition] = []  # on the summary's figures, e.g. "lost > 0"
+    probes: list[Probe] = []
+
+    @model_validator(mode="after")
+    def _something(self) -> "Expect":
+        if not self.conditions and not self.probes:
+            raise ValueError("expect needs at least one of conditions, probes (else nothing says 'reproduced')")
+        return self
+
+    def probe_nodes(self) -> list[tuple[int, str]]:
+        return [(i, p.kind()[1].node) for i, p in enumerate(self.probes)]
+
+
+def figure(summary: dict[str, Any], name: str) -> int | None:
+    """A named figure of a summary; None when the summary has no value for it (no store check)."""
+    v: Any = summary
+    for part in FIGURES[name].split("."):
+        v = v.get(part) if isinstance(v, dict) else None
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
