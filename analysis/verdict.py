@@ -167,20 +167,13 @@ def catchup_phrases(s: dict[str, Any]) -> list[str]:
 
 
 def found(s: dict[str, Any]) -> list[str]:
-<<<<<<< HEAD
-    """What a run found beyond loss and duplication, each a clause of its verdict: each failover of a
-    replicated group (analysis/failover.py) and its two-master seconds, the busy refusals by
-    kind and rate, each route outage and its length, the %RETRY% redeliveries by batch position, and a
-    noise that fell short of its intent, in its own words."""
-    out = failover_phrases(s) + [x for x in [busy_phrase(s)] if x] + outage_phrases(s) + link_phrases(s) \
-        + catchup_phrases(s)
-=======
     """What a run found beyond loss and duplication, each a clause of its verdict: whether it reproduced
-    the known bug of its `expect:` block (analysis/expect.py), the busy refusals by
-    kind and rate, each route outage and its length, the %RETRY% redeliveries by batch position, and a
-    noise that fell short of its intent, in its own words."""
-    out = [x for x in [(s.get("expect") or {}).get("words"), busy_phrase(s)] if x] + outage_phrases(s) + link_phrases(s) + catchup_phrases(s)
->>>>>>> h37g
+    the known bug of its `expect:` block (analysis/expect.py), each failover of a replicated group
+    (analysis/failover.py) and its two-master seconds, the busy refusals by kind and rate, each route
+    outage and its length, the %RETRY% redeliveries by batch position, and a noise that fell short of
+    its intent, in its own words."""
+    out = [x for x in [(s.get("expect") or {}).get("words")] if x] + failover_phrases(s) \
+        + [x for x in [busy_phrase(s)] if x] + outage_phrases(s) + link_phrases(s) + catchup_phrases(s)
     rb = s.get("retried_keys_by_batch_position") or {}
     if any(rb.values()):
         out.append(f"keys redelivered through %RETRY%: {rb['later_in_batch']:,} at index 1..n-1 of their listener "
