@@ -337,6 +337,7 @@ def test_noise_runs_as_containers_beside_the_brokers_and_disk_faults_act_on_the_
     assert squeeze["oom_kills"] == 0, squeeze
 
 
+@pytest.mark.long  # make test: the docker backend by hand (containers, faults) and the controller-mode failover on local (tests/test_failover_run.py)
 def test_a_controller_mode_group_in_containers_elects_another_master_when_its_master_is_killed(
         engine: Any, tmp_path: Path) -> None:
     """Controller mode on the docker backend: three controller containers and broker-a as three
