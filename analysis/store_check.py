@@ -23,6 +23,10 @@ def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str
     t0 = time.monotonic()
     targets = keys.where(F.col("class").isin("lost", "indeterminate")).select("key", "class")
     n = int(targets.count())
+    unread = list(getattr(store, "unread", []))  # DLedger replicas (cluster/store.py): never called absent
+    if unread and n:
+        warnings.append(f"the stores of {', '.join(unread)} (DLedger commit logs) are not read: a key counted in no "
+                        "commit log was looked up in the other stores only")
     if n > STORE_LOOKUP_MAX:
         warnings.append(f"{n} lost or indeterminate keys: only {STORE_LOOKUP_MAX} were looked up in the store")
         targets = targets.limit(STORE_LOOKUP_MAX)
@@ -40,6 +44,6 @@ def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str
         split[verdict] += 1
         (stored if locs else absent).append({"key": r["key"], "class": r["class"], "verdict": verdict,
                                              "topics": sorted(r["topics"]), "stored_at": locs})
-    return {"checked": len(rows), **split, "nodes": store.nodes(), "method": store.method(),
+    return {"checked": len(rows), **split, "nodes": store.nodes(), "unread_nodes": unread, "method": store.method(),
             "seconds": round(time.monotonic() - t0, 3),
             "examples": (stored + [a for a in absent if a["class"] == "lost"])[:STORE_EXAMPLES]}

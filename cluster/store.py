@@ -194,6 +194,9 @@ class Store:
         """brokers: node -> its broker.conf (RunDir.broker_configs()). A store path that is not there
         (a run directory copied elsewhere) falls back to `cluster_dir/<node>/store`."""
         self.stores = []
+        # a DLedger replica's commit log is DLedger's own entry format (store/dledger-<id>/data),
+        # which this reader does not decode: named, so that nothing is called absent from it
+        self.unread = sorted(n for n, c in brokers.items() if str(c.get("enableDLegerCommitLog")).lower() == "true")
         for node, conf in sorted(brokers.items()):
             root = Path(conf.get("storePathRootDir") or os.path.expanduser("~/store"))
             commitlog = Path(conf.get("storePathCommitLog") or root / "commitlog")

@@ -232,3 +232,12 @@ def test_a_run_without_replicated_groups_has_no_failover_section(tmp_path: Path)
     # decided from the brokers' confs before any Spark job: no section, no clause in the verdict
     assert failover(None, None, [], [], brokers(tmp_path, replicated=False)) is None  # type: ignore[arg-type]
     assert failover_phrases({"failover": None}) == [] and failover_phrases({}) == []
+
+
+@pytest.mark.fast
+def test_a_dledger_replicas_store_is_named_unread_never_called_absent(tmp_path: Path) -> None:
+    """The store reader does not decode DLedger's entry format: such nodes are listed as unread."""
+    from cluster.store import Store
+    s = Store({"broker-a-0": {"storePathRootDir": str(tmp_path / "a0"), "enableDLegerCommitLog": "true"},
+               "broker-b": {"storePathRootDir": str(tmp_path / "b")}})
+    assert s.unread == ["broker-a-0"]
