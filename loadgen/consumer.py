@@ -24,6 +24,7 @@ from typing import Callable
 from cluster.jvm import classpath, jvm_command
 from rmqchaos import paths
 from rmqchaos.errors import UserError
+from rmqchaos.progress import say
 from rmqchaos.procs import ProcessLog, ProcRecord, alive, spawn, starttime, stop
 from rmqchaos.wait import poll_until
 
@@ -93,7 +94,29 @@ class JavaConsumer:
         return jvm_command(MAIN, args, cp=classpath(self.version, platform_jar=True), heap_mb=o.heap_mb,
                            xms_mb=min(64, o.heap_mb), user_home=self.workdir, options=o.extra_jvm)
 
-    def start(self, timeout: float = 60.0) -> "JavaConsumer":
+    def start(self, timeout: float = 60.0, attempts: int = 3) -> "JavaConsumer":
+        """Start the consumer; a JVM whose first route request to namesrv went unanswered within the
+        client's 3 s (DefaultMQPushConsumer.start throws, the process exits before it consumed
+        anything) is started again, up to `attempts` times in all (seen on a replicated cluster's
+        namesrv, unexplained: docs/client.md)."""
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._start(timeout)
+            except UserError as e:
+                if attempt == attempts or "before it started" not in e.message or not self._route_fetch_failed():
+                    raise
+                say(f"{self.node}: its first route request to namesrv went unanswered; starting it again "
+                    f"({attempt + 1} of {attempts})")
+        raise AssertionError("unreachable")
+
+    def _route_fetch_failed(self) -> bool:
+        try:
+            tail = self.log_file.read_text(errors="replace")[-20000:]
+        except OSError:
+            return False
+        return "updateTopicRouteInfoFromNameServer" in tail and "RemotingSendRequestException" in tail
+
+    def _start(self, timeout: float) -> "JavaConsumer":
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.out.parent.mkdir(parents=True, exist_ok=True)
         cmd = self.command()

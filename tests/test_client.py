@@ -220,3 +220,18 @@ def test_killed_broker_fails_every_request_in_flight(fresh_cluster) -> None:
     after = prod.send("T_KILL", b"a", queue=mq)  # a new attempt to the dead broker: refused
     assert after.outcome == "error" and not after.sent and "connect" in after.error
     prod.close()
+
+
+@pytest.mark.fast
+def test_a_consumer_is_started_again_only_when_its_first_route_request_went_unanswered(tmp_path: Path) -> None:
+    from loadgen.consumer import ConsumerOptions, JavaConsumer
+    c = JavaConsumer("127.0.0.1:1", ConsumerOptions(group="g", topics=["T"]), out=tmp_path / "r.jsonl",
+                     workdir=tmp_path)
+    assert c._route_fetch_failed() is False  # no log yet
+    c.log_file.write_text("Exception in thread \"main\" java.lang.IllegalStateException: org.apache.rocketmq."
+                          "remoting.exception.RemotingSendRequestException: send request to </127.0.68.1:21476> "
+                          "failed\n\tat org.apache.rocketmq.client.impl.factory.MQClientInstance."
+                          "updateTopicRouteInfoFromNameServer(MQClientInstance.java:962)\n")
+    assert c._route_fetch_failed() is True
+    c.log_file.write_text("Exception in thread \"main\" java.lang.IllegalArgumentException: bad --mode\n")
+    assert c._route_fetch_failed() is False  # any other early exit fails at once

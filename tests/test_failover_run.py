@@ -59,7 +59,8 @@ def test_a_replicated_cluster_fails_over_under_load_and_the_analysis_times_each_
         ["kill-a", "kill-b", "kill-leader", "kill-a-restart", "kill-b-restart", "kill-leader-restart"], "ok")
 
     def master_before(group: str, ms: int) -> str | None:
-        return [x for x in samples if x["ts_ms"] < ms][-1]["groups"][group]["master"]
+        # a sample is stamped when it starts and may take 2 s: the last one begun 2.5 s before the fault saw no kill
+        return [x for x in samples if x["ts_ms"] < ms - 2500][-1]["groups"][group]["master"]
     for fid, group in (("kill-a", "broker-a"), ("kill-b", "broker-b")):
         ev = faults[fid]
         # the role resolved to the master of that moment; its restart brought back that node

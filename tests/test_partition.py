@@ -119,6 +119,7 @@ def test_a_partition_blocks_exactly_the_named_links_during_and_none_after(fresh_
         again.stop()
 
 
+@pytest.mark.long  # make test: a partition of a broker from namesrv on containers (test_docker, both ways cut) and a broker out of the route (the retry flood); the nightly: partition-namesrv.yaml
 def test_broker_cut_from_namesrv_leaves_the_route_while_it_keeps_taking_sends(tmp_path: Path) -> None:
     """The CI form of scenarios/partition-namesrv.yaml: namesrv keeps a broker that stopped
     registering for 120 s by default (RouteInfoManager); a broker with enableSlaveActingMaster

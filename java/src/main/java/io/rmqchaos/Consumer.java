@@ -162,6 +162,10 @@ public final class Consumer {
         c.setConsumeThreadMax(threads);
         c.setMaxReconsumeTimes(maxReconsume);
         c.setPollNameServerInterval(pollNamesrvMs);
+        // the witness must not die of a slow first answer: start() throws when the first route request
+        // to namesrv takes over mqClientApiTimeout (3 s by default), seen on a replicated cluster's
+        // namesrv while its ten JVMs start on two cores; pulls have their own timeouts
+        c.setMqClientApiTimeout(10_000);
         for (String t : topics) {
             c.subscribe(t, "*");
         }
