@@ -15,6 +15,7 @@ from typing import Iterable
 
 from chaos.protocol import FaultError
 from cluster.backend import ClusterBackend
+from cluster.groups import group_plans
 from cluster.plan import NodePlan
 from rmqchaos.spec import CONTROLLER_LEADER, MASTER_OF, SLAVES_OF, is_role, role_group
 from rmqchaos.wait import poll_until
@@ -31,11 +32,6 @@ def node_at(plans: Iterable[NodePlan], addr: str | None, group: str | None = Non
     return None
 
 
-def controller_mode(plans: Iterable[NodePlan], group: str) -> bool:
-    """Whether the controllers elect `group`'s master (its brokers run with enableControllerMode)."""
-    return any(p.conf.get("enableControllerMode") is True for p in plans if p.broker_name == group and p.is_broker)
-
-
 def holder(c: ClusterBackend, role: str) -> tuple[str | None, str]:
     """(the node that holds `role` now or None, what was seen: the failure line's words)."""
     group = role_group(role)
@@ -43,7 +39,8 @@ def holder(c: ClusterBackend, role: str) -> tuple[str | None, str]:
         if group is None:
             addr = c.controller_leader()
             return node_at(c.plans.values(), addr), "no controller answers as the Raft leader"
-        if controller_mode(c.plans.values(), group):
+        g = group_plans(c.plans.values()).get(group)
+        if g is not None and g.mode == "controller":  # the monitor's mode of a group, from its keys
             st = c.sync_state().get(group)
             addr = st.master_addr if st else None
             seen = f"the controllers name no master of {group}" + (f" (epoch {st.master_epoch})" if st else "")
