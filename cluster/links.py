@@ -125,6 +125,7 @@ class LinkFault:
     probe: Probe = field(default_factory=Probe)
     proxies: dict[str, dict[str, Any]] = field(default_factory=dict)  # proxy name -> {listen, upstream}
     rules: list[str] = field(default_factory=list)
+    forgotten_flows: int = 0  # conntrack entries of the links' ports deleted before the DNATs (netrules.forget_flows)
     server: Toxiproxy | None = None
     reconnect: bool = False
     reconnect_wait: float = 3.0  # how long start and stop watch for the broken connections' successors
@@ -146,6 +147,8 @@ class LinkFault:
             for ln in self.links:
                 for p in ln.ports:
                     host, q = self.proxies[_proxy_name(self.tag, ln.server, p)]["listen"].rsplit(":", 1)
+                    # before its DNAT: a stale flow of the same ports would take a new connection around it
+                    self.forgotten_flows += netrules.forget_flows(ln.client, ln.server, p)
                     self.rules.append(rr.dnat(ln.client, ln.server, p, (host, int(q)), tag=self.tag))
         except BaseException:
             self.stop()
@@ -159,7 +162,7 @@ class LinkFault:
                 self.stop()
                 raise
         return {**ev, "proxies": self.proxies, "toxics": {n: t.body(n) for n, t in self.toxics.items()},
-                "rules": self.rules, "probe": f"{first.client} -> {first.server}:{pport}",
+                "rules": self.rules, "forgotten_flows": self.forgotten_flows, "probe": f"{first.client} -> {first.server}:{pport}",
                 "rtt_before_ms": before.get("median_ms"), "rtt_during_ms": during.get("median_ms"),
                 "probe_before": before, "probe_during": during}
 

@@ -6,7 +6,9 @@ DNATs that send one link's new connections through a Toxiproxy proxy (link fault
 
 The nat table has the same chain names and the same ownership (comments, lock, reaping); a DNAT
 matches only a connection's SYN (conntrack keeps the decision for the rest), so an established
-connection is never redirected.
+connection is never redirected. Before a DNAT goes in, `forget_flows` deletes conntrack's entries
+for its (source, destination, port): a stale one would keep a new connection from the same source
+port off the proxy (below).
 
 Loopback packets traverse OUTPUT once on their way out, so one DROP there stops them; each rule
 carries `rmqchaos:<run id>:<fault id>` so a leftover rule says whose it is. Only addresses inside
@@ -237,11 +239,35 @@ def _owner(line: str) -> str | None:
     return m.group(1) if m.group(2) is None else f"{m.group(1)}:{m.group(2)}"
 
 
+def forget_flows(src: str, dst: str, dport: int) -> int:
+    """Delete conntrack's entries for tcp `src` -> `dst:dport` (`conntrack -D`); returns how many.
+
+    Why: conntrack tracks loopback only while a nat chain exists and picks a connection up
+    mid-stream (nf_conntrack_tcp_loose), so a connection that was open when a DNAT came and closed
+    after the last nat rule went stays ESTABLISHED in the table for days (its FIN was never seen;
+    measured: one such entry per link fault's test). A new connection whose source port repeats
+    one of them has its SYN taken as part of that flow: nat never sees a first packet and the
+    connection goes direct, around the proxy. Deleting the entries of a live connection is harmless:
+    its next packet is picked up again, mid-stream, which a --syn DNAT leaves alone."""
+    argv = [_binary("conntrack"), "-D", "-p", "tcp", "-s", loopback(src), "-d", loopback(dst),
+            "--dport", str(port(dport))]
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"{shlex.join(argv)} did not finish in 30s", "is conntrack working here?") from None
+    m = re.search(r"(\d+) flow entries have been deleted", r.stderr)
+    if m is None:  # exit 1 with the count line when nothing matched; anything else is an error
+        err = (r.stderr.strip().splitlines() or ["(no message)"])[-1]
+        raise UserError(f"{shlex.join(argv)} failed: {err}", "network faults need root (CAP_NET_ADMIN)")
+    return int(m.group(1))
+
+
 def _binary(name: str) -> str:
     # root's tools live in /usr/sbin, which a non-login PATH may lack
     path = shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin")
     if path is None:
-        raise UserError(f"{name} not found (network faults need it)", "install it: apt-get install iptables")
+        raise UserError(f"{name} not found (network faults need it)",
+                        f"install it: apt-get install {'conntrack' if name == 'conntrack' else 'iptables'}")
     return path
 
 
