@@ -60,6 +60,11 @@ fi
 # rmqchaos/rocketmq_dist.py: the one Maven resolution (any other version resolves the same way on first use)
 RMQ_VERSION=${ROCKETMQ_VERSION:-$(sed -n 's:.*<rocketmq.version>\(.*\)</rocketmq.version>.*:\1:p' pom.xml | head -1)}
 .venv/bin/python -m rmqchaos.rocketmq_dist "$RMQ_VERSION" >/dev/null || exit 1  # its error is one line
+# and the versions the upstream-bug corpus runs on (scenarios/upstream/: each names its own), so the
+# corpus validates against each version's own jars without a first-use wait (~100 s each, once)
+for v in $(sed -n 's/^ *rocketmq_version: *\([0-9][0-9.]*\).*/\1/p' scenarios/upstream/*.yaml | sort -u); do
+  .venv/bin/python -m rmqchaos.rocketmq_dist "$v" >/dev/null || exit 1
+done
 
 # --- LD_PRELOAD shim that keeps every listener of our JVMs on loopback ---
 SHIM=.cache/native/libloopback_bind.so

@@ -166,6 +166,11 @@ def _fault(s: dict, fault_id: str) -> dict:
     return next(e for e in s["events"] if e["kind"] == "fault" and e["params"]["fault_id"] == fault_id)
 
 
+# long (117 s in CI): make test keeps a real cluster's partition rules link by link
+# (test_a_partition_blocks_exactly_the_named_links_during_and_none_after), a partition scenario end to
+# end (the clients cut below) and a replicated group's master failing (tests/test_failover_run.py);
+# the nightly: partition-sync-slave.yaml
+@pytest.mark.long
 def test_sync_master_cut_from_its_slave_answers_flush_slave_timeout_and_the_slave_catches_up(tmp_path: Path) -> None:
     """The CI form of scenarios/partition-sync-slave.yaml (subnet 127.0.43.0/24): broker-a, a SYNC_MASTER
     with inSyncReplicas 2, cut both ways from broker-a-s for 15 s of a 30 s load. 5.5.0 answers each send
