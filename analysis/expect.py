@@ -54,7 +54,7 @@ def words(issue: str, version: str, reproduced: bool | None, expected: str | Non
           evidence: list[dict[str, Any]]) -> str:
     """e.g. 'reproduced apache/rocketmq#9403 on 5.3.3, as expected (a version it was reported on):
     topic T absent from broker-a-s (broker-a-s holds 9 topics, T not among them)'."""
-    name = _issue_name(issue)
+    name = issue_name(issue)
     head = {True: "reproduced", False: "did not reproduce", None: "could not tell whether it reproduced"}[reproduced]
     if expected is not None and reproduced is not None:
         ok = reproduced == (expected == "reproduced")
@@ -72,7 +72,7 @@ def _clause(e: dict[str, Any]) -> str:
     return {True: "", False: "not ", None: "unknown: "}[e["holds"]] + f"{e['what']} ({e['seen']})"
 
 
-def _issue_name(url: str) -> str:
+def issue_name(url: str) -> str:
     """https://github.com/apache/rocketmq/issues/9403 -> apache/rocketmq#9403 (else the URL)."""
     parts = url.rstrip("/").split("/")
     if len(parts) >= 7 and parts[2] == "github.com" and parts[5] in ("issues", "pull"):

@@ -13,6 +13,7 @@ from analysis.plots import (plot_cluster, plot_compare, plot_errors, plot_host, 
                             plot_lost_dup, plot_throughput)
 from analysis.rules import BUSY_PREFIXES, CLASSES
 from analysis.compare import comparisons
+from analysis.page import page
 from analysis.verdict import faults_phrase, lost_phrase, settings, verdict
 from rmqchaos.errors import UserError
 from rmqchaos.stagetimes import ORDER, time_by_stage
@@ -250,11 +251,7 @@ def render(summaries: list[dict[str, Any]], title: str = "RocketMQ loss and dupl
     body += [_run_section(s, len(summaries) > 1) for s in summaries]
     body.append(extra)
     body.append(time_table(summaries))
-    style = ("body{font-family:sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse;margin:.5em 0}"
-             "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}th{background:#eceff1}"
-             ".warn{color:#b71c1c}.plot svg{max-width:100%;height:auto}section{margin-top:2em}")
-    return (f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title>"
-            f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")
+    return page(title, "".join(body))
 
 
 def with_times(s: dict[str, Any], run_dir: Path) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from airflow.sdk import Param, dag, get_current_context, task
+from corpus_tasks import corpus_runs
 from rmqchaos_tasks import DEFAULT_ARGS, cluster_run
 
 DOC = """
@@ -20,6 +21,10 @@ analyze → report → **gates**
 
 `gates` fails the DAG run naming each crossed gate with its limit and the measured value; a run whose
 loss could not be verified never passes. Leave a gate empty to not apply it.
+
+With `corpus` set (and a `rocketmq_version`), the upstream corpus (`scenarios/upstream/corpus.yaml`) also
+runs on the candidate and on the pinned version, side by side in one report; **corpus_gate** fails the
+DAG run naming each known bug that reproduces on the candidate.
 """
 
 POLICIES = ["no_retry", "retry", "java_default", "resend_to_backup_topic", "ignore_send_status"]
@@ -39,6 +44,8 @@ PARAMS = {
     "max_p99_send_ms": Param(1000, type=["null", "number"], minimum=0, description="gate: p99 send latency, ms"),
     "max_busy_error_rate": Param(0.01, type=["null", "number"], minimum=0, maximum=1,
                                  description="gate: busy answers per attempt"),
+    "corpus": Param(False, type="boolean", description="gate: the upstream corpus on rocketmq_version and the "
+                                                       "pinned one; a known bug reproducing on the candidate fails"),
 }
 GATES = ("max_lost", "max_duplicated", "max_p99_send_ms", "max_busy_error_rate")
 
@@ -60,6 +67,20 @@ def rocketmq_prerelease_load_test() -> None:
         return judge(rep["run_dir"], {g: p.get(g) for g in GATES})
 
     gates(cluster_run(prepare()))
+
+    @task
+    def corpus_entries() -> list[dict[str, str]]:  # none unless `corpus` is set: the runs below are skipped
+        from pipeline.corpus import candidate_entries
+        p = get_current_context()["params"]
+        return candidate_entries(p.get("rocketmq_version")) if p.get("corpus") else []
+
+    @task(trigger_rule="all_done", retries=0)
+    def corpus_gate(reports: list[dict[str, Any] | None] | None) -> dict[str, Any]:
+        from pipeline.corpus import gate
+        p = get_current_context()["params"]
+        return gate(reports, p["rocketmq_version"]) if p.get("corpus") else {"corpus": "not run (param corpus)"}
+
+    corpus_gate(corpus_runs(corpus_entries()))
 
 
 rocketmq_prerelease_load_test()

@@ -31,7 +31,8 @@ def test_dag_files_parse_cleanly_with_what_an_airflow_user_expects(tmp_path: Pat
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rep = json.loads(r.stdout)
     assert rep["import_errors"] == {} and rep["deprecations"] == []
-    assert set(rep["dags"]) == {"rocketmq_nightly_resilience", "rocketmq_prerelease_load_test", "rocketmq_loss_report"}
+    assert set(rep["dags"]) == {"rocketmq_nightly_resilience", "rocketmq_prerelease_load_test", "rocketmq_loss_report",
+                                "rocketmq_upstream_corpus"}
     for dag_id, d in rep["dags"].items():
         assert d["owner"] == "rmqchaos" and "rocketmq" in d["tags"] and d["doc_md"], dag_id
         assert d["default_retries"] >= 1, dag_id  # analysis and report tasks retry ...
