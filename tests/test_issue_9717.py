@@ -4,7 +4,7 @@
 Fast: the jRaft controllers' keys and ports, their validation lines, the corpus scenario validating,
 and the failover check evaluated on planted summaries (elected, not elected, watched too briefly,
 no record).
-Real, make test (~50 s): on 5.5.0 (the fix), three jRaft controllers and broker-a as 2 replicas;
+Real, make test (~50 s): on 5.5.0 (the fix), one jRaft controller and broker-a as 2 replicas;
 the master paused (SIGSTOP) by the FaultScheduler; the monitor's group sampler each second; the
 check evaluated on analysis/failover.timing of those samples: a new master within the bound.
 Real, long (~4 min): the corpus scenario's cluster on 5.3.3 (no new master within 60 s: reproduced)
@@ -149,7 +149,7 @@ def test_the_9717_corpus_scenario_validates() -> None:
     assert s.faults[0].id == "pause-master" and s.faults[0].target == "master-of:broker-a"
 
 
-def _watch_a_paused_master(tmp: Path, version: str, pause_s: float, replicas: int, base: int,
+def _watch_a_paused_master(tmp: Path, version: str, pause_s: float, controllers: int, replicas: int, base: int,
                            extra_conf: dict[str, Any], ctl_conf: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], float]:
     """The corpus scenario's cluster on `version` (namesrv on `base`, controllers base+10.., the
     group base+30..), its master paused by the
@@ -166,7 +166,7 @@ def _watch_a_paused_master(tmp: Path, version: str, pause_s: float, replicas: in
     d["name"] = f"i9717-{version.replace('.', '')}"
     d["cluster"].update({"rocketmq_version": version, "subnet": "127.0.92.0/24", "namesrv": {"port": base},
                          "ready_timeout": "90s", "stop_timeout": "3s"})
-    d["cluster"]["controllers"].update({"port": base + 10})
+    d["cluster"]["controllers"].update({"port": base + 10, "count": controllers})
     d["cluster"]["brokers"] = [{"name": "broker-a", "port": base + 30, "replicas": replicas}]
     d["cluster"]["broker_defaults"].setdefault("config", {}).update(extra_conf)
     d["cluster"]["controllers"]["config"].update(ctl_conf)
@@ -203,12 +203,13 @@ def _watch_a_paused_master(tmp: Path, version: str, pause_s: float, replicas: in
 
 def test_on_550_jraft_controllers_elect_a_new_master_while_the_master_is_paused(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """make test's form: 5.5.0 (the fix), 2 replicas, the brokers' heartbeat timeout 3 s, the
-    controllers' scan every 1 s, a 9 s pause: a new master within 8 s of the pause."""
+    """make test's form: 5.5.0 (the fix), one jRaft controller (its own leader: the same scan),
+    2 replicas, the brokers' heartbeat timeout 3 s, the scan every 1 s, a 9 s pause: a new master
+    within 8 s of the pause."""
     monkeypatch.setenv("RMQCHAOS_HOME", str(tmp_path / "home"))
     s = parse_scenario(DOC.replace("60s}", "8s}"), "t.yaml")
     assert s.expect is not None
-    rec, ev, up_s = _watch_a_paused_master(tmp_path, "5.5.0", 9, 2, 23200,
+    rec, ev, up_s = _watch_a_paused_master(tmp_path, "5.5.0", 9, 1, 2, 23200,
                                           {"controllerHeartBeatTimeoutMills": 3000}, {"scanNotActiveBrokerInterval": 1000})
     r = evaluate(s.expect, {"failover": {"failovers": [rec]}}, None, "5.5.0")
     print(f"up {up_s:.1f}s; paused {ev['target']}: {r['words']}")
@@ -225,7 +226,7 @@ def test_9717_reproduces_on_533_and_not_on_550(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setenv("RMQCHAOS_HOME", str(tmp_path / "home"))
     s = load_scenario(CORPUS_9717)
     assert s.expect is not None
-    rec, ev, up_s = _watch_a_paused_master(tmp_path, version, 65, 3, 23300, {}, {})
+    rec, ev, up_s = _watch_a_paused_master(tmp_path, version, 65, 3, 3, 23300, {}, {})
     r = evaluate(s.expect, {"failover": {"failovers": [rec]}}, None, version)
     print(f"RocketMQ {version}: up {up_s:.1f}s; paused {ev['target']}: {r['words']}")
     assert rec["observed_s"] >= 60
