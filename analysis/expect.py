@@ -1,6 +1,7 @@
 """Whether a run reproduced the known bug its scenario's `expect:` block describes
-(rmqchaos/spec/expect.py): every condition on the summary's figures and every probe of the live
-cluster (cluster/probes.py, taken before `down`) must hold. The result goes into the summary
+(rmqchaos/spec/expect.py): every condition on the summary's figures, every probe of the live
+cluster (cluster/probes.py, taken before `down`) and every failover check (on summary.failover,
+analysis/failover.py) must hold. The result goes into the summary
 (`expect`) and the verdict sentence; a run on a version the bug was reported on that does not
 reproduce it, or one on a fixed version that does, is `as_expected: false`: a failure of the
 platform (or news about the fix), never a pass."""
@@ -11,7 +12,7 @@ import operator
 from pathlib import Path
 from typing import Any
 
-from rmqchaos.spec.expect import Expect, figure, parse_condition
+from rmqchaos.spec.expect import Expect, FailoverCheck, figure, parse_condition
 
 _OPS = {"==": operator.eq, "!=": operator.ne, ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
 
@@ -41,6 +42,7 @@ def evaluate(expect: Expect, summary: dict[str, Any], probes: list[dict[str, Any
         evidence.append({"what": p.words(), "holds": got.get("holds") if got else None,
                          "seen": (got.get("seen") or got.get("error")) if got else "probe not taken: the cluster "
                                                                                    "was not up at the end of the run"})
+    evidence += [failover_evidence(fo, summary) for fo in expect.failovers]
     holds = [e["holds"] for e in evidence]
     reproduced = False if False in holds else None if None in holds else True
     expected = "reproduced" if version in expect.shows_on else "not reproduced" if version in expect.gone_in else None
@@ -48,6 +50,28 @@ def evaluate(expect: Expect, summary: dict[str, Any], probes: list[dict[str, Any
     return {"issue": expect.issue, "version": version, "shows_on": expect.shows_on, "gone_in": expect.gone_in,
             "expected": expected, "reproduced": reproduced, "as_expected": as_expected, "evidence": evidence,
             "words": words(expect.issue, version, reproduced, expected, evidence)}
+
+
+def failover_evidence(fo: FailoverCheck, summary: dict[str, Any]) -> dict[str, Any]:
+    """Whether a node other than the one the fault hit was master within fo.elected_within of it
+    (summary.failover.failovers: the monitor's per-second groups record). Not elected counts only
+    when the monitor watched the group that long after the fault; else unknown."""
+    fos = (summary.get("failover") or {}).get("failovers") or []
+    f = next((x for x in fos if x.get("fault_id") == fo.fault), None)
+    if f is None:
+        why = "no replicated group in this run" if not summary.get("failover") else \
+            f"fault {fo.fault} hit no node of a replicated group (or was not applied)"
+        return {"what": fo.words(), "holds": None, "seen": f"no failover record: {why}"}
+    el, observed, old = f.get("election_s"), f.get("observed_s"), f.get("old_master")
+    elected = el is not None and el <= fo.elected_within
+    if el is not None:
+        seen = f"{f.get('new_master')} master {el:g} s after fault {fo.fault} on {old} (epoch {f.get('epoch')})"
+    else:
+        seen = (f.get("reasons") or {}).get("election") or f"no node other than {old} was master"
+    if not elected and (observed is None or observed < fo.elected_within):
+        return {"what": fo.words(), "holds": None,
+                "seen": f"{seen}; the monitor watched {f.get('group')} for {observed} s only"}
+    return {"what": fo.words(), "holds": elected == (fo.reproduced_when == "elected"), "seen": seen}
 
 
 def words(issue: str, version: str, reproduced: bool | None, expected: str | None,

@@ -130,6 +130,8 @@ def timing(group: str, old: str, start_ms: int, bound_ms: int, samples: list[dic
                            "was_master": was, "samples_after": len(seen), "detected_ms": None, "detection_s": None,
                            "elected_ms": None, "election_s": None, "new_master": None, "epoch": None, "reasons": {}}
     upto = f"by the last sample ({(seen[-1][0] - start_ms) / 1000:.1f} s after the fault)" if seen else ""
+    # how long after the fault the monitor kept watching the group (an absent election means as much)
+    out["observed_s"] = round((seen[-1][0] - start_ms) / 1000, 3) if seen else None
     if not seen:
         out["reasons"]["detection"] = out["reasons"]["election"] = "no monitor sample of the group after the fault"
         return out

@@ -102,10 +102,17 @@ def controller_addrs(s: Scenario) -> list[str]:
 
 
 def _controller_conf(s: Scenario, k: int) -> dict[str, object]:
-    """The DLedger controller keys of controller k (controller.conf, or namesrv's for embedded)."""
+    """The Raft keys of controller k (controller.conf, or namesrv's for embedded): DLedger's, or with
+    type jRaft, jRaft's: its peer at jraft_port + k, its RPC server (the brokers' controllerAddr) at port + k."""
     ctl = s.cluster.controllers
     assert ctl is not None
     addrs = controller_addrs(s)
+    if ctl.type == "jRaft":
+        at = addresses(s)
+        peers = [f"{at[n]}:{p}" for n, p in zip(ctl.node_names(), ctl.jraft_ports())]
+        return {"controllerType": "jRaft", "jRaftGroupId": f"{s.cluster.name}-controllers",
+                "jRaftServerId": peers[k], "jRaftInitConf": ",".join(peers),
+                "jRaftControllerRPCAddr": ",".join(addrs), **ctl.config}
     return {"controllerDLegerGroup": f"{s.cluster.name}-controllers",
             "controllerDLegerPeers": ";".join(f"n{i}-{a}" for i, a in enumerate(addrs)),
             "controllerDLegerSelfId": f"n{k}", **ctl.config}
@@ -122,7 +129,7 @@ def plan(s: Scenario) -> list[NodePlan]:
         ns.ports.append(ctl.port)
     elif ctl is not None:
         for k, name in enumerate(ctl.node_names()):
-            nodes.append(NodePlan(name, "controller", [ctl.port + k], ctl.jvm,
+            nodes.append(NodePlan(name, "controller", [ctl.port + k, *ctl.jraft_ports()[k:k + 1]], ctl.jvm,
                                   {"listenPort": ctl.port + k, "bindAddress": at[name], **_controller_conf(s, k)},
                                   at[name]))
     for b in c.brokers:
@@ -218,7 +225,7 @@ def render_config(p: NodePlan, store_dir: str | None = None) -> tuple[str, str]:
     if store_dir is not None and p.is_broker:
         conf.setdefault("storePathRootDir", store_dir)
         conf.setdefault("storePathCommitLog", f"{store_dir}/commitlog")
-    if store_dir is not None and "controllerDLegerSelfId" in conf:  # a controller's Raft log and metadata
+    if store_dir is not None and ("controllerDLegerSelfId" in conf or "jRaftServerId" in conf):  # a controller's Raft log and metadata
         conf.setdefault("controllerStorePath", f"{store_dir}/controller")
     name = {"namesrv": "namesrv.properties", "controller": "controller.conf"}.get(p.role, "broker.conf")
     return name, _props(conf)

@@ -88,7 +88,8 @@ def test_the_corpus_lists_each_bug_on_its_reported_and_its_fixed_version(tmp_pat
     assert corpus.default_versions(EXPECT) == ["5.3.3", "5.5.0"]  # the pinned one is among gone_in
     assert corpus.default_versions(EXPECT.model_copy(update={"gone_in": ["5.4.0"]})) == ["5.3.3", "5.4.0"]
     # the repository's corpus, read without validating its scenarios at 5.3.3 (that would resolve its jars)
-    assert corpus._scenarios(corpus.CORPUS) == [(str(BUG), None)]
+    assert corpus._scenarios(corpus.CORPUS) == [(str(BUG), None),
+                                               (str(BUG.parent / "issue-9717-jraft-no-dead-broker-scan.yaml"), None)]
 
     def refused(text: str) -> str:
         f.write_text(text)
@@ -106,7 +107,7 @@ def test_the_corpus_lists_each_bug_on_its_reported_and_its_fixed_version(tmp_pat
         f"{f}: entries[0]: expected a scenario file or {{scenario: FILE, versions: [5.3.3, ...]}}")
     assert "`entries:` must be a non-empty list" in refused("entries: []\n")
     # the pre-release form: every corpus scenario on the candidate and on the pinned version
-    assert [e["version"] for e in corpus.candidate_entries("5.4.0")] == ["5.4.0", "5.5.0"]
+    assert [e["version"] for e in corpus.candidate_entries("5.4.0")] == ["5.4.0", "5.5.0"] * 2  # 9403, 9717
     assert [e["version"] for e in corpus.candidate_entries("5.5.0")] == ["5.5.0"]
     with pytest.raises(UserError, match="the corpus needs a candidate version: set rocketmq_version"):
         corpus.candidate_entries(None)

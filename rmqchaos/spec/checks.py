@@ -174,7 +174,8 @@ def semantic_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec] | None
 
 def expect_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
     """The `expect:` block against this scenario: its versions are RocketMQ versions this platform
-    knows, its probes name broker nodes of this cluster, its figures need a load to count."""
+    knows, its probes name broker nodes of this cluster, its failovers name faults of this scenario,
+    its figures need a load to count."""
     from rmqchaos.rocketmq_dist import known_versions
     if s.expect is None:
         return []
@@ -189,6 +190,11 @@ def expect_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
     for i, node in s.expect.probe_nodes():
         if node not in brokers:
             errs.append((("expect", "probes", i), f"no broker node {node!r} in this cluster; brokers: {', '.join(brokers)}"))
+    ids = [f.id for f in s.faults if f.id]
+    for i, fo in enumerate(s.expect.failovers):
+        if fo.fault not in ids:
+            errs.append((("expect", "failovers", i, "fault"), f"no fault with id {fo.fault!r} in this scenario; "
+                                                             f"fault ids: {', '.join(ids) or '(none)'}"))
     if s.expect.conditions and s.load is None:
         errs.append((("expect", "conditions"), "conditions count the load's messages: add a `load:` section"))
     return errs

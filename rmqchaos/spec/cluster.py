@@ -67,7 +67,7 @@ class Broker(Strict):
 
 
 class Controllers(Strict):
-    """Controller mode (RIP-44): a Raft (DLedger) group of controllers that elects the master of every
+    """Controller mode (RIP-44): a Raft (DLedger, or jRaft with `type: jRaft`) group of controllers that elects the master of every
     controller-mode broker group from its SyncStateSet. `standalone` (the default): `count`
     ControllerStartup JVMs, nodes controller-0.., each with its own address, port and store, so a
     fault can take one controller without namesrv. `embedded`: inside namesrv
@@ -77,9 +77,19 @@ class Controllers(Strict):
     port: Port = 9878  # controller k listens on port + k: its DLedger peer address, the brokers' controllerAddr
     jvm: Jvm = Jvm(heap_mb=256)  # standalone only (embedded: namesrv's)
     config: dict[str, ConfValue] = {}  # ControllerConfig keys (controller.conf), e.g. enableElectUncleanMaster
+    # the controllers' own Raft: DLedger (RocketMQ's default) or jRaft (controllerType=jRaft, standalone only)
+    type: Literal["DLedger", "jRaft"] = "DLedger"
+    jraft_port: Port | None = None  # jRaft only: controller k's jRaft peer port is jraft_port + k (default port + count)
 
     def node_names(self) -> list[str]:
         return [f"controller-{k}" for k in range(self.count)] if self.mode == "standalone" else []
+
+    def jraft_ports(self) -> list[int]:
+        """jRaft: each controller's Raft peer port (its RPC port, the brokers' controllerAddr, is port + k)."""
+        if self.type != "jRaft":
+            return []
+        base = self.jraft_port if self.jraft_port is not None else self.port + self.count
+        return [base + k for k in range(self.count)]
 
 
 class Proxy(Strict):

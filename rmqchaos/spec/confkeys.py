@@ -34,12 +34,16 @@ CONTROLLER_KEYS = {"enableElectUncleanMaster": "bool", "scanNotActiveBrokerInter
                    "electMasterMaxRetryCount": "int", "controllerThreadPoolNums": "int",
                    "controllerRequestThreadPoolQueueCapacity": "int", "mappedFileSize": "int",
                    "processReadEvent": "bool"}
+# JraftConfig keys (read by ControllerStartup from controller.conf; 5.3.3 and 5.5.0 alike), with `type: jRaft` only
+JRAFT_KEYS = {"jRaftElectionTimeoutMs": "int", "jRaftScanWaitTimeoutMs": "int", "jRaftSnapshotIntervalSecs": "int"}
 PLATFORM_CONTROLLER_KEYS = {
     "controllerDLegerGroup": "(the cluster's name)", "controllerDLegerPeers": "cluster.controllers.count/port",
     "controllerDLegerSelfId": "(the node's index)", "controllerStorePath": "(the run directory)",
     "configStorePath": "(the run directory)", "rocketmqHome": "(the run directory)",
     "listenPort": "cluster.controllers.port", "bindAddress": "(the node's own address)",
-    "controllerType": "(DLedger: the only controller the platform runs)"}
+    "controllerType": "cluster.controllers.type", "jRaftGroupId": "(the cluster's name)",
+    "jRaftServerId": "cluster.controllers.jraft_port (the node's own address)",
+    "jRaftInitConf": "cluster.controllers.count/jraft_port", "jRaftControllerRPCAddr": "cluster.controllers.port"}
 # Broker keys read only by a broker in controller mode (BrokerConfig, MessageStoreConfig): on a
 # classic group they would silently do nothing, so they are refused there.
 CONTROLLER_MODE_BROKER_KEYS = {"allAckInSyncStateSet", "controllerHeartBeatTimeoutMills", "brokerHeartbeatInterval",

@@ -1,16 +1,17 @@
 """The `expect:` section: the machine-checked signature of "reproduced" for a scenario that
 reproduces a known bug (scenarios/upstream/). Conditions on named figures of the run's summary
-(`lost > 0`) and on probes of the live cluster taken before it stops (a topic absent from a node's
-topic config table); the run's verdict is "reproduced" when every condition holds
+(`lost > 0`), on probes of the live cluster taken before it stops (a topic absent from a node's
+topic config table) and on a fault's failover (no new master within N s of it: summary.failover,
+from the monitor's per-second groups record); the run's verdict is "reproduced" when every condition holds
 (analysis/expect.py evaluates them, cluster/probes.py takes the probes)."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from rmqchaos.spec.types import NodeName, Strict, TopicName
+from rmqchaos.spec.types import Duration, NodeName, Strict, TopicName
 
 # figure name -> its path in analysis/summary.json (dotted); null (no store check) counts as absent
 FIGURES = {**{k: f"counts.{k}" for k in ("keys", "attempts", "acked", "acked_weak", "acked_weak_lost", "ok", "lost",
@@ -75,6 +76,18 @@ class Probe(Strict):
         return f"topic {t.topic} {'absent from' if k == 'topic_absent' else 'present on'} {t.node}"
 
 
+class FailoverCheck(Strict):
+    """The failover after one fault on a replicated group's node (summary.failover.failovers): whether
+    a node other than the one hit was master within `elected_within` of the fault."""
+    fault: Annotated[str, Field(min_length=1)]  # a fault's `id` in this scenario
+    elected_within: Duration
+    reproduced_when: Literal["not_elected", "elected"] = "not_elected"
+
+    def words(self) -> str:
+        return (f"{'no' if self.reproduced_when == 'not_elected' else 'a'} new master within "
+                f"{self.elected_within:g} s of fault {self.fault}")
+
+
 class Expect(Strict):
     """What "reproduced" means for this scenario: every condition and every probe holds."""
     issue: Annotated[str, Field(pattern=r"^https://\S+$")]  # the upstream report
@@ -82,11 +95,13 @@ class Expect(Strict):
     gone_in: list[Version] = []  # versions that carry the fix
     conditions: list[Condition] = []  # on the summary's figures, e.g. "lost > 0"
     probes: list[Probe] = []
+    failovers: list[FailoverCheck] = []  # on a fault's failover, e.g. no new master within 60 s
 
     @model_validator(mode="after")
     def _something(self) -> "Expect":
-        if not self.conditions and not self.probes:
-            raise ValueError("expect needs at least one of conditions, probes (else nothing says 'reproduced')")
+        if not self.conditions and not self.probes and not self.failovers:
+            raise ValueError("expect needs at least one of conditions, probes, failovers (else nothing says "
+                             "'reproduced')")
         return self
 
     def probe_nodes(self) -> list[tuple[int, str]]:

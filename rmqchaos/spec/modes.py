@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rmqchaos.spec.confkeys import (CLASSIC_BROKER_KEYS, CONTROLLER_KEYS, CONTROLLER_MODE_BROKER_KEYS,
-                                   DLEDGER_BROKER_KEYS, PLATFORM_CONTROLLER_KEYS, _check_conf)
+                                   DLEDGER_BROKER_KEYS, JRAFT_KEYS, PLATFORM_CONTROLLER_KEYS, _check_conf)
 from rmqchaos.spec.cluster import Controllers
 from rmqchaos.spec.scenario import Scenario
 
@@ -54,8 +54,32 @@ def controller_errors(s: Scenario) -> Errors:
             if ctl.jvm != Controllers.model_fields["jvm"].default:  # (the resolved dump carries the default)
                 errs.append((("cluster", "controllers", "jvm"), "an embedded controller runs in namesrv's JVM: "
                                                                 "set cluster.namesrv.jvm"))
-        errs += _check_conf(ctl.config, CONTROLLER_KEYS, PLATFORM_CONTROLLER_KEYS,
-                            ("cluster", "controllers", "config"), "controller")
+        errs += _jraft_errors(ctl, c.backend)
+        keys = {**CONTROLLER_KEYS, **JRAFT_KEYS} if ctl.type == "jRaft" else CONTROLLER_KEYS
+        errs += _check_conf({k: v for k, v in ctl.config.items() if ctl.type == "jRaft" or k not in JRAFT_KEYS},
+                            keys, PLATFORM_CONTROLLER_KEYS, ("cluster", "controllers", "config"), "controller")
+    return errs
+
+
+def _jraft_errors(ctl: Controllers, backend: str) -> Errors:
+    """jRaft controllers: standalone on the local backend; jRaft keys only with them."""
+    at = ("cluster", "controllers")
+    if ctl.type != "jRaft":
+        errs = [(at + ("config", k), f"{k} is a jRaft key and these controllers are DLedger: set "
+                                     "cluster.controllers.type: jRaft, or drop it") for k in sorted(set(JRAFT_KEYS) & set(ctl.config))]
+        if ctl.jraft_port is not None:
+            errs.append((at + ("jraft_port",), "jraft_port applies to jRaft controllers: set type: jRaft, or drop it"))
+        return errs
+    errs = []
+    if ctl.mode != "standalone":
+        errs.append((at + ("mode",), "jRaft controllers run standalone (each its own node and peer port): "
+                                     "use mode: standalone, or type: DLedger"))
+    if backend != "local":
+        errs.append((at + ("type",), "jRaft controllers run on the local backend only (so far)"))
+    if max(ctl.jraft_ports(), default=0) > 65535:
+        errs.append((at + ("jraft_port",), f"controller {ctl.count - 1}'s jRaft port {max(ctl.jraft_ports())} is "
+                                           "beyond 65535: use a lower jraft_port"))
+    return errs
     return errs
 
 
@@ -99,4 +123,5 @@ def controller_ports(s: Scenario) -> list[tuple[int, tuple[Any, ...]]]:
     if ctl is None:
         return []
     n = ctl.count if ctl.mode == "standalone" else 1
-    return [(ctl.port + k, ("cluster", "controllers", "port")) for k in range(n)]
+    return [(ctl.port + k, ("cluster", "controllers", "port")) for k in range(n)] + \
+        [(p, ("cluster", "controllers", "jraft_port")) for p in ctl.jraft_ports()]
