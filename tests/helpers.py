@@ -1,4 +1,5 @@
-"""Assertions about what the platform left on the machine, and a loopback connection probe."""
+"""Assertions about what the platform left on the machine, a loopback connection probe, and the one
+line a scenario text is refused with."""
 from __future__ import annotations
 
 import json
@@ -64,3 +65,14 @@ def connects(src: str, dst: str, port: int) -> bool:
         return True
     except OSError:
         return False
+
+
+def one_line(text: str, name: str = "t.yaml") -> str:
+    """The single line `parse_scenario` refuses `text` with (fails if it is accepted or says more)."""
+    import pytest
+
+    from rmqchaos.spec import SpecError, parse_scenario
+    with pytest.raises(SpecError) as e:
+        parse_scenario(text, name)
+    assert len(e.value.lines) == 1, e.value.lines
+    return e.value.lines[0]

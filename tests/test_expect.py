@@ -18,7 +18,8 @@ import pytest
 from analysis.expect import evaluate
 from rmqchaos import rocketmq_dist
 from rmqchaos.errors import UserError
-from rmqchaos.spec import SpecError, parse_scenario
+from helpers import one_line
+from rmqchaos.spec import parse_scenario
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS_9403 = REPO / "scenarios" / "upstream" / "issue-9403-attributed-topic-slave-sync.yaml"
@@ -37,13 +38,6 @@ expect:
   probes:
     - topic_absent: {topic: T9403, node: broker-a-s}
 """
-
-
-def one_line(text: str) -> str:
-    with pytest.raises(SpecError) as e:
-        parse_scenario(text, "t.yaml")
-    assert len(e.value.lines) == 1, e.value.lines
-    return e.value.lines[0]
 
 
 @pytest.mark.fast

@@ -26,7 +26,8 @@ import yaml
 from analysis.expect import evaluate
 from cluster.plan import plan, render_config
 from rmqchaos import rocketmq_dist
-from rmqchaos.spec import SpecError, load_scenario, parse_scenario
+from helpers import one_line
+from rmqchaos.spec import load_scenario, parse_scenario
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS_9717 = REPO / "scenarios" / "upstream" / "issue-9717-jraft-no-dead-broker-scan.yaml"
@@ -46,13 +47,6 @@ expect:
   failovers:
     - {fault: pause-master, elected_within: 60s}
 """
-
-
-def one_line(text: str) -> str:
-    with pytest.raises(SpecError) as e:
-        parse_scenario(text, "t.yaml")
-    assert len(e.value.lines) == 1, e.value.lines
-    return e.value.lines[0]
 
 
 @pytest.mark.fast
