@@ -186,13 +186,14 @@ def test_embedded_airflow_runs_the_prerelease_dag_through_its_rest_api(env: dict
         built = orchestrator.api("GET", f"/api/v2/dags/{lr}/dagRuns/{quote(lr_run['dag_run_id'])}/taskInstances/"
                                  "build/xcomEntries/return_value?deserialize=true", tok=tok)["value"]
         ours = sorted(p for p in Path(env["RMQCHAOS_RUNS"]).glob("*") if (p / "state.json").exists())
-        assert len(ours) == 2 and str(ours[0]) in built["runs"], built  # the candidate's, the first to end
+        candidate = next(p for p in ours if p.name.endswith("-candidate-1"))  # the first run to end
+        assert len(ours) == 2 and str(candidate) in built["runs"], built
         if len(built["runs"]) == 1:
             assert lr_links["rmqchaos report"] == url
         else:
             assert lr_links["rmqchaos report"].endswith("-loss-report.html"), lr_links
             with urllib.request.urlopen(lr_links["rmqchaos report"], timeout=30) as resp:
-                assert resp.status == 200 and ours[0].name.encode() in resp.read()
+                assert resp.status == 200 and candidate.name.encode() in resp.read()
     finally:
         stop = subprocess.run([*RMQCHAOS, "airflow", "stop"], cwd=REPO, env=env, capture_output=True, text=True,
                               timeout=120)
