@@ -89,11 +89,12 @@ def test_prerelease_dag_fails_naming_the_relative_gate_a_worse_candidate_crosses
     wait in the off-heap pool ~200 ms before the page cache) loses them when broker-a is OOM-killed;
     the baseline, ASYNC_FLUSH without it, loses none under the same kill."""
     base = write_scenario(tmp_path / "base.yaml", {
-        **BASE, "cluster": {**BASE["cluster"], "broker_defaults": {"jvm": {"heap_mb": 256, "max_direct_memory_mb": 512}}}})
+        **BASE, "cluster": {**BASE["cluster"], "broker_defaults": {"jvm": {"heap_mb": 256, "max_direct_memory_mb": 512}}},
+        "load": {**BASE["load"], "users": 10}})  # ~200 ms of 1000 msg/s in the pool when the kill comes
     tsp = {"transientStorePoolEnable": True, "transientStorePoolSize": 4, "mappedFileSizeCommitLog": 67108864,
            "commitCommitLogLeastPages": 256}
     r, runs = dag_test(env, "rocketmq_prerelease_load_test", {
-        "scenario": str(base), "broker_config": tsp, "fault_set": "oom_kill_broker_a", "rate": 400, "duration": 15,
+        "scenario": str(base), "broker_config": tsp, "fault_set": "oom_kill_broker_a", "rate": 1000, "duration": 15,
         "policy": "no_retry", "max_lost": None, "max_p99_send_ms": None, "max_busy_error_rate": None,
         "max_p99_increase_pct": None})
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-3000:]
