@@ -1,11 +1,12 @@
-"""rocketmq_prerelease_load_test: a load test a release manager triggers with Params; pass gates
-decide the DAG run's state. The work is in the `pipeline` package."""
+"""rocketmq_prerelease_load_test: a load test a release manager triggers with Params; the candidate
+runs alternately with a baseline, and pass gates (absolute and relative to the baseline) decide the
+DAG run's state. The work is in the `pipeline` package."""
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
-from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk import Param, dag, get_current_context, task, task_group
 from corpus_tasks import corpus_runs
 from rmqchaos_tasks import DEFAULT_ARGS, cluster_run
 
@@ -14,13 +15,19 @@ DOC = """
 
 Trigger it with the release's choices (*Trigger DAG* shows the form): RocketMQ version, broker.conf
 overrides, rate, duration, message size, producer policy, fault set, and the pass gates. They are laid
-over the base scenario (`scenarios/prerelease.yaml`) and validated like any scenario file.
+over the base scenario (`scenarios/prerelease.yaml`) and validated like any scenario file: the
+**candidate**. The **baseline** is the same test with the pinned version and no broker.conf overrides;
+with `baseline` on (the default) the two run alternately, `rounds` times each (candidate, baseline,
+candidate, baseline ...), one cluster at a time on this machine.
 
-`prepare` → `wait_for_cluster_slot` → **up** (setup) → check → load → drain → **down** (teardown) →
-analyze → report → **gates**
+`prepare` → for each run, in order: `side` → `wait_for_cluster_slot` → **up** (setup) → check → load →
+drain → **down** (teardown) → analyze → report → then **gates**
 
-`gates` fails the DAG run naming each crossed gate with its limit and the measured value; a run whose
-loss could not be verified never passes. Leave a gate empty to not apply it.
+`gates` fails the DAG run naming each failed run and each crossed gate with its limit and the measured
+value; a run whose loss could not be verified never passes. Absolute gates apply to every candidate
+round (leave one empty to not apply it); the relative gates compare the candidate's worst round with
+the baseline's worst: lost no more, p99 send latency within +`max_p99_increase_pct` %, busy rate not
+above (+0.001). `gates` writes `*-compare.html` beside the runs: the sides side by side.
 
 With `corpus` set (and a `rocketmq_version`), the upstream corpus (`scenarios/upstream/corpus.yaml`) also
 runs on the candidate and on the pinned version, side by side in one report; **corpus_gate** fails the
@@ -39,6 +46,8 @@ PARAMS = {
     "message_size": Param(1024, type="integer", minimum=1, maximum=4194304, description="bytes"),
     "policy": Param("retry", type="string", enum=POLICIES, description="what the producer does after an attempt"),
     "fault_set": Param("none", type="string", enum=FAULT_SETS, description="faults during the load"),
+    "baseline": Param(True, type="boolean", description="also run the baseline (pinned version, no overrides)"),
+    "rounds": Param(1, type="integer", minimum=1, maximum=5, description="candidate/baseline alternations"),
     "max_lost": Param(0, type=["null", "integer"], minimum=0, description="gate: acknowledged keys never delivered"),
     "max_duplicated": Param(None, type=["null", "integer"], minimum=0, description="gate: keys delivered twice or more"),
     "max_p99_send_ms": Param(1000, type=["null", "number"], minimum=0, description="gate: p99 send latency, ms"),
@@ -46,27 +55,40 @@ PARAMS = {
                                  description="gate: busy answers per attempt"),
     "corpus": Param(False, type="boolean", description="gate: the upstream corpus on rocketmq_version and the "
                                                        "pinned one; a known bug reproducing on the candidate fails"),
+    "relative_gates": Param(True, type="boolean", description="gate the candidate against the baseline"),
+    "max_p99_increase_pct": Param(50, type=["null", "number"], minimum=0,
+                                  description="relative gate: candidate p99 over the baseline's worst, %"),
 }
-GATES = ("max_lost", "max_duplicated", "max_p99_send_ms", "max_busy_error_rate")
 
 
 @dag(dag_id="rocketmq_prerelease_load_test", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
      default_args=DEFAULT_ARGS, tags=["rocketmq", "load-test", "pre-release"], doc_md=DOC, params=PARAMS)
 def rocketmq_prerelease_load_test() -> None:
     @task
-    def prepare() -> str:
-        from pipeline import prerelease
+    def prepare() -> list[str]:
+        from pipeline import compare
         from pipeline.runs import reap_orphans
         reap_orphans()
-        return str(prerelease.create(dict(get_current_context()["params"])).path)
+        return compare.prepare(dict(get_current_context()["params"]))
 
-    @task(retries=0)
-    def gates(rep: dict[str, Any]) -> dict[str, Any]:
-        from pipeline.gates import judge
-        p = get_current_context()["params"]
-        return judge(rep["run_dir"], {g: p.get(g) for g in GATES})
+    @task
+    def side(run_dir: str) -> str:
+        """Names the run (candidate or baseline, which round) in the log; hands its directory on."""
+        from pipeline.compare import label
+        print(f"{label(run_dir)}: {run_dir}", flush=True)
+        return run_dir
 
-    gates(cluster_run(prepare()))
+    @task_group
+    def side_run(run_dir: str) -> Any:
+        return cluster_run(side(run_dir))
+
+    @task(retries=0, trigger_rule="all_done")  # after a failed run too: it names what failed
+    def gates(runs: list[str]) -> dict[str, Any]:
+        from pipeline.compare import judge
+        return judge(runs, dict(get_current_context()["params"]))
+
+    runs = prepare()
+    side_run.expand(run_dir=runs) >> gates(runs)
 
     @task
     def corpus_entries() -> list[dict[str, str]]:  # none unless `corpus` is set: the runs below are skipped

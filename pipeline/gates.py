@@ -32,7 +32,7 @@ GATES: dict[str, tuple[str, str, Callable[[dict[str, Any]], float | None]]] = {
 @dataclass
 class GateResult:
     gate: str
-    limit: float
+    limit: float | None  # None: a relative gate whose baseline value was not measured
     measured: float | None
     passed: bool
     what: str
@@ -41,7 +41,8 @@ class GateResult:
     def line(self) -> str:
         u = f" {self.unit}" if self.unit else ""
         got = "not measured" if self.measured is None else f"{self.measured:g}{u}"
-        return f"gate {self.gate} ({self.what}): limit {self.limit:g}{u}, measured {got}"
+        lim = "unknown (the baseline's value was not measured)" if self.limit is None else f"{self.limit:g}{u}"
+        return f"gate {self.gate} ({self.what}): limit {lim}, measured {got}"
 
 
 def evaluate(run_dir: str | Path | RunDir, gates: dict[str, float | None]) -> dict[str, Any]:

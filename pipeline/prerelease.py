@@ -58,15 +58,19 @@ def overlay(base: str | Path, *, rocketmq_version: str | None = None, broker_con
     return doc
 
 
-def create(params: dict[str, Any], out: str | Path | None = None) -> RunDir:
+def create(params: dict[str, Any], out: str | Path | None = None, *, baseline: bool = False) -> RunDir:
     """A detached run directory for the pre-release test described by `params` (the DAG's Params:
-    scenario, rocketmq_version, broker_config, rate, duration, message_size, policy, fault_set)."""
+    scenario, rocketmq_version, broker_config, rate, duration, message_size, policy, fault_set).
+    baseline: the same test with the pinned version and no broker.conf overrides (scenario name
+    `prerelease-baseline`, so the run history keeps the baseline's runs apart)."""
     base = Path(params.get("scenario") or DEFAULT_BASE)
     if not base.is_absolute():
         base = paths.REPO / base
-    doc = overlay(base, rocketmq_version=params.get("rocketmq_version"), broker_config=params.get("broker_config"),
+    doc = overlay(base, rocketmq_version=None if baseline else params.get("rocketmq_version"),
+                  broker_config=None if baseline else params.get("broker_config"),
                   rate=params.get("rate"), duration=params.get("duration"), message_size=params.get("message_size"),
-                  policy=params.get("policy"), fault_set=params.get("fault_set") or "base")
+                  policy=params.get("policy"), fault_set=params.get("fault_set") or "base",
+                  name="prerelease-baseline" if baseline else "prerelease")
     d = Path(out) if out is not None else default_run_dir("prerelease")
     d.parent.mkdir(parents=True, exist_ok=True)
     src = d.with_name(d.name + ".scenario.yaml")  # beside the run: the run directory must not exist yet

@@ -6,7 +6,11 @@ lease is what makes it hold across map indexes and under `dag.test()`, which ign
 The lease is $RMQCHAOS_HOME/cluster.slot: {"run": <run dir>, "since_ms": ...}, changed under an flock.
 A holder is stale (the slot is free) once its run directory is gone, its `down` stage has ended, or
 nothing of it runs (no stage in progress, no cluster registered) after a stage of it ran or STALE_S
-after it took the slot without starting."""
+after it took the slot without starting.
+
+A run made as one of a sequence (the pre-release test's candidate and baseline runs, alternating)
+names the run before it in its state (`after`); it takes the slot only once that run has ended in
+the same sense, so the sequence keeps its order whichever of its sensors pokes first."""
 from __future__ import annotations
 
 import fcntl
@@ -61,8 +65,12 @@ def _stale(h: dict) -> bool:
 
 
 def acquire(run: RunDir) -> bool:
-    """Take the slot for `run` if it is free (or already `run`'s). False: another run holds it."""
+    """Take the slot for `run` if it is free (or already `run`'s) and the run it comes after has
+    ended. False: another run holds it, or `run`'s turn has not come."""
     me = str(run.path)
+    st = run.state()
+    if st.get("after") and not _stale({"run": st["after"], "since_ms": st.get("created_ms", 0)}):
+        return False
     with _locked():
         h = holder()
         if h is not None and h["run"] != me and not _stale(h):

@@ -23,9 +23,9 @@ from rmqchaos.wait import poll_until
 # the same ports would fail to start)
 BASE = {
     "extends": str(REPO / "scenarios" / "prerelease.yaml"), "name": "dagtest",
-    "cluster": {"namesrv": {"port": 21876}, "ready_timeout": "90s", "stop_timeout": "3s",
+    "cluster": {"subnet": "127.0.90.0/24", "namesrv": {"port": 25176}, "ready_timeout": "90s", "stop_timeout": "3s",
                 "broker_defaults": {"jvm": {"heap_mb": 256, "max_direct_memory_mb": 256}},
-                "brokers": [{"name": "broker-a", "port": 21911}, {"name": "broker-b", "port": 21921}]},
+                "brokers": [{"name": "broker-a", "port": 25111}, {"name": "broker-b", "port": 25121}]},
     "load": {"rate": 60, "duration": "6s", "users": 2, "topic": "T_DAG"},
     # drain_timeout: a consumer whose first heartbeat failed has its pulls refused ("the subscription
     # is not latest") until its next heartbeat, 30 s later (seen once: 0 deliveries in 32 s); drain
@@ -43,6 +43,7 @@ def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def env(airflow_home: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[str, str]]:
     monkeypatch.setenv("RMQCHAOS_HOME", str(airflow_home))
     monkeypatch.setenv("RMQCHAOS_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("RMQCHAOS_AIRFLOW_PORT", "25380")  # clear of the ports above
     yield dict(os.environ)
 
 
@@ -67,7 +68,7 @@ def test_prerelease_dag_fails_naming_an_impossible_gate_on_the_docker_backend(en
     base = write_scenario(tmp_path / "base.yaml", {**BASE, "cluster": {**BASE["cluster"], "backend": "docker"}})
     r, runs = dag_test(env, "rocketmq_prerelease_load_test",
                        {"scenario": str(base), "fault_set": "none", "max_lost": 0, "max_p99_send_ms": 0,
-                        "max_busy_error_rate": None})
+                        "max_busy_error_rate": None, "baseline": False})
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-3000:]
     assert ": failed; failed tasks: gates" in r.stdout
     line = next(x for x in (r.stdout + r.stderr).splitlines() if "UserError: pre-release gate crossed" in x)
@@ -77,6 +78,35 @@ def test_prerelease_dag_fails_naming_an_impossible_gate_on_the_docker_backend(en
     assert (runs[0] / "report.html").is_file()  # the report is written before the gates judge
     final = json.loads((runs[0] / "cluster" / "containers.json").read_text())  # written by the docker `down`
     assert sorted(final) == ["broker-a", "broker-b", "namesrv"] and not any(f["oom_killed"] for f in final.values())
+
+
+# long: `make test` covers the relative gates on planted summaries (tests/test_compare.py) and the DAG
+# with candidate = baseline passing them (the REST API test)
+@pytest.mark.long
+def test_prerelease_dag_fails_naming_the_relative_gate_a_worse_candidate_crosses(env: dict[str, str],
+                                                                                 tmp_path: Path) -> None:
+    """A candidate with transientStorePoolEnable (as scenarios/oom-tsp-on.yaml: acknowledged messages
+    wait in the off-heap pool ~200 ms before the page cache) loses them when broker-a is OOM-killed;
+    the baseline, ASYNC_FLUSH without it, loses none under the same kill."""
+    base = write_scenario(tmp_path / "base.yaml", {
+        **BASE, "cluster": {**BASE["cluster"], "broker_defaults": {"jvm": {"heap_mb": 256, "max_direct_memory_mb": 512}}},
+        "load": {**BASE["load"], "users": 10}})  # ~200 ms of 1000 msg/s in the pool when the kill comes
+    tsp = {"transientStorePoolEnable": True, "transientStorePoolSize": 4, "mappedFileSizeCommitLog": 67108864,
+           "commitCommitLogLeastPages": 256}
+    r, runs = dag_test(env, "rocketmq_prerelease_load_test", {
+        "scenario": str(base), "broker_config": tsp, "fault_set": "oom_kill_broker_a", "rate": 1000, "duration": 15,
+        "policy": "no_retry", "max_lost": None, "max_p99_send_ms": None, "max_busy_error_rate": None,
+        "max_p99_increase_pct": None})
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-3000:]
+    assert ": failed; failed tasks: gates" in r.stdout
+    line = next(x for x in (r.stdout + r.stderr).splitlines() if "UserError: pre-release gate crossed" in x)
+    assert "gate lost_vs_baseline (acknowledged keys never delivered, the candidate's worst round vs the " \
+           "baseline's worst): limit 0 keys, measured " in line, line
+    assert "failed:" not in line  # both runs completed and verified their loss: only the gate failed
+    assert [p.name.split("-prerelease-")[1] for p in runs] == ["baseline-1", "candidate-1"] and no_jvm_of(runs) is None
+    compare = json.loads(next(Path(env["RMQCHAOS_RUNS"]).glob("*-compare.json")).read_text())
+    lost = {row["side"]: row["lost"] for row in compare["runs"]}
+    assert lost["baseline"] == 0 and lost["candidate"] > 0, compare["runs"]
 
 
 def test_nightly_dag_runs_the_matrix_one_cluster_at_a_time_and_tears_down_a_failed_run(
@@ -106,12 +136,14 @@ def test_nightly_dag_runs_the_matrix_one_cluster_at_a_time_and_tears_down_a_fail
 
 
 def test_embedded_airflow_runs_the_prerelease_dag_through_its_rest_api(env: dict[str, str], tmp_path: Path) -> None:
+    """The candidate and its baseline, one after the other; the same choices on both sides, so the
+    relative gates hold."""
     import orchestrator
     base = write_scenario(tmp_path / "base.yaml", BASE)
     r = subprocess.run([*RMQCHAOS, "airflow", "start"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     try:
         assert r.returncode == 0, r.stderr[-3000:]
-        assert "http://127.0.0.1:28080" in r.stdout and "log in as admin / " in r.stdout
+        assert orchestrator.url() in r.stdout and "log in as admin / " in r.stdout
         # every listener Airflow opened is on loopback
         pids = _descendants(set(orchestrator.status()["running"].values()))
         ss = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout.splitlines()
@@ -126,15 +158,17 @@ def test_embedded_airflow_runs_the_prerelease_dag_through_its_rest_api(env: dict
         run = orchestrator.api("POST", f"/api/v2/dags/{dag}/dagRuns", {
             "logical_date": None, "conf": {"scenario": str(base), "rate": 60, "duration": 6, "message_size": 512,
                                            "fault_set": "none", "max_lost": 0, "max_duplicated": 0,
-                                           "max_p99_send_ms": 5000, "max_busy_error_rate": 0.5}}, tok=tok)
+                                           "max_p99_send_ms": 5000, "max_busy_error_rate": 0.5,
+                                           # a p99 of a few ms on a 2-core host: room for one scheduling hiccup
+                                           "max_p99_increase_pct": 1000}}, tok=tok)
         rid = quote(run["dag_run_id"])
-        end = orchestrator.wait_dag_run(dag, rid, 600, tok=tok)
+        end = orchestrator.wait_dag_run(dag, rid, 900, tok=tok)  # two cluster runs
         tis = orchestrator.api("GET", f"/api/v2/dags/{dag}/dagRuns/{rid}/taskInstances", tok=tok)["task_instances"]
         assert end["state"] == "success", {t["task_id"]: t["state"] for t in tis}
-        links = orchestrator.api("GET", f"/api/v2/dags/{dag}/dagRuns/{rid}/taskInstances/report/links",
-                                 tok=tok)["extra_links"]
+        links = orchestrator.api("GET", f"/api/v2/dags/{dag}/dagRuns/{rid}/taskInstances/side_run.report/links"
+                                 "?map_index=0", tok=tok)["extra_links"]
         url = links["rmqchaos report"]
-        assert url.startswith("http://127.0.0.1:28080/rmqchaos/runs/") and url.endswith("/report.html")
+        assert url.startswith(orchestrator.url("/rmqchaos/runs/")) and url.endswith("-candidate-1/report.html")
         with urllib.request.urlopen(url, timeout=30) as resp:  # the link answers with the report
             assert resp.status == 200 and b"<svg" in resp.read()
         with pytest.raises(urllib.error.HTTPError):  # and serves nothing outside the runs directory
@@ -152,29 +186,37 @@ def test_embedded_airflow_runs_the_prerelease_dag_through_its_rest_api(env: dict
         # module's earlier dag.test runs too, one combined report of them all
         built = orchestrator.api("GET", f"/api/v2/dags/{lr}/dagRuns/{quote(lr_run['dag_run_id'])}/taskInstances/"
                                  "build/xcomEntries/return_value?deserialize=true", tok=tok)["value"]
-        ours = [p for p in Path(env["RMQCHAOS_RUNS"]).glob("*") if (p / "state.json").exists()]
-        assert len(ours) == 1 and str(ours[0]) in built["runs"], built
+        ours = sorted(p for p in Path(env["RMQCHAOS_RUNS"]).glob("*") if (p / "state.json").exists())
+        candidate = next(p for p in ours if p.name.endswith("-candidate-1"))  # the first run to end
+        assert len(ours) == 2 and str(candidate) in built["runs"], built
         if len(built["runs"]) == 1:
             assert lr_links["rmqchaos report"] == url
         else:
             assert lr_links["rmqchaos report"].endswith("-loss-report.html"), lr_links
             with urllib.request.urlopen(lr_links["rmqchaos report"], timeout=30) as resp:
-                assert resp.status == 200 and ours[0].name.encode() in resp.read()
+                assert resp.status == 200 and candidate.name.encode() in resp.read()
     finally:
         stop = subprocess.run([*RMQCHAOS, "airflow", "stop"], cwd=REPO, env=env, capture_output=True, text=True,
                               timeout=120)
     assert stop.returncode == 0 and "api-server" in stop.stdout, stop.stdout + stop.stderr
     assert orchestrator.status()["running"] == {}
-    runs = [p for p in Path(env["RMQCHAOS_RUNS"]).glob("*") if (p / "state.json").exists()]
-    assert len(runs) == 1 and no_jvm_of(runs) is None
-    # the run passed its gates on a healthy cluster: the Params reached the scenario, every stage ran
-    s = yaml.safe_load((runs[0] / "scenario.yaml").read_text())
-    assert s["load"]["message_size"] == 512 and s["faults"] == []
-    summ = json.loads((runs[0] / "analysis" / "summary.json").read_text())
-    assert summ["complete"] and summ["counts"]["ok"] == summ["counts"]["keys"] > 0
-    stages = json.loads((runs[0] / "state.json").read_text())["stages"]
-    assert [n for n in ("up", "check", "load", "drain", "down", "analyze", "report") if stages[n]["status"] == "ok"] \
-        == ["up", "check", "load", "drain", "down", "analyze", "report"]
+    runs = sorted(p for p in Path(env["RMQCHAOS_RUNS"]).glob("*") if (p / "state.json").exists())
+    assert [p.name.split("-prerelease-")[1] for p in runs] == ["baseline-1", "candidate-1"] and no_jvm_of(runs) is None
+    # both runs passed on a healthy cluster: the Params reached both scenarios, every stage ran
+    for run in runs:
+        s = yaml.safe_load((run / "scenario.yaml").read_text())
+        assert s["load"]["message_size"] == 512 and s["faults"] == []
+        summ = json.loads((run / "analysis" / "summary.json").read_text())
+        assert summ["complete"] and summ["counts"]["ok"] == summ["counts"]["keys"] > 0
+        stages = json.loads((run / "state.json").read_text())["stages"]
+        assert [n for n in ("up", "check", "load", "drain", "down", "analyze", "report")
+                if stages[n]["status"] == "ok"] == ["up", "check", "load", "drain", "down", "analyze", "report"]
+    baseline, candidate = (json.loads((run / "state.json").read_text())["stages"] for run in runs)
+    assert candidate["down"]["end_ms"] <= baseline["up"]["start_ms"]  # the candidate first, one cluster at a time
+    # the relative gates held, each with its limit and measured value; the comparison is written beside
+    compare = json.loads(next(Path(env["RMQCHAOS_RUNS"]).glob("*-compare.json")).read_text())
+    assert compare["passed"] and {g["gate"] for g in compare["gates"] if g["passed"]} >= {
+        "lost_vs_baseline", "p99_vs_baseline", "busy_vs_baseline", "max_lost"}
 
 
 def _get(dag: str, tok: str) -> bool:

@@ -1,0 +1,205 @@
+"""The pre-release test against a baseline: the candidate (the release manager's RocketMQ version and
+broker.conf overrides over the base scenario) and the baseline (the base scenario with the pinned
+version, no overrides; the same load and faults) run alternately on this machine, C1, B1, C2, B2 ...,
+each a normal run directory. The verdict adds relative gates to the absolute ones: the candidate's
+worst round loses no more than the baseline's worst, its p99 send latency stays within
++max_p99_increase_pct % of the baseline's worst round (the baseline's spread), and its busy rate is
+not above the baseline's (+ BUSY_EPSILON). compare.json and compare.html beside the runs show the
+sides side by side."""
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipeline import gates, prerelease
+from pipeline.matrix import failures
+from pipeline.runs import as_run, default_run_dir
+from rmqchaos.errors import UserError
+from rmqchaos.rundir import RunDir
+
+#: busy answers per attempt the candidate may exceed the baseline by: two healthy runs of a few
+#: thousand attempts differ by a handful of busy answers, which is not a regression
+BUSY_EPSILON = 0.001
+MAX_ROUNDS = 5
+#: relative gate -> (what it compares, unit, the summary value of gates.GATES it reads)
+RELATIVE: dict[str, tuple[str, str, str]] = {
+    "lost_vs_baseline": ("acknowledged keys never delivered, the candidate's worst round vs the baseline's worst",
+                         "keys", "max_lost"),
+    "p99_vs_baseline": ("p99 send latency, the candidate's worst round vs the baseline's worst "
+                        "+ max_p99_increase_pct %", "ms", "max_p99_send_ms"),
+    "busy_vs_baseline": (f"busy answers per attempt, the candidate's worst round vs the baseline's worst "
+                         f"+ {BUSY_EPSILON:g}", "", "max_busy_error_rate"),
+}
+_ROWS = (("lost", "max_lost"), ("duplicated", "max_duplicated"), ("p99_send_ms", "max_p99_send_ms"),
+         ("busy_rate", "max_busy_error_rate"))
+
+
+def prepare(params: dict[str, Any]) -> list[str]:
+    """The run directories of a pre-release test, in the order they run: candidate and baseline
+    (Param `baseline`, default true) alternately for `rounds` rounds. Each names the run before it
+    (state `after`): the cluster slot keeps that order."""
+    rounds = 1 if params.get("rounds") is None else params["rounds"]
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= MAX_ROUNDS:
+        raise UserError(f"rounds {rounds!r} is not a whole number from 1 to {MAX_ROUNDS}",
+                        "rounds: how many times the candidate (and the baseline) run")
+    sides = ("candidate", "baseline") if params.get("baseline", True) else ("candidate",)
+    stamp = first = default_run_dir("prerelease")
+    n = 1
+    while stamp.with_name(f"{stamp.name}-candidate-1").exists():  # another test prepared in the same second
+        n += 1
+        stamp = first.with_name(f"{first.name}.{n}")
+    out: list[str] = []
+    for i in range(1, rounds + 1):
+        for side in sides:
+            run = prerelease.create(params, stamp.with_name(f"{stamp.name}-{side}-{i}"), baseline=side == "baseline")
+            run.update_state(prerelease={"side": side, "round": i, "comparison": str(stamp)},
+                             after=out[-1] if out else None)
+            out.append(str(run.path))
+    return out
+
+
+def label(run_dir: str | Path | RunDir) -> str:
+    """"candidate round 1" / "baseline round 2": which run of the test this is."""
+    st = as_run(run_dir).state().get("prerelease") or {}
+    return f"{st.get('side', 'candidate')} round {st.get('round', 1)}"
+
+
+def _overrides(run: RunDir) -> dict[str, Any]:
+    """The broker.conf overrides the pre-release overlay (written beside the run) laid over the base."""
+    src = run.path.with_name(run.path.name + ".scenario.yaml")
+    try:
+        doc = yaml.safe_load(src.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+    return ((doc.get("cluster") or {}).get("broker_defaults") or {}).get("config") or {}
+
+
+def measure(run_dir: str | Path | RunDir) -> dict[str, Any]:
+    """One run's row of the comparison: its side, round, version, overrides, what went wrong
+    (matrix.failures: failed stages, unverified loss) and the gated values (None: not measured)."""
+    r = as_run(run_dir)
+    st = r.state().get("prerelease") or {}
+    row: dict[str, Any] = {"run": str(r.path), "side": st.get("side", "candidate"), "round": st.get("round", 1),
+                           "rocketmq_version": r.scenario().cluster.rocketmq_version,
+                           "broker_config": _overrides(r), "failures": failures(r), "complete": False,
+                           "acknowledged": None, **{k: None for k, _ in _ROWS}}
+    if not r.summary_file.exists():
+        row["failures"] = row["failures"] or ["not analyzed"]
+        return row
+    s = json.loads(r.summary_file.read_text())
+    row["complete"] = bool(s.get("complete"))
+    row["acknowledged"] = s["counts"].get("ok")
+    for key, gate in _ROWS:
+        row[key] = gates.GATES[gate][2](s)
+    return row
+
+
+def _worst(rows: list[dict[str, Any]], key: str) -> float | None:
+    vals = [r[key] for r in rows]
+    return None if not vals or any(v is None for v in vals) else max(vals)
+
+
+def relative(rows: list[dict[str, Any]], max_p99_increase_pct: float | None) -> list[gates.GateResult]:
+    """The relative gates on measured rows (max_p99_increase_pct None: no p99 gate); none without a
+    baseline row. A value not measured on either side fails its gate."""
+    cand = [r for r in rows if r["side"] == "candidate"]
+    base = [r for r in rows if r["side"] == "baseline"]
+    if not base:
+        return []
+    out = []
+    for name, (what, unit, gate) in RELATIVE.items():
+        key = dict((g, k) for k, g in _ROWS)[gate]
+        b, c = _worst(base, key), _worst(cand, key)
+        if name == "p99_vs_baseline":
+            if max_p99_increase_pct is None:
+                continue
+            limit = None if b is None else round(b * (1 + max_p99_increase_pct / 100), 3)
+        elif name == "busy_vs_baseline":
+            limit = None if b is None else round(b + BUSY_EPSILON, 6)
+        else:
+            limit = b
+        out.append(gates.GateResult(name, limit, c, limit is not None and c is not None and c <= limit, what, unit))
+    return out
+
+
+def evaluate(run_dirs: list[str], params: dict[str, Any]) -> dict[str, Any]:
+    """The verdict on a pre-release test's runs: each run's failures, the absolute gates (Params
+    max_lost ...) on every candidate round, and, with a baseline and Param `relative_gates` (default
+    true), the relative gates. Passed only if no run failed or is unverified and every gate held."""
+    rows = [measure(d) for d in run_dirs]
+    absolute = {g: params.get(g) for g in gates.GATES}
+    results: list[dict[str, Any]] = []
+    for row in rows:
+        if row["side"] != "candidate" or row["failures"]:
+            continue
+        for g in gates.evaluate(row["run"], absolute)["gates"]:
+            results.append(g | {"line": f"candidate round {row['round']}: {g['line']}"})
+    rel = relative(rows, params.get("max_p99_increase_pct", 50)) if params.get("relative_gates", True) else []
+    verified = bool(rows) and not any(r["failures"] for r in rows)
+    if not verified:  # a relative gate against a run that failed or lost unverified says nothing
+        rel = []
+    results += [asdict(g) | {"line": g.line()} for g in rel]
+    return {"passed": verified and all(g["passed"] for g in results), "runs": rows, "gates": results,
+            "problems": [f"{r['side']} round {r['round']} failed: {'; '.join(r['failures'])}"
+                         for r in rows if r["failures"]]}
+
+
+def judge(run_dirs: list[str], params: dict[str, Any]) -> dict[str, Any]:
+    """evaluate(), compare.json and compare.html written beside the runs, and a UserError naming each
+    failed run and each crossed gate with its limit and measured value. Returns the verdict with
+    `report` (the HTML)."""
+    if not run_dirs:
+        raise UserError("the pre-release test has no run", "see the failed `prepare` task")
+    v = evaluate(run_dirs, params)
+    first = as_run(run_dirs[0])
+    stem = Path((first.state().get("prerelease") or {}).get("comparison") or first.path)
+    out_json, out_html = stem.with_name(stem.name + "-compare.json"), stem.with_name(stem.name + "-compare.html")
+    out_json.write_text(json.dumps(v, indent=1))
+    out_html.write_text(render(v))
+    v["report"] = str(out_html)
+    for g in v["gates"]:
+        print(("held: " if g["passed"] else "CROSSED: ") + g["line"], flush=True)
+    crossed = [g["line"] for g in v["gates"] if not g["passed"]]
+    problems = v["problems"] + (["pre-release gate crossed: " + " | ".join(crossed)] if crossed else [])
+    if problems:
+        raise UserError(" | ".join(problems), f"see {out_html}")
+    return v
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={x}" for k, x in v.items()) or "none"
+    if isinstance(v, list):
+        return "; ".join(map(str, v)) or "none"
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def render(v: dict[str, Any]) -> str:
+    """compare.html: the runs in columns (candidate and baseline alternating, as they ran), then the gates."""
+    rows = v["runs"]
+    head = "".join(f"<th>{r['side']} {r['round']}</th>" for r in rows)
+    lines = [("RocketMQ version", "rocketmq_version"), ("broker.conf overrides", "broker_config"),
+             ("acknowledged keys", "acknowledged"), ("lost", "lost"), ("duplicated", "duplicated"),
+             ("p99 send, ms", "p99_send_ms"), ("busy answers per attempt", "busy_rate"),
+             ("loss verified", "complete"), ("failures", "failures")]
+    body = "".join(f"<tr><th>{label}</th>" + "".join(f"<td>{html.escape(_cell(r[k]))}</td>" for r in rows) + "</tr>"
+                   for label, k in lines)
+    links = "".join(f'<td><a href="{html.escape(Path(r["run"]).name)}/report.html">report</a></td>' for r in rows)
+    gate_rows = "".join(
+        f"<tr class={'ok' if g['passed'] else 'bad'}><td>{html.escape(g['gate'])}</td>"
+        f"<td>{html.escape(g['line'])}</td><td>{'held' if g['passed'] else 'CROSSED'}</td></tr>" for g in v["gates"])
+    verdict = "passed" if v["passed"] else "FAILED"
+    return ("<!doctype html><meta charset=utf-8><title>pre-release: candidate vs baseline</title>"
+            "<style>body{font-family:sans-serif}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}"
+            "table{border-collapse:collapse;margin:1em 0}.bad{background:#fdd}.ok{background:#efe}</style>"
+            f"<h1>Pre-release: candidate vs baseline — {verdict}</h1>"
+            + "".join(f"<p class=bad>{html.escape(p)}</p>" for p in v["problems"])
+            + f"<table><tr><th></th>{head}</tr>{body}<tr><th>run</th>{links}</tr></table>"
+            f"<h2>Gates</h2><table><tr><th>gate</th><th>limit and measured</th><th></th></tr>{gate_rows}</table>")
