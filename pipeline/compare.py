@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from analysis.page import page
 from pipeline import gates, prerelease
 from pipeline.matrix import failures
 from pipeline.runs import as_run, default_run_dir
@@ -196,10 +197,10 @@ def render(v: dict[str, Any]) -> str:
         f"<tr class={'ok' if g['passed'] else 'bad'}><td>{html.escape(g['gate'])}</td>"
         f"<td>{html.escape(g['line'])}</td><td>{'held' if g['passed'] else 'CROSSED'}</td></tr>" for g in v["gates"])
     verdict = "passed" if v["passed"] else "FAILED"
-    return ("<!doctype html><meta charset=utf-8><title>pre-release: candidate vs baseline</title>"
-            "<style>body{font-family:sans-serif}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}"
-            "table{border-collapse:collapse;margin:1em 0}.bad{background:#fdd}.ok{background:#efe}</style>"
-            f"<h1>Pre-release: candidate vs baseline — {verdict}</h1>"
-            + "".join(f"<p class=bad>{html.escape(p)}</p>" for p in v["problems"])
-            + f"<table><tr><th></th>{head}</tr>{body}<tr><th>run</th>{links}</tr></table>"
-            f"<h2>Gates</h2><table><tr><th>gate</th><th>limit and measured</th><th></th></tr>{gate_rows}</table>")
+    # the reports' one frame and style (analysis/page.py); only the gates' row colours are this page's
+    return page("pre-release: candidate vs baseline",
+                "<style>.bad{background:#fdd}.ok{background:#efe}</style>"
+                f"<h1>Pre-release: candidate vs baseline — {verdict}</h1>"
+                + "".join(f"<p class=bad>{html.escape(p)}</p>" for p in v["problems"])
+                + f"<table><tr><th></th>{head}</tr>{body}<tr><th>run</th>{links}</tr></table>"
+                f"<h2>Gates</h2><table><tr><th>gate</th><th>limit and measured</th><th></th></tr>{gate_rows}</table>")
