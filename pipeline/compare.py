@@ -94,7 +94,7 @@ def measure(run_dir: str | Path | RunDir) -> dict[str, Any]:
         return row
     s = json.loads(r.summary_file.read_text())
     row["complete"] = bool(s.get("complete"))
-    row["acknowledged"] = s["counts"].get("ok")
+    row["acknowledged"] = s["counts"].get("acked")
     for key, gate in _ROWS:
         row[key] = gates.GATES[gate][2](s)
     return row

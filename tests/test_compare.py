@@ -32,7 +32,7 @@ def _plant(run_dir: str, lost: int = 0, p99: float | None = 100, busy: int = 0, 
     run.analysis_dir.mkdir(exist_ok=True)
     run.summary_file.write_text(json.dumps({
         "complete": complete, "incomplete_reasons": [] if complete else ["consumer c0 did not stop cleanly"],
-        "counts": {"lost": lost, "duplicated": 0, "attempts": 1000, "ok": 1000 - lost},
+        "counts": {"lost": lost, "duplicated": 0, "attempts": 1000, "acked": 1000, "ok": 1000 - lost},
         "errors": {"by_code": {"0": 1000 - busy, "2": busy}}, "latency_ms": {"send": {"p99": p99} if p99 else {}}}))
 
 
