@@ -174,13 +174,38 @@ def load_run(tmp: Path, cluster, load: dict, consumers: dict | None = None, name
     return run
 
 
-@pytest.fixture(scope="module")
-def spark_session_for_module() -> Iterator:
-    """One local Spark session for a module's several `analyze` runs (each would start its own)."""
+@pytest.fixture
+def kept_spark() -> Any:
+    """The suite's local Spark session: analysis/session.py keeps one per process, so every analysis
+    in this process after the first skips Spark's start-up and runs on a warm JVM (a cold `analyze`
+    took ~35 s here against ~11 s warm). Stopped at exit, or when a test asks for another master."""
     from analysis.session import spark_session
-    s = spark_session()
-    yield s
-    s.stop()
+    return spark_session()
+
+
+def run_here(scenario_file: Path, out: Path, timeout: float = 900) -> tuple[Path, dict[str, Any]]:
+    """A whole run, as `rmqchaos run FILE --out OUT` makes it (pipeline.scenario.run_scenario, every
+    stage), in this process: its analysis gets the kept session (`kept_spark`). The CLI's own path
+    (its exit code, its output, a signal to it) is tested end to end in test_lifecycle.py and
+    test_interruptions.py. Returns the run directory and its summary.json; nothing may be left running."""
+    import json
+    import signal
+    from pipeline.scenario import run_scenario
+    from pipeline.stage import error_line
+    from helpers import assert_nothing_left
+
+    def too_long(*_: Any) -> None:
+        raise TimeoutError(f"the run took over {timeout:.0f} s")
+    prev = signal.signal(signal.SIGALRM, too_long)  # bounded like cli()'s timeout; down still runs
+    signal.alarm(int(timeout))
+    try:
+        o = run_scenario(scenario_file, out)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, prev)
+    assert o.failure is None, error_line(o.failure)
+    assert_nothing_left(out)
+    return out, json.loads((out / "analysis" / "summary.json").read_text())
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Iterator
 
 import jsonschema
 import pytest
@@ -26,11 +25,9 @@ from tests.test_client import consume_all
 SCHEMA = json.loads((REPO / "analysis" / "summary.schema.json").read_text())
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator:
-    s = spark_session()
-    yield s
-    s.stop()
+@pytest.fixture
+def spark(kept_spark):
+    return kept_spark
 
 
 def _files(d: Path) -> tuple[list[Path], list[Path]]:

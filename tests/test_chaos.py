@@ -110,7 +110,7 @@ def _experiment(tmp: Path, scenario: str, ports: tuple[int, int, int], config: d
     return json.loads((run.path / "analysis" / "summary.json").read_text())
 
 
-def test_oom_kill_loses_acked_messages_with_tsp_on_and_none_with_tsp_off(spark_session_for_module,
+def test_oom_kill_loses_acked_messages_with_tsp_on_and_none_with_tsp_off(kept_spark,
                                                                          tmp_path: Path) -> None:
     # What a kill loses with TSP is what was acked since the last commit. At the memory limit every
     # allocation of the broker reclaims first, so it stalls for ~0.1 s before the kernel kills it; a

@@ -177,7 +177,7 @@ def test_compose_file_brings_up_a_cluster_the_platforms_clients_use_and_down_lea
 # long: the OOM kill on docker is covered in `make test` by the by-hand faults test; this pair also compares
 # the classes with the local backend's (tests/test_chaos.py)
 @pytest.mark.long
-def test_oom_kill_pair_on_docker_classifies_as_on_local(engine: Any, spark_session_for_module: Any,
+def test_oom_kill_pair_on_docker_classifies_as_on_local(engine: Any, kept_spark: Any,
                                                         tmp_path: Path) -> None:
     """The headline pair with `cluster.backend: docker`: the OOM kill is the container's memory limit
     lowered to its usage (docker update) until the kernel kills the JVM, confirmed by the engine's

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import struct
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import jsonschema
 import pytest
@@ -164,10 +164,9 @@ class Ledger:
         return [self.d / "send-p1.jsonl"], [self.d / "receive-c0.jsonl"]
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator:
-    from analysis.session import spark_session
-    yield spark_session()
+@pytest.fixture
+def spark(kept_spark):
+    return kept_spark
 
 
 def planted(tmp: Path) -> tuple[list[Path], list[Path], list[dict[str, Any]]]:

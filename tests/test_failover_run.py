@@ -1,16 +1,20 @@
-"""A replicated cluster through its failovers, end to end (issue 36's CI form of the nightly's
-failover scenarios): three standalone controllers, broker-a as a controller-mode group of three
-(allAckInSyncStateSet) and broker-b as a DLedger group of three, under load. The faults target roles:
-broker-a's master is killed -9 and restarted, then broker-b's leader, then the controller leader.
-The run is analyzed: each failover's detection, election and first acknowledged send on the new
-master, nothing lost, and the monitor's per-group record of the switch.
+"""A replicated cluster through its failovers, end to end (the CI form of the nightly's failover
+scenarios): three standalone controllers and broker-a as a controller-mode group of three
+(allAckInSyncStateSet), under load; its master is killed -9 and restarted. The long form adds
+broker-b as a DLedger group of three whose leader is killed next, then the controller leader (ten
+JVMs on two cores: ~210 s against ~120 s). The run is analyzed: each failover's detection, election
+and first acknowledged send on the new master, nothing lost, and the monitor's per-group record of
+the switch.
 
 Subnet 127.0.68.0/24, ports 21476..21550: no other test uses them."""
 from __future__ import annotations
 
+import copy
 import json
 import time
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import write_scenario
 
@@ -37,12 +41,25 @@ SCENARIO = {
 }
 
 
+def ci_form() -> dict:
+    """broker-a's group and its master's kill only, the load shortened to match."""
+    d = copy.deepcopy(SCENARIO)
+    d["cluster"]["brokers"] = d["cluster"]["brokers"][:1]
+    d["load"]["duration"] = "22s"
+    d["faults"] = d["faults"][:1]
+    return d
+
+
+@pytest.mark.parametrize("form", ["ci", pytest.param("full", marks=pytest.mark.long)])
 def test_a_replicated_cluster_fails_over_under_load_and_the_analysis_times_each_switch(
-        spark_session_for_module, tmp_path: Path) -> None:
+        kept_spark, tmp_path: Path, form: str) -> None:
     from pipeline import analyze, down, drain, load, up
     from pipeline.runs import create_run
+    scenario = SCENARIO if form == "full" else ci_form()
+    kills = [f["id"] for f in scenario["faults"]]
+    groups = {"kill-a": "broker-a", "kill-b": "broker-b"}
     t0 = time.monotonic()
-    run = create_run(write_scenario(tmp_path / "failover-ci.yaml", SCENARIO), tmp_path / "run", mode="owned")
+    run = create_run(write_scenario(tmp_path / "failover-ci.yaml", scenario), tmp_path / "run", mode="owned")
     try:
         up.run(run)
         t_up = time.monotonic() - t0
@@ -55,18 +72,18 @@ def test_a_replicated_cluster_fails_over_under_load_and_the_analysis_times_each_
     samples = [json.loads(x) for x in (run.path / "monitor" / "cluster.jsonl").read_text().splitlines()]
     samples = [x for x in samples if x.get("groups")]
     faults = {e["params"]["fault_id"]: e for e in s["events"] if e["kind"] == "fault"}
-    assert {k: e["outcome"] for k, e in faults.items()} == dict.fromkeys(
-        ["kill-a", "kill-b", "kill-leader", "kill-a-restart", "kill-b-restart", "kill-leader-restart"], "ok")
+    assert {k: e["outcome"] for k, e in faults.items()} == dict.fromkeys(kills + [f"{k}-restart" for k in kills], "ok")
 
     def master_before(group: str, ms: int) -> str | None:
         # a sample is stamped when it starts and may take 2 s: the last one begun 2.5 s before the fault saw no kill
         return [x for x in samples if x["ts_ms"] < ms - 2500][-1]["groups"][group]["master"]
-    for fid, group in (("kill-a", "broker-a"), ("kill-b", "broker-b")):
+    for fid, group in ((k, g) for k, g in groups.items() if k in kills):
         ev = faults[fid]
         # the role resolved to the master of that moment; its restart brought back that node
         assert ev["params"]["role"] == f"master-of:{group}" and ev["target"] == master_before(group, ev["start_ms"])
         assert faults[f"{fid}-restart"]["target"] == ev["target"]
-    assert faults["kill-leader"]["target"].startswith("controller-")
+    if "kill-leader" in kills:
+        assert faults["kill-leader"]["target"].startswith("controller-")
     # the monitor saw broker-a's switch: a higher epoch, another master, the killed node back as a slave
     first, last = samples[0]["groups"]["broker-a"], samples[-1]["groups"]["broker-a"]
     assert last["epoch"] > first["epoch"] and last["master"] != faults["kill-a"]["target"]
@@ -74,8 +91,8 @@ def test_a_replicated_cluster_fails_over_under_load_and_the_analysis_times_each_
     assert last["replicas"][faults["kill-a"]["target"]]["role"] == "slave"
     # the analysis: per failover the detection, election and first ack on the new master, in order
     fo = {f["fault_id"]: f for f in s["failover"]["failovers"]}
-    assert set(fo) == {"kill-a", "kill-b"}, fo
-    for fid in ("kill-a", "kill-b"):
+    assert set(fo) == set(groups) & set(kills), fo
+    for fid in fo:
         f = fo[fid]
         assert f["old_master"] == faults[fid]["target"] and f["new_master"] not in (None, f["old_master"]), f
         assert 0 <= f["detection_s"] <= f["election_s"] <= f["first_ack_new_master_s"] < 20, f

@@ -14,8 +14,7 @@ import pytest
 import yaml
 
 from cluster.monitor import TOO_LONG, LogTail, allocate, by_type
-from conftest import REPO, cli, write_scenario
-from helpers import assert_nothing_left
+from conftest import REPO, cli, run_here, write_scenario
 from pipeline.matrix import scenarios as matrix
 from pipeline.runs import load_scenario
 
@@ -85,11 +84,7 @@ def test_the_scenarios_are_in_the_nightly_and_the_5x_variants_change_one_key() -
 def _run(tmp_path: Path, name: str, body: dict) -> tuple[Path, dict]:
     f = tmp_path / f"{name}.yaml"
     f.write_text(yaml.safe_dump({"name": name, **body}, sort_keys=False))
-    run = tmp_path / "run"
-    r = cli("run", str(f), "--out", str(run), timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert_nothing_left(run)
-    return run, json.loads((run / "analysis" / "summary.json").read_text())
+    return run_here(f, tmp_path / "run")
 
 
 def test_retry_flood_drives_a_broker_out_of_the_route_and_the_cleanup_brings_it_back(tmp_path: Path) -> None:

@@ -13,8 +13,7 @@ import pytest
 import yaml
 
 from analysis import broker_log
-from conftest import REPO, cli
-from helpers import assert_nothing_left
+from conftest import REPO, run_here
 from pipeline.runs import load_scenario
 from pipeline.matrix import scenarios as matrix
 
@@ -117,10 +116,7 @@ def test_shared_host_scaled_for_ci_records_busy_answers_verbatim_and_classifies_
         "faults": [{"id": "pagecache", "kind": "page_cache_limit", "target": "broker-a", "at": "1s", "page_cache_mb": 32},
                    {"id": "redis", "kind": "redis_noise", "at": "3s", "base_port": 22379},
                    {"id": "es", "kind": "es_like_noise", "at": "3s"}]}, sort_keys=False))
-    run = tmp_path / "run"
-    r = cli("run", str(f), "--out", str(run), timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert_nothing_left(run)
+    run, _ = run_here(f, tmp_path / "run")
     noise_bytes = sum(x.stat().st_size for x in (run / "noise").rglob("*") if x.is_file())
     assert noise_bytes < 5 << 20, f"noise data left behind: {noise_bytes} bytes"  # evidence only
 
@@ -196,7 +192,7 @@ def _canonical(m: str) -> str:
 
 @pytest.mark.parametrize("form", ["plain", "canonical"])
 def test_answers_say_which_attempts_were_stored_and_what_first_answer_duplicated_keys_got(
-        spark_session_for_module: Any, tmp_path: Path, form: str) -> None:
+        kept_spark: Any, tmp_path: Path, form: str) -> None:
     """The same planted answers with msgIds of no particular form (every key matched by msgId) and in
     RocketMQ's form (keys whose one attempt was delivered under its own msgId settled in the key table)."""
     from analysis.keys import key_table
@@ -232,7 +228,7 @@ def test_answers_say_which_attempts_were_stored_and_what_first_answer_duplicated
             _delivery("k10", mid("m10a"), "T", 5), _delivery("k10", mid("m10a"), "T", 5)]
     (tmp_path / "send-p0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in send))
     (tmp_path / "receive-c0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in recv))
-    spark = spark_session_for_module
+    spark = kept_spark
     res = analyze_ledgers(spark, [tmp_path / "send-p0.jsonl"], [tmp_path / "receive-c0.jsonl"], [])
     own = {r["key"]: r["own_msgid_delivered"] for r in key_table(
         read_send(spark, [tmp_path / "send-p0.jsonl"], []),
