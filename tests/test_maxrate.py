@@ -108,3 +108,46 @@ def test_the_sides_searches_run_after_the_rounds_and_show_on_the_compare_page(
     assert any("max-rate search on the baseline did not finish" in p for p in v["problems"]) and not v["passed"]
     page = compare.render(v)
     assert "Maximum rate (informational)" in page and "the load could not push it" in page
+
+
+def test_a_short_search_on_one_small_cluster_runs_its_steps_at_their_rates(tmp_path: Path) -> None:
+    """The DAG's path without Airflow (maxrate.prepare → up → maxrate.run → down) on one broker:
+    2 steps of 4 s at 50 and 100 msg/s under loose bounds. Each step ran at its asked rate (the
+    count bound: at most rate x 4 messages) and the result agrees with the steps' own measures.
+    Subnet 127.0.94.0/24, ports 22276 (namesrv) and 22211 (broker)."""
+    import yaml
+
+    from pipeline import down, up
+    from tests.helpers import live
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump({
+        "extends": str(Path(__file__).resolve().parents[1] / "scenarios" / "prerelease.yaml"),
+        "cluster": {"subnet": "127.0.94.0/24", "namesrv": {"port": 22276, "jvm": {
+            "heap_mb": 128, "options": ["-XX:TieredStopAtLevel=1"]}}, "ready_timeout": "60s", "stop_timeout": "2s",
+            "broker_defaults": {"jvm": {"heap_mb": 256, "max_direct_memory_mb": 256,
+                                        "options": ["-XX:TieredStopAtLevel=1"]}},
+            "brokers": [{"name": "broker-a", "port": 22211}]}}))
+    params = {"scenario": str(base), "fault_set": "none", "baseline": False,
+              "max_rate_search": {"start": 50, "factor": 2, "steps": 2, "step_duration": 4,
+                                  "max_p99_send_ms": 2000, "max_error_rate": 0.05}}
+    [d] = maxrate.prepare(params, None)
+    run = RunDir.open(d)
+    try:
+        up.run(run)
+        r = maxrate.run(run)
+    finally:
+        down.run(run)
+    assert not live(run.path)
+    s = r["settings"]
+    assert [st["rate"] for st in r["steps"]][:1] == [50] and len(r["steps"]) <= 2
+    for st in r["steps"]:
+        assert st["attempts"] >= st["acked"] > 0 and st["acked"] <= st["rate"] * 4  # the count bound held
+        rerun = maxrate.judge_step(st["rate"], {k: st[k] for k in (
+            "attempts", "acked", "errors", "busy", "error_rate", "achieved_rate", "p99_send_ms")}, s)
+        assert rerun["held"] == st["held"]
+        if st["held"]:
+            assert st["achieved_rate"] >= 0.9 * st["rate"] and st["p99_send_ms"] <= 2000
+    assert r == json.loads((run.path / maxrate.RESULT).read_text())
+    assert r["max_rate"] == maxrate.result(r["steps"], s)["max_rate"]
+    # on an idle small cluster these rates hold (a broken step is said with its reason, never silently)
+    assert r["max_rate"] == 100 and r["broke_at"] is None, r["verdict"]
