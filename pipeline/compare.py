@@ -48,6 +48,7 @@ def prepare(params: dict[str, Any]) -> list[str]:
     if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= MAX_ROUNDS:
         raise UserError(f"rounds {rounds!r} is not a whole number from 1 to {MAX_ROUNDS}",
                         "rounds: how many times the candidate (and the baseline) run")
+    maxrate.settings(params.get("max_rate_search"))  # a bad search setting fails here, before any cluster
     sides = ("candidate", "baseline") if params.get("baseline", True) else ("candidate",)
     stamp = first = default_run_dir("prerelease")
     n = 1
@@ -147,6 +148,8 @@ def evaluate(run_dirs: list[str], params: dict[str, Any], searches: list[str] | 
     results += [asdict(g) | {"line": g.line()} for g in rel]
     problems = [f"{r['side']} round {r['round']} failed: {'; '.join(r['failures'])}" for r in rows if r["failures"]]
     found, missing = maxrate.collect(searches or [])  # informational: no gate on the rates
+    if maxrate.settings(params.get("max_rate_search")) and not searches:
+        missing.append("max-rate search asked for, but none was prepared (see the failed `search_sides` task)")
     return {"passed": verified and not missing and all(g["passed"] for g in results), "runs": rows,
             "gates": results, "problems": problems + missing, "max_rate": found}
 

@@ -96,6 +96,9 @@ def test_the_sides_searches_run_after_the_rounds_and_show_on_the_compare_page(
     params = {"rate": 50, "duration": 5, "fault_set": "none", "max_rate_search": {"start": 100, "steps": 2}}
     runs = compare.prepare(params)
     assert maxrate.prepare({**params, "max_rate_search": None}, runs[-1]) == []
+    with pytest.raises(UserError, match="max_rate_search.steps: 9 is not from 1 to 8"):
+        compare.prepare({**params, "max_rate_search": {"steps": 9}})  # before any run is made
+    assert "none was prepared" in compare.evaluate(runs, params, [])["problems"][-1]
     searches = maxrate.prepare(params, runs[-1])
     assert [RunDir.open(d).state()["after"] for d in searches] == [runs[-1], searches[0]]
     assert [RunDir.open(d).state()["prerelease"]["side"] for d in searches] == ["candidate", "baseline"]
