@@ -113,3 +113,21 @@ def cluster_run(run_dir: Any) -> Any:
     slot >> u >> c >> ld >> dr >> dn >> a >> r
     u >> dn  # the teardown's own setup: tasks after `down` are out of the setup's scope (they run if `up` failed)
     return r
+
+
+@task(**_CLUSTER)
+def max_rate(run_dir: str) -> dict[str, Any]:
+    """The maximum-rate search's steps on the cluster `up` started (pipeline/maxrate.py)."""
+    from pipeline import maxrate
+    return maxrate.run(run_dir)
+
+
+def search_run(run_dir: Any) -> Any:
+    """One side's maximum-rate search: slot → up (setup) → max_rate → down (teardown)."""
+    slot = ClusterSlotSensor(task_id="wait_for_cluster_slot", run_dir=run_dir, poke_interval=15,
+                             timeout=6 * 3600, mode="reschedule", retries=0)
+    run_dir >> slot
+    u, m, dn = up(run_dir), max_rate(run_dir), down()(run_dir)
+    slot >> u >> m >> dn
+    u >> dn
+    return dn

@@ -8,7 +8,7 @@ from typing import Any
 
 from airflow.sdk import Param, dag, get_current_context, task, task_group
 from corpus_tasks import corpus_runs
-from rmqchaos_tasks import DEFAULT_ARGS, cluster_run
+from rmqchaos_tasks import DEFAULT_ARGS, cluster_run, search_run
 
 DOC = """
 ### RocketMQ pre-release load test
@@ -22,6 +22,12 @@ candidate, baseline ...), one cluster at a time on this machine.
 
 `prepare` → for each run, in order: `side` → `wait_for_cluster_slot` → **up** (setup) → check → load →
 drain → **down** (teardown) → analyze → report → then **gates**
+
+With `max_rate_search` set (true, or an object of its settings), each side then gets a maximum-rate
+search on a cluster of its own (`side_search`: slot → up → **max_rate** → down): load steps at rising
+rates, stopping at the first whose p99 send latency or error rate breaks its bound, or whose achieved
+rate falls below 90 % of the asked; the last rate that held is shown on the compare page
+(informational, not a gate).
 
 `gates` fails the DAG run naming each failed run and each crossed gate with its limit and the measured
 value; a run whose loss could not be verified never passes. Absolute gates apply to every candidate
@@ -58,6 +64,10 @@ PARAMS = {
     "relative_gates": Param(True, type="boolean", description="gate the candidate against the baseline"),
     "max_p99_increase_pct": Param(50, type=["null", "number"], minimum=0,
                                   description="relative gate: candidate p99 over the baseline's worst, %"),
+    "max_rate_search": Param(None, type=["null", "boolean", "object"],
+                             description="after the rounds, per side: raise the rate until p99 or the error rate "
+                                         "breaks a bound; true, or {start, factor, steps, step_duration, "
+                                         "max_p99_send_ms, max_error_rate} (informational)"),
 }
 
 
@@ -82,13 +92,23 @@ def rocketmq_prerelease_load_test() -> None:
     def side_run(run_dir: str) -> Any:
         return cluster_run(side(run_dir))
 
+    @task
+    def search_sides(runs: list[str]) -> list[str]:  # none unless `max_rate_search` is set
+        from pipeline import maxrate
+        return maxrate.prepare(dict(get_current_context()["params"]), runs[-1] if runs else None)
+
+    @task_group
+    def side_search(run_dir: str) -> Any:
+        return search_run(side(run_dir))
+
     @task(retries=0, trigger_rule="all_done")  # after a failed run too: it names what failed
-    def gates(runs: list[str]) -> dict[str, Any]:
+    def gates(runs: list[str], searches: list[str] | None) -> dict[str, Any]:
         from pipeline.compare import judge
-        return judge(runs, dict(get_current_context()["params"]))
+        return judge(runs, dict(get_current_context()["params"]), searches or [])
 
     runs = prepare()
-    side_run.expand(run_dir=runs) >> gates(runs)
+    searches = search_sides(runs)
+    [side_run.expand(run_dir=runs), side_search.expand(run_dir=searches)] >> gates(runs, searches)
 
     @task
     def corpus_entries() -> list[dict[str, str]]:  # none unless `corpus` is set: the runs below are skipped

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from analysis.page import page
-from pipeline import gates, prerelease
+from pipeline import gates, maxrate, prerelease
 from pipeline.matrix import failures
 from pipeline.runs import as_run, default_run_dir
 from rmqchaos.errors import UserError
@@ -48,6 +48,7 @@ def prepare(params: dict[str, Any]) -> list[str]:
     if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= MAX_ROUNDS:
         raise UserError(f"rounds {rounds!r} is not a whole number from 1 to {MAX_ROUNDS}",
                         "rounds: how many times the candidate (and the baseline) run")
+    maxrate.settings(params.get("max_rate_search"))  # a bad search setting fails here, before any cluster
     sides = ("candidate", "baseline") if params.get("baseline", True) else ("candidate",)
     stamp = first = default_run_dir("prerelease")
     n = 1
@@ -128,7 +129,7 @@ def relative(rows: list[dict[str, Any]], max_p99_increase_pct: float | None) -> 
     return out
 
 
-def evaluate(run_dirs: list[str], params: dict[str, Any]) -> dict[str, Any]:
+def evaluate(run_dirs: list[str], params: dict[str, Any], searches: list[str] | None = None) -> dict[str, Any]:
     """The verdict on a pre-release test's runs: each run's failures, the absolute gates (Params
     max_lost ...) on every candidate round, and, with a baseline and Param `relative_gates` (default
     true), the relative gates. Passed only if no run failed or is unverified and every gate held."""
@@ -145,24 +146,29 @@ def evaluate(run_dirs: list[str], params: dict[str, Any]) -> dict[str, Any]:
     if not verified:  # a relative gate against a run that failed or lost unverified says nothing
         rel = []
     results += [asdict(g) | {"line": g.line()} for g in rel]
-    return {"passed": verified and all(g["passed"] for g in results), "runs": rows, "gates": results,
-            "problems": [f"{r['side']} round {r['round']} failed: {'; '.join(r['failures'])}"
-                         for r in rows if r["failures"]]}
+    problems = [f"{r['side']} round {r['round']} failed: {'; '.join(r['failures'])}" for r in rows if r["failures"]]
+    found, missing = maxrate.collect(searches or [])  # informational: no gate on the rates
+    if maxrate.settings(params.get("max_rate_search")) and not searches:
+        missing.append("max-rate search asked for, but none was prepared (see the failed `search_sides` task)")
+    return {"passed": verified and not missing and all(g["passed"] for g in results), "runs": rows,
+            "gates": results, "problems": problems + missing, "max_rate": found}
 
 
-def judge(run_dirs: list[str], params: dict[str, Any]) -> dict[str, Any]:
+def judge(run_dirs: list[str], params: dict[str, Any], searches: list[str] | None = None) -> dict[str, Any]:
     """evaluate(), compare.json and compare.html written beside the runs, and a UserError naming each
     failed run and each crossed gate with its limit and measured value. Returns the verdict with
     `report` (the HTML)."""
     if not run_dirs:
         raise UserError("the pre-release test has no run", "see the failed `prepare` task")
-    v = evaluate(run_dirs, params)
+    v = evaluate(run_dirs, params, searches)
     first = as_run(run_dirs[0])
     stem = Path((first.state().get("prerelease") or {}).get("comparison") or first.path)
     out_json, out_html = stem.with_name(stem.name + "-compare.json"), stem.with_name(stem.name + "-compare.html")
     out_json.write_text(json.dumps(v, indent=1))
     out_html.write_text(render(v))
     v["report"] = str(out_html)
+    for m in v["max_rate"]:
+        print(f"max-rate search, {m['side']}: {m['verdict']}", flush=True)
     for g in v["gates"]:
         print(("held: " if g["passed"] else "CROSSED: ") + g["line"], flush=True)
     crossed = [g["line"] for g in v["gates"] if not g["passed"]]
@@ -203,4 +209,27 @@ def render(v: dict[str, Any]) -> str:
                 f"<h1>Pre-release: candidate vs baseline — {verdict}</h1>"
                 + "".join(f"<p class=bad>{html.escape(p)}</p>" for p in v["problems"])
                 + f"<table><tr><th></th>{head}</tr>{body}<tr><th>run</th>{links}</tr></table>"
-                f"<h2>Gates</h2><table><tr><th>gate</th><th>limit and measured</th><th></th></tr>{gate_rows}</table>")
+                f"<h2>Gates</h2><table><tr><th>gate</th><th>limit and measured</th><th></th></tr>{gate_rows}</table>"
+                + _max_rate(v.get("max_rate") or []))
+
+
+def _max_rate(found: list[dict[str, Any]]) -> str:
+    """The maximum-rate search's section: each side's last rate that held, then its steps."""
+    if not found:
+        return ""
+    s = found[0]["settings"]
+    out = (f"<h2>Maximum rate (informational)</h2><p>steps of {s['step_duration']:g} s from {s['start']:g} msg/s "
+           f"(x{s['factor']:g}, at most {s['steps']} steps); a step holds with p99 send ≤ {s['max_p99_send_ms']:g} ms, "
+           f"error rate ≤ {s['max_error_rate']:g} and an achieved rate ≥ {maxrate.MIN_ACHIEVED:.0%} of the asked</p>"
+           "<table><tr><th>side</th><th>last rate that held, msg/s</th><th>verdict</th></tr>"
+           + "".join(f"<tr><td>{m['side']}</td><td>{_cell(m['max_rate']) if m['max_rate'] else 'none'}</td>"
+                     f"<td>{html.escape(m['verdict'])}</td></tr>" for m in found) + "</table>")
+    cols = ("rate", "achieved_rate", "p99_send_ms", "error_rate", "attempts", "acked")
+    for m in found:
+        out += (f"<h3>{m['side']}: steps</h3><table><tr><th>asked msg/s</th><th>achieved msg/s</th><th>p99 send, ms"
+                "</th><th>error rate</th><th>attempts</th><th>acknowledged</th><th></th></tr>"
+                + "".join("<tr class=" + ("ok" if st["held"] else "bad") + ">"
+                          + "".join(f"<td>{html.escape(_cell(st[c]))}</td>" for c in cols)
+                          + f"<td>{'held' if st['held'] else html.escape('broke: ' + st['why'])}</td></tr>"
+                          for st in m["steps"]) + "</table>")
+    return out
