@@ -113,6 +113,9 @@ def test_the_sides_searches_run_after_the_rounds_and_show_on_the_compare_page(
     assert "Maximum rate (informational)" in page and "the load could not push it" in page
 
 
+# long (~65 s: each step is an attached run with its own Locust start and ledger seal): make test has
+# the search's rule on planted steps (above) and each step's load stage on real clusters (test_load.py)
+@pytest.mark.long
 def test_a_short_search_on_one_small_cluster_runs_its_steps_at_their_rates(tmp_path: Path) -> None:
     """The DAG's path without Airflow (maxrate.prepare → up → maxrate.run → down) on one broker:
     2 steps of 4 s at 50 and 100 msg/s under loose bounds. Each step ran at its asked rate (the
