@@ -7,6 +7,7 @@ from typing import Any
 
 from cluster.backend import ClusterBackend
 from rmqchaos.procs import now_ms
+from rmqchaos.spec.expect import TopicOnGroup
 from rmqchaos.rundir import RunDir
 from rmqchaos.wait import poll_until
 from rmqclient.admin import RemotingError
@@ -16,6 +17,9 @@ from rmqclient.admin import RemotingError
 #: checked every few s: 5.3.3 and 5.5.0 bytecode), a controller-mode replica every
 #: syncBrokerMetadataPeriod (5 s by default)
 SYNC_WAIT_S = 90.0
+#: how long replica_queues_differ waits for every replica's consume queues to catch up with its
+#: master's before it counts a difference (a follower that was down replays what it missed)
+CATCH_UP_S = 60.0
 
 
 def take(run: RunDir, c: ClusterBackend) -> list[dict[str, Any]] | None:
@@ -29,6 +33,10 @@ def take(run: RunDir, c: ClusterBackend) -> list[dict[str, Any]] | None:
     tables: dict[str, tuple[dict[str, Any], bool, str] | str] = {}  # node -> (table, synced, how read) or why not
     for i, p in enumerate(s.expect.probes):
         kind, t = p.kind()
+        if isinstance(t, TopicOnGroup):
+            out.append({"probe": i, "kind": kind, "topic": t.topic, "group": t.group, "words": p.words(),
+                        **replica_queues(c, t.group, t.topic), "at_ms": now_ms()})
+            continue
         rec: dict[str, Any] = {"probe": i, "kind": kind, "topic": t.topic, "node": t.node, "words": p.words(),
                                "holds": None}
         if t.node not in tables:
@@ -79,6 +87,45 @@ def topic_table(c: ClusterBackend, node: str) -> tuple[dict[str, Any], bool, str
         return state["slave"], bool(ok), how
     except RemotingError as e:
         return f"{node} did not answer GET_ALL_TOPIC_CONFIG: {e}"
+
+
+def replica_queues(c: ClusterBackend, group: str, topic: str) -> dict[str, Any]:
+    """{holds, seen | error, spans}: whether some replica's consume queues of the topic still differ
+    from its master's (min, max offset per queue) once CATCH_UP_S has passed without them agreeing;
+    agreeing at any read is `holds: false`. A replica that does not answer makes it unknown."""
+    plans = c.replica_groups().get(group) or []
+    master = next((m for m in c.masters() if m.broker_name == group), None)
+    admin = c.admin(timeout=5)
+    state: dict[str, Any] = {}
+
+    def agree() -> bool:
+        table = admin.topic_table(master.addr)[0]  # type: ignore[union-attr]
+        n = int((table.get(topic) or {}).get("readQueueNums", 0))
+        state["master"] = master.name  # type: ignore[union-attr]
+        state["spans"] = {p.name: admin.queue_spans(p.addr, topic, n) for p in plans}
+        want = state["spans"][master.name]  # type: ignore[union-attr]
+        return n > 0 and all(s == want for s in state["spans"].values())
+    if master is None or not plans:
+        return {"holds": None, "error": f"no master of {group} to compare with"}
+    try:
+        same = poll_until(agree, CATCH_UP_S, f"the replicas of {group} to agree on {topic}'s consume queues",
+                          interval=2.0, raise_on_timeout=False)
+    except RemotingError as e:
+        return {"holds": None, "error": f"a replica of {group} did not answer: {e}"}
+    spans = state.get("spans") or {}
+    if not spans.get(state.get("master")):
+        return {"holds": None, "error": f"{group}'s master holds no queue of {topic}", "spans": _json(spans)}
+    want = spans[state["master"]]
+    odd = [f"{n} queue {q}: {lo}..{hi}" for n, s in spans.items() for q, (lo, hi) in s.items() if want.get(q) != (lo, hi)]
+    seen = (f"every replica of {group} spans what its master {state['master']} does "
+            f"({', '.join(f'queue {q}: {lo}..{hi}' for q, (lo, hi) in want.items())})" if same else
+            f"after {CATCH_UP_S:g} s, {'; '.join(odd)} (master {state['master']}: "
+            f"{', '.join(f'queue {q}: {lo}..{hi}' for q, (lo, hi) in want.items())})")
+    return {"holds": not same, "seen": seen, "spans": _json(spans)}
+
+
+def _json(spans: dict[str, dict[int, tuple[int, int]]]) -> dict[str, dict[str, list[int]]]:
+    return {n: {str(q): list(v) for q, v in s.items()} for n, s in spans.items()}
 
 
 def _version(v: dict[str, Any] | None) -> str:

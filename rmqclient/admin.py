@@ -26,6 +26,7 @@ DELETE_TOPIC_IN_BROKER = 215
 DELETE_TOPIC_IN_NAMESRV = 216
 QUERY_CONSUMER_OFFSET = 14
 GET_MAX_OFFSET = 30
+GET_MIN_OFFSET = 31
 GET_BROKER_CONFIG = 26  # RequestCode.GET_BROKER_CONFIG: the broker's effective config, as properties text
 GET_ALL_TOPIC_CONFIG = 21  # the broker's topicConfigTable (TopicConfigSerializeWrapper as JSON)
 GET_ALL_SUBSCRIPTIONGROUP_CONFIG = 201  # the broker's subscriptionGroupTable
@@ -378,6 +379,20 @@ class AdminClient:
                 if co.code not in (SUCCESS, QUERY_NOT_FOUND):
                     _check(co, f"QUERY_CONSUMER_OFFSET {topic}/{q} on {broker_addr}")
                 out[(topic, q)] = (int(mx.ext.get("offset", 0)), int(co.ext.get("offset", 0)) if co.code == SUCCESS else 0)
+        return out
+
+    def queue_spans(self, broker_addr: str, topic: str, queues: int) -> dict[int, tuple[int, int]]:
+        """queue id -> (min offset, max offset) of the broker's own consume queues of the topic
+        (GET_MIN_OFFSET / GET_MAX_OFFSET, as `mqadmin topicStatus` per broker), over one connection."""
+        out = {}
+        with Connection(broker_addr, self.timeout, self.source) as c:
+            for q in range(queues):
+                got = []
+                for code, what in ((GET_MIN_OFFSET, "GET_MIN_OFFSET"), (GET_MAX_OFFSET, "GET_MAX_OFFSET")):
+                    r = c.request(code, {"topic": topic, "queueId": q})
+                    _check(r, f"{what} {topic}/{q} on {broker_addr}")
+                    got.append(int(r.ext.get("offset", 0)))
+                out[q] = (got[0], got[1])
         return out
 
     def runtime_info(self, broker_addr: str) -> dict[str, str]:

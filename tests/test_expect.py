@@ -48,7 +48,8 @@ def test_an_expect_block_that_cannot_be_evaluated_is_refused_with_one_line() -> 
     assert one_line(DOC.replace("  conditions:", "  conditionz:")) == (
         "t.yaml:11: expect.conditionz: unknown key; allowed: issue, shows_on, gone_in, conditions, probes, failovers")
     assert one_line(DOC.replace("topic_absent:", "topic_gone:")) == (
-        "t.yaml:13: expect.probes[0].topic_gone: unknown key; allowed: topic_absent, topic_present")
+        "t.yaml:13: expect.probes[0].topic_gone: unknown key; allowed: topic_absent, topic_present, "
+        "replica_queues_differ")
     assert one_line(DOC.replace("[5.3.3]", "[5.3.9]")).startswith(
         "t.yaml:9: expect.shows_on[0]: unknown RocketMQ version '5.3.9'; known: 5.1.0, ")
     assert "unknown figure 'lossed'; figures: keys, " in one_line(DOC.replace("lost ==", "lossed =="))

@@ -190,6 +190,11 @@ def expect_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
     for i, node in s.expect.probe_nodes():
         if node not in brokers:
             errs.append((("expect", "probes", i), f"no broker node {node!r} in this cluster; brokers: {', '.join(brokers)}"))
+    groups = [b.name for b in s.cluster.brokers if b.replicas]
+    for i, g in s.expect.probe_groups():
+        if g not in groups:
+            errs.append((("expect", "probes", i), f"no replicated group {g!r} in this cluster; replicated groups: "
+                                                  f"{', '.join(groups) or '(none)'}"))
     ids = [f.id for f in s.faults if f.id]
     for i, fo in enumerate(s.expect.failovers):
         if fo.fault not in ids:

@@ -57,22 +57,34 @@ class TopicOnNode(Strict):
     node: NodeName  # a broker node of this cluster (a slave: broker-a-s; a replica: broker-a-1)
 
 
+class TopicOnGroup(Strict):
+    topic: TopicName
+    group: NodeName  # a replicated group of this cluster (brokers[].name with replicas)
+
+
 class Probe(Strict):
     """One fact read from the live cluster after the drain, before `down` (exactly one key)."""
     topic_absent: TopicOnNode | None = None  # the topic is not in the node's topic config table
     topic_present: TopicOnNode | None = None
+    # a replica's consume queues of the topic do not span what its master's do (min/max offsets)
+    replica_queues_differ: TopicOnGroup | None = None
 
     @model_validator(mode="after")
     def _one(self) -> "Probe":
-        if sum(x is not None for x in (self.topic_absent, self.topic_present)) != 1:
-            raise ValueError("a probe is exactly one of: topic_absent, topic_present")
+        if sum(x is not None for x in (self.topic_absent, self.topic_present, self.replica_queues_differ)) != 1:
+            raise ValueError("a probe is exactly one of: topic_absent, topic_present, replica_queues_differ")
         return self
 
-    def kind(self) -> tuple[str, TopicOnNode]:
-        return ("topic_absent", self.topic_absent) if self.topic_absent else ("topic_present", self.topic_present)  # type: ignore[return-value]
+    def kind(self) -> tuple[str, TopicOnNode | TopicOnGroup]:
+        for k in ("topic_absent", "topic_present", "replica_queues_differ"):
+            if getattr(self, k) is not None:
+                return k, getattr(self, k)
+        raise AssertionError("validated: exactly one probe key")
 
     def words(self) -> str:
         k, t = self.kind()
+        if isinstance(t, TopicOnGroup):
+            return f"a replica of {t.group} whose consume queues of {t.topic} differ from its master's"
         return f"topic {t.topic} {'absent from' if k == 'topic_absent' else 'present on'} {t.node}"
 
 
@@ -105,7 +117,10 @@ class Expect(Strict):
         return self
 
     def probe_nodes(self) -> list[tuple[int, str]]:
-        return [(i, p.kind()[1].node) for i, p in enumerate(self.probes)]
+        return [(i, t.node) for i, p in enumerate(self.probes) if isinstance(t := p.kind()[1], TopicOnNode)]
+
+    def probe_groups(self) -> list[tuple[int, str]]:
+        return [(i, t.group) for i, p in enumerate(self.probes) if isinstance(t := p.kind()[1], TopicOnGroup)]
 
 
 def figure(summary: dict[str, Any], name: str) -> int | None:
