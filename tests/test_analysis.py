@@ -190,7 +190,11 @@ def test_fault_free_real_run_reports_zero_lost_zero_duplicated(real_run) -> None
     s = json.loads((real_run.path / "analysis" / "summary.json").read_text())
     jsonschema.validate(s, SCHEMA)
     c = s["counts"]
-    assert c["keys"] == 3000 and c["attempts"] >= 3000
+    # at most 3000 keys in 30 s: how many a host reaches is its speed (2,576 on a slow day, 13 of them
+    # refused busy); every key attempted is counted, and every one has its answer
+    intents = {json.loads(x)["key"] for f in (real_run.path / "ledgers").glob("send-*.jsonl")
+               for x in f.read_text().splitlines() if json.loads(x)["rec"] == "intent"}
+    assert 0 < c["keys"] == len(intents) <= 3000 and c["attempts"] >= c["keys"]
     assert (c["lost"], c["duplicated"], c["unexpected"], c["indeterminate"], c["no_outcome"]) == (0, 0, 0, 0, 0)
     assert c["ok"] + c["failed"] == c["keys"] == sum(c[k] for k in ("ok", "lost", "duplicated", "recovered",
                                                                      "failed", "indeterminate"))
@@ -225,7 +229,9 @@ def test_store_check_and_self_verifying_bodies_on_the_real_cluster(real_run, clu
     from rmqclient.producer import Producer
     d = tmp_path / "ledgers"
     shutil.copytree(real_run.path / "ledgers", d)
-    first = json.loads((sorted(d.glob("send-*.jsonl"))[0]).read_text().splitlines()[0])
+    # k0: a key acknowledged and delivered once (a slow host may have had some refused busy)
+    first = next(r for r in map(json.loads, sorted(d.glob("send-*.jsonl"))[0].read_text().splitlines())
+                 if r["rec"] == "outcome" and r["outcome"] == "ok")
     k0, pid = first["key"], first["producer_id"]
     cluster.create_topics(["T_CRAFT"], 1)  # waits until it routes to both groups: the consumer must see both queues
     prod = Producer(cluster.namesrv_addr, timeout=10)
