@@ -49,7 +49,8 @@ CASES = [  # (signal, the moment it is sent, what analyze may then say)
                          ids=[f"{c.values[0].name}-{c.values[1]}" if hasattr(c, "values") else f"{c[0].name}-{c[1]}"
                               for c in CASES])
 def test_interrupted_run_leaves_nothing_and_claims_no_unverified_loss(tmp_path: Path, sig: signal.Signals,
-                                                                      when: str, ready: Callable[[Path], bool]) -> None:
+                                                                      when: str, ready: Callable[[Path], bool],
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     # the load-stage cases are signalled ~1 s into the load; the later ones wait for it to end: 10 s
     late = when in ("drain", "analyze")
     d = scenario_dict(f"int-{when}", 26876, [26911, 26921],
@@ -87,8 +88,10 @@ def test_interrupted_run_leaves_nothing_and_claims_no_unverified_loss(tmp_path: 
     if when == "up":
         assert not (out / "ledgers").exists()
         return
-    from pipeline import analyze  # in this process, on the Spark session it keeps (conftest.kept_spark)
-    analyze.run(out)
+    from cli.main import main  # `rmqchaos analyze`, in this process: on the Spark session it keeps (conftest.kept_spark)
+    capsys.readouterr()  # only what analyze prints
+    assert main(["analyze", str(out)]) == 0
+    printed = capsys.readouterr().out
     summ = json.loads((out / "analysis" / "summary.json").read_text())
     c = summ["counts"]
     killed = "drain" if when == "drain" else "load"  # the stage the signal hit (up and analyze: not asked)
@@ -97,6 +100,7 @@ def test_interrupted_run_leaves_nothing_and_claims_no_unverified_loss(tmp_path: 
         assert json.loads((out / "state.json").read_text())["stages"]["analyze"]["status"] == "ok"
     else:
         assert summ["complete"] is False and summ["incomplete_reasons"], summ["incomplete_reasons"]
+        assert printed.startswith("INCOMPLETE RUN: loss not verified: "), printed[:300]
         assert c["lost"] == 0, c  # the consumers were stopped with the platform: never "lost"
         stages = json.loads((out / "state.json").read_text())["stages"]
         assert stages[killed]["status"] in ("running", "interrupted"), stages  # killed: still "running" on disk
