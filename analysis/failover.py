@@ -20,6 +20,7 @@ from analysis import sends
 from analysis.acks import Topology, acks_per_second, first_acks, two_master_windows
 from analysis.session import BROADCAST_MAX
 from analysis.store_check import STORE_EXAMPLES, STORE_LOOKUP_MAX
+from rmqchaos.spec.types import MASTER_OF
 
 # a restart after a kill is its recovery (as in the verdict), not a fault that starts a failover
 RECOVERY_KINDS = ("restart",)
@@ -67,24 +68,30 @@ def _mode(samples: list[dict[str, Any]], group: str) -> str | None:
 
 def occurrences(events: list[dict[str, Any]], topo: Topology, samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each fault that hit a node of a replicated group, with what the monitor saw after it (until the
-    next such fault on the same group: `bound_ms`)."""
+    next such fault on the same group: `bound_ms`). A partition hits the master of each group that it
+    cut from a replica of its own group or from a controller (its evidence's resolved `groups`)."""
     killed: set[str] = set()
     hits = []
     # as the verdict names faults: the ones applied (outcome ok)
     for e in sorted((e for e in events if e.get("kind") == "fault" and e.get("outcome") == "ok"),
                     key=lambda e: e["start_ms"]):
         p = e.get("params") or {}
-        node, kind = _node(str(e.get("target")), int(e["start_ms"]), samples), p.get("fault_kind") or "fault"
-        if kind in RECOVERY_KINDS and node in killed:
-            continue
-        if kind in KILLS:
-            killed.add(node)
-        g = topo.group_of(node)
-        if g is None or g not in topo.replicated:
-            continue
-        hits.append({"fault_id": p.get("fault_id"), "fault_kind": kind, "outcome": e.get("outcome"),
-                     "group": g, "old_master": node, "role": e.get("role") or p.get("role"),
-                     "start_ms": int(e["start_ms"]), "end_ms": e.get("end_ms")})
+        kind, start = p.get("fault_kind") or "fault", int(e["start_ms"])
+        if kind == "partition":
+            nodes = cut_masters(((p.get("evidence") or {}).get("groups") or []), topo, start, samples)
+        else:
+            nodes = [_node(str(e.get("target")), start, samples)]
+        for node in nodes:
+            if kind in RECOVERY_KINDS and node in killed:
+                continue
+            if kind in KILLS:
+                killed.add(node)
+            g = topo.group_of(node)
+            if g is None or g not in topo.replicated:
+                continue
+            hits.append({"fault_id": p.get("fault_id"), "fault_kind": kind, "outcome": e.get("outcome"),
+                         "group": g, "old_master": node, "role": e.get("role") or p.get("role"),
+                         "start_ms": start, "end_ms": e.get("end_ms")})
     out = []
     for i, h in enumerate(hits):
         later = [x["start_ms"] for x in hits[i + 1:] if x["group"] == h["group"]]
@@ -93,10 +100,26 @@ def occurrences(events: list[dict[str, Any]], topo: Topology, samples: list[dict
     return out
 
 
+def cut_masters(groups: list[list[str]], topo: Topology, start_ms: int, samples: list[dict[str, Any]]) -> list[str]:
+    """The masters (in the last sample before `start_ms`) of the replicated groups a partition's
+    resolved `groups` cut from another node of their own group or from a controller: a cut between
+    clients and a master alone starts no failover."""
+    out = []
+    for g, nodes in topo.replicated.items():
+        master = _node(MASTER_OF + g, start_ms, samples)
+        side = next((i for i, members in enumerate(groups) if master in members), None)
+        if side is None:
+            continue
+        others = [m for i, members in enumerate(groups) if i != side for m in members]
+        if any(m in nodes or m.startswith("controller") for m in others):
+            out.append(master)
+    return out
+
+
 def _node(target: str, start_ms: int, samples: list[dict[str, Any]]) -> str:
     """The node a fault hit: its target, or for a role left unresolved in the event (`master-of:<group>`)
     the group's master in the last sample before the fault."""
-    if not target.startswith("master-of:"):
+    if not target.startswith(MASTER_OF):
         return target
     g = target.split(":", 1)[1]
     before = [m["groups"][g] for m in samples if m["ts_ms"] < start_ms and g in m["groups"]]
@@ -182,6 +205,13 @@ def classify_lost(acked_by: set[str], stored_on: set[str], switched: bool) -> st
     return "lost_in_switch" if switched else "stored_on_acking_node"
 
 
+def switched_ms(f: dict[str, Any]) -> int:
+    """When the old master of a failover had lost its mastership for good: the later of its detection
+    and the fault's end. A cut-off master (partition) keeps acknowledging its clients until the heal,
+    a paused one may answer what it had in hand when it wakes: their acks up to then are the switch's."""
+    return max((t for t in (f.get("detected_ms"), f.get("end_ms")) if t is not None), default=f["start_ms"])
+
+
 LOST_KINDS = ("lost_in_switch", "stored_on_other_replica", "stored_on_acking_node", "stored_ack_node_unknown",
               "never_stored")
 
@@ -190,7 +220,7 @@ def switch_losses(send: DataFrame, keys: DataFrame, store: Any, topo: Topology, 
                   samples: list[dict[str, Any]]) -> dict[str, Any]:
     """Every lost key acknowledged by a replicated group, looked up in every node's store and classified
     (`classify_lost`); each lost_in_switch key is counted on the failover of the node that acknowledged
-    it whose switch (detection, else the fault's end) came after the ack. Bounded by the lost keys."""
+    it whose switch (`switched_ms`) came after the ack. Bounded by the lost keys."""
     lost = keys.where(F.col("class") == "lost").select("key")
     n = int(lost.count())
     small = F.broadcast(lost) if n <= BROADCAST_MAX else lost
@@ -214,8 +244,7 @@ def switch_losses(send: DataFrame, keys: DataFrame, store: Any, topo: Topology, 
         acked_by = set(r["acked_by"])
         locs = [loc for t in sorted(r["topics"]) for loc in store.find(t, r["key"])]
         stored_on = {loc["node"] for loc in locs}
-        hit = [i for i, f in enumerate(fos) if f["old_master"] in acked_by
-               and (r["ack_ms"] or 0) <= (f["detected_ms"] or f["end_ms"] or f["start_ms"])]
+        hit = [i for i, f in enumerate(fos) if f["old_master"] in acked_by and (r["ack_ms"] or 0) <= switched_ms(f)]
         kind = classify_lost(acked_by, stored_on, bool(hit))
         counts[kind] += 1
         if kind == "lost_in_switch":

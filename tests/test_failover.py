@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 
 from analysis.acks import Topology, decode_store_host, store_host_prefix, two_master_windows
-from analysis.failover import classify_lost, failover, occurrences, timing
+from analysis.failover import classify_lost, failover, occurrences, switched_ms, timing
 from analysis.verdict import failover_phrases, hms
 from cluster.store import MAGIC_V1, Store
 from rmqchaos.ledgers import RECEIVE_KEYS, intent_record, outcome_record
@@ -110,6 +110,25 @@ def test_which_faults_start_a_failover() -> None:
     assert [(f["old_master"], f["fault_kind"], f["bound_ms"]) for f in got] == \
         [("broker-a-0", "kill", FAULT + 40_000), ("broker-a-1", "pause", 1 << 62)]
     assert (got[0]["detection_s"], got[1]["was_master"]) == (2.0, True)
+
+
+@pytest.mark.fast
+def test_a_partition_that_cuts_the_master_from_its_group_or_the_controllers_starts_a_failover() -> None:
+    def cut(groups: list[list[str]], at: int) -> dict[str, Any]:
+        return {"kind": "fault", "target": "cluster", "start_ms": at, "end_ms": at + 40_000, "outcome": "ok",
+                "params": {"fault_id": f"cut-{at}", "fault_kind": "partition", "evidence": {"groups": groups}}}
+    topo = Topology.of(brokers(Path("/x")))
+    events = [cut([["broker-a-0", "controller-2"], ["controller-0", "controller-1", "broker-a-1", "broker-a-2"]],
+                  FAULT),
+              cut([["broker-a-1"], ["producers"]], FAULT + 1),  # clients cut from a node: no failover
+              cut([["broker-b"], ["controller-0"]], FAULT + 2)]  # a group of one node
+    [f] = occurrences(events, topo, MONITOR)
+    assert (f["fault_id"], f["old_master"], f["fault_kind"], f["detection_s"], f["new_master"]) == \
+        (f"cut-{FAULT}", "broker-a-0", "partition", 2.0, "broker-a-1")
+    # what the cut-off master acknowledged up to the heal (its end) belongs to the switch, after its detection too
+    assert switched_ms({**f, "detected_ms": FAULT + 2000}) == FAULT + 40_000
+    assert switched_ms({"start_ms": FAULT, "detected_ms": FAULT + 2000, "end_ms": FAULT + 100}) == FAULT + 2000
+    assert switched_ms({"start_ms": FAULT, "detected_ms": None, "end_ms": None}) == FAULT
 
 
 @pytest.mark.fast
