@@ -7,7 +7,8 @@ A controller-mode group's master is the replica the controllers' SyncStateSet da
 leader's view, which the brokers obey); any other group's is the node namesrv lists as brokerId 0
 for it (a classic group's one master, or whichever node a replicated group put there). The
 controller leader is the standalone controller that answers CONTROLLER_GET_METADATA_INFO as the
-Raft leader itself. Mid-election there is none: wait up to RESOLVE_WAIT_S, then fail with one line."""
+Raft leader itself; `controller-followers` (a partition's groups only) the other standalone
+controllers. Mid-election there is none: wait up to RESOLVE_WAIT_S, then fail with one line."""
 from __future__ import annotations
 
 import threading
@@ -17,7 +18,7 @@ from chaos.protocol import FaultError
 from cluster.backend import ClusterBackend
 from cluster.groups import group_plans
 from cluster.plan import NodePlan
-from rmqchaos.spec import CONTROLLER_LEADER, MASTER_OF, SLAVES_OF, is_role, role_group
+from rmqchaos.spec import CONTROLLER_FOLLOWERS, CONTROLLER_LEADER, MASTER_OF, SLAVES_OF, is_role, role_group
 from rmqchaos.wait import poll_until
 from rmqclient.admin import RemotingError
 
@@ -80,7 +81,11 @@ def resolve(c: ClusterBackend, target: str, halt: threading.Event | None = None,
 
 def resolve_all(c: ClusterBackend, member: str, halt: threading.Event | None = None) -> list[str]:
     """The nodes a partition member names now: `slaves-of:<group>` is every node of the group but the
-    master `master-of:<group>` resolves to (the same moment's answer); any other member, one node."""
+    master `master-of:<group>` resolves to, `controller-followers` every controller but the one
+    `controller-leader` resolves to (the same moment's answer); any other member, one node."""
+    if member == CONTROLLER_FOLLOWERS:
+        leader = resolve(c, CONTROLLER_LEADER, halt)
+        return [p.name for p in c.plans.values() if p.role == "controller" and p.name != leader]
     if not member.startswith(SLAVES_OF):
         return [resolve(c, member, halt)]
     group = role_group(member)

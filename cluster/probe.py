@@ -27,7 +27,7 @@ PROBE_TIMEOUT_S = 0.5  # the monitor's: a cut link costs at most this for the co
 
 def role_candidates(s: Scenario, role: str) -> list[str]:
     """The nodes that may hold a role when it is resolved (chaos/targets.py): every node of the
-    broker group of `master-of:<group>`, every standalone controller for `controller-leader`."""
+    broker group of `master-of:<group>`, every standalone controller for `controller-leader` and `controller-followers`."""
     group = role_group(role)
     return [p.name for p in plan(s) if (p.broker_name == group if group is not None else p.role == "controller")]
 

@@ -295,3 +295,27 @@ def test_slaves_of_is_a_partition_member_only_and_resolves_to_every_node_of_the_
     p = Partition(FaultContext(None, c, threading.Event()), s.faults[0], params, "isolate")  # type: ignore[arg-type]
     assert p.resolved(s.faults[0].params["groups"]) == [
         ["broker-a-1"], ["controller-0", "controller-1", "controller-2", "broker-a-0", "broker-a-2"]]
+
+
+def test_controller_followers_is_a_partition_member_only_and_resolves_to_every_controller_but_the_leader() -> None:
+    from chaos.kinds.partition import Partition
+    from chaos.protocol import FaultContext
+    assert err(CTL + "  - {kind: pause, target: controller-followers, at: 1s, duration: 2s}\n") == [
+        "t.yaml:11: faults[0].target: controller-followers names several nodes: only a partition's groups take it; "
+        "target one node or master-of:<group>"]
+    assert err(CTL.replace("  controllers: {count: 3, port: 27078}\n", "").replace("replicas: 3", "slave: {}")
+               + "  - {kind: partition, at: 1s, duration: 5s, groups: [['master-of:broker-a'], [controller-followers]]}\n"
+               ) == ["t.yaml:10: faults[0].groups[1][0]: controller-followers needs standalone controllers "
+                     "(cluster.controllers with mode: standalone); this cluster has none"]
+    # apache/rocketmq#7017's shape: the master and the controller leader cut from the Raft majority and the replicas
+    s = parse(CTL + "  - {kind: partition, at: 1s, duration: 5s, groups: [['master-of:broker-a', controller-leader], "
+                    "[controller-followers, 'slaves-of:broker-a']]}\n")
+    c = Answers(s)
+    c.state, c.leader = {"broker-a": group(A[0])}, CONTROLLERS[1]
+    params = Partition.Params.model_validate(s.faults[0].params)
+    p = Partition(FaultContext(None, c, threading.Event()), s.faults[0], params, "isolate")  # type: ignore[arg-type]
+    assert p.resolved(s.faults[0].params["groups"]) == [
+        ["broker-a-0", "controller-1"], ["controller-0", "controller-2", "broker-a-1", "broker-a-2"]]
+    # every controller may hold it: the monitor probes them all
+    assert [n for n, _, _ in named_endpoints(s, "controller-followers")] == ["controller-0", "controller-1",
+                                                                           "controller-2"]

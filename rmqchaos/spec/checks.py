@@ -11,7 +11,7 @@ from rmqchaos.spec.confkeys import PLATFORM_BROKER_KEYS, PLATFORM_NAMESRV_KEYS, 
 from rmqchaos.spec.messages import _dotted, _pydantic_message
 from rmqchaos.spec.modes import controller_errors, controller_ports, dledger_errors
 from rmqchaos.spec.scenario import Fault, FaultKindSpec, Scenario
-from rmqchaos.spec.types import CONTROLLER_LEADER, MASTER_OF, SLAVES_OF, is_role, role_group
+from rmqchaos.spec.types import CONTROLLER_FOLLOWERS, CONTROLLER_LEADER, MANY, MASTER_OF, is_role, role_group
 
 
 def role_error(s: Scenario, target: str) -> str | None:
@@ -22,9 +22,9 @@ def role_error(s: Scenario, target: str) -> str | None:
         groups = [b.name for b in s.cluster.brokers]
         return None if group in groups else f"no broker group {group!r} in this cluster; groups: {', '.join(groups)}"
     ctl = s.cluster.controllers
-    if target == CONTROLLER_LEADER and (ctl is None or ctl.mode != "standalone"):
+    if target in (CONTROLLER_LEADER, CONTROLLER_FOLLOWERS) and (ctl is None or ctl.mode != "standalone"):
         why = "this cluster has none" if ctl is None else "an embedded controller lives in namesrv: target namesrv"
-        return f"{CONTROLLER_LEADER} needs standalone controllers (cluster.controllers with mode: standalone); {why}"
+        return f"{target} needs standalone controllers (cluster.controllers with mode: standalone); {why}"
     return None
 
 
@@ -59,7 +59,7 @@ def fault_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec]) -> list[
         elif f.target is None:
             errs.append((("faults", i), f"a {f.kind} fault needs `target:` (one of {', '.join(nodes)})"))
         elif is_role(f.target):
-            if f.target.startswith(SLAVES_OF):
+            if f.target.startswith(MANY):
                 errs.append((("faults", i, "target"), f"{f.target} names several nodes: only a partition's groups "
                                                       f"take it; target one node or {MASTER_OF}<group>"))
             elif not kind.roles:
@@ -181,7 +181,7 @@ def expect_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
         return []
     errs: list[tuple[tuple[Any, ...], str]] = []
     versions = known_versions()
-    for field in ("shows_on", "gone_in"):
+    for field in ("shows_on", "gone_in", "measure_on"):
         for i, v in enumerate(getattr(s.expect, field)):
             if v not in versions:
                 errs.append((("expect", field, i), f"unknown RocketMQ version {v!r}; known: {', '.join(versions)}"))

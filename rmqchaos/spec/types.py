@@ -33,15 +33,19 @@ NodeName = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,40}$")]
 
 # A fault's target: a node's name, or a role resolved when the fault fires (chaos/targets.py):
 # `master-of:<broker group>` or `controller-leader`; in a partition's groups also
-# `slaves-of:<broker group>` (every other node of the group: several nodes, so no `target:`).
+# `slaves-of:<broker group>` (every other node of the group) and `controller-followers` (every
+# standalone controller but the leader): several nodes, so no `target:`.
 MASTER_OF = "master-of:"
 SLAVES_OF = "slaves-of:"
 CONTROLLER_LEADER = "controller-leader"
+CONTROLLER_FOLLOWERS = "controller-followers"
+MANY = (SLAVES_OF, CONTROLLER_FOLLOWERS)  # the roles that name several nodes (partition groups only)
 FaultTarget = Annotated[str, Field(pattern=r"^(master-of:|slaves-of:)?[A-Za-z][A-Za-z0-9_-]{0,40}$")]
 
 
 def is_role(target: str | None) -> bool:
-    return target is not None and (target.startswith((MASTER_OF, SLAVES_OF)) or target == CONTROLLER_LEADER)
+    return target is not None and (target.startswith((MASTER_OF, SLAVES_OF))
+                                   or target in (CONTROLLER_LEADER, CONTROLLER_FOLLOWERS))
 
 
 def role_group(target: str) -> str | None:
