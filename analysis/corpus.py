@@ -39,7 +39,7 @@ def line(reproduced_on: list[str], not_on: list[str], unknown_on: list[str]) -> 
 def bugs(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One entry per bug (its issue), in the order of the records: {issue, name, scenarios, shows_on,
     gone_in, reproduced_on, not_on, unknown_on, status (OK, STOPPED, REGRESSED, UNKNOWN: the worst),
-    line, problems [sentences]}."""
+    line, problems [sentences], notes [what it did on a measure_on version]}."""
     by: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         by.setdefault(r["issue"], []).append(r)
@@ -64,11 +64,16 @@ def bugs(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 problems.append(f"{name} reproduces on {r['version']}, a version with the fix: a regression upstream "
                                 f"({r['words']})")
                 status = REGRESSED
+        # a version upstream reports nothing for (measure_on): what it did is news, never a problem
+        notes = [f"{name} {'reproduces' if r['reproduced'] else 'does not reproduce'} on {r['version']}, a version "
+                 f"upstream reports nothing for ({r['words']})" for r in seen[True] + seen[False]
+                 if r["version"] in r.get("measure_on", [])]
         versions = {k: list(dict.fromkeys(r["version"] for r in v)) for k, v in seen.items()}
         out.append({"issue": issue, "name": name, "scenarios": list(dict.fromkeys(r["scenario"] for r in rs)),
                     "shows_on": shows_on, "gone_in": gone_in, "reproduced_on": versions[True],
                     "not_on": versions[False], "unknown_on": versions[None], "status": status,
                     "line": line(versions[True], versions[False], versions[None]), "problems": problems,
+                    "notes": notes,
                     "runs": [{"version": r["version"], "reproduced": r["reproduced"], "run_dir": r.get("run_dir"),
                               "words": r["words"]} for r in rs]})
     return out
@@ -85,7 +90,9 @@ def table(entries: list[dict[str, Any]], title: str = "Upstream corpus") -> str:
         f'<td>{e(", ".join(b["gone_in"]) or "-")}</td><td class=result>{e(b["line"])}</td>'
         f'<td{"" if b["status"] == OK else " class=warn"}>{e(b["status"])}</td></tr>' for b in entries)
     problems = [p for b in entries for p in b["problems"]]
-    warn = "<ul>" + "".join(f"<li class=warn>{e(p)}</li>" for p in problems) + "</ul>" if problems else ""
+    notes = [n for b in entries for n in b.get("notes", [])]
+    warn = "<ul>" + "".join(f"<li class=warn>{e(p)}</li>" for p in problems) + \
+        "".join(f"<li class=note>{e(n)}</li>" for n in notes) + "</ul>" if problems or notes else ""
     return (f"<section id=corpus><h2>{e(title)}</h2><p>Each known bug on the versions it ran on. A bug that does not "
             "reproduce on a version it was reported on is a failure of the platform; one that reproduces on a version "
             f"with the fix is a regression upstream.</p><table class=corpus><tr>{head}</tr>{rows}</table>{warn}</section>")

@@ -84,6 +84,8 @@ def words(issue: str, version: str, reproduced: bool | None, expected: str | Non
         ok = reproduced == (expected == "reproduced")
         head += f" {name} on {version}, " + ("as expected" if ok else "NOT as expected") + \
             (" (a version it was reported on)" if expected == "reproduced" else " (a version with the fix)")
+    elif reproduced is not None:
+        head += f" {name} on {version} (a version upstream reports nothing for: a measurement, not a judgment)"
     else:
         head += f" {name} on {version}"
     shown = [e for e in evidence if e["holds"] is not True] if reproduced is not True else evidence

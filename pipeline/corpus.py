@@ -25,10 +25,11 @@ ENTRY_FILE = "corpus-entry.json"  # in a corpus run's directory: {scenario, vers
 
 def default_versions(expect: Expect) -> list[str]:
     """The version the bug was reported on (the last of shows_on) and one with the fix: the pinned
-    version when it is among gone_in (already resolved), else the first of gone_in."""
+    version when it is among gone_in (already resolved), else the first of gone_in; with no fix
+    known, the versions of measure_on."""
     pinned = paths.pinned_rocketmq_version()
-    fixed = [pinned if pinned in expect.gone_in else expect.gone_in[0]] if expect.gone_in else []
-    return [expect.shows_on[-1], *fixed]
+    fixed = [pinned if pinned in expect.gone_in else expect.gone_in[0]] if expect.gone_in else expect.measure_on
+    return list(dict.fromkeys([expect.shows_on[-1], *fixed]))
 
 
 def _file(corpus: str | Path | None) -> Path:
@@ -74,8 +75,8 @@ def entries(corpus: str | Path | None = None) -> list[dict[str, str]]:
         for v in versions or default_versions(exp):
             if v not in known:
                 raise UserError(f"{f}: entries[{i}]: unknown RocketMQ version {v!r}", f"known: {', '.join(known)}")
-            if v not in exp.shows_on + exp.gone_in:
-                raise UserError(f"{f}: entries[{i}]: version {v} is in neither shows_on nor gone_in of "
+            if v not in exp.shows_on + exp.gone_in + exp.measure_on:
+                raise UserError(f"{f}: entries[{i}]: version {v} is in none of shows_on, gone_in, measure_on of "
                                 f"{Path(path).name}", "a run there could not be judged")
             out.append({"scenario": path, "version": v})
     return out
@@ -133,6 +134,7 @@ def record(run_dir: str | Path) -> dict[str, Any] | None:
     return {"issue": exp["issue"], "scenario": entry.get("scenario") or raw.get("name"),
             "version": str((raw.get("cluster") or {}).get("rocketmq_version") or paths.pinned_rocketmq_version()),
             "shows_on": [str(v) for v in exp.get("shows_on") or []], "gone_in": [str(v) for v in exp.get("gone_in") or []],
+            "measure_on": [str(v) for v in exp.get("measure_on") or []],
             "reproduced": got.get("reproduced"), "words": got.get("words") or "; ".join(fails) or "not analyzed",
             "failures": fails, "run_dir": str(r.path)}
 
@@ -186,8 +188,12 @@ def gate_problems(res: dict[str, Any], candidate: str) -> list[str]:
     told there), then any problem of the other versions' runs (the pinned version's runs are the
     control: a signature that fires on a fixed version tells nothing about the candidate)."""
     recs = res["records"]
+    pinned = {x["issue"]: x["reproduced"] for x in recs if x["version"] != candidate}
+    # a bug with no fix upstream (gone_in empty) that reproduces on the baseline too is the state of
+    # RocketMQ, not of the candidate: it fails the gate only where the baseline did not show it
     bad = [f"{judged.issue_name(x['issue'])} {'reproduces' if x['reproduced'] else 'could not be told'} on the "
-           f"candidate {candidate} ({x['words']})" for x in recs if x["version"] == candidate and x["reproduced"] is not False]
+           f"candidate {candidate} ({x['words']})" for x in recs if x["version"] == candidate and x["reproduced"] is not False
+           and not (x["reproduced"] and not x["gone_in"] and pinned.get(x["issue"]) is True)]
     bad += [p for b in judged.bugs([x for x in recs if x["version"] != candidate]) for p in b["problems"]]
     return list(dict.fromkeys(bad + _failed(recs)))
 

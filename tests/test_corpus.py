@@ -102,7 +102,8 @@ def test_the_corpus_lists_each_bug_on_its_reported_and_its_fixed_version(tmp_pat
     assert refused("entries:\n  - {scenario: bug.yaml, versions: [5.3.9]}\n").startswith(
         f"{f}: entries[0]: unknown RocketMQ version '5.3.9': known: 5.1.0, ")
     assert refused("entries:\n  - {scenario: bug.yaml, versions: [5.2.0]}\n") == (
-        f"{f}: entries[0]: version 5.2.0 is in neither shows_on nor gone_in of bug.yaml: a run there could not be judged")
+        f"{f}: entries[0]: version 5.2.0 is in none of shows_on, gone_in, measure_on of bug.yaml: a run there could not "
+        "be judged")
     (tmp_path / "plain.yaml").write_text(f"extends: {REPO / 'scenarios' / 'control.yaml'}\nname: plain\n")
     assert refused("entries: [plain.yaml]\n").startswith(f"{f}: entries[0]: plain.yaml has no `expect:` block")
     assert refused("entries:\n  - {scenario: bug.yaml, version: 5.3.3}\n").startswith(
@@ -181,6 +182,39 @@ def test_the_prerelease_gate_fails_naming_a_bug_that_reproduces_on_the_candidate
     [line] = corpus.gate_problems(judge(plant(tmp_path / "b", "5.4.0", False), plant(tmp_path / "b", "5.5.0", True)),
                                   "5.4.0")
     assert line.startswith("apache/rocketmq#9403 reproduces on 5.5.0, a version with the fix: a regression upstream")
+
+
+def rec(version: str, reproduced: bool) -> dict[str, Any]:
+    """A corpus record (pipeline/corpus.py `record`) of a bug upstream has no confirmed fix for
+    (apache/rocketmq#7017's form): reported on 5.1.1, measured on 5.5.0."""
+    return {"issue": "https://github.com/apache/rocketmq/issues/7017", "scenario": "issue-7017", "version": version,
+            "shows_on": ["5.1.1"], "gone_in": [], "measure_on": ["5.5.0"], "reproduced": reproduced,
+            "words": f"{'reproduced' if reproduced else 'did not reproduce'} on {version}", "failures": [],
+            "run_dir": None}
+
+
+@pytest.mark.fast
+def test_a_bug_without_a_confirmed_fix_is_measured_on_its_other_versions_and_gates_only_against_the_baseline() -> None:
+    assert corpus.default_versions(EXPECT.model_copy(update={"gone_in": [], "measure_on": ["5.5.0"]})) == \
+        ["5.3.3", "5.5.0"]
+    # what it did on a version upstream reports nothing for is a note (news), never a problem
+    [bug] = corpus.judged.bugs([rec("5.1.1", True), rec("5.5.0", True)])
+    assert (bug["status"], bug["line"], bug["problems"]) == ("as expected", "reproduced on 5.1.1, 5.5.0", [])
+    assert bug["notes"] == ["apache/rocketmq#7017 reproduces on 5.5.0, a version upstream reports nothing for "
+                            "(reproduced on 5.5.0)"]
+    assert "<li class=note>apache/rocketmq#7017 reproduces on 5.5.0" in corpus.judged.table([bug])
+    # the pre-release gate: present on the baseline (the pinned 5.5.0) too, it is RocketMQ's state, not the
+    # candidate's; present on the candidate alone, it fails the gate
+    assert corpus.gate_problems({"records": [rec("5.4.0", True), rec("5.5.0", True)]}, "5.4.0") == []
+    assert corpus.gate_problems({"records": [rec("5.4.0", True), rec("5.5.0", False)]}, "5.4.0") == [
+        "apache/rocketmq#7017 reproduces on the candidate 5.4.0 (reproduced on 5.4.0)"]
+    # the words of a run there: a measurement, not a judgment
+    r = evaluate(Expect.model_validate({"issue": "https://github.com/apache/rocketmq/issues/7017", "shows_on": ["5.1.1"],
+                                        "measure_on": ["5.5.0"], "conditions": ["lost_send_ok > 0"]}),
+                 {"counts": {"lost": 7, "acked_weak_lost": 2}}, [], "5.5.0")
+    assert (r["reproduced"], r["expected"], r["as_expected"]) == (True, None, None)
+    assert r["words"] == ("reproduced apache/rocketmq#7017 on 5.5.0 (a version upstream reports nothing for: a "
+                          "measurement, not a judgment): lost_send_ok > 0 (lost_send_ok = 5)")
 
 
 @pytest.mark.fast
