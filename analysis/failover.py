@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from analysis import sends
-from analysis.acks import Topology, acks_per_second, first_acks, two_master_windows
+from analysis.acks import Topology, acks_per_second, decode_store_host, first_acks, two_master_windows
 from analysis.session import BROADCAST_MAX
 from analysis.store_check import STORE_EXAMPLES, STORE_LOOKUP_MAX
 from rmqchaos.spec.types import MASTER_OF
@@ -151,13 +151,18 @@ def timing(group: str, old: str, start_ms: int, bound_ms: int, samples: list[dic
             if start_ms <= m["ts_ms"] < bound_ms and group in m["groups"]]
     out: dict[str, Any] = {"mode": seen[0][1].get("mode") if seen else (before[-1].get("mode") if before else None),
                            "was_master": was, "samples_after": len(seen), "detected_ms": None, "detection_s": None,
-                           "elected_ms": None, "election_s": None, "new_master": None, "epoch": None, "reasons": {}}
+                           "elected_ms": None, "election_s": None, "new_master": None, "epoch": None,
+                           "demoted_ms": None, "reasons": {}}
     upto = f"by the last sample ({(seen[-1][0] - start_ms) / 1000:.1f} s after the fault)" if seen else ""
     # how long after the fault the monitor kept watching the group (an absent election means as much)
     out["observed_s"] = round((seen[-1][0] - start_ms) / 1000, 3) if seen else None
     if not seen:
         out["reasons"]["detection"] = out["reasons"]["election"] = "no monitor sample of the group after the fault"
         return out
+    # the old master's own view: the first sample in which it was down or no longer called itself master
+    own = [(t, (g.get("replicas") or {}).get(old)) for t, g in seen]
+    out["demoted_ms"] = next((t for t, r in own if r is not None and (not r.get("up") or r.get("role") not in
+                                                                      (None, "master"))), None)
     d = next(((t, g) for t, g in seen if detected(g, old)), None)
     if d:
         out.update(detected_ms=d[0], detection_s=round((d[0] - start_ms) / 1000, 3))
@@ -190,14 +195,16 @@ def _first_acks(f: dict[str, Any], by_node: dict[str, int | None]) -> None:
         f["reasons"]["first_ack_any"] = f"no send was acknowledged by a node of {f['group']} after the fault"
 
 
-def classify_lost(acked_by: set[str], stored_on: set[str], switched: bool) -> str:
-    """A lost acknowledged message of a replicated group by where it is: in no store (never_stored);
-    only on the node(s) that acknowledged it, which lost the mastership afterwards (lost_in_switch);
+def classify_lost(acked_by: set[str], stored_on: set[str], switched: bool, cut_back: bool = False) -> str:
+    """A lost acknowledged message of a replicated group by where it is: in no store (never_stored),
+    unless the node that acknowledged it lost the mastership afterwards and its log was then cut back
+    below the message's offset (`cut_back`: stored, truncated when it rejoined, overwritten since:
+    lost_in_switch); only on the node(s) that acknowledged it, which lost the mastership afterwards (lost_in_switch);
     also on another replica (stored_on_other_replica: stored but never delivered); only on the
     acknowledging node, no switch after the ack (stored_on_acking_node); stored, the acknowledging node
     not known (stored_ack_node_unknown)."""
     if not stored_on:
-        return "never_stored"
+        return "lost_in_switch" if switched and cut_back else "never_stored"
     if not acked_by:
         return "stored_ack_node_unknown"
     if stored_on - acked_by:
@@ -206,10 +213,31 @@ def classify_lost(acked_by: set[str], stored_on: set[str], switched: bool) -> st
 
 
 def switched_ms(f: dict[str, Any]) -> int:
-    """When the old master of a failover had lost its mastership for good: the later of its detection
-    and the fault's end. A cut-off master (partition) keeps acknowledging its clients until the heal,
-    a paused one may answer what it had in hand when it wakes: their acks up to then are the switch's."""
-    return max((t for t in (f.get("detected_ms"), f.get("end_ms")) if t is not None), default=f["start_ms"])
+    """When the old master of a failover had lost its mastership for good: the latest of its detection,
+    the fault's end and the first sample in which it was down or called itself a slave (`demoted_ms`).
+    A cut-off master (partition) keeps acknowledging its clients until the heal and a little after, a
+    paused one may answer what it had in hand when it wakes: their acks up to then are the switch's."""
+    return max((t for t in (f.get("detected_ms"), f.get("end_ms"), f.get("demoted_ms")) if t is not None),
+               default=f["start_ms"])
+
+
+def cut_back(msg_ids: list[str], topo: Topology, after_ms: int, samples: list[dict[str, Any]]) -> bool:
+    """Whether the log of a node that stored one of these acks (its offsetMsgId: the node and the
+    commit-log offset) was later at or below that offset: a monitor sample from `after_ms` (the switch)
+    on in which the node is up and reports a max offset <= the message's. Its bytes were then cut off
+    when it rejoined as a slave, and the new master's replication wrote over them."""
+    for mid in msg_ids:
+        d = decode_store_host(mid)
+        node = topo.prefix.get(mid[:16].upper()) if d else None
+        g = topo.group_of(node) if node else None
+        if d is None or g is None:
+            continue
+        for m in samples:
+            r = ((m["groups"].get(g) or {}).get("replicas") or {}).get(node) or {}
+            if m["ts_ms"] >= after_ms and r.get("up") and isinstance(r.get("max_offset"), int) \
+                    and r["max_offset"] <= d[2]:
+                return True
+    return False
 
 
 LOST_KINDS = ("lost_in_switch", "stored_on_other_replica", "stored_on_acking_node", "stored_ack_node_unknown",
@@ -229,6 +257,7 @@ def switch_losses(send: DataFrame, keys: DataFrame, store: Any, topo: Topology, 
         F.collect_set(F.when(sends.is_intent(), F.col("topic"))).alias("topics"),
         F.collect_set(F.when(sends.acked(), F.col("broker"))).alias("groups"),
         F.collect_set(node).alias("acked_by"),
+        F.collect_set(F.when(sends.acked(), F.col("offset_msg_id"))).alias("msg_ids"),
         F.max(F.when(sends.acked(), F.col("end_ms"))).alias("ack_ms"))
         .where(F.arrays_overlap("groups", F.array(*[F.lit(g) for g in topo.replicated])))
         .orderBy("key").limit(STORE_LOOKUP_MAX).collect()) if n else []
@@ -237,7 +266,7 @@ def switch_losses(send: DataFrame, keys: DataFrame, store: Any, topo: Topology, 
         for g in topo.replicated:
             reps = (samples[-1]["groups"].get(g) or {}).get("replicas") or {}
             up.update({nd: bool(r.get("up")) for nd, r in reps.items()})
-    counts = dict.fromkeys(LOST_KINDS, 0)
+    counts = dict.fromkeys((*LOST_KINDS, "cut_back"), 0)
     per_fo = [0] * len(fos)
     examples = []
     for r in rows:
@@ -245,12 +274,15 @@ def switch_losses(send: DataFrame, keys: DataFrame, store: Any, topo: Topology, 
         locs = [loc for t in sorted(r["topics"]) for loc in store.find(t, r["key"])]
         stored_on = {loc["node"] for loc in locs}
         hit = [i for i, f in enumerate(fos) if f["old_master"] in acked_by and (r["ack_ms"] or 0) <= switched_ms(f)]
-        kind = classify_lost(acked_by, stored_on, bool(hit))
+        cut = bool(hit) and not stored_on and cut_back(r["msg_ids"], topo, switched_ms(fos[hit[0]]), samples)
+        kind = classify_lost(acked_by, stored_on, bool(hit), cut)
         counts[kind] += 1
+        counts["cut_back"] += cut
         if kind == "lost_in_switch":
             per_fo[hit[0]] += 1
         if len(examples) < STORE_EXAMPLES:
-            examples.append({"key": r["key"], "verdict": kind, "acked_by": sorted(acked_by), "ack_ms": r["ack_ms"],
+            examples.append({"key": r["key"], "verdict": kind, "cut_back": cut, "acked_by": sorted(acked_by),
+                             "ack_ms": r["ack_ms"],
                              "stored_on": sorted(stored_on),
                              "stored_on_up": {nd: up.get(nd) for nd in sorted(stored_on)}})
     for f, k in zip(fos, per_fo):

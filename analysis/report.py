@@ -124,7 +124,9 @@ def _failover(s: dict[str, Any]) -> list[str]:
         out.append("<p>Lost keys of the replicated groups in every replica's store: " + html.escape(", ".join(
             f"{k.replace('_', ' ')} {lost[k]}" for k in ("lost_in_switch", "stored_on_other_replica",
                                                        "stored_on_acking_node", "stored_ack_node_unknown",
-                                                       "never_stored"))) + "</p>" + _table(
+                                                       "never_stored")))
+                   + (f" ({lost['cut_back']} of those lost in the switch were cut from the old master's log when it "
+                      "rejoined, and written over)" if lost.get("cut_back") else "") + "</p>" + _table(
             [[e["key"], e["verdict"].replace("_", " "), ", ".join(e["acked_by"]),
               ", ".join(f"{n} ({'up' if u else 'down' if u is False else '?'})" for n, u in e["stored_on_up"].items())]
              for e in lost["examples"]], ["key", "where", "acknowledged by", "stored on (at the last sample)"]))

@@ -108,6 +108,8 @@ def _write(run: RunDir, history: bool = False) -> None:
                 + ("; lost of the replicated groups: " + ", ".join(
                     f"{k} {fo['lost'][k]}" for k in ("lost_in_switch", "stored_on_other_replica", "stored_on_acking_node",
                                                      "stored_ack_node_unknown", "never_stored"))
+                   + (f" ({fo['lost']['cut_back']} of lost_in_switch cut from the old master's log when it rejoined)"
+                      if fo["lost"].get("cut_back") else "")
                    if fo.get("lost") else ""))
         if c.get("corrupted_deliveries"):
             lines.append(f"CORRUPTED: {c['corrupted_deliveries']} damaged deliveries ("

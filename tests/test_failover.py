@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 
 from analysis.acks import Topology, decode_store_host, store_host_prefix, two_master_windows
-from analysis.failover import classify_lost, failover, occurrences, switched_ms, timing
+from analysis.failover import classify_lost, cut_back, failover, occurrences, switched_ms, timing
 from analysis.verdict import failover_phrases, hms
 from cluster.store import MAGIC_V1, Store
 from rmqchaos.ledgers import RECEIVE_KEYS, intent_record, outcome_record
@@ -129,6 +129,10 @@ def test_a_partition_that_cuts_the_master_from_its_group_or_the_controllers_star
     assert switched_ms({**f, "detected_ms": FAULT + 2000}) == FAULT + 40_000
     assert switched_ms({"start_ms": FAULT, "detected_ms": FAULT + 2000, "end_ms": FAULT + 100}) == FAULT + 2000
     assert switched_ms({"start_ms": FAULT, "detected_ms": None, "end_ms": None}) == FAULT
+    # and until it no longer called itself master (down here, in the first sample after the fault)
+    assert f["demoted_ms"] == FAULT + 1000
+    assert switched_ms({"start_ms": FAULT, "detected_ms": FAULT + 2000, "end_ms": FAULT + 40_000,
+                        "demoted_ms": FAULT + 47_000}) == FAULT + 47_000
 
 
 @pytest.mark.fast
@@ -139,6 +143,27 @@ def test_a_lost_message_only_on_the_old_masters_store_is_lost_in_the_switch() ->
     assert classify_lost(old, {"broker-a-0", "broker-a-1"}, switched=True) == "stored_on_other_replica"
     assert classify_lost(old, set(), switched=True) == "never_stored"
     assert classify_lost(set(), {"broker-a-1"}, switched=True) == "stored_ack_node_unknown"
+    # in no store, but the old master's log was cut back below it after the switch: stored, then written over
+    assert classify_lost(old, set(), switched=True, cut_back=True) == "lost_in_switch"
+    assert classify_lost(old, set(), switched=False, cut_back=True) == "never_stored"
+
+
+@pytest.mark.fast
+def test_an_ack_whose_offset_the_old_masters_log_later_fell_to_or_below_was_cut_back() -> None:
+    topo = Topology.of(brokers(Path("/x")))
+    switch = FAULT + 2000
+
+    def at(ts: int, node_offset: int | None, up: bool = True) -> dict[str, Any]:
+        m = sample(ts, "broker-a-1", ALL[1:])
+        m["groups"]["broker-a"]["replicas"]["broker-a-0"].update(up=up, max_offset=node_offset)
+        return m
+    mid = msg_id("broker-a-0", 5000)  # stored by broker-a-0 at commit-log offset 5000
+    assert cut_back([mid], topo, switch, [at(switch + 1000, 9000), at(switch + 9000, 4000)])  # rejoined at 4000
+    assert cut_back([mid], topo, switch, [at(switch + 9000, 5000)])  # cut back to the message's own start
+    assert not cut_back([mid], topo, switch, [at(switch + 1000, 9000), at(switch + 2000, None, up=False)])
+    assert not cut_back([mid], topo, switch, [at(switch - 500, 4000)])  # before the switch: not its rejoining
+    assert not cut_back([mid], topo, switch, [at(switch + 1000, 4000, up=False)])  # a down node's figure
+    assert not cut_back(["not-an-id"], topo, switch, [at(switch + 1000, 0)])
 
 
 def commit_log(path: Path, records: list[tuple[str, str, int]]) -> None:
