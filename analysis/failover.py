@@ -159,10 +159,11 @@ def timing(group: str, old: str, start_ms: int, bound_ms: int, samples: list[dic
     if not seen:
         out["reasons"]["detection"] = out["reasons"]["election"] = "no monitor sample of the group after the fault"
         return out
-    # the old master's own view: the first sample in which it was down or no longer called itself master
-    own = [(t, (g.get("replicas") or {}).get(old)) for t, g in seen]
-    out["demoted_ms"] = next((t for t, r in own if r is not None and (not r.get("up") or r.get("role") not in
-                                                                      (None, "master"))), None)
+    # the old master's own view: the first sample in which it answered as a slave (a paused or cut-off
+    # master comes back as master first), else the first in which it did not answer (a kill)
+    own = [(t, (g.get("replicas") or {}).get(old) or {}) for t, g in seen]
+    out["demoted_ms"] = next((t for t, r in own if r.get("up") and r.get("role") not in (None, "master")),
+                             next((t for t, r in own if r and not r.get("up")), None))
     d = next(((t, g) for t, g in seen if detected(g, old)), None)
     if d:
         out.update(detected_ms=d[0], detection_s=round((d[0] - start_ms) / 1000, 3))
@@ -214,7 +215,7 @@ def classify_lost(acked_by: set[str], stored_on: set[str], switched: bool, cut_b
 
 def switched_ms(f: dict[str, Any]) -> int:
     """When the old master of a failover had lost its mastership for good: the latest of its detection,
-    the fault's end and the first sample in which it was down or called itself a slave (`demoted_ms`).
+    the fault's end and the first sample in which it answered as a slave, else did not answer (`demoted_ms`).
     A cut-off master (partition) keeps acknowledging its clients until the heal and a little after, a
     paused one may answer what it had in hand when it wakes: their acks up to then are the switch's."""
     return max((t for t in (f.get("detected_ms"), f.get("end_ms"), f.get("demoted_ms")) if t is not None),

@@ -129,8 +129,15 @@ def test_a_partition_that_cuts_the_master_from_its_group_or_the_controllers_star
     assert switched_ms({**f, "detected_ms": FAULT + 2000}) == FAULT + 40_000
     assert switched_ms({"start_ms": FAULT, "detected_ms": FAULT + 2000, "end_ms": FAULT + 100}) == FAULT + 2000
     assert switched_ms({"start_ms": FAULT, "detected_ms": None, "end_ms": None}) == FAULT
-    # and until it no longer called itself master (down here, in the first sample after the fault)
+    # and until it no longer called itself master: it never answered as a slave here, so its first
+    # sample down; a paused master that wakes as master and then answers as a slave: that sample
     assert f["demoted_ms"] == FAULT + 1000
+    thaw = [sample(FAULT + 1000, "broker-a-0", ALL, (False, True, True))] + \
+        [sample(FAULT + 30_000, "broker-a-1", ALL, epoch=2)]  # woke up as master (`sample` names it so)
+    thaw += [sample(FAULT + 31_000, "broker-a-1", ALL, epoch=2)]
+    thaw[-1]["groups"]["broker-a"]["replicas"]["broker-a-0"]["role"] = "slave"
+    thaw[1]["groups"]["broker-a"]["replicas"]["broker-a-0"]["role"] = "master"
+    assert timing("broker-a", "broker-a-0", FAULT, 1 << 62, MONITOR[:11] + thaw)["demoted_ms"] == FAULT + 31_000
     assert switched_ms({"start_ms": FAULT, "detected_ms": FAULT + 2000, "end_ms": FAULT + 40_000,
                         "demoted_ms": FAULT + 47_000}) == FAULT + 47_000
 

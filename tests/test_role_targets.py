@@ -252,15 +252,20 @@ def test_a_role_that_resolves_to_nobody_fails_its_occurrence_and_its_restart(tmp
         sched.check()
 
 
-def test_a_partition_side_named_by_role_is_cut_at_its_holder_when_it_starts() -> None:
+def partition(s: Any, c: "Answers", name: str) -> Any:
+    """The scenario's first fault, a partition, as an occurrence on the fake cluster `c`."""
     from chaos.kinds.partition import Partition
     from chaos.protocol import FaultContext
+    params = Partition.Params.model_validate(s.faults[0].params)
+    return Partition(FaultContext(None, c, threading.Event()), s.faults[0], params, name)  # type: ignore[arg-type]
+
+
+def test_a_partition_side_named_by_role_is_cut_at_its_holder_when_it_starts() -> None:
     s = parse(CTL + "  - {kind: partition, at: 1s, duration: 5s, groups: [['master-of:broker-a'], "
                     "[controller-leader, 'broker-a-1']]}\n")
     c = Answers(s)
     c.state, c.leader = {"broker-a": group(A[0])}, CONTROLLERS[1]
-    params = Partition.Params.model_validate(s.faults[0].params)
-    p = Partition(FaultContext(None, c, threading.Event()), s.faults[0], params, "cut")  # type: ignore[arg-type]
+    p = partition(s, c, "cut")
     assert p.resolved(s.faults[0].params["groups"]) == [["broker-a-0"], ["controller-1", "broker-a-1"]]
     c.state = {"broker-a": group(A[1])}  # now the master is named on the other side too
     with pytest.raises(FaultError, match="partition cut: master-of:broker-a is broker-a-1 now, which is also in "
@@ -281,8 +286,6 @@ def test_the_verdict_names_the_node_hit_and_the_role_it_held_and_not_the_restart
 
 
 def test_slaves_of_is_a_partition_member_only_and_resolves_to_every_node_of_the_group_but_its_master() -> None:
-    from chaos.kinds.partition import Partition
-    from chaos.protocol import FaultContext
     assert err(CTL + "  - {kind: kill, target: 'slaves-of:broker-a', at: 1s}\n") == [
         "t.yaml:11: faults[0].target: slaves-of:broker-a names several nodes: only a partition's groups take it; "
         "target one node or master-of:<group>"]
@@ -291,15 +294,12 @@ def test_slaves_of_is_a_partition_member_only_and_resolves_to_every_node_of_the_
                     "[controller-0, controller-1, controller-2, 'slaves-of:broker-a']]}\n")
     c = Answers(s)
     c.state = {"broker-a": group(A[1])}
-    params = Partition.Params.model_validate(s.faults[0].params)
-    p = Partition(FaultContext(None, c, threading.Event()), s.faults[0], params, "isolate")  # type: ignore[arg-type]
+    p = partition(s, c, "isolate")
     assert p.resolved(s.faults[0].params["groups"]) == [
         ["broker-a-1"], ["controller-0", "controller-1", "controller-2", "broker-a-0", "broker-a-2"]]
 
 
 def test_controller_followers_is_a_partition_member_only_and_resolves_to_every_controller_but_the_leader() -> None:
-    from chaos.kinds.partition import Partition
-    from chaos.protocol import FaultContext
     assert err(CTL + "  - {kind: pause, target: controller-followers, at: 1s, duration: 2s}\n") == [
         "t.yaml:11: faults[0].target: controller-followers names several nodes: only a partition's groups take it; "
         "target one node or master-of:<group>"]
@@ -312,8 +312,7 @@ def test_controller_followers_is_a_partition_member_only_and_resolves_to_every_c
                     "[controller-followers, 'slaves-of:broker-a']]}\n")
     c = Answers(s)
     c.state, c.leader = {"broker-a": group(A[0])}, CONTROLLERS[1]
-    params = Partition.Params.model_validate(s.faults[0].params)
-    p = Partition(FaultContext(None, c, threading.Event()), s.faults[0], params, "isolate")  # type: ignore[arg-type]
+    p = partition(s, c, "isolate")
     assert p.resolved(s.faults[0].params["groups"]) == [
         ["broker-a-0", "controller-1"], ["controller-0", "controller-2", "broker-a-1", "broker-a-2"]]
     # every controller may hold it: the monitor probes them all
