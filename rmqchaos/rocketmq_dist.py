@@ -21,9 +21,9 @@ from rmqchaos.progress import say
 
 # Checked with `mvn dependency:get` / a full resolution here (issue 37): every artifact of pom.xml
 # (namesrv, broker, proxy, tools, client, example) at that version is on Maven Central. 4.x does not
-# resolve (no rocketmq-proxy; rocketmq-broker 4.9.8 is not found either).
-KNOWN_TO_RESOLVE = ("5.1.0", "5.1.1", "5.1.3", "5.1.4", "5.2.0", "5.3.0", "5.3.1", "5.3.2", "5.3.3", "5.4.0",
-                    "5.5.0")
+# resolve (no rocketmq-proxy; rocketmq-broker 4.9.8 is not found either), nor do 5.1.3
+# (rocketmq-namesrv 5.1.3 not found) and 5.1.4 (rocketmq-proxy 5.1.4 not found), tried 2026-11-28.
+KNOWN_TO_RESOLVE = ("5.1.0", "5.1.1", "5.2.0", "5.3.0", "5.3.1", "5.3.2", "5.3.3", "5.4.0", "5.5.0")
 _VERSION = re.compile(r"^5\.\d{1,3}\.\d{1,3}$")
 MAVEN_TIMEOUT = 1800.0  # a first resolution downloads ~150 MB of jars
 # Client-side programs only (the witness check's benchmark Producer): when a release did not publish
