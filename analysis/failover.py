@@ -225,8 +225,9 @@ def switched_ms(f: dict[str, Any]) -> int:
 def cut_back(msg_ids: list[str], topo: Topology, after_ms: int, samples: list[dict[str, Any]]) -> bool:
     """Whether the log of a node that stored one of these acks (its offsetMsgId: the node and the
     commit-log offset) was later at or below that offset: a monitor sample from `after_ms` (the switch)
-    on in which the node is up and reports a max offset <= the message's. Its bytes were then cut off
-    when it rejoined as a slave, and the new master's replication wrote over them."""
+    on in which the node is up and reports a max offset <= the message's: its log no longer reached the
+    message (cut back when it rejoined as a slave, or, after a kill, never that long on disk: a TSP
+    buffer), and the new master's replication then wrote that range."""
     for mid in msg_ids:
         d = decode_store_host(mid)
         node = topo.prefix.get(mid[:16].upper()) if d else None

@@ -125,8 +125,8 @@ def _failover(s: dict[str, Any]) -> list[str]:
             f"{k.replace('_', ' ')} {lost[k]}" for k in ("lost_in_switch", "stored_on_other_replica",
                                                        "stored_on_acking_node", "stored_ack_node_unknown",
                                                        "never_stored")))
-                   + (f" ({lost['cut_back']} of those lost in the switch were cut from the old master's log when it "
-                      "rejoined, and written over)" if lost.get("cut_back") else "") + "</p>" + _table(
+                   + (f" ({lost['cut_back']} of those lost in the switch were past the end of the old master's log "
+                      "once it was back, and written over)" if lost.get("cut_back") else "") + "</p>" + _table(
             [[e["key"], e["verdict"].replace("_", " "), ", ".join(e["acked_by"]),
               ", ".join(f"{n} ({'up' if u else 'down' if u is False else '?'})" for n, u in e["stored_on_up"].items())]
              for e in lost["examples"]], ["key", "where", "acknowledged by", "stored on (at the last sample)"]))

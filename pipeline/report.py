@@ -108,7 +108,7 @@ def _write(run: RunDir, history: bool = False) -> None:
                 + ("; lost of the replicated groups: " + ", ".join(
                     f"{k} {fo['lost'][k]}" for k in ("lost_in_switch", "stored_on_other_replica", "stored_on_acking_node",
                                                      "stored_ack_node_unknown", "never_stored"))
-                   + (f" ({fo['lost']['cut_back']} of lost_in_switch cut from the old master's log when it rejoined)"
+                   + (f" ({fo['lost']['cut_back']} of lost_in_switch past the end of the old master's log once it was back)"
                       if fo["lost"].get("cut_back") else "")
                    if fo.get("lost") else ""))
         if c.get("corrupted_deliveries"):
