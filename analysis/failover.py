@@ -222,24 +222,24 @@ def switched_ms(f: dict[str, Any]) -> int:
                default=f["start_ms"])
 
 
-def cut_back(msg_ids: list[str], topo: Topology, after_ms: int, samples: list[dict[str, Any]]) -> bool:
-    """Whether the log of a node that stored one of these acks (its offsetMsgId: the node and the
-    commit-log offset) was later at or below that offset: a monitor sample from `after_ms` (the switch)
-    on in which the node is up and reports a max offset <= the message's: its log no longer reached the
+def log_floor(group: str, node: str, after_ms: int, samples: list[dict[str, Any]]) -> int | None:
+    """The lowest commit-log max offset `node` reported while up, in the monitor samples from
+    `after_ms` (its switch) on; None when it never answered then."""
+    offs = [r["max_offset"] for m in samples if m["ts_ms"] >= after_ms
+            for r in [((m["groups"].get(group) or {}).get("replicas") or {}).get(node) or {}]
+            if r.get("up") and isinstance(r.get("max_offset"), int)]
+    return min(offs, default=None)
+
+
+def cut_back(msg_ids: list[str], topo: Topology, node: str, floor: int | None) -> bool:
+    """Whether `node` stored one of these acks (its offsetMsgId: the node and the commit-log offset) at
+    or past `floor`, the lowest its log was once back (`log_floor`): its log no longer reached the
     message (cut back when it rejoined as a slave, or, after a kill, never that long on disk: a TSP
     buffer), and the new master's replication then wrote that range."""
-    for mid in msg_ids:
-        d = decode_store_host(mid)
-        node = topo.prefix.get(mid[:16].upper()) if d else None
-        g = topo.group_of(node) if node else None
-        if d is None or g is None:
-            continue
-        for m in samples:
-            r = ((m["groups"].get(g) or {}).get("replicas") or {}).get(node) or {}
-            if m["ts_ms"] >= after_ms and r.get("up") and isinstance(r.get("max_offset"), int) \
-                    and r["max_offset"] <= d[2]:
-                return True
-    return False
+    if floor is None:
+        return False
+    return any(topo.prefix.get(mid[:16].upper()) == node and (d := decode_store_host(mid)) is not None
+               and floor <= d[2] for mid in msg_ids)
 
 
 LOST_KINDS = ("lost_in_switch", "stored_on_other_replica", "stored_on_acking_node", "stored_ack_node_unknown",
@@ -271,12 +271,15 @@ def switch_losses(send: DataFrame, keys: DataFrame, store: Any, topo: Topology, 
     counts = dict.fromkeys((*LOST_KINDS, "cut_back"), 0)
     per_fo = [0] * len(fos)
     examples = []
+    # per failover, once: when its old master's switch ended and how low its log was after that
+    switch_at = [switched_ms(f) for f in fos]
+    floors = [log_floor(f["group"], f["old_master"], t, samples) for f, t in zip(fos, switch_at)]
     for r in rows:
         acked_by = set(r["acked_by"])
         locs = [loc for t in sorted(r["topics"]) for loc in store.find(t, r["key"])]
         stored_on = {loc["node"] for loc in locs}
-        hit = [i for i, f in enumerate(fos) if f["old_master"] in acked_by and (r["ack_ms"] or 0) <= switched_ms(f)]
-        cut = bool(hit) and not stored_on and cut_back(r["msg_ids"], topo, switched_ms(fos[hit[0]]), samples)
+        hit = [i for i, f in enumerate(fos) if f["old_master"] in acked_by and (r["ack_ms"] or 0) <= switch_at[i]]
+        cut = bool(hit) and not stored_on and cut_back(r["msg_ids"], topo, fos[hit[0]]["old_master"], floors[hit[0]])
         kind = classify_lost(acked_by, stored_on, bool(hit), cut)
         counts[kind] += 1
         counts["cut_back"] += cut

@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 
 from analysis.acks import Topology, decode_store_host, store_host_prefix, two_master_windows
-from analysis.failover import classify_lost, cut_back, failover, occurrences, switched_ms, timing
+from analysis.failover import classify_lost, cut_back, failover, log_floor, occurrences, switched_ms, timing
 from analysis.verdict import failover_phrases, hms
 from cluster.store import MAGIC_V1, Store
 from rmqchaos.ledgers import RECEIVE_KEYS, intent_record, outcome_record
@@ -165,12 +165,15 @@ def test_an_ack_whose_offset_the_old_masters_log_later_fell_to_or_below_was_cut_
         m["groups"]["broker-a"]["replicas"]["broker-a-0"].update(up=up, max_offset=node_offset)
         return m
     mid = msg_id("broker-a-0", 5000)  # stored by broker-a-0 at commit-log offset 5000
-    assert cut_back([mid], topo, switch, [at(switch + 1000, 9000), at(switch + 9000, 4000)])  # rejoined at 4000
-    assert cut_back([mid], topo, switch, [at(switch + 9000, 5000)])  # cut back to the message's own start
-    assert not cut_back([mid], topo, switch, [at(switch + 1000, 9000), at(switch + 2000, None, up=False)])
-    assert not cut_back([mid], topo, switch, [at(switch - 500, 4000)])  # before the switch: not its rejoining
-    assert not cut_back([mid], topo, switch, [at(switch + 1000, 4000, up=False)])  # a down node's figure
-    assert not cut_back(["not-an-id"], topo, switch, [at(switch + 1000, 0)])
+
+    def cut(ids: list[str], samples: list[dict[str, Any]]) -> bool:
+        return cut_back(ids, topo, "broker-a-0", log_floor("broker-a", "broker-a-0", switch, samples))
+    assert cut([mid], [at(switch + 1000, 9000), at(switch + 9000, 4000)])  # rejoined at 4000
+    assert cut([mid], [at(switch + 9000, 5000)])  # cut back to the message's own start
+    assert not cut([mid], [at(switch + 1000, 9000), at(switch + 2000, None, up=False)])
+    assert not cut([mid], [at(switch - 500, 4000)])  # before the switch: not its rejoining
+    assert not cut([mid], [at(switch + 1000, 4000, up=False)])  # a down node's figure
+    assert not cut(["not-an-id"], [at(switch + 1000, 0)])
 
 
 def commit_log(path: Path, records: list[tuple[str, str, int]]) -> None:
