@@ -11,6 +11,7 @@ the brokers' stores (cluster/store.py). What the run did not see is null with it
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -22,6 +23,7 @@ from analysis.session import BROADCAST_MAX
 from analysis.store_check import STORE_EXAMPLES, STORE_LOOKUP_MAX
 from rmqchaos.spec.types import MASTER_OF
 
+CONTROLLER_NODE = re.compile(r"controller-\d+")  # a standalone controller's node name (the plan's)
 # a restart after a kill is its recovery (as in the verdict), not a fault that starts a failover
 RECOVERY_KINDS = ("restart",)
 KILLS = ("kill", "oom_kill", "jvm_oom")
@@ -111,7 +113,7 @@ def cut_masters(groups: list[list[str]], topo: Topology, start_ms: int, samples:
         if side is None:
             continue
         others = [m for i, members in enumerate(groups) if i != side for m in members]
-        if any(m in nodes or m.startswith("controller") for m in others):
+        if any(m in nodes or CONTROLLER_NODE.fullmatch(m) for m in others):
             out.append(master)
     return out
 
