@@ -95,18 +95,23 @@ class JavaConsumer:
                            xms_mb=min(64, o.heap_mb), user_home=self.workdir, options=o.extra_jvm)
 
     def start(self, timeout: float = 60.0, attempts: int = 3) -> "JavaConsumer":
-        """Start the consumer; a JVM whose first route request to namesrv went unanswered within the
-        client's 3 s (DefaultMQPushConsumer.start throws, the process exits before it consumed
-        anything) is started again, up to `attempts` times in all (seen on a replicated cluster's
-        namesrv, unexplained: docs/client.md)."""
+        """Start the consumer and wait until its Java client has started (`wait_started`)."""
+        return self.spawn().wait_started(timeout, attempts)
+
+    def wait_started(self, timeout: float = 60.0, attempts: int = 3) -> "JavaConsumer":
+        """Wait until the spawned consumer's Java client has started; a JVM whose first route request to
+        namesrv went unanswered within the client's 3 s (DefaultMQPushConsumer.start throws, the process
+        exits before it consumed anything) is started again, up to `attempts` times in all (seen on a
+        replicated cluster's namesrv, unexplained: docs/client.md)."""
         for attempt in range(1, attempts + 1):
             try:
-                return self._start(timeout)
+                return self._wait_started(timeout)
             except UserError as e:
                 if attempt == attempts or "before it started" not in e.message or not self._route_fetch_failed():
                     raise
                 say(f"{self.node}: its first route request to namesrv went unanswered; starting it again "
                     f"({attempt + 1} of {attempts})")
+                self.spawn()
         raise AssertionError("unreachable")
 
     def _route_fetch_failed(self) -> bool:
@@ -116,7 +121,8 @@ class JavaConsumer:
             return False
         return "updateTopicRouteInfoFromNameServer" in tail and "RemotingSendRequestException" in tail
 
-    def _start(self, timeout: float) -> "JavaConsumer":
+    def spawn(self) -> "JavaConsumer":
+        """Start the JVM, not waiting for it (`wait_started`): the consumers of a run start side by side."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.out.parent.mkdir(parents=True, exist_ok=True)
         cmd = self.command()
@@ -135,6 +141,9 @@ class JavaConsumer:
             log.close()
             out.close()
         self.pid = (self.proc.pid, starttime(self.proc.pid))
+        return self
+
+    def _wait_started(self, timeout: float) -> "JavaConsumer":
         marker = f"consumer {self.opts.consumer_id} started".encode()
 
         def started() -> bool:
