@@ -10,7 +10,7 @@ export ROCKETMQ_VERSION
 DAG ?= rocketmq_nightly_resilience
 MATRIX ?= scenarios/quick.yaml
 
-.PHONY: setup run nightly test test-fast test-long lint lock clean
+.PHONY: setup run nightly test test-fast test-long test-slow-day lint lock clean
 setup:
 	@scripts/setup.sh
 
@@ -29,6 +29,11 @@ test: setup lint
 # `make test` on the same path (pyproject.toml's markers).
 test-long: setup lint
 	@.venv/bin/python -m pytest -q --durations=20 tests
+
+# `make test` on a slow day, reproducibly: a busy loop takes one of the two cores beside it
+# (scripts/slow-day.sh; the README's figure for it).
+test-slow-day:
+	@scripts/slow-day.sh
 
 # The fast tier: pure logic, no JVM (about a minute).
 test-fast: setup lint
