@@ -18,7 +18,8 @@ from chaos.protocol import FaultError
 from cluster.backend import ClusterBackend
 from cluster.groups import group_plans
 from cluster.plan import NodePlan
-from rmqchaos.spec import CONTROLLER_FOLLOWERS, CONTROLLER_LEADER, MASTER_OF, SLAVES_OF, is_role, role_group
+from rmqchaos.spec import (CONTROLLER_FOLLOWERS, CONTROLLER_LEADER, MASTER_OF, SLAVE_OF, SLAVES_OF, is_role, role_group,
+                           slave_index)
 from rmqchaos.wait import poll_until
 from rmqclient.admin import RemotingError
 
@@ -81,13 +82,16 @@ def resolve(c: ClusterBackend, target: str, halt: threading.Event | None = None,
 
 def resolve_all(c: ClusterBackend, member: str, halt: threading.Event | None = None) -> list[str]:
     """The nodes a partition member names now: `slaves-of:<group>` is every node of the group but the
-    master `master-of:<group>` resolves to, `controller-followers` every controller but the one
-    `controller-leader` resolves to (the same moment's answer); any other member, one node."""
+    master `master-of:<group>` resolves to, `slave-of:<group>#<k>` the k-th of those (the plan's node
+    order), `controller-followers` every controller but the one `controller-leader` resolves to (the
+    same moment's answer); any other member, one node."""
     if member == CONTROLLER_FOLLOWERS:
         leader = resolve(c, CONTROLLER_LEADER, halt)
         return [p.name for p in c.plans.values() if p.role == "controller" and p.name != leader]
-    if not member.startswith(SLAVES_OF):
+    if not member.startswith((SLAVES_OF, SLAVE_OF)):
         return [resolve(c, member, halt)]
     group = role_group(member)
     master = resolve(c, MASTER_OF + str(group), halt)
-    return [p.name for p in c.plans.values() if p.broker_name == group and p.is_broker and p.name != master]
+    others = [p.name for p in c.plans.values() if p.broker_name == group and p.is_broker and p.name != master]
+    k = slave_index(member)
+    return others if k is None else others[k - 1:k]  # validation kept k within the group's slaves

@@ -318,3 +318,27 @@ def test_controller_followers_is_a_partition_member_only_and_resolves_to_every_c
     # every controller may hold it: the monitor probes them all
     assert [n for n, _, _ in named_endpoints(s, "controller-followers")] == ["controller-0", "controller-1",
                                                                            "controller-2"]
+
+
+def test_slave_of_k_is_one_of_the_group_s_slaves_a_partition_member_only_and_k_is_checked() -> None:
+    assert err(CTL + "  - {kind: kill, target: 'slave-of:broker-a#1', at: 1s}\n") == [
+        "t.yaml:11: faults[0].target: slave-of:<group>#<k> is for a partition's groups; target the node by its name"]
+    assert err(CTL + "  - {kind: partition, at: 1s, duration: 5s, groups: [['master-of:broker-a', "
+                     "'slave-of:broker-a#3'], [controller-followers]]}\n") == [
+        "t.yaml:11: faults[0].groups[0][1]: slave-of:broker-a#3: broker-a has 3 node(s), so 2 slave(s) beside its "
+        "master; k is 1..2"]
+    # only slave-of takes #k: master-of:broker-a#1 is no member
+    assert err(CTL + "  - {kind: partition, at: 1s, duration: 5s, groups: [['master-of:broker-a#1'], "
+                     "[controller-followers]]}\n")[0].startswith("t.yaml:11: faults[0].groups[0][0]: ")
+    # apache/rocketmq#6662's shape: the master and one slave cut from the controllers and the other slave;
+    # the k-th slave counts the group's nodes in order, leaving out whichever is master then
+    s = parse(CTL + "  - {kind: partition, at: 1s, duration: 5s, groups: [['master-of:broker-a', 'slave-of:broker-a#1'], "
+                    "[controller-0, controller-1, controller-2, 'slave-of:broker-a#2']]}\n")
+    c = Answers(s)
+    c.state = {"broker-a": group(A[1])}
+    p = partition(s, c, "isolate")
+    assert p.resolved(s.faults[0].params["groups"]) == [
+        ["broker-a-1", "broker-a-0"], ["controller-0", "controller-1", "controller-2", "broker-a-2"]]
+    c.state = {"broker-a": group(A[0])}
+    assert p.resolved(s.faults[0].params["groups"]) == [
+        ["broker-a-0", "broker-a-1"], ["controller-0", "controller-1", "controller-2", "broker-a-2"]]

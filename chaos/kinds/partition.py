@@ -3,7 +3,8 @@ DROP rules in the run's own chain (cluster/netrules.py), for `duration` or until
 
 Members are names, never addresses: a node (namesrv, broker-a, broker-a-s, proxy), `producers`
 (the load), `consumers` (every consumer instance) or `consumer-<id>`, or a role (`master-of:<group>`,
-`controller-leader`, and the several-node `slaves-of:<group>`, `controller-followers`) resolved to
+`controller-leader`, the several-node `slaves-of:<group>`, `controller-followers`, and one of a
+group's slaves, `slave-of:<group>#<k>`) resolved to
 its nodes when the occurrence starts (chaos/targets.py; the evidence's `groups` are the resolved
 names, `asked` the groups as written). Each has its own loopback address in the cluster's subnet
 (cluster/plan.py `addresses`), so the rules can only name 127.0.0.0/8. Every rule also names a node's listening port, so another cluster on the same
@@ -29,7 +30,8 @@ from cluster.probe import endpoints, members
 from rmqchaos.errors import UserError
 from rmqchaos.spec import Fault, Scenario, is_role, role_error
 
-Member = Annotated[str, Field(pattern=r"^(master-of:|slaves-of:)?[A-Za-z][A-Za-z0-9_-]{0,60}$")]
+Member = Annotated[str, Field(pattern=r"^((master-of:|slaves-of:)?[A-Za-z][A-Za-z0-9_-]{0,60}"
+                                      r"|slave-of:[A-Za-z][A-Za-z0-9_-]{0,60}#[1-9])$")]
 
 
 class PartitionParams(Lasting):

@@ -11,7 +11,8 @@ from rmqchaos.spec.confkeys import PLATFORM_BROKER_KEYS, PLATFORM_NAMESRV_KEYS, 
 from rmqchaos.spec.messages import _dotted, _pydantic_message
 from rmqchaos.spec.modes import controller_errors, controller_ports, dledger_errors
 from rmqchaos.spec.scenario import Fault, FaultKindSpec, Scenario
-from rmqchaos.spec.types import CONTROLLER_FOLLOWERS, CONTROLLER_LEADER, MANY, MASTER_OF, is_role, role_group
+from rmqchaos.spec.types import (CONTROLLER_FOLLOWERS, CONTROLLER_LEADER, MANY, MASTER_OF, SLAVE_OF, is_role, role_group,
+                                 slave_index)
 
 
 def role_error(s: Scenario, target: str) -> str | None:
@@ -19,8 +20,16 @@ def role_error(s: Scenario, target: str) -> str | None:
     its one master node; a controller-mode group's is whichever replica the controllers elected."""
     group = role_group(target)
     if group is not None:
-        groups = [b.name for b in s.cluster.brokers]
-        return None if group in groups else f"no broker group {group!r} in this cluster; groups: {', '.join(groups)}"
+        groups = {b.name: b for b in s.cluster.brokers}
+        if group not in groups:
+            return f"no broker group {group!r} in this cluster; groups: {', '.join(groups)}"
+        k, b = slave_index(target), groups[group]
+        if k is not None:
+            n = b.replicas if b.replicas is not None else 1 + (b.slave is not None)
+            if k > n - 1:
+                return (f"{target}: {group} has {n} node(s), so {n - 1} slave(s) beside its master; "
+                        f"k is 1..{n - 1}" if n > 1 else f"{target}: {group} has no slave")
+        return None
     ctl = s.cluster.controllers
     if target in (CONTROLLER_LEADER, CONTROLLER_FOLLOWERS) and (ctl is None or ctl.mode != "standalone"):
         why = "this cluster has none" if ctl is None else "an embedded controller lives in namesrv: target namesrv"
@@ -62,6 +71,9 @@ def fault_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec]) -> list[
             if f.target.startswith(MANY):
                 errs.append((("faults", i, "target"), f"{f.target} names several nodes: only a partition's groups "
                                                       f"take it; target one node or {MASTER_OF}<group>"))
+            elif f.target.startswith(SLAVE_OF):
+                errs.append((("faults", i, "target"), f"{SLAVE_OF}<group>#<k> is for a partition's groups; "
+                                                      "target the node by its name"))
             elif not kind.roles:
                 takers = ", ".join(sorted(k for k, v in fault_kinds.items() if v.roles))
                 errs.append((("faults", i, "target"), f"a {f.kind} fault takes a node's name, not a role; roles "

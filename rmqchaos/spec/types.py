@@ -34,26 +34,41 @@ NodeName = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,40}$")]
 # A fault's target: a node's name, or a role resolved when the fault fires (chaos/targets.py):
 # `master-of:<broker group>` or `controller-leader`; in a partition's groups also
 # `slaves-of:<broker group>` (every other node of the group) and `controller-followers` (every
-# standalone controller but the leader): several nodes, so no `target:`.
+# standalone controller but the leader): several nodes, so no `target:`; and
+# `slave-of:<broker group>#<k>`, the k-th of those other nodes in the group's order (1-based), to
+# split a group's slaves between the sides of a partition.
 MASTER_OF = "master-of:"
 SLAVES_OF = "slaves-of:"
+SLAVE_OF = "slave-of:"
 CONTROLLER_LEADER = "controller-leader"
 CONTROLLER_FOLLOWERS = "controller-followers"
 MANY = (SLAVES_OF, CONTROLLER_FOLLOWERS)  # the roles that name several nodes (partition groups only)
-FaultTarget = Annotated[str, Field(pattern=r"^(master-of:|slaves-of:)?[A-Za-z][A-Za-z0-9_-]{0,40}$")]
+PARTITION_ONLY = (*MANY, SLAVE_OF)  # the roles a partition's groups take and `target:` does not
+FaultTarget = Annotated[str, Field(pattern=r"^((master-of:|slaves-of:)?[A-Za-z][A-Za-z0-9_-]{0,40}"
+                                           r"|slave-of:[A-Za-z][A-Za-z0-9_-]{0,40}#[1-9])$")]
 
 
 def is_role(target: str | None) -> bool:
-    return target is not None and (target.startswith((MASTER_OF, SLAVES_OF))
+    return target is not None and (target.startswith((MASTER_OF, SLAVES_OF, SLAVE_OF))
                                    or target in (CONTROLLER_LEADER, CONTROLLER_FOLLOWERS))
 
 
 def role_group(target: str) -> str | None:
-    """The broker group of `master-of:<group>` / `slaves-of:<group>` (None for any other target)."""
-    for prefix in (MASTER_OF, SLAVES_OF):
+    """The broker group of `master-of:<group>`, `slaves-of:<group>`, `slave-of:<group>#<k>` (None for
+    any other target)."""
+    for prefix in (MASTER_OF, SLAVES_OF, SLAVE_OF):
         if target.startswith(prefix):
-            return target[len(prefix):]
+            rest = target[len(prefix):]
+            return rest.split("#", 1)[0] if prefix == SLAVE_OF else rest
     return None
+
+
+def slave_index(target: str) -> int | None:
+    """k of `slave-of:<group>#<k>` (None for any other target, or without `#<k>`)."""
+    if not target.startswith(SLAVE_OF) or "#" not in target:
+        return None
+    k = target.rsplit("#", 1)[1]
+    return int(k) if k.isdigit() else None
 
 
 class Strict(BaseModel):
