@@ -81,13 +81,18 @@ def sync_state(controllers: list[str], groups: list[str], timeout: float = 3.0,
         except RemotingError as e:
             last = e
             continue
-        out = {}
-        for name, r in ((resp.body_json() or {}).get("replicasInfoTable") or {}).items():
-            out[name] = ReplicaGroup(r.get("masterAddress") or None, r.get("masterBrokerId"), int(r.get("masterEpoch") or 0),
-                                     sorted(x.get("brokerAddress", "") for x in r.get("inSyncReplicas") or []),
-                                     sorted(x.get("brokerAddress", "") for x in r.get("notInSyncReplicas") or []))
-        return out
+        return {name: replica_group(r) for name, r in ((resp.body_json() or {}).get("replicasInfoTable") or {}).items()}
     raise last or RemotingError("no controller to ask")
+
+
+def replica_group(r: dict) -> ReplicaGroup:
+    """One group's ReplicasInfo: since 5.1.1 each replica is {brokerId, brokerAddress, alive} and the
+    master has a masterBrokerId; 5.1.0's controllers name each {address, brokerId} and no master id."""
+    def addr(x: dict) -> str:
+        return x.get("brokerAddress") or x.get("address") or ""
+    return ReplicaGroup(r.get("masterAddress") or None, r.get("masterBrokerId"), int(r.get("masterEpoch") or 0),
+                        sorted(addr(x) for x in r.get("inSyncReplicas") or []),
+                        sorted(addr(x) for x in r.get("notInSyncReplicas") or []))
 
 
 @dataclass(frozen=True)

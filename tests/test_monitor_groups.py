@@ -38,6 +38,23 @@ def test_a_controller_mode_record_names_the_elected_master_its_epoch_and_sync_st
 
 
 @pytest.mark.fast
+def test_a_sync_state_answer_reads_the_same_from_5_1_0_controllers_and_later_ones() -> None:
+    """CONTROLLER_GET_SYNC_STATE_DATA's ReplicasInfo as each version's controllers serialize it
+    (BrokerReplicasInfo.ReplicaIdentity: `address` in 5.1.0, `brokerAddress` and a masterBrokerId since 5.1.1)."""
+    from rmqclient.admin import replica_group
+    v510 = {"masterAddress": A[1][1], "masterEpoch": 2, "syncStateSetEpoch": 3,
+            "inSyncReplicas": [{"address": A[2][1], "brokerId": 3}, {"address": A[1][1], "brokerId": 2}],
+            "notInSyncReplicas": [{"address": A[0][1], "brokerId": 1}]}
+    v550 = {"masterAddress": A[1][1], "masterBrokerId": 2, "masterEpoch": 2, "syncStateSetEpoch": 3,
+            "inSyncReplicas": [{"brokerAddress": A[2][1], "brokerId": 3, "alive": True},
+                               {"brokerAddress": A[1][1], "brokerId": 2, "alive": True}],
+            "notInSyncReplicas": [{"brokerAddress": A[0][1], "brokerId": 1, "alive": False}]}
+    want = ReplicaGroup(A[1][1], None, 2, sorted([A[1][1], A[2][1]]), [A[0][1]])
+    assert replica_group(v510) == want
+    assert replica_group(v550) == ReplicaGroup(A[1][1], 2, 2, want.in_sync, want.not_in_sync)
+
+
+@pytest.mark.fast
 def test_a_classic_or_dledger_record_takes_the_master_from_namesrv_and_has_no_epoch() -> None:
     for mode in ("classic", "dledger"):
         g = GroupPlan("broker-b", mode, [("broker-b", "127.0.62.21:28931"), ("broker-b-s", "127.0.62.22:28941")])
