@@ -35,8 +35,9 @@ DUPLICATES_AFTER_SWITCH = (
 
 
 def failover(send: DataFrame, keys: DataFrame, events: list[dict[str, Any]], monitor: list[dict[str, Any]],
-             brokers: dict[str, dict[str, str]], store: Any = None) -> dict[str, Any] | None:
-    """The `failover` section of summary.json; None for a run without replicated groups."""
+             brokers: dict[str, dict[str, str]], store: Any = None, recv: DataFrame | None = None) -> dict[str, Any] | None:
+    """The `failover` section of summary.json; None for a run without replicated groups. With the
+    receive ledger (`recv`), what consumers read from each deposed master (`stale_reads`)."""
     topo = Topology.of(brokers)
     if not topo.replicated:
         return None
@@ -52,6 +53,9 @@ def failover(send: DataFrame, keys: DataFrame, events: list[dict[str, Any]], mon
                                    and f["start_ms"] // 1000 <= w["t"] and w["t"] * 1000 < f["bound_ms"]]
         f["lost_in_switch"] = None  # without a store to look in: not checked
     lost = switch_losses(send, keys, store, topo, fos, samples) if store is not None else None
+    reads = stale_reads(recv, topo, fos) if recv is not None else [None] * len(fos)
+    for f, n in zip(fos, reads):
+        f["stale_reads"] = n
     acked: dict[str, dict[str, int]] = {g: {} for g in topo.replicated}
     for r in per_second:
         n = r["node"] or "unattributed"
@@ -61,6 +65,7 @@ def failover(send: DataFrame, keys: DataFrame, events: list[dict[str, Any]], mon
     return {"groups": {g: {"mode": _mode(samples, g), "nodes": topo.groups[g], "acked_by_node": dict(sorted(acked[g].items()))}
                        for g in topo.replicated},
             "failovers": fos, "two_master_windows": windows, "lost": lost,
+            "stale_reads": None if recv is None else sum(n or 0 for n in reads),
             "duplicates_after_switch": None, "duplicates_after_switch_why": DUPLICATES_AFTER_SWITCH}
 
 
@@ -242,6 +247,28 @@ def cut_back(msg_ids: list[str], topo: Topology, node: str, floor: int | None) -
         return False
     return any(topo.prefix.get(mid[:16].upper()) == node and (d := decode_store_host(mid)) is not None
                and floor <= d[2] for mid in msg_ids)
+
+
+def stale_reads(recv: DataFrame, topo: Topology, fos: list[dict[str, Any]]) -> list[int | None]:
+    """Per failover: the keys delivered that its old master stored after the new master was elected
+    and before its own switch ended (`switched_ms`): what consumers read from a deposed master, which
+    had no confirmed majority for it (apache/rocketmq#6662: its confirmOffset went on advancing).
+    The storing node is the delivery's offsetMsgId store host; elected_ms is the first monitor sample
+    naming the new master, so a key stored in the second before it is not counted. None when no new
+    master was elected. One aggregation for all failovers."""
+    asks = [(i, f["old_master"], f["elected_ms"], switched_ms(f)) for i, f in enumerate(fos)
+            if f.get("new_master") and f.get("elected_ms") is not None]
+    out: list[int | None] = [None] * len(fos)
+    if not asks:
+        return out
+    node = F.create_map(*[F.lit(x) for kv in sorted(topo.prefix.items()) for x in kv])[
+        F.upper(F.substring("offset_msg_id", 1, 16))]
+    cols = [F.countDistinct(F.when((node == old) & (F.col("store_ms") >= a) & (F.col("store_ms") < b), F.col("key")))
+            .alias(f"s{i}") for i, old, a, b in asks]
+    row = recv.where(F.length("offset_msg_id") == 32).agg(*cols).collect()[0].asDict()
+    for i, *_ in asks:
+        out[i] = int(row[f"s{i}"])
+    return out
 
 
 LOST_KINDS = ("lost_in_switch", "stored_on_other_replica", "stored_on_acking_node", "stored_ack_node_unknown",

@@ -82,7 +82,7 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
         res["store_check"] = store_check(send, keys, store, warnings) if store is not None else None
         if store is not None:
             step(f"{res['store_check']['checked']} lost or indeterminate keys looked up in the brokers' stores")
-        res["failover"] = failover(send, keys, events, monitor or [], brokers, store) if brokers else None
+        res["failover"] = failover(send, keys, events, monitor or [], brokers, store, recv) if brokers else None
         if res["failover"]:
             step(f"{len(res['failover']['failovers'])} failover(s) of the replicated groups")
         res["answers"] = answers(send, recv, keys, res["counts"]["duplicated"], answer_totals)

@@ -105,11 +105,11 @@ def _failover(s: dict[str, Any]) -> list[str]:
         out.append(_table([[f["group"], f"{f['fault_kind']} {f['fault_id']}", f["old_master"], f["was_master"],
                             f["detection_s"], f["election_s"], f["new_master"], f["first_ack_new_master_s"],
                             f"{fmt(f['first_ack_any_s'])} ({fmt(f['first_ack_any_node'])})", f["lost_in_switch"],
-                            len(f["two_master_seconds"]), "; ".join(f"{k}: {v}" for k, v in f["reasons"].items())]
+                            fmt(f.get("stale_reads")), len(f["two_master_seconds"]), "; ".join(f"{k}: {v}" for k, v in f["reasons"].items())]
                            for f in fo["failovers"]],
                           ["group", "fault", "node hit", "was master", "detected (s)", "elected (s)", "new master",
                            "first ack on it (s)", "first ack on any node (s)", "lost in the switch",
-                           "two-master seconds", "not seen"]))
+                           "read from it after the election", "two-master seconds", "not seen"]))
     else:
         out.append("<p>No fault hit a node of a replicated group.</p>")
     out.append("<p>Acknowledged sends by the node that stored them (the offsetMsgId's store host): " + html.escape(

@@ -32,4 +32,6 @@ SEND_USED = used(SEND, "rec", "producer_id", "attempt_id", "key", "attempt", "to
                  "end_ms", "outcome", "status", "code", "remark", "error", "sent", "broker", "msg_id", "msg_hi", "msg_lo",
                  "offset_msg_id")
 RECEIVE_USED = used(RECEIVE, "key", "msg_id", "msg_hi", "msg_lo", "origin_topic", "broker", "queue_id", "queue_offset",
-                    "reconsume_times", "batch_index", "receive_ms", "body_key", "body_ok")
+                    "reconsume_times", "batch_index", "receive_ms", "body_key", "body_ok",
+                    # read by the failover analysis only (its stale reads); Spark prunes them elsewhere
+                    "offset_msg_id", "store_ms")

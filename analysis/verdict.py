@@ -243,6 +243,9 @@ def failover_phrases(s: dict[str, Any]) -> list[str]:
         n = f.get("lost_in_switch")
         parts.append("loss in the switch not checked against the stores" if n is None else
                      f"{_n(n, 'acknowledged message', 'acknowledged messages')} lost in the switch")
+        if f.get("stale_reads"):
+            parts.append(f"{_n(f['stale_reads'], 'message', 'messages')} it stored after {new} was elected "
+                         "delivered to consumers (read from a deposed master)")
         ts = f.get("two_master_seconds") or []
         named.update((f["group"], t) for t in ts)
         parts.append(f"two masters acknowledged in {len(ts)} s: {_seconds_named(ts, {t: wins[(f['group'], t)] for t in ts})}"

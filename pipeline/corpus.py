@@ -188,12 +188,18 @@ def gate_problems(res: dict[str, Any], candidate: str) -> list[str]:
     told there), then any problem of the other versions' runs (the pinned version's runs are the
     control: a signature that fires on a fixed version tells nothing about the candidate)."""
     recs = res["records"]
-    pinned = {x["issue"]: x["reproduced"] for x in recs if x["version"] != candidate}
-    # a bug with no fix upstream (gone_in empty) that reproduces on the baseline too is the state of
-    # RocketMQ, not of the candidate: it fails the gate only where the baseline did not show it
+    pinned = {x["issue"]: x for x in recs if x["version"] != candidate}
+
+    def state_of_rocketmq(x: dict[str, Any]) -> bool:
+        # a bug that reproduces on the baseline too, where upstream confirms no fix (gone_in empty) or the
+        # baseline's version is one the platform measured it on (measure_on: e.g. a fix that regressed),
+        # is the state of RocketMQ, not of the candidate: it fails the gate only where the baseline did not show it
+        b = pinned.get(x["issue"])
+        return bool(x["reproduced"] and b and b["reproduced"] is True
+                    and (not x["gone_in"] or b["version"] in b.get("measure_on", [])))
     bad = [f"{judged.issue_name(x['issue'])} {'reproduces' if x['reproduced'] else 'could not be told'} on the "
            f"candidate {candidate} ({x['words']})" for x in recs if x["version"] == candidate and x["reproduced"] is not False
-           and not (x["reproduced"] and not x["gone_in"] and pinned.get(x["issue"]) is True)]
+           and not state_of_rocketmq(x)]
     bad += [p for b in judged.bugs([x for x in recs if x["version"] != candidate]) for p in b["problems"]]
     return list(dict.fromkeys(bad + _failed(recs)))
 

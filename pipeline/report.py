@@ -110,7 +110,9 @@ def _write(run: RunDir, history: bool = False) -> None:
                                                      "stored_ack_node_unknown", "never_stored"))
                    + (f" ({fo['lost']['cut_back']} of lost_in_switch past the end of the old master's log once it was back)"
                       if fo["lost"].get("cut_back") else "")
-                   if fo.get("lost") else ""))
+                   if fo.get("lost") else "")
+                + (f"; {fo['stale_reads']} stale read(s) (delivered, stored by a deposed master after the election)"
+                   if fo.get("stale_reads") else ""))
         if c.get("corrupted_deliveries"):
             lines.append(f"CORRUPTED: {c['corrupted_deliveries']} damaged deliveries ("
                          + ", ".join(f"{k} {v}" for k, v in summ["corrupted_by_kind"].items() if v) + "), e.g. "

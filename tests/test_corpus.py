@@ -91,7 +91,8 @@ def test_the_corpus_lists_each_bug_on_its_reported_and_its_fixed_version(tmp_pat
     listed = corpus._scenarios(corpus.CORPUS)
     assert listed[:2] == [(str(BUG), None), (str(BUG.parent / "issue-9717-jraft-no-dead-broker-scan.yaml"), None)]
     assert (str(BUG.parent / "issue-8032-dledger-abnormal-recovery-cq.yaml"), None) in listed
-    assert all(Path(p).is_file() and v is None for p, v in listed)  # each entry a scenario file of this directory
+    assert all(Path(p).is_file() and (v is None or v) for p, v in listed)  # each entry a scenario file of this directory
+    assert (str(BUG.parent / "issue-6662-isolated-master-with-a-slave.yaml"), ["5.1.0", "5.1.1", "5.5.0"]) in listed
 
     def refused(text: str) -> str:
         f.write_text(text)
@@ -208,6 +209,12 @@ def test_a_bug_without_a_confirmed_fix_is_measured_on_its_other_versions_and_gat
     assert corpus.gate_problems({"records": [rec("5.4.0", True), rec("5.5.0", True)]}, "5.4.0") == []
     assert corpus.gate_problems({"records": [rec("5.4.0", True), rec("5.5.0", False)]}, "5.4.0") == [
         "apache/rocketmq#7017 reproduces on the candidate 5.4.0 (reproduced on 5.4.0)"]
+    # a fix that regressed (apache/rocketmq#6662's form: fixed in 5.1.1, measured again on 5.5.0): the same
+    six = [{**rec(v, True), "issue": "https://github.com/apache/rocketmq/issues/6662", "shows_on": ["5.1.0"],
+            "gone_in": ["5.1.1"]} for v in ("5.4.0", "5.5.0")]
+    assert corpus.gate_problems({"records": six}, "5.4.0") == []
+    assert corpus.gate_problems({"records": [six[0], {**six[1], "measure_on": []}]}, "5.4.0")[0] == (
+        "apache/rocketmq#6662 reproduces on the candidate 5.4.0 (reproduced on 5.4.0)")
     # the words of a run there: a measurement, not a judgment
     r = evaluate(Expect.model_validate({"issue": "https://github.com/apache/rocketmq/issues/7017", "shows_on": ["5.1.1"],
                                         "measure_on": ["5.5.0"], "conditions": ["lost_send_ok > 0"]}),

@@ -209,7 +209,7 @@ class Ledger:
             r = dict.fromkeys(RECEIVE_KEYS)
             r.update(run_id="r", key=key, msg_id=f"{self.n:032X}", topic="T_FO", origin_topic="T_FO", broker=group,
                      queue_id=0, queue_offset=self.n, reconsume_times=0, consumer_id="c0", batch_size=1, batch_index=0,
-                     receive_ms=end_ms + 50)
+                     receive_ms=end_ms + 50, offset_msg_id=msg_id(node, self.n * 100), store_ms=end_ms - 2)
             self.recv.write(json.dumps(r) + "\n")
 
     def files(self) -> tuple[list[Path], list[Path]]:
@@ -270,6 +270,8 @@ def test_planted_failover_times_two_master_seconds_and_loss_in_the_switch(spark,
     lost = fo["lost"]
     assert (lost["lost_in_switch"], lost["stored_on_other_replica"], lost["never_stored"], lost["checked"]) == (1, 1, 1, 3)
     assert f["lost_in_switch"] == 1
+    # the old master's late ack (two-master) came after its switch had ended (a kill's: detection): no stale read
+    assert f["stale_reads"] == fo["stale_reads"] == 0
     ex = {e["key"]: e for e in lost["examples"]}
     assert ex["lost-switch"]["stored_on"] == ["broker-a-0"] and ex["lost-switch"]["stored_on_up"] == {"broker-a-0": False}
     assert ex["lost-replica"]["stored_on_up"] == {"broker-a-0": False, "broker-a-1": True}
@@ -294,3 +296,23 @@ def test_a_dledger_replicas_store_is_named_unread_never_called_absent(tmp_path: 
     s = Store({"broker-a-0": {"storePathRootDir": str(tmp_path / "a0"), "enableDLegerCommitLog": "true"},
                "broker-b": {"storePathRootDir": str(tmp_path / "b")}})
     assert s.unread == ["broker-a-0"]
+
+
+def test_deliveries_a_deposed_master_stored_after_the_election_are_stale_reads(spark) -> None:
+    """apache/rocketmq#6662's signature: consumers read what the old master stored after the new one
+    was elected and before its own switch ended (a partition: its heal)."""
+    from analysis.failover import stale_reads
+    topo = Topology.of(brokers(Path("/x")))
+    elected, heal = FAULT + 12_000, FAULT + 40_000
+    fo = {"old_master": "broker-a-0", "new_master": "broker-a-2", "start_ms": FAULT, "detected_ms": elected,
+          "elected_ms": elected, "end_ms": heal, "demoted_ms": heal + 1000}
+    rows = [("k1", msg_id("broker-a-0", 1), FAULT + 5_000),    # stored before the election: not stale
+            ("k2", msg_id("broker-a-0", 2), elected + 10),     # after it, by the deposed master: stale
+            ("k2", msg_id("broker-a-0", 2), elected + 10),     # delivered twice: one key
+            ("k3", msg_id("broker-a-0", 3), heal + 500),       # before its demotion was seen: still stale
+            ("k4", msg_id("broker-a-2", 4), elected + 20),     # by the new master: not stale
+            ("k5", msg_id("broker-a-0", 5), heal + 2000),      # after the switch ended
+            ("k6", "not-an-offset-msg-id", elected + 30)]
+    recv = spark.createDataFrame(rows, "key string, offset_msg_id string, store_ms long")
+    no_election = {**fo, "new_master": None, "elected_ms": None}
+    assert stale_reads(recv, topo, [fo, no_election]) == [2, None]

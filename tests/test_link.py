@@ -283,7 +283,7 @@ def test_reconnect_breaks_the_open_connection_into_the_proxy_and_back_out(tmp_pa
         assert min(slow) >= 0.18, slow
         out, stopped = f.stop(), True
         st = out["reconnect_at_stop"]
-        assert st["broken"] == [f"{RC}:{second}->{RS}:{RP}"], st
+        assert st["broken"] == [f"{RC}:{second}->{RS}:{RP}"], (st, c.breaks, c.pings[-3:])
         assert len(st["reconnected"]) == 1 and st["reconnected"][0].endswith(" direct"), st
         third = _local_port(st["reconnected"][0])
         assert third not in (first, second) and statistics.median(c.on(third, 3)) < DIRECT_MS / 1000

@@ -22,7 +22,10 @@ FIGURES = {**{k: f"counts.{k}" for k in ("keys", "attempts", "acked", "acked_wea
                                                                 "indeterminate_stored", "indeterminate_not_stored")},
            # lost keys that some attempt of got SEND_OK: a loss the broker promised against (a key acked
            # only with FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE was told it was not replicated)
-           "lost_send_ok": "counts.lost - counts.acked_weak_lost"}
+           "lost_send_ok": "counts.lost - counts.acked_weak_lost",
+           # keys consumers read from a deposed master: stored by a failover's old master after the
+           # new one was elected (analysis/failover.py stale_reads)
+           "failover.stale_reads": "failover.stale_reads"}
 OPS = ("==", "!=", ">=", "<=", ">", "<")
 _CONDITION = re.compile(r"^\s*([a-z_.]+)\s*(==|!=|>=|<=|>|<)\s*(-?\d+)\s*$")
 _VERSION = re.compile(r"^\d+\.\d+\.\d+$")
