@@ -285,17 +285,20 @@ def test_the_verdict_names_the_node_hit_and_the_role_it_held_and_not_the_restart
                                              "controller-2 (controller-leader)")
 
 
+def resolved(groups: str, master: int) -> list[list[str]]:
+    """A partition's `groups` (YAML) resolved on the fake cluster whose master of broker-a is A[master]."""
+    s = parse(CTL + f"  - {{kind: partition, at: 1s, duration: 5s, groups: {groups}}}\n")
+    c = Answers(s)
+    c.state = {"broker-a": group(A[master])}
+    return partition(s, c, "isolate").resolved(s.faults[0].params["groups"])
+
+
 def test_slaves_of_is_a_partition_member_only_and_resolves_to_every_node_of_the_group_but_its_master() -> None:
     assert err(CTL + "  - {kind: kill, target: 'slaves-of:broker-a', at: 1s}\n") == [
         "t.yaml:11: faults[0].target: slaves-of:broker-a names several nodes: only a partition's groups take it; "
         "target one node or master-of:<group>"]
     # the #7017 shape: the master cut from the controllers and the group's other replicas
-    s = parse(CTL + "  - {kind: partition, at: 1s, duration: 5s, groups: [['master-of:broker-a'], "
-                    "[controller-0, controller-1, controller-2, 'slaves-of:broker-a']]}\n")
-    c = Answers(s)
-    c.state = {"broker-a": group(A[1])}
-    p = partition(s, c, "isolate")
-    assert p.resolved(s.faults[0].params["groups"]) == [
+    assert resolved("[['master-of:broker-a'], [controller-0, controller-1, controller-2, 'slaves-of:broker-a']]", 1) == [
         ["broker-a-1"], ["controller-0", "controller-1", "controller-2", "broker-a-0", "broker-a-2"]]
 
 
@@ -332,13 +335,6 @@ def test_slave_of_k_is_one_of_the_group_s_slaves_a_partition_member_only_and_k_i
                      "[controller-followers]]}\n")[0].startswith("t.yaml:11: faults[0].groups[0][0]: ")
     # apache/rocketmq#6662's shape: the master and one slave cut from the controllers and the other slave;
     # the k-th slave counts the group's nodes in order, leaving out whichever is master then
-    s = parse(CTL + "  - {kind: partition, at: 1s, duration: 5s, groups: [['master-of:broker-a', 'slave-of:broker-a#1'], "
-                    "[controller-0, controller-1, controller-2, 'slave-of:broker-a#2']]}\n")
-    c = Answers(s)
-    c.state = {"broker-a": group(A[1])}
-    p = partition(s, c, "isolate")
-    assert p.resolved(s.faults[0].params["groups"]) == [
-        ["broker-a-1", "broker-a-0"], ["controller-0", "controller-1", "controller-2", "broker-a-2"]]
-    c.state = {"broker-a": group(A[0])}
-    assert p.resolved(s.faults[0].params["groups"]) == [
-        ["broker-a-0", "broker-a-1"], ["controller-0", "controller-1", "controller-2", "broker-a-2"]]
+    six = "[['master-of:broker-a', 'slave-of:broker-a#1'], [controller-0, controller-1, controller-2, 'slave-of:broker-a#2']]"
+    assert resolved(six, 1) == [["broker-a-1", "broker-a-0"], ["controller-0", "controller-1", "controller-2", "broker-a-2"]]
+    assert resolved(six, 0) == [["broker-a-0", "broker-a-1"], ["controller-0", "controller-1", "controller-2", "broker-a-2"]]
