@@ -64,13 +64,17 @@ class Topology:
     def group_of(self, node: str) -> str | None:
         return next((g for g, ns in self.groups.items() if node in ns), None)
 
-    def ack_node(self) -> Any:
-        """A column: the node that stored an acknowledged send (null: not acked, or not a known node)."""
+    def store_node(self) -> Any:
+        """A column: the node a row's offset_msg_id names as its store host (null: no offsetMsgId, or
+        not a node of the run); on the send and the receive ledger alike."""
         if not self.prefix:
             return F.lit(None).cast("string")
         m = F.create_map(*[F.lit(x) for kv in sorted(self.prefix.items()) for x in kv])
-        return F.when(sends.acked() & (F.length("offset_msg_id") == 32),
-                      m[F.upper(F.substring("offset_msg_id", 1, 16))])
+        return F.when(F.length("offset_msg_id") == 32, m[F.upper(F.substring("offset_msg_id", 1, 16))])
+
+    def ack_node(self) -> Any:
+        """A column: the node that stored an acknowledged send (null: not acked, or not a known node)."""
+        return F.when(sends.acked(), self.store_node())
 
 
 def acks_per_second(send: DataFrame, topo: Topology) -> list[dict[str, Any]]:

@@ -261,11 +261,10 @@ def stale_reads(recv: DataFrame, topo: Topology, fos: list[dict[str, Any]]) -> l
     out: list[int | None] = [None] * len(fos)
     if not asks:
         return out
-    node = F.create_map(*[F.lit(x) for kv in sorted(topo.prefix.items()) for x in kv])[
-        F.upper(F.substring("offset_msg_id", 1, 16))]
+    node = topo.store_node()
     cols = [F.countDistinct(F.when((node == old) & (F.col("store_ms") >= a) & (F.col("store_ms") < b), F.col("key")))
             .alias(f"s{i}") for i, old, a, b in asks]
-    row = recv.where(F.length("offset_msg_id") == 32).agg(*cols).collect()[0].asDict()
+    row = recv.agg(*cols).collect()[0].asDict()
     for i, *_ in asks:
         out[i] = int(row[f"s{i}"])
     return out

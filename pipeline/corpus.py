@@ -192,7 +192,7 @@ def gate_problems(res: dict[str, Any], candidate: str) -> list[str]:
 
     def state_of_rocketmq(x: dict[str, Any]) -> bool:
         # a bug that reproduces on the baseline too, where upstream confirms no fix (gone_in empty) or the
-        # baseline's version is one the platform measured it on (measure_on: e.g. a fix that regressed),
+        # baseline's version is one the platform measured it on (measure_on: e.g. a behaviour changed since the fix),
         # is the state of RocketMQ, not of the candidate: it fails the gate only where the baseline did not show it
         b = pinned.get(x["issue"])
         return bool(x["reproduced"] and b and b["reproduced"] is True

@@ -4,11 +4,11 @@ DROP rules in the run's own chain (cluster/netrules.py), for `duration` or until
 Members are names, never addresses: a node (namesrv, broker-a, broker-a-s, proxy), `producers`
 (the load), `consumers` (every consumer instance) or `consumer-<id>`, or a role (`master-of:<group>`,
 `controller-leader`, the several-node `slaves-of:<group>`, `controller-followers`, and one of a
-group's slaves, `slave-of:<group>#<k>`) resolved to
-its nodes when the occurrence starts (chaos/targets.py; the evidence's `groups` are the resolved
-names, `asked` the groups as written). Each has its own loopback address in the cluster's subnet
-(cluster/plan.py `addresses`), so the rules can only name 127.0.0.0/8. Every rule also names a node's listening port, so another cluster on the same
-addresses (other ports) is untouched: a link between a and b is a's connections to b's listeners
+group's slaves, `slave-of:<group>#<k>`) resolved to its nodes when the occurrence starts
+(chaos/targets.py; the evidence's `groups` are the resolved names, `asked` the groups as written).
+Each has its own loopback address in the cluster's subnet (cluster/plan.py `addresses`), so the
+rules can only name 127.0.0.0/8. Every rule also names a node's listening port, so another cluster
+on the same addresses (other ports) is untouched: a link between a and b is a's connections to b's listeners
 and b's connections to a's. `one_way`: only what the first group sends to the others is dropped
 (TCP then fails both ways at the handshake, but packets from the others still arrive).
 

@@ -43,7 +43,6 @@ SLAVE_OF = "slave-of:"
 CONTROLLER_LEADER = "controller-leader"
 CONTROLLER_FOLLOWERS = "controller-followers"
 MANY = (SLAVES_OF, CONTROLLER_FOLLOWERS)  # the roles that name several nodes (partition groups only)
-PARTITION_ONLY = (*MANY, SLAVE_OF)  # the roles a partition's groups take and `target:` does not
 FaultTarget = Annotated[str, Field(pattern=r"^((master-of:|slaves-of:)?[A-Za-z][A-Za-z0-9_-]{0,40}"
                                            r"|slave-of:[A-Za-z][A-Za-z0-9_-]{0,40}#[1-9])$")]
 
