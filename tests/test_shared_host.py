@@ -104,13 +104,17 @@ def test_store_log_lines_are_read_on_the_run_clock() -> None:
 # ---------------------------------------------------------------- shared-host.yaml on a real broker
 
 def test_shared_host_scaled_for_ci_records_busy_answers_verbatim_and_classifies_every_key(tmp_path: Path) -> None:
-    """shared-host.yaml with a shorter, lighter load: its own faults (page cache squeezed, Redis and
-    fio noise) and thresholds (~1500-1800 busy answers in 40 s at 1000 msg/s here), a real broker."""
+    """shared-host.yaml with a shorter, lighter load and its own faults (page cache squeezed, Redis and
+    fio noise) on a real broker. Whether the noise trips the scenario's 50 ms thresholds is this host's
+    disk speed that day (~1,500-1,800 busy answers in 40 s at 1000 msg/s some days; none in CI once,
+    the longest append 49 ms): a measurement, for the nightly. Here osPageCacheBusyTimeOutMills is
+    1 ms, so any append that holds the lock longer (a GC pause does) sheds what arrives meanwhile, and
+    the test checks what the platform does with the broker's busy answers, whatever the host."""
     f = tmp_path / "shared-host-ci.yaml"
     f.write_text(yaml.safe_dump({
         "extends": str(SCENARIOS / "shared-host.yaml"), "name": "shared-host-ci",
         "cluster": {"namesrv": {"port": 22876}, "brokers": [{"name": "broker-a", "port": 22911}],
-                    "stop_timeout": "3s"},
+                    "broker_defaults": {"config": {"osPageCacheBusyTimeOutMills": 1}}, "stop_timeout": "3s"},
         "checks": {"witness": {"messages": 3000, "message_size": 1024, "threads": 1}},
         "load": {"duration": "25s", "rate": 800},
         "faults": [{"id": "pagecache", "kind": "page_cache_limit", "target": "broker-a", "at": "1s", "page_cache_mb": 32},
