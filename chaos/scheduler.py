@@ -9,6 +9,9 @@ and evidence. A fault that cannot be applied is recorded as failed and fails the
 A role target (`master-of:<group>`, `controller-leader`) is resolved when its occurrence fires
 (chaos/targets.py): the event's target is the node hit, its `role` what was asked; the restart of a
 `restart_after` follows its kill's node (`follows`), not the role's holder at restart time.
+Occurrences due at the same instant are resolved together before any of them acts (`_Instant`):
+`master-of:` asks the controller leader, so a `controller-leader` kill at that instant must not land
+first (apache/rocketmq#7689's shape kills the two at once).
 """
 from __future__ import annotations
 
@@ -57,6 +60,31 @@ def occurrences(faults: list[Fault]) -> list[Occurrence]:
     return sorted(out, key=lambda o: o.at)
 
 
+class _Instant:
+    """The occurrences due at one instant: each resolves its node, arrives, then waits until all have
+    arrived (or RESOLVE_WAIT_S passed: a resolution that hangs does not hold the others for ever)."""
+
+    def __init__(self, n: int) -> None:
+        self._left, self._cv = n, threading.Condition()
+
+    def arrive_and_wait(self, halt: threading.Event) -> None:
+        with self._cv:
+            self._left -= 1
+            self._cv.notify_all()
+            deadline = time.monotonic() + RESOLVE_WAIT_S
+            while self._left > 0 and not halt.is_set() and time.monotonic() < deadline:
+                self._cv.wait(0.1)
+
+    def arrive(self) -> None:
+        with self._cv:
+            self._left -= 1
+            self._cv.notify_all()
+
+
+#: longest a resolved occurrence waits for the others due at its instant (targets.resolve waits up to 10 s)
+RESOLVE_WAIT_S = 15.0
+
+
 class FaultScheduler(threading.Thread):
     def __init__(self, run: RunDir, c: ClusterBackend, faults: list[Fault], wait_start_s: float = 120) -> None:
         super().__init__(name="rmqchaos-faults", daemon=True)
@@ -68,6 +96,11 @@ class FaultScheduler(threading.Thread):
         # the node each occurrence acted on (None: it resolved none), set once known; what a follower waits for
         self._hit: dict[str, str | None] = {}
         self._known = {o.follows: threading.Event() for o in self.plan if o.follows}
+        same: dict[float, list[str]] = {}
+        for o in self.plan:
+            same.setdefault(round(o.at, 3), []).append(o.fault_id)
+        self._instant = {fid: inst for ids in same.values() if len(ids) > 1
+                         for inst in [_Instant(len(ids))] for fid in ids}
 
     def stop(self) -> None:
         """The load has ended: occurrences not yet due are not applied, long-lived ones stop now."""
@@ -130,7 +163,10 @@ class FaultScheduler(threading.Thread):
 
     def _fire(self, t0: float, occ: Occurrence) -> None:
         f, fid = occ.fault, occ.fault_id
+        instant = self._instant.get(fid)
         if self.ctx.halt.wait(max(0.0, t0 + occ.at - time.time())):
+            if instant:
+                instant.arrive()
             self._error(f"fault {fid} not applied: the load ended first")
             return
         k = registry()[f.kind]
@@ -139,8 +175,12 @@ class FaultScheduler(threading.Thread):
         try:
             target = self._node_for(occ, rec)
         except FaultError as e:  # recorded under the role asked for: no node was hit
+            if instant:
+                instant.arrive()
             self._failed(fid, f, rec, now_ms(), {"error": e.line()})
             return
+        if instant:
+            instant.arrive_and_wait(self.ctx.halt)
         if target != f.target:
             f = f.model_copy(update={"target": target})
         start = now_ms()

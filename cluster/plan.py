@@ -189,8 +189,15 @@ def jvm_options(p: NodePlan, gc_log: str) -> list[str]:
         # as RocketMQ's runbroker.sh: the whole heap is touched (and charged to the broker's memory
         # domain) at start, so a memory squeeze does not stall the send path on first-touch heap faults
         opts.append("-XX:+AlwaysPreTouch")
-    return opts + ["-XX:+UseG1GC", "-XX:-OmitStackTraceInFastThrow",
+    return opts + ["-XX:+UseG1GC", "-XX:-OmitStackTraceInFastThrow", *JDK_EXPORTS,
                    f"-Xlog:gc*:file={gc_log}:time,tags:filecount=2,filesize=10M", *j.options]
+
+
+#: RocketMQ up to 5.1.4 frees a mapped file's buffer through sun.nio.ch.DirectBuffer (UtilAll.cleanBuffer),
+#: which Java 16+ no longer exports: a 5.1.x broker restarted over its own store failed in
+#: IndexService.load with IllegalAccessError, and runbroker.sh adds nothing for it. 5.2.0+ frees the
+#: buffer through Netty and does not need it; an export is inert for them.
+JDK_EXPORTS = ("--add-exports=java.base/sun.nio.ch=ALL-UNNAMED",)
 
 
 #: system properties every node starts with, under the scenario's own (jvm.system_properties). TLS

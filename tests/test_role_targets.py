@@ -227,6 +227,34 @@ def test_the_kill_hits_the_master_of_its_time_and_the_restart_after_it_that_same
     assert (second["target"], second["params"]["role"]) == ("broker-a-2", "master-of:broker-a")
 
 
+def test_occurrences_due_at_one_instant_are_all_resolved_before_any_acts(tmp_path: Path) -> None:
+    """apache/rocketmq#7689's shape: the controller leader and the master killed at once. The master is
+    resolved by asking the leader, which answers slowly here; were the leader killed first, no leader
+    would name a master (and the controllers could elect before the master's kill)."""
+    f = tmp_path / "s.yaml"
+    f.write_text(CTL + "  - {id: leader, kind: kill, target: controller-leader, at: 0s}\n"
+                       "  - {id: master, kind: kill, target: 'master-of:broker-a', at: 0s}\n")
+    run = create_run(f, tmp_path / "run")
+    c = Answers(run.scenario())
+    c.leader = lambda: None if ("kill", "controller-1") in c.done else CONTROLLERS[1]
+
+    def slow_state() -> Any:
+        time.sleep(0.3)
+        if ("kill", "controller-1") in c.done:
+            raise RemotingError("no controller answers as the Raft leader")
+        return {"broker-a": group(A[0])}
+    c.state = slow_state
+    sched = FaultScheduler(run, c, run.scenario().faults)
+    run.load_dir.mkdir()
+    run.load_started_file.write_text(json.dumps({"start_s": time.time()}))
+    sched.start()
+    sched.join(10)
+    sched.check()
+    assert sorted(c.done) == [("kill", "broker-a-0"), ("kill", "controller-1")]
+    ev = {e["params"]["fault_id"]: e for e in run.timeline() if e["kind"] == "fault"}
+    assert abs(ev["leader"]["start_ms"] - ev["master"]["start_ms"]) < 100, ev  # together, once both were known
+
+
 def test_a_role_that_resolves_to_nobody_fails_its_occurrence_and_its_restart(tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(targets, "RESOLVE_WAIT_S", 0.3)
