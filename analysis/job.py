@@ -55,7 +55,8 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
                **{k: res[k] for k in ("counts", "duplicates_by_cause", "duplicated_keys_by_send_outcome",
                                       "retried_keys_by_batch_position", "errors",
                                       "answers", "busy_series", "latency_ms", "windows", "warnings", "corrupted",
-                                      "corrupted_by_kind", "unexpected_examples", "store_check", "failover")},
+                                      "corrupted_by_kind", "unexpected_examples", "store_check", "failover",
+                                      "reused_queue_offsets")},
                "events": events, "series": res["series"],
                # the host's side of the time axis: disk pressure each second, the brokers' own put latency
                "disk": _jsonl(run.disk_metrics_file),

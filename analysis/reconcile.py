@@ -24,6 +24,7 @@ from analysis.failover import failover
 from analysis.keys import key_table
 from analysis.latency import by_broker, pct_result as _pct_result
 from analysis.latency import histogram as _histogram, percentiles as _percentiles
+from analysis.offsets import reused_queue_offsets
 from analysis.sealed import attribute, read_receive, read_send
 from analysis.store_check import store_check
 from rmqchaos.progress import say
@@ -82,6 +83,8 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
         res["store_check"] = store_check(send, keys, store, warnings) if store is not None else None
         if store is not None:
             step(f"{res['store_check']['checked']} lost or indeterminate keys looked up in the brokers' stores")
+        res["reused_queue_offsets"] = reused_queue_offsets(send, keys)
+        step(f"{res['reused_queue_offsets']['positions']} queue position(s) acknowledged to two messages")
         res["failover"] = failover(send, keys, events, monitor or [], brokers, store, recv) if brokers else None
         if res["failover"]:
             step(f"{len(res['failover']['failovers'])} failover(s) of the replicated groups")

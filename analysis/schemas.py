@@ -30,7 +30,7 @@ def used(schema: StructType, *names: str) -> StructType:
 
 SEND_USED = used(SEND, "rec", "producer_id", "attempt_id", "key", "attempt", "topic", "intended_ms", "start_ms",
                  "end_ms", "outcome", "status", "code", "remark", "error", "sent", "broker", "msg_id", "msg_hi", "msg_lo",
-                 "offset_msg_id")
+                 "offset_msg_id", "queue_id", "queue_offset")
 RECEIVE_USED = used(RECEIVE, "key", "msg_id", "msg_hi", "msg_lo", "origin_topic", "broker", "queue_id", "queue_offset",
                     "reconsume_times", "batch_index", "receive_ms", "body_key", "body_ok",
                     # read by the failover analysis only (its stale reads); Spark prunes them elsewhere

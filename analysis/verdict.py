@@ -127,6 +127,10 @@ def verdict(s: dict[str, Any]) -> str:
         extra.append(f"{c['corrupted_deliveries']} damaged deliveries")
     if c.get("unexpected"):
         extra.append(f"{c['unexpected']} deliveries of keys never sent")
+    ro = s.get("reused_queue_offsets")
+    if ro and ro["positions"]:
+        extra.append(f"{ro['positions']:,} queue positions acknowledged to two messages each "
+                     f"({ro['lost']:,} of those messages lost)")
     return f"{head} {lost_phrase(s)}; {dup}" + "".join(f"; {x}" for x in extra + found(s)) + "."
 
 

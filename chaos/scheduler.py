@@ -8,7 +8,9 @@ and evidence. A fault that cannot be applied is recorded as failed and fails the
 
 A role target (`master-of:<group>`, `controller-leader`) is resolved when its occurrence fires
 (chaos/targets.py): the event's target is the node hit, its `role` what was asked; the restart of a
-`restart_after` follows its kill's node (`follows`), not the role's holder at restart time.
+`restart_after` follows its kill's node (`follows`), not the role's holder at restart time, and
+comes `restart_after` after the kill acted (a kill whose role took long to resolve is not restarted
+before it is killed).
 Occurrences due at the same instant are resolved together before any of them acts (`_Instant`):
 `master-of:` asks the controller leader, so a `controller-leader` kill at that instant must not land
 first (apache/rocketmq#7689's shape kills the two at once).
@@ -93,8 +95,11 @@ class FaultScheduler(threading.Thread):
         self.errors: list[str] = []
         self.results: list[dict[str, Any]] = []
         self._lock = threading.Lock()
-        # the node each occurrence acted on (None: it resolved none), set once known; what a follower waits for
+        # the node each occurrence acted on (None: it resolved none) and when (time.time()), set once
+        # it acts; what a follower waits for
         self._hit: dict[str, str | None] = {}
+        self._acted: dict[str, float] = {}
+        self._at = {o.fault_id: o.at for o in self.plan}
         self._known = {o.follows: threading.Event() for o in self.plan if o.follows}
         same: dict[float, list[str]] = {}
         for o in self.plan:
@@ -149,6 +154,9 @@ class FaultScheduler(threading.Thread):
             rec["follows"] = occ.follows
             if node is None:
                 raise FaultError(f"{occ.follows} hit no node: nothing to restart")
+            due = self._acted[occ.follows] + occ.at - self._at[occ.follows]
+            if self.ctx.halt.wait(max(0.0, due - time.time())):
+                raise FaultError(f"the load ended before {occ.follows}'s node was due back")
         elif f.target is not None and is_role(f.target):
             rec["role"] = f.target
             t = time.monotonic()
@@ -156,9 +164,6 @@ class FaultScheduler(threading.Thread):
             rec["resolve_s"] = round(time.monotonic() - t, 3)
         else:
             node = f.target
-        if occ.fault_id in self._known:
-            self._hit[occ.fault_id] = node
-            self._known[occ.fault_id].set()
         return node
 
     def _fire(self, t0: float, occ: Occurrence) -> None:
@@ -181,6 +186,9 @@ class FaultScheduler(threading.Thread):
             return
         if instant:
             instant.arrive_and_wait(self.ctx.halt)
+        if fid in self._known:  # a follower restarts this node, restart_after from now
+            self._hit[fid], self._acted[fid] = target, time.time()
+            self._known[fid].set()
         if target != f.target:
             f = f.model_copy(update={"target": target})
         start = now_ms()

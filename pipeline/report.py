@@ -100,6 +100,12 @@ def _write(run: RunDir, history: bool = False) -> None:
             lines.append(f"store check ({sc['checked']} keys, {sc['method']}): lost in no commit log "
                          f"{sc['lost_from_store']}, stored but never delivered {sc['lost_in_delivery']}; indeterminate "
                          f"stored {sc['indeterminate_stored']}, never stored {sc['indeterminate_not_stored']}")
+        ro = summ.get("reused_queue_offsets")
+        if ro and ro["positions"]:
+            lines.append(f"REUSED QUEUE OFFSETS: {ro['positions']} queue position(s) acknowledged to {ro['keys']} keys, "
+                         f"{ro['lost']} of them lost, e.g. " + "; ".join(
+                             f"{x['broker']} {x['topic']} queue {x['queue_id']} offset {x['queue_offset']}: "
+                             + ", ".join(f"{a['key']} ({a['class']})" for a in x["acks"]) for x in ro["examples"][:2]))
         fo = summ.get("failover")
         if fo:
             lines.append("failover: acks by storing node " + "; ".join(

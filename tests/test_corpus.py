@@ -93,6 +93,7 @@ def test_the_corpus_lists_each_bug_on_its_reported_and_its_fixed_version(tmp_pat
     assert (str(BUG.parent / "issue-8032-dledger-abnormal-recovery-cq.yaml"), None) in listed
     assert all(Path(p).is_file() and (v is None or v) for p, v in listed)  # each entry a scenario file of this directory
     assert (str(BUG.parent / "issue-6662-isolated-master-with-a-slave.yaml"), ["5.1.0", "5.1.1", "5.5.0"]) in listed
+    assert (str(BUG.parent / "issue-7689-master-reuses-queue-offsets.yaml"), ["5.1.1", "5.2.0", "5.5.0"]) in listed
 
     def refused(text: str) -> str:
         f.write_text(text)

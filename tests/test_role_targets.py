@@ -255,6 +255,29 @@ def test_occurrences_due_at_one_instant_are_all_resolved_before_any_acts(tmp_pat
     assert abs(ev["leader"]["start_ms"] - ev["master"]["start_ms"]) < 100, ev  # together, once both were known
 
 
+def test_a_restart_comes_restart_after_the_kill_acted_not_after_its_scheduled_time(tmp_path: Path) -> None:
+    """A master that takes 0.6 s to resolve, restarted 0.3 s after: the restart must not race the kill."""
+    f = tmp_path / "s.yaml"
+    f.write_text(CTL + "  - {id: k, kind: kill, target: 'master-of:broker-a', at: 0s, restart_after: 0.3s}\n")
+    run = create_run(f, tmp_path / "run")
+    c = Answers(run.scenario())
+
+    def slow_state() -> Any:
+        time.sleep(0.6)
+        return {"broker-a": group(A[1])}
+    c.state = slow_state
+    sched = FaultScheduler(run, c, run.scenario().faults)
+    run.load_dir.mkdir()
+    run.load_started_file.write_text(json.dumps({"start_s": time.time()}))
+    sched.start()
+    sched.join(10)
+    sched.check()
+    assert c.done == [("kill", "broker-a-1"), ("restart", "broker-a-1")]
+    ev = {e["params"]["fault_id"]: e for e in run.timeline() if e["kind"] == "fault"}
+    assert ev["k"]["params"]["resolve_s"] >= 0.6
+    assert ev["k-restart"]["start_ms"] - ev["k"]["start_ms"] >= 290, ev
+
+
 def test_a_role_that_resolves_to_nobody_fails_its_occurrence_and_its_restart(tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(targets, "RESOLVE_WAIT_S", 0.3)

@@ -25,7 +25,9 @@ FIGURES = {**{k: f"counts.{k}" for k in ("keys", "attempts", "acked", "acked_wea
            "lost_send_ok": "counts.lost - counts.acked_weak_lost",
            # keys consumers read from a deposed master: stored by a failover's old master after the
            # new one was elected (analysis/failover.py stale_reads)
-           "failover.stale_reads": "failover.stale_reads"}
+           "failover.stale_reads": "failover.stale_reads",
+           # queue positions acknowledged to two different keys (analysis/offsets.py)
+           "reused_queue_offsets": "reused_queue_offsets.positions"}
 OPS = ("==", "!=", ">=", "<=", ">", "<")
 _CONDITION = re.compile(r"^\s*([a-z_.]+)\s*(==|!=|>=|<=|>|<)\s*(-?\d+)\s*$")
 _VERSION = re.compile(r"^\d+\.\d+\.\d+$")
