@@ -9,7 +9,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -199,23 +199,31 @@ def test_no_holder_within_the_wait_is_one_line_naming_what_was_seen(role: str, a
     assert e.value.message == line
 
 
-def test_the_kill_hits_the_master_of_its_time_and_the_restart_after_it_that_same_node(tmp_path: Path) -> None:
-    """The role is resolved when the kill fires; by the restart another replica is master, and the
-    restart still brings back the node that was killed. The events name the node and the role."""
+def schedule(tmp_path: Path, faults: str, configure: Callable[["Answers"], None]) -> tuple[Any, dict, FaultScheduler]:
+    """The scenario's faults (CTL plus `faults`) run by a real FaultScheduler against scripted answers
+    (`configure` sets them): the answers' record of what was done, the fault events by id, the scheduler."""
     f = tmp_path / "s.yaml"
-    f.write_text(CTL + "  - {kind: kill, target: 'master-of:broker-a', at: 0s, restart_after: 0.5s}\n"
-                       "  - {kind: kill, target: 'master-of:broker-a', at: 1.5s}\n")
+    f.write_text(CTL + faults)
     run = create_run(f, tmp_path / "run")
     c = Answers(run.scenario())
-    c.state = lambda: {"broker-a": group(A[2] if ("kill", "broker-a-1") in c.done else A[1])}
+    configure(c)
     sched = FaultScheduler(run, c, run.scenario().faults)
     run.load_dir.mkdir()
     run.load_started_file.write_text(json.dumps({"start_s": time.time()}))
     sched.start()
     sched.join(10)
+    return c, {e["params"]["fault_id"]: e for e in run.timeline() if e["kind"] == "fault"}, sched
+
+
+def test_the_kill_hits_the_master_of_its_time_and_the_restart_after_it_that_same_node(tmp_path: Path) -> None:
+    """The role is resolved when the kill fires; by the restart another replica is master, and the
+    restart still brings back the node that was killed. The events name the node and the role."""
+    def answers(c: Answers) -> None:
+        c.state = lambda: {"broker-a": group(A[2] if ("kill", "broker-a-1") in c.done else A[1])}
+    c, ev, sched = schedule(tmp_path, "  - {kind: kill, target: 'master-of:broker-a', at: 0s, restart_after: 0.5s}\n"
+                                      "  - {kind: kill, target: 'master-of:broker-a', at: 1.5s}\n", answers)
     sched.check()
     assert c.done == [("kill", "broker-a-1"), ("restart", "broker-a-1"), ("kill", "broker-a-2")]
-    ev = {e["params"]["fault_id"]: e for e in run.timeline() if e["kind"] == "fault"}
     kill, restart, second = (ev[k] for k in ("kill-master-of-broker-a", "kill-master-of-broker-a-restart",
                                              "kill-master-of-broker-a-2"))
     assert (kill["target"], kill["params"]["role"], kill["outcome"]) == ("broker-a-1", "master-of:broker-a", "ok")
@@ -231,49 +239,30 @@ def test_occurrences_due_at_one_instant_are_all_resolved_before_any_acts(tmp_pat
     """apache/rocketmq#7689's shape: the controller leader and the master killed at once. The master is
     resolved by asking the leader, which answers slowly here; were the leader killed first, no leader
     would name a master (and the controllers could elect before the master's kill)."""
-    f = tmp_path / "s.yaml"
-    f.write_text(CTL + "  - {id: leader, kind: kill, target: controller-leader, at: 0s}\n"
-                       "  - {id: master, kind: kill, target: 'master-of:broker-a', at: 0s}\n")
-    run = create_run(f, tmp_path / "run")
-    c = Answers(run.scenario())
-    c.leader = lambda: None if ("kill", "controller-1") in c.done else CONTROLLERS[1]
-
-    def slow_state() -> Any:
-        time.sleep(0.3)
-        if ("kill", "controller-1") in c.done:
-            raise RemotingError("no controller answers as the Raft leader")
-        return {"broker-a": group(A[0])}
-    c.state = slow_state
-    sched = FaultScheduler(run, c, run.scenario().faults)
-    run.load_dir.mkdir()
-    run.load_started_file.write_text(json.dumps({"start_s": time.time()}))
-    sched.start()
-    sched.join(10)
+    def answers(c: Answers) -> None:
+        def slow_state() -> Any:
+            time.sleep(0.3)
+            if ("kill", "controller-1") in c.done:
+                raise RemotingError("no controller answers as the Raft leader")
+            return {"broker-a": group(A[0])}
+        c.leader = lambda: None if ("kill", "controller-1") in c.done else CONTROLLERS[1]
+        c.state = slow_state
+    c, ev, sched = schedule(tmp_path, "  - {id: leader, kind: kill, target: controller-leader, at: 0s}\n"
+                                      "  - {id: master, kind: kill, target: 'master-of:broker-a', at: 0s}\n", answers)
     sched.check()
     assert sorted(c.done) == [("kill", "broker-a-0"), ("kill", "controller-1")]
-    ev = {e["params"]["fault_id"]: e for e in run.timeline() if e["kind"] == "fault"}
     assert abs(ev["leader"]["start_ms"] - ev["master"]["start_ms"]) < 100, ev  # together, once both were known
 
 
 def test_a_restart_comes_restart_after_the_kill_acted_not_after_its_scheduled_time(tmp_path: Path) -> None:
     """A master that takes 0.6 s to resolve, restarted 0.3 s after: the restart must not race the kill."""
-    f = tmp_path / "s.yaml"
-    f.write_text(CTL + "  - {id: k, kind: kill, target: 'master-of:broker-a', at: 0s, restart_after: 0.3s}\n")
-    run = create_run(f, tmp_path / "run")
-    c = Answers(run.scenario())
-
     def slow_state() -> Any:
         time.sleep(0.6)
         return {"broker-a": group(A[1])}
-    c.state = slow_state
-    sched = FaultScheduler(run, c, run.scenario().faults)
-    run.load_dir.mkdir()
-    run.load_started_file.write_text(json.dumps({"start_s": time.time()}))
-    sched.start()
-    sched.join(10)
+    c, ev, sched = schedule(tmp_path, "  - {id: k, kind: kill, target: 'master-of:broker-a', at: 0s, restart_after: 0.3s}\n",
+                            lambda c: setattr(c, "state", slow_state))
     sched.check()
     assert c.done == [("kill", "broker-a-1"), ("restart", "broker-a-1")]
-    ev = {e["params"]["fault_id"]: e for e in run.timeline() if e["kind"] == "fault"}
     assert ev["k"]["params"]["resolve_s"] >= 0.6
     assert ev["k-restart"]["start_ms"] - ev["k"]["start_ms"] >= 290, ev
 
@@ -281,18 +270,9 @@ def test_a_restart_comes_restart_after_the_kill_acted_not_after_its_scheduled_ti
 def test_a_role_that_resolves_to_nobody_fails_its_occurrence_and_its_restart(tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(targets, "RESOLVE_WAIT_S", 0.3)
-    f = tmp_path / "s.yaml"
-    f.write_text(CTL + "  - {kind: kill, target: 'master-of:broker-a', at: 0s, restart_after: 0.2s}\n")
-    run = create_run(f, tmp_path / "run")
-    c = Answers(run.scenario())
-    c.state = {"broker-a": group(None)}
-    sched = FaultScheduler(run, c, run.scenario().faults)
-    run.load_dir.mkdir()
-    run.load_started_file.write_text(json.dumps({"start_s": time.time()}))
-    sched.start()
-    sched.join(10)
+    c, ev, sched = schedule(tmp_path, "  - {kind: kill, target: 'master-of:broker-a', at: 0s, restart_after: 0.2s}\n",
+                            lambda c: setattr(c, "state", {"broker-a": group(None)}))
     assert c.done == []
-    ev = {e["params"]["fault_id"]: e for e in run.timeline() if e["kind"] == "fault"}
     kill, restart = ev["kill-master-of-broker-a"], ev["kill-master-of-broker-a-restart"]
     assert (kill["target"], kill["outcome"]) == ("master-of:broker-a", "failed")
     assert kill["params"]["evidence"]["error"].startswith(
