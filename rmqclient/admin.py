@@ -83,6 +83,8 @@ def sync_state(controllers: list[str], groups: list[str], timeout: float = 3.0,
         _check(resp, f"CONTROLLER_GET_SYNC_STATE_DATA on {addr}")
         return {name: replica_group(r) for name, r in ((resp.body_json() or {}).get("replicasInfoTable") or {}).items()}
 
+    if len(controllers) == 1:  # the monitor asks each controller on its own pool, every second: no pool here
+        return ask(controllers[0])
     last: BaseException | None = None
     pool = ThreadPoolExecutor(max_workers=len(controllers), thread_name_prefix="sync-state")
     try:
