@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 from chaos.kinds import registry
 from chaos.protocol import FaultContext, FaultError, FaultKind
+from chaos import targets
 from chaos.targets import resolve
 from cluster.backend import ClusterBackend
 from rmqchaos.errors import UserError
@@ -64,7 +65,7 @@ def occurrences(faults: list[Fault]) -> list[Occurrence]:
 
 class _Instant:
     """The occurrences due at one instant: each resolves its node, arrives, then waits until all have
-    arrived (or RESOLVE_WAIT_S passed: a resolution that hangs does not hold the others for ever)."""
+    arrived (or INSTANT_WAIT_S passed: a resolution that hangs does not hold the others for ever)."""
 
     def __init__(self, n: int) -> None:
         self._left, self._cv = n, threading.Condition()
@@ -73,7 +74,7 @@ class _Instant:
         with self._cv:
             self._left -= 1
             self._cv.notify_all()
-            deadline = time.monotonic() + RESOLVE_WAIT_S
+            deadline = time.monotonic() + INSTANT_WAIT_S
             while self._left > 0 and not halt.is_set() and time.monotonic() < deadline:
                 self._cv.wait(0.1)
 
@@ -83,8 +84,8 @@ class _Instant:
             self._cv.notify_all()
 
 
-#: longest a resolved occurrence waits for the others due at its instant (targets.resolve waits up to 10 s)
-RESOLVE_WAIT_S = 15.0
+#: longest a resolved occurrence waits for the others due at its instant: a role's own wait, and a margin
+INSTANT_WAIT_S = targets.RESOLVE_WAIT_S + 5.0
 
 
 class FaultScheduler(threading.Thread):
@@ -104,8 +105,10 @@ class FaultScheduler(threading.Thread):
         same: dict[float, list[str]] = {}
         for o in self.plan:
             same.setdefault(round(o.at, 3), []).append(o.fault_id)
-        self._instant = {fid: inst for ids in same.values() if len(ids) > 1
-                         for inst in [_Instant(len(ids))] for fid in ids}
+        self._instant: dict[str, _Instant] = {}
+        for ids in same.values():
+            if len(ids) > 1:
+                self._instant.update(dict.fromkeys(ids, _Instant(len(ids))))
 
     def stop(self) -> None:
         """The load has ended: occurrences not yet due are not applied, long-lived ones stop now."""
