@@ -9,18 +9,21 @@ read by the failover analysis, so keep it as it is):
 - `replicas[node]`: `up` (answered GET_BROKER_CONFIG or GET_BROKER_RUNTIME_INFO within the
   monitor's timeout), `role` as the node itself runs (its effective `brokerRole`: the
   ReplicasManager and DLedger's role handler rewrite it on a switch), `max_offset` (runtime info's
-  commitLogMaxOffset), `confirm_offset` (always null: RocketMQ 5.5.0 exposes the store's confirm
-  offset through no admin request; see docs/broker-evidence.md).
+  commitLogMaxOffset); controller mode only: `confirm_offset` and `confirm_ms`, the confirm offset
+  the node last sent the controllers in its heartbeat and when (cluster/heartbeats.py: no admin
+  request returns it), null when it sent none in the last HEARTBEAT_FRESH_MS.
 
 The asks all run at once beside the rest of the sample, so a dead node costs the sample nothing and
 a SIGSTOPped one a single timeout, not one per ask; what did not answer is null.
 """
 from __future__ import annotations
 
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from cluster.heartbeats import Heartbeat
 from cluster.plan import NodePlan
 from rmqclient.admin import AdminClient, RemotingError, ReplicaGroup, sync_state
 
@@ -37,6 +40,11 @@ class ReplicaAnswer:
     """What a replica that answered says of itself (role: master | slave | None if not recognised)."""
     role: str | None
     max_offset: int | None
+
+
+#: a broker heartbeats every second (brokerHeartbeatInterval); a confirm offset older than this is
+#: not the node's current one (it is stopped, dead or cut off), and is recorded as null
+HEARTBEAT_FRESH_MS = 3000
 
 
 def _on(v: object) -> bool:
@@ -65,10 +73,11 @@ def role_of(broker_role: str | None) -> str | None:
 
 
 def group_record(g: GroupPlan, controllers: dict[str, ReplicaGroup] | None, reg_ids: dict[int, str] | None,
-                 answers: dict[str, ReplicaAnswer | None]) -> dict[str, Any]:
+                 answers: dict[str, ReplicaAnswer | None], heartbeats: dict[str, Heartbeat] | None = None,
+                 now_ms: int = 0) -> dict[str, Any]:
     """One group's record from the answers: the controllers' (None: they did not answer), namesrv's
-    registrations of the group (brokerId -> addr; None: namesrv did not answer), and each node's
-    (None: it did not answer)."""
+    registrations of the group (brokerId -> addr; None: namesrv did not answer), each node's
+    (None: it did not answer), and the heartbeats captured so far (broker addr -> the last)."""
     names = {addr: name for name, addr in g.nodes}
     routed_addr = (reg_ids or {}).get(0)
     rec: dict[str, Any] = {"mode": g.mode, "master": None, "master_addr": None, "epoch": None,
@@ -81,10 +90,15 @@ def group_record(g: GroupPlan, controllers: dict[str, ReplicaGroup] | None, reg_
     elif routed_addr:
         rec.update(master=names.get(routed_addr), master_addr=routed_addr)
     rec["replicas"] = {}
-    for name, _ in g.nodes:
+    for name, addr in g.nodes:
         a = answers.get(name)
         rec["replicas"][name] = {"up": a is not None, "role": a.role if a else None,
                                  "max_offset": a.max_offset if a else None, "confirm_offset": None}
+        hb = (heartbeats or {}).get(addr) if g.mode == "controller" else None
+        if hb is not None and now_ms - hb.at_ms <= HEARTBEAT_FRESH_MS:
+            rec["replicas"][name].update(confirm_offset=hb.confirm_offset, confirm_ms=hb.at_ms)
+        elif g.mode == "controller":
+            rec["replicas"][name]["confirm_ms"] = None
     return rec
 
 
@@ -129,9 +143,10 @@ class GroupSampler:
     """Asks, once per sample, the controllers (for every controller-mode group at once) and every
     broker node; `start()` sends the asks, and the function it returns builds the records."""
 
-    def __init__(self, plans: Iterable[NodePlan], controllers: list[str], timeout: float) -> None:
+    def __init__(self, plans: Iterable[NodePlan], controllers: list[str], timeout: float,
+                 heartbeats: Callable[[], dict[str, Heartbeat]] | None = None) -> None:
         self.groups, self.timeout = group_plans(plans), timeout
-        self.controllers = controllers
+        self.controllers, self.heartbeats = controllers, heartbeats
         self.ctl_groups = [g for g, gp in self.groups.items() if gp.mode == "controller"]
         n = sum(2 * len(g.nodes) for g in self.groups.values()) + (len(controllers) if self.ctl_groups else 0)
         self.pool = ThreadPoolExecutor(min(32, max(1, n)), "groups")
@@ -146,6 +161,7 @@ class GroupSampler:
         def finish(reg: dict[str, dict[int, str]] | None) -> dict[str, Any]:
             state = leader_view(ctl)
             answers = {n: replica_answer(*fs) for n, fs in asks.items()}
-            return {g: group_record(gp, state, None if reg is None else reg.get(g, {}), answers)
+            hbs, now = (self.heartbeats() if self.heartbeats else {}), int(time.time() * 1000)
+            return {g: group_record(gp, state, None if reg is None else reg.get(g, {}), answers, hbs, now)
                     for g, gp in self.groups.items()}
         return finish

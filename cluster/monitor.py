@@ -29,7 +29,10 @@ route: a broker that left the route is exactly what must still be seen), and nam
   stretches a sample to about 2 s (a dead one refuses at once);
 - `groups[broker group]`: its mode, master (elected by the controllers, or namesrv's id 0), master
   epoch and SyncStateSet (controller mode), the master namesrv routes to, and each replica's own
-  view: up, role, commit-log max offset (cluster/groups.py; asked concurrently with the rest).
+  view: up, role, commit-log max offset (cluster/groups.py; asked concurrently with the rest), and
+  in controller mode the confirm offset each replica last sent the controllers in its heartbeat
+  (cluster/heartbeats.py: read off lo by a tcpdump the monitor starts as a client of the run;
+  `heartbeat_tap_error` says when it could not).
 
 A sample that cannot ask something records it as null: the monitor never stops the run.
 """
@@ -38,13 +41,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from cluster.groups import GroupSampler
+from cluster.groups import GroupSampler, group_plans
+from cluster.heartbeats import HeartbeatTap
 from cluster.plan import NodePlan, controller_addrs
 from cluster.probe import fault_links, probe_all
 from cluster.rmqlog import line_ms, log_dir
@@ -146,7 +151,20 @@ class Monitor:
         self.frame_line_ms: int | None = None
         self.links = fault_links(s)  # none without network faults: no probes, no `links` field
         self.pool = ThreadPoolExecutor(min(32, len(self.links)), "probe") if self.links else None
-        self.group_sampler = GroupSampler(self.cluster.plans.values(), controller_addrs(s), ASK_TIMEOUT_S)
+        ctl = controller_addrs(s)
+        # the confirm offsets of controller-mode replicas, from their heartbeats (cluster/heartbeats.py);
+        # started here, in the main thread, which tcpdump dies with
+        self.tap = HeartbeatTap(ctl, self._spawn_tap) if ctl and any(
+            g.mode == "controller" for g in group_plans(self.cluster.plans.values()).values()) else None
+        if self.tap is not None and not self.tap.start():
+            print(f"monitor: {self.tap.error}", file=sys.stderr, flush=True)
+        self.group_sampler = GroupSampler(self.cluster.plans.values(), ctl, ASK_TIMEOUT_S,
+                                          self.tap.latest if self.tap is not None else None)
+
+    def _spawn_tap(self, cmd: list[str]) -> subprocess.Popen:
+        (self.run.path / "monitor").mkdir(exist_ok=True)
+        with open(self.run.path / "monitor" / "tcpdump.log", "ab") as err:
+            return self.cluster.spawn_client("heartbeats", cmd, cwd=self.run.path, stdout=subprocess.PIPE, stderr=err)
 
     # ------------------------------------------------------------ one sample
     def sample(self) -> dict[str, Any]:
@@ -154,6 +172,8 @@ class Monitor:
         out: dict[str, Any] = {"ts_ms": now}
         links = probe_all(self.pool, self.links) if self.pool is not None else None
         groups = self.group_sampler.start()
+        if self.tap is not None and self.tap.error:
+            out["heartbeat_tap_error"] = self.tap.error
         reg = self.cluster.registered()
         try:
             out["namesrv"] = {"up": True, "topics": by_type(self.admin.topic_list(), self.own),

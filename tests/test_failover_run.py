@@ -89,6 +89,18 @@ def test_a_replicated_cluster_fails_over_under_load_and_the_analysis_times_each_
     assert last["epoch"] > first["epoch"] and last["master"] != faults["kill-a"]["target"]
     assert last["replicas"][faults["kill-a"]["target"]]["up"] is True
     assert last["replicas"][faults["kill-a"]["target"]]["role"] == "slave"
+    # each replica's confirm offset as it sent it to the controllers (cluster/heartbeats.py): there
+    # while it runs (a heartbeat a second; a sample takes the last of the past 3 s), gone while it
+    # is dead, and at the end, the load over, the master's has reached its max offset
+    killed, kill_ms = faults["kill-a"]["target"], faults["kill-a"]["start_ms"]
+    running = [x["groups"]["broker-a"]["replicas"] for x in samples if x["ts_ms"] < kill_ms][2:]
+    assert len(running) >= 3 and all(sum(r[n]["confirm_offset"] is not None for r in running) > len(running) / 2
+                                     for n in first["replicas"]), running
+    restart_ms = faults["kill-a-restart"]["start_ms"]
+    assert any(x["groups"]["broker-a"]["replicas"][killed]["confirm_offset"] is None
+               for x in samples if kill_ms + 3500 <= x["ts_ms"] < restart_ms), "the dead node kept a confirm offset"
+    assert any(g["replicas"][g["master"]]["confirm_offset"] == g["replicas"][g["master"]]["max_offset"] > 0
+               for g in (x["groups"]["broker-a"] for x in samples[-3:])), samples[-3:]
     # the analysis: per failover the detection, election and first ack on the new master, in order
     fo = {f["fault_id"]: f for f in s["failover"]["failovers"]}
     assert set(fo) == set(groups) & set(kills), fo

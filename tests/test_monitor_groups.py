@@ -26,9 +26,13 @@ def test_a_controller_mode_record_names_the_elected_master_its_epoch_and_sync_st
                                     "broker-a-2": ReplicaAnswer("slave", 380)})
     assert rec == {"mode": "controller", "master": "broker-a-1", "master_addr": A[1][1], "epoch": 3,
                    "sync_state_set": ["broker-a-1", "broker-a-2"], "routed_master": "broker-a-0",
-                   "replicas": {"broker-a-0": {"up": False, "role": None, "max_offset": None, "confirm_offset": None},
-                                "broker-a-1": {"up": True, "role": "master", "max_offset": 400, "confirm_offset": None},
-                                "broker-a-2": {"up": True, "role": "slave", "max_offset": 380, "confirm_offset": None}}}
+                   # no heartbeats captured: no confirm offsets (tests/test_heartbeats.py has them)
+                   "replicas": {"broker-a-0": {"up": False, "role": None, "max_offset": None, "confirm_offset": None,
+                                               "confirm_ms": None},
+                                "broker-a-1": {"up": True, "role": "master", "max_offset": 400, "confirm_offset": None,
+                                               "confirm_ms": None},
+                                "broker-a-2": {"up": True, "role": "slave", "max_offset": 380, "confirm_offset": None,
+                                               "confirm_ms": None}}}
     # controllers and namesrv silent: nothing known of the group but what each node says
     rec = group_record(g, None, None, {n: ReplicaAnswer("slave", 7) for n, _ in A})
     assert {k: rec[k] for k in ("master", "master_addr", "epoch", "sync_state_set", "routed_master")} == dict.fromkeys(
