@@ -42,6 +42,7 @@ class Topology:
     """The run's broker groups as their broker.conf files say: group -> nodes, node -> store host prefix."""
     groups: dict[str, list[str]] = field(default_factory=dict)
     prefix: dict[str, str] = field(default_factory=dict)  # store host prefix -> node
+    addrs: dict[str, str] = field(default_factory=dict)  # "ip:port" it serves clients on -> node
 
     @classmethod
     def of(cls, brokers: dict[str, dict[str, str]]) -> "Topology":
@@ -50,6 +51,7 @@ class Topology:
             t.groups.setdefault(conf.get("brokerName", node), []).append(node)
             ip, port = conf.get("brokerIP1"), conf.get("listenPort")
             if ip and port:
+                t.addrs[f"{ip}:{port}"] = node
                 try:
                     t.prefix[store_host_prefix(ip, int(port))] = node
                 except ValueError:  # an IPv6 or host name brokerIP1: its sends stay unattributed
@@ -71,6 +73,13 @@ class Topology:
             return F.lit(None).cast("string")
         m = F.create_map(*[F.lit(x) for kv in sorted(self.prefix.items()) for x in kv])
         return F.when(F.length("offset_msg_id") == 32, m[F.upper(F.substring("offset_msg_id", 1, 16))])
+
+    def served_node(self) -> Any:
+        """A column: the node a delivery's pull was served by (the receive ledger's `served_by`;
+        null: not recorded, or not a node of the run)."""
+        if not self.addrs:
+            return F.lit(None).cast("string")
+        return F.create_map(*[F.lit(x) for kv in sorted(self.addrs.items()) for x in kv])[F.col("served_by")]
 
     def ack_node(self) -> Any:
         """A column: the node that stored an acknowledged send (null: not acked, or not a known node)."""

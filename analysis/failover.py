@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 
 from analysis import sends
 from analysis.acks import Topology, acks_per_second, decode_store_host, first_acks, two_master_windows
+from analysis.redeliveries import repeats
 from analysis.session import BROADCAST_MAX
 from analysis.store_check import STORE_EXAMPLES, STORE_LOOKUP_MAX
 from rmqchaos.spec.types import MASTER_OF
@@ -27,12 +28,6 @@ CONTROLLER_NODE = re.compile(r"controller-\d+")  # a standalone controller's nod
 # a restart after a kill is its recovery (as in the verdict), not a fault that starts a failover
 RECOVERY_KINDS = ("restart",)
 KILLS = ("kill", "oom_kill", "jvm_oom")
-
-DUPLICATES_AFTER_SWITCH = (
-    "not attributed: a redelivery by the new master after an election is the same stored copy (group, queue, "
-    "offset) as a re-pull after a rebalance, and the receive ledger's offset_msg_id names the node that first "
-    "stored the copy, not the node that served it; counted in consumer_repull")
-
 
 def failover(send: DataFrame, keys: DataFrame, events: list[dict[str, Any]], monitor: list[dict[str, Any]],
              brokers: dict[str, dict[str, str]], store: Any = None, recv: DataFrame | None = None) -> dict[str, Any] | None:
@@ -54,8 +49,9 @@ def failover(send: DataFrame, keys: DataFrame, events: list[dict[str, Any]], mon
         f["lost_in_switch"] = None  # without a store to look in: not checked
     lost = switch_losses(send, keys, store, topo, fos, samples) if store is not None else None
     reads = stale_reads(recv, topo, fos) if recv is not None else [None] * len(fos)
-    for f, n in zip(fos, reads):
-        f["stale_reads"] = n
+    again, per = repeats(recv, topo, fos) if recv is not None else (None, [None] * len(fos))
+    for f, n, r in zip(fos, reads, per):
+        f["stale_reads"], f["duplicates_after_switch"] = n, r
     acked: dict[str, dict[str, int]] = {g: {} for g in topo.replicated}
     for r in per_second:
         n = r["node"] or "unattributed"
@@ -66,7 +62,7 @@ def failover(send: DataFrame, keys: DataFrame, events: list[dict[str, Any]], mon
                        for g in topo.replicated},
             "failovers": fos, "two_master_windows": windows, "lost": lost,
             "stale_reads": None if recv is None else sum(n or 0 for n in reads),
-            "duplicates_after_switch": None, "duplicates_after_switch_why": DUPLICATES_AFTER_SWITCH}
+            "duplicates_after_switch": again}
 
 
 def _mode(samples: list[dict[str, Any]], group: str) -> str | None:

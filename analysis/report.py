@@ -130,7 +130,12 @@ def _failover(s: dict[str, Any]) -> list[str]:
             [[e["key"], e["verdict"].replace("_", " "), ", ".join(e["acked_by"]),
               ", ".join(f"{n} ({'up' if u else 'down' if u is False else '?'})" for n, u in e["stored_on_up"].items())]
              for e in lost["examples"]], ["key", "where", "acknowledged by", "stored on (at the last sample)"]))
-    out.append(f"<p>Duplicates after a switch: {html.escape(fo['duplicates_after_switch_why'])}.</p>")
+    again = fo.get("duplicates_after_switch")
+    if again:  # absent in summaries before it; null without the receive ledger
+        out.append("<p>Deliveries of a stored copy repeated, by who served them (the pulling client's view): "
+                   + html.escape(f"{again['served_by_another_node']:,} by another node of the group than the first "
+                                 f"(read again across a switch), {again['served_by_the_same_node']:,} by the same node "
+                                 f"(a re-pull), {again['server_unknown']:,} not known") + ".</p>")
     return out
 
 

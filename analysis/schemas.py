@@ -33,5 +33,6 @@ SEND_USED = used(SEND, "rec", "producer_id", "attempt_id", "key", "attempt", "to
                  "offset_msg_id", "queue_id", "queue_offset")
 RECEIVE_USED = used(RECEIVE, "key", "msg_id", "msg_hi", "msg_lo", "origin_topic", "broker", "queue_id", "queue_offset",
                     "reconsume_times", "batch_index", "receive_ms", "body_key", "body_ok",
-                    # read by the failover analysis only (its stale reads); Spark prunes them elsewhere
-                    "offset_msg_id", "store_ms")
+                    # read by the failover analysis only (its stale reads, who served a redelivery);
+                    # Spark prunes them elsewhere
+                    "offset_msg_id", "store_ms", "served_by")

@@ -139,6 +139,7 @@ def write(run_ledgers: Path, n: int, files: int = 4, run_id: str = "synthetic") 
                  'c{j}' AS consumer_id, 1 AS batch_size, 0 AS batch_index, {t0} AS store_ms,
                  {t0} + i // 10 + 50 AS receive_ms,
                  CASE WHEN key = 'k' || i THEN key END AS body_key,
-                 CASE WHEN key = 'k' || i THEN i % 1000 <> 1 END AS body_ok FROM d)
+                 CASE WHEN key = 'k' || i THEN i % 1000 <> 1 END AS body_ok,
+                 NULL::VARCHAR AS served_by FROM d)
           TO '{run_ledgers}/receive-c{j}.jsonl' (FORMAT JSON)""")
     con.close()

@@ -250,6 +250,9 @@ def failover_phrases(s: dict[str, Any]) -> list[str]:
         if f.get("stale_reads"):
             parts.append(f"{_n(f['stale_reads'], 'message', 'messages')} it stored after {new} was elected "
                          "delivered to consumers (read from a deposed master)")
+        if f.get("duplicates_after_switch"):
+            parts.append(f"{_n(f['duplicates_after_switch'], 'delivery', 'deliveries')} read again from another node "
+                         "than the first time (a duplicate of the switch)")
         ts = f.get("two_master_seconds") or []
         named.update((f["group"], t) for t in ts)
         parts.append(f"two masters acknowledged in {len(ts)} s: {_seconds_named(ts, {t: wins[(f['group'], t)] for t in ts})}"

@@ -43,7 +43,9 @@ RECEIVE_FIELDS = (("run_id", "string"), ("key", "string"), ("msg_id", "string"),
                   ("queue_offset", "long"), ("reconsume_times", "int"), ("consumer_id", "string"),
                   ("batch_size", "int"), ("batch_index", "int"), ("store_ms", "long"), ("receive_ms", "long"),
                   # what the self-verifying body (rmqchaos/body.py) says: its key, and whether it checked out
-                  ("body_key", "string"), ("body_ok", "bool"))
+                  ("body_key", "string"), ("body_ok", "bool"),
+                  # the node (ip:port) whose pull fetched this delivery; null when the client did not say
+                  ("served_by", "string"))
 
 #: columns the seal adds to both sealed ledgers (rmqchaos/seal.py, docs/ledgers.md): the msgId as two
 #: numbers when it has RocketMQ's form (32 uppercase hex digits; null otherwise), so that the analysis

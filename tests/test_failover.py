@@ -35,6 +35,11 @@ def brokers(root: Path, replicated: bool = True) -> dict[str, dict[str, str]]:
     return out
 
 
+def served_by(node: str) -> str:
+    ip, port = NODES.get(node, ("127.0.64.21", 30941))
+    return f"{ip}:{port}"
+
+
 def msg_id(node: str, offset: int) -> str:
     ip, port = NODES.get(node, ("127.0.64.21", 30941))
     return store_host_prefix(ip, port) + f"{offset:016X}"
@@ -196,9 +201,11 @@ class Ledger:
     def __init__(self, d: Path) -> None:
         d.mkdir(parents=True, exist_ok=True)
         self.send, self.recv, self.n = open(d / "send-p1.jsonl", "w"), open(d / "receive-c0.jsonl", "w"), 0
+        self.delivered: dict[str, dict[str, Any]] = {}
         self.d = d
 
     def ack(self, key: str, node: str, end_ms: int, delivered: bool = True, group: str = "broker-a") -> None:
+        """An acknowledged send stored by `node`, and (delivered) its delivery, served by that node."""
         self.n += 1
         rec = ("intent", "r", "p1", self.n, key, 1, "T_FO", "no_retry", end_ms - 5, end_ms - 3)
         self.send.write(json.dumps(intent_record(*rec)) + "\n")
@@ -209,8 +216,15 @@ class Ledger:
             r = dict.fromkeys(RECEIVE_KEYS)
             r.update(run_id="r", key=key, msg_id=f"{self.n:032X}", topic="T_FO", origin_topic="T_FO", broker=group,
                      queue_id=0, queue_offset=self.n, reconsume_times=0, consumer_id="c0", batch_size=1, batch_index=0,
-                     receive_ms=end_ms + 50, offset_msg_id=msg_id(node, self.n * 100), store_ms=end_ms - 2)
+                     receive_ms=end_ms + 50, offset_msg_id=msg_id(node, self.n * 100), store_ms=end_ms - 2,
+                     served_by=served_by(node))
             self.recv.write(json.dumps(r) + "\n")
+            self.delivered[key] = r
+
+    def again(self, key: str, by: str | None, receive_ms: int) -> None:
+        """The same stored copy delivered again, served by node `by` (None: not recorded)."""
+        r = dict(self.delivered[key], receive_ms=receive_ms, served_by=served_by(by) if by else None)
+        self.recv.write(json.dumps(r) + "\n")
 
     def files(self) -> tuple[list[Path], list[Path]]:
         self.send.close()
@@ -235,6 +249,12 @@ def planted(tmp: Path) -> tuple[list[Path], list[Path], list[dict[str, Any]]]:
     for i in range(10):
         led.ack(f"after-{i}", "broker-a-1", FAULT + 7300 + 1000 * i)
     led.ack("two-master", "broker-a-0", FAULT + 10_400)                # the same second as after-3 on broker-a-1
+    # copies read again: from the new master after the switch (a duplicate of the switch), from the same
+    # node before it (a re-pull), with no server recorded; and on the unreplicated broker-b
+    led.again("before-8", "broker-a-1", FAULT + 8000)
+    led.again("before-7", "broker-a-0", T + 9900)
+    led.again("before-6", None, FAULT + 8100)
+    led.again("b-3", "broker-b", FAULT + 8200)
     commit_log(tmp / "cluster" / "broker-a-0" / "store" / "commitlog",
                [("T_FO", "lost-switch", 1), ("T_FO", "lost-replica", 2)])
     commit_log(tmp / "cluster" / "broker-a-1" / "store" / "commitlog", [("T_FO", "lost-replica", 2)])
@@ -272,13 +292,18 @@ def test_planted_failover_times_two_master_seconds_and_loss_in_the_switch(spark,
     assert f["lost_in_switch"] == 1
     # the old master's late ack (two-master) came after its switch had ended (a kill's: detection): no stale read
     assert f["stale_reads"] == fo["stale_reads"] == 0
+    # the repeats of the replicated group by who served them; the one served by another node is the switch's
+    assert fo["duplicates_after_switch"] == {"served_by_another_node": 1, "served_by_the_same_node": 1,
+                                             "server_unknown": 1}
+    assert f["duplicates_after_switch"] == 1 and res["counts"]["duplicated"] == 4
     ex = {e["key"]: e for e in lost["examples"]}
     assert ex["lost-switch"]["stored_on"] == ["broker-a-0"] and ex["lost-switch"]["stored_on_up"] == {"broker-a-0": False}
     assert ex["lost-replica"]["stored_on_up"] == {"broker-a-0": False, "broker-a-1": True}
     words = failover_phrases({"failover": fo})
     assert words == [f"broker-a after the SIGKILL of broker-a-0 (its master): detected after 2.0 s, broker-a-1 elected "
                      f"after 5.0 s, first ack on it after 7.3 s, first ack on any node after 0.05 s (broker-a-0), one "
-                     f"acknowledged message lost in the switch, two masters acknowledged in 1 s: {hms(second)} "
+                     f"acknowledged message lost in the switch, one delivery read again from another node than the "
+                     f"first time (a duplicate of the switch), two masters acknowledged in 1 s: {hms(second)} "
                      f"(broker-a-0 1, broker-a-1 1)"]
 
 

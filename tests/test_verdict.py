@@ -306,7 +306,7 @@ def failover_section(**f: Any) -> dict[str, Any]:
             if fo["two_master_seconds"] else [],
             "lost": {"checked": 0, "lost_in_switch": 0, "stored_on_other_replica": 0, "stored_on_acking_node": 0,
                      "stored_ack_node_unknown": 0, "never_stored": 0, "examples": []},
-            "duplicates_after_switch": None, "duplicates_after_switch_why": "not attributed"}
+            "duplicates_after_switch": {"served_by_another_node": 0, "served_by_the_same_node": 0, "server_unknown": 0}}
 
 
 def test_the_verdict_names_each_failover_its_times_its_loss_and_its_two_master_seconds() -> None:
@@ -316,6 +316,9 @@ def test_the_verdict_names_each_failover_its_times_its_loss_and_its_two_master_s
                                "messages lost in the switch, no second with two acknowledging nodes.")
     two = summary("ctl-split", "false", 0, None, failover=failover_section(two_master_seconds=[1_700_000_020]))
     assert "two masters acknowledged in 1 s: 22:13:40 (broker-a-0 3, broker-a-1 12)" in verdict(two)
+    again = summary("ctl-again", "false", 0, None, failover=failover_section(duplicates_after_switch=12))
+    assert ("0 acknowledged messages lost in the switch, 12 deliveries read again from another node than the first "
+            "time (a duplicate of the switch), no second") in verdict(again)
     # not seen is said so, with why, never claimed
     gone = failover_section(detection_s=None, election_s=None, new_master=None, first_ack_new_master_s=None,
                             first_ack_any_s=None, first_ack_any_node=None, lost_in_switch=None,

@@ -6,20 +6,32 @@ import java.io.OutputStreamWriter;
 import java.io.Writer;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.List;
+import java.util.Map;
+import java.util.WeakHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.zip.CRC32;
 
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.rebalance.AllocateMessageQueueAveragely;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyContext;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.hook.FilterMessageContext;
+import org.apache.rocketmq.client.hook.FilterMessageHook;
 import org.apache.rocketmq.common.MixAll;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.MessageClientExt;
 import org.apache.rocketmq.common.message.MessageConst;
 import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.remoting.CommandCustomHeader;
+import org.apache.rocketmq.remoting.RPCHook;
+import org.apache.rocketmq.remoting.protocol.RemotingCommand;
+import org.apache.rocketmq.remoting.protocol.RequestCode;
+import org.apache.rocketmq.remoting.protocol.ResponseCode;
+import org.apache.rocketmq.remoting.protocol.header.PullMessageRequestHeader;
 
 /**
  * The receive witness: a real DefaultMQPushConsumer that records every delivery as one JSON line
@@ -113,6 +125,87 @@ public final class Consumer {
         return new String[] {key, String.valueOf(crc.getValue() == want && key != null)};
     }
 
+    /**
+     * Which node served each delivered message: the address of the pull that fetched it. The client's
+     * RPC hook sees every pull response with its channel's remote address; the pull callback that
+     * decodes that response runs next on the same thread (NettyRemotingClient.invokeImpl completes a
+     * future whose hook stage precedes the callback's), and its filter hook sees the decoded
+     * messages. The address passes between the two in a thread-local, used once, and only for
+     * messages of the pulled queue within the pulled offsets; anything else is unknown (null).
+     */
+    static final class ServedBy implements RPCHook, FilterMessageHook {
+        private static final class Pull {
+            final String topic;
+            final int queueId;
+            final long from;
+            final long next;
+            final String addr;
+
+            Pull(String topic, int queueId, long from, long next, String addr) {
+                this.topic = topic;
+                this.queueId = queueId;
+                this.from = from;
+                this.next = next;
+                this.addr = addr;
+            }
+        }
+
+        private final ThreadLocal<Pull> last = new ThreadLocal<>();
+        private final Map<MessageExt, String> served = Collections.synchronizedMap(new WeakHashMap<>());
+
+        @Override
+        public void doBeforeRequest(String remoteAddr, RemotingCommand request) {
+        }
+
+        @Override
+        public void doAfterResponse(String remoteAddr, RemotingCommand request, RemotingCommand response) {
+            if (request == null || request.getCode() != RequestCode.PULL_MESSAGE || response == null
+                || response.getCode() != ResponseCode.SUCCESS || response.getExtFields() == null) {
+                return;
+            }
+            CommandCustomHeader h = request.readCustomHeader();
+            String next = response.getExtFields().get("nextBeginOffset");
+            if (!(h instanceof PullMessageRequestHeader) || next == null) {
+                return;
+            }
+            PullMessageRequestHeader p = (PullMessageRequestHeader) h;
+            if (p.getTopic() == null || p.getQueueId() == null || p.getQueueOffset() == null) {
+                return;
+            }
+            try {
+                last.set(new Pull(p.getTopic(), p.getQueueId(), p.getQueueOffset(), Long.parseLong(next), remoteAddr));
+            } catch (NumberFormatException ignored) {
+                last.remove();
+            }
+        }
+
+        @Override
+        public String hookName() {
+            return "rmqchaos-served-by";
+        }
+
+        @Override
+        public void filterMessage(FilterMessageContext ctx) {
+            Pull p = last.get();
+            last.remove();
+            if (p == null || ctx.getMsgList() == null) {
+                return;
+            }
+            for (MessageExt m : ctx.getMsgList()) {
+                if (p.topic.equals(m.getTopic()) && p.queueId == m.getQueueId()
+                    && p.from <= m.getQueueOffset() && m.getQueueOffset() < p.next) {
+                    served.put(m, p.addr);
+                }
+            }
+        }
+
+        /** The address that served a message (null: not known). Kept while the message object lives: a
+         *  batch the listener hands back for a local retry is the same objects, served by the same node. */
+        String of(MessageExt m) {
+            return served.get(m);
+        }
+    }
+
     public static void main(String[] a) throws Exception {
         if (a.length == 0 || a[0].equals("--help")) {
             System.out.println("usage: Consumer --namesrv H:P --group G --topic T [--topic T2 ...] --out FILE "
@@ -152,7 +245,10 @@ public final class Consumer {
         final AtomicLong lastDelivery = new AtomicLong(System.currentTimeMillis());
         final Object lock = new Object();
 
-        DefaultMQPushConsumer c = new DefaultMQPushConsumer(group);
+        final ServedBy servedBy = new ServedBy();
+        // (group, hook, strategy): the one constructor with a hook that 5.1.x and 5.5.x both have
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer(group, servedBy, new AllocateMessageQueueAveragely());
+        c.getDefaultMQPushConsumerImpl().registerFilterMessageHook(servedBy);
         c.setNamesrvAddr(namesrv);
         c.setInstanceName(consumerId);
         c.setClientIP("127.0.0.1");
@@ -196,6 +292,7 @@ public final class Consumer {
                     .append(",\"receive_ms\":").append(now)
                     .append(",\"body_key\":").append(esc(body[0]))
                     .append(",\"body_ok\":").append(body[1] == null ? "null" : body[1])
+                    .append(",\"served_by\":").append(esc(servedBy.of(m)))
                     .append("}\n");
             }
             synchronized (lock) {
