@@ -164,8 +164,14 @@ class HeartbeatTap:
             for hb in HeartbeatParser().pcap(self.proc.stdout):
                 with self._lock:
                     self._latest[hb.broker_addr] = hb
-        except (ValueError, dpkt.NeedData) as e:  # tcpdump ended, or wrote no pcap header
-            self.error = f"the capture ended: {type(e).__name__}: {e}"
+            why = "its output ended"
+        except (ValueError, dpkt.NeedData) as e:  # tcpdump wrote no pcap header, or a torn one
+            why = f"{type(e).__name__}: {e}"
+        try:
+            code: int | None = self.proc.wait(5)  # its output ends as it exits
+        except subprocess.TimeoutExpired:
+            code = None
+        self.error = f"the heartbeat capture ended ({why}; tcpdump exit code {code}, monitor/tcpdump.log)"
 
     def latest(self) -> dict[str, Heartbeat]:
         with self._lock:

@@ -201,6 +201,14 @@ def test_fault_free_real_run_reports_zero_lost_zero_duplicated(real_run) -> None
     assert s["versions"]["rocketmq"] and set(s["cluster"]["brokers"]) >= {"broker-a", "broker-b"}
     assert (real_run.path / "analysis" / "keys.parquet").is_dir()
     assert any(w["kind"] == "load" and w["keys_by_class"].get("ok") for w in s["windows"])
+    # the Java consumer writes the ledger's schema, field for field; each delivery served by its group's
+    # master (the only node of each group here): the address its pull went to
+    from cluster import get_backend
+    from rmqchaos.ledgers import RECEIVE_KEYS
+    recv = [json.loads(x) for f in (real_run.path / "ledgers").glob("receive-*.jsonl") for x in f.read_text().splitlines()]
+    assert recv and {tuple(r) for r in recv} == {RECEIVE_KEYS}
+    addr = {p.broker_name: p.addr for p in get_backend(real_run).plans.values() if p.is_broker}
+    assert all(r["served_by"] == addr[r["broker"]] for r in recv), {(r["broker"], r["served_by"]) for r in recv}
 
 
 def test_withheld_deliveries_are_reported_lost_exactly(real_run, spark, tmp_path: Path) -> None:

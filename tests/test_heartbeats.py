@@ -115,3 +115,22 @@ def test_the_groups_record_takes_a_confirm_offset_sent_within_3_s_and_no_older()
     assert group_record(c, None, {0: "127.0.62.11:28911"}, {"broker-b": ReplicaAnswer("master", 900)}, hbs,
                         10_500)["replicas"]["broker-b"] == {"up": True, "role": "master", "max_offset": 900,
                                                             "confirm_offset": None}
+
+
+def test_a_capture_that_ends_says_so_and_keeps_what_it_read(tmp_path) -> None:
+    """A tcpdump that exits (here: a stand-in that writes one heartbeat's pcap and exits 3) leaves the
+    heartbeats it delivered and an error naming its exit, which each monitor sample then carries."""
+    import subprocess
+    import sys
+
+    from cluster.heartbeats import HeartbeatTap
+    from rmqchaos.wait import poll_until
+    f = tmp_path / "one.pcap"
+    f.write_bytes(pcap([(5.0, segment(1, heartbeat(70, 80)))]))
+    tap = HeartbeatTap(["127.0.99.3:28878"], lambda cmd: subprocess.Popen(
+        [sys.executable, "-c", f"import sys; sys.stdout.buffer.write(open({str(f)!r}, 'rb').read()); sys.exit(3)"],
+        stdout=subprocess.PIPE))
+    assert tap.start()
+    poll_until(lambda: tap.error, 10, "the tap to see its capture end")
+    assert tap.error is not None and "exit code 3" in tap.error and "output ended" in tap.error, tap.error
+    assert tap.latest() == {"127.0.99.12:28915": Heartbeat(5000, "127.0.99.12:28915", 2, 80, 70)}
