@@ -108,15 +108,20 @@ def test_a_replicated_cluster_fails_over_under_load_and_the_analysis_times_each_
         f = fo[fid]
         assert f["old_master"] == faults[fid]["target"] and f["new_master"] not in (None, f["old_master"]), f
         assert 0 <= f["detection_s"] <= f["election_s"] <= f["first_ack_new_master_s"] < 20, f
-    # every delivery names the node its pull was served by (the Java consumer's RPC hook): the consumers
-    # drain after the load, so from broker-a's new master (a slave serves no pull by default)
+    # every delivery names the node its pull was served by (the Java consumer's RPC hook), a node of
+    # its group; never the killed master once it is dead, nor after its restart (a slave refuses
+    # pulls: slaveReadEnable false). When the consumer reads before the kill (not every run: on 5.5.0
+    # its first pulls may be answered "subscription not latest" for ~20 s), the old master served those.
     recv = [json.loads(x) for f in sorted((run.path / "ledgers").glob("receive-*.jsonl"))
             for x in f.read_text().splitlines() if x.strip()]
     from cluster import get_backend
     node = {p.addr: n for n, p in get_backend(run).plans.items()}
-    served = [node.get(r["served_by"], r["served_by"]) for r in recv if r["broker"] == "broker-a"]
-    print("deliveries of broker-a by the node that served them:", {n: served.count(n) for n in set(served)})
-    assert served and set(served) == {fo["kill-a"]["new_master"]}, set(served)
+    served = [(r["receive_ms"], node.get(r["served_by"], r["served_by"])) for r in recv if r["broker"] == "broker-a"]
+    print("deliveries of broker-a by the node that served them:",
+          {n: sum(1 for _, x in served if x == n) for n in {x for _, x in served}})
+    assert served and {n for _, n in served} <= set(first["replicas"]), served[:5]
+    assert killed not in {n for t, n in served if t > kill_ms + 3000}
+    assert {n for t, n in served if t < kill_ms} <= {killed}
     again = s["failover"]["duplicates_after_switch"]
     assert again is not None and again["server_unknown"] == 0, again
     assert s["failover"]["two_master_windows"] == []
