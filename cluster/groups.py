@@ -94,11 +94,12 @@ def group_record(g: GroupPlan, controllers: dict[str, ReplicaGroup] | None, reg_
         a = answers.get(name)
         rec["replicas"][name] = {"up": a is not None, "role": a.role if a else None,
                                  "max_offset": a.max_offset if a else None, "confirm_offset": None}
-        hb = (heartbeats or {}).get(addr) if g.mode == "controller" else None
-        if hb is not None and now_ms - hb.at_ms <= HEARTBEAT_FRESH_MS:
-            rec["replicas"][name].update(confirm_offset=hb.confirm_offset, confirm_ms=hb.at_ms)
-        elif g.mode == "controller":
-            rec["replicas"][name]["confirm_ms"] = None
+        if g.mode == "controller":
+            hb = (heartbeats or {}).get(addr)
+            if hb is not None and now_ms - hb.at_ms > HEARTBEAT_FRESH_MS:
+                hb = None
+            rec["replicas"][name].update(confirm_offset=hb.confirm_offset if hb else None,
+                                         confirm_ms=hb.at_ms if hb else None)
     return rec
 
 

@@ -48,7 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from cluster.groups import GroupSampler, group_plans
+from cluster.groups import GroupSampler
 from cluster.heartbeats import HeartbeatTap
 from cluster.plan import NodePlan, controller_addrs
 from cluster.probe import fault_links, probe_all
@@ -154,15 +154,15 @@ class Monitor:
         ctl = controller_addrs(s)
         # the confirm offsets of controller-mode replicas, from their heartbeats (cluster/heartbeats.py);
         # started here, in the main thread, which tcpdump dies with
-        self.tap = HeartbeatTap(ctl, self._spawn_tap) if ctl and any(
-            g.mode == "controller" for g in group_plans(self.cluster.plans.values()).values()) else None
-        if self.tap is not None and not self.tap.start():
-            print(f"monitor: {self.tap.error}", file=sys.stderr, flush=True)
-        self.group_sampler = GroupSampler(self.cluster.plans.values(), ctl, ASK_TIMEOUT_S,
-                                          self.tap.latest if self.tap is not None else None)
+        self.group_sampler = GroupSampler(self.cluster.plans.values(), ctl, ASK_TIMEOUT_S)
+        self.tap = HeartbeatTap(ctl, self._spawn_tap) if self.group_sampler.ctl_groups else None
+        if self.tap is not None:
+            self.group_sampler.heartbeats = self.tap.latest
+            if not self.tap.start():
+                print(f"monitor: {self.tap.error}", file=sys.stderr, flush=True)
 
     def _spawn_tap(self, cmd: list[str]) -> subprocess.Popen:
-        (self.run.path / "monitor").mkdir(exist_ok=True)
+        # monitor/ exists: `up` makes it before it starts the monitor, and main() before Monitor()
         with open(self.run.path / "monitor" / "tcpdump.log", "ab") as err:
             return self.cluster.spawn_client("heartbeats", cmd, cwd=self.run.path, stdout=subprocess.PIPE, stderr=err)
 

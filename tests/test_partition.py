@@ -71,6 +71,7 @@ def test_a_partition_names_members_never_addresses_and_bad_ones_are_one_line(tmp
 
 UP_TIMEOUT_S = 5.0  # a link that is not cut answers a probe within this, however loaded the host
 
+
 def test_a_partition_blocks_exactly_the_named_links_during_and_none_after(fresh_cluster) -> None:
     from chaos.kinds import registry
     from chaos.protocol import FaultContext
