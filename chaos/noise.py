@@ -6,7 +6,7 @@ programs through the backend (`spawn_neighbour`: host processes recorded in proc
 containers on the brokers' volume labelled with the run, so `down` ends them if we die) and ends
 them at stop. Its evidence is what its own programs report plus the device's
 counters from /proc/diskstats over the occurrence: writes, bytes, flushes (fsyncs), and its
-`intent`: what it achieved against what it was asked for (`intent()` below). A starved host makes
+`intent`: what it achieved against what it was asked for (chaos/intent.py). A starved host makes
 noise fall short of its settings (8 Redis drivers beside fio and two brokers on 2 cores reached ~6 %
 of their 200 SET/s): a run must say so, not report the settings as what happened.
 """
@@ -18,6 +18,7 @@ from abc import abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
+from chaos.intent import SHORT_BELOW, intent, measure  # noqa: F401  (the noise kinds import them from here)
 from chaos.protocol import FaultError, FaultKind, Lasting, lasting_span
 from cluster.backend import Neighbour
 from rmqchaos import diskstats
@@ -107,36 +108,6 @@ class NoiseKind(FaultKind):
     @abstractmethod
     def finish(self) -> dict[str, Any]:
         """End every program started (also after a failed begin); return their own numbers."""
-
-
-SHORT_BELOW = 0.8  # a noise that reached less than this share of what it was asked for fell short
-
-
-def measure(what: str, where: str, asked: float, achieved: float) -> dict[str, Any]:
-    """One thing a noise was asked to do at a rate, e.g. ("SET/s", "redis 16379", 200, 12.1)."""
-    return {"what": what, "where": where, "asked": round(float(asked), 3), "achieved": round(float(achieved), 2)}
-
-
-def _num(x: float) -> str:
-    return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
-
-
-def intent(measures: list[dict[str, Any]], label: str, of: str = "measures", note: str = "") -> dict[str, Any]:
-    """What a noise achieved against what it was asked for, for its evidence: {measures, reached (the
-    worst achieved/asked, 3 decimals), short (reached < SHORT_BELOW), words (one phrase, its first
-    number the reached percentage)}. `of` names the measures in the words ("instances", "jobs");
-    `note` is appended (e.g. which jobs a byte budget ended). No measure: reached None, short False."""
-    ms = [m for m in measures if m["asked"] > 0]
-    if not ms:
-        return {"measures": [], "reached": None, "short": False,
-                "words": f"{label}: no intended rate to compare with" + (f"; {note}" if note else "")}
-    worst = min(ms, key=lambda m: m["achieved"] / m["asked"])
-    reached = round(worst["achieved"] / worst["asked"], 3)
-    pct = reached * 100
-    where = f"worst of {len(ms)} {of}: {worst['where']}" if len(ms) > 1 else worst["where"]
-    words = (f"{label} reached {pct:.0f}" if pct >= 1 or pct == 0 else f"{label} reached {pct:.1f}") + \
-        f" % of its {_num(worst['asked'])} {worst['what']} ({where})" + (f"; {note}" if note else "")
-    return {"measures": ms, "reached": reached, "short": reached < SHORT_BELOW, "words": words}
 
 
 def require(ok: bool, msg: str, hint: str) -> None:
