@@ -130,6 +130,10 @@ class Node(ABC):
         0 or absent: no cap; all 0 lifts it). Returns the caps in force as read back."""
 
     @abstractmethod
+    def io_caps(self, majmin: str) -> dict[str, int]:
+        """The caps in force on the disk `majmin`, read back without changing them ({}: none, or no cgroup)."""
+
+    @abstractmethod
     def make_oom_victim(self) -> None:
         """Make the node's process the kernel's first choice when its domain runs out of memory."""
 

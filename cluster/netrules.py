@@ -115,6 +115,11 @@ class RunRules:
         """This run's rules in `table` as `iptables -S` prints them ([] when it has none)."""
         return [ln for ln in _list(self.chain, table) if ln.startswith("-A ")]
 
+    def tagged(self, tag: str, table: str = FILTER) -> list[str]:
+        """One fault's rules in `table` as the kernel lists them: what is in force, not what was asked."""
+        want = f"{self.run_id}:{_ident(tag, 'fault id')}"
+        return [ln for ln in self.rules(table) if _owner(ln) == want]
+
     def remove_tag(self, tag: str) -> int:
         """Remove one fault's rules (both tables); returns how many were removed."""
         want = f"{self.run_id}:{_ident(tag, 'fault id')}"

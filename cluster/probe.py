@@ -81,22 +81,18 @@ class Probed:
         return f"{self.frm} -> {self.to}"
 
 
-def fault_links(s: Scenario) -> list[Probed]:
-    """Every link the scenario's network faults name, each once: a `partition`'s cross-group pairs
-    where one side listens (probed from the side that connects, both ways when both listen), a
-    `link`'s from -> to (and to -> from with `both`). Members are resolved to processes."""
+def cross_pairs(groups: list[list[str]]) -> list[tuple[str, str]]:
+    """Every (from, to) pair of members in different groups of a partition, both ways."""
     pairs: list[tuple[str, str]] = []
-    for f in s.faults:
-        p = f.params
-        if f.kind == "partition":
-            groups = [g for g in p.get("groups") or [] if isinstance(g, list)]
-            for i, gi in enumerate(groups):
-                for gj in groups[i + 1:]:
-                    pairs += [(a, b) for a in gi for b in gj] + [(b, a) for a in gi for b in gj]
-        elif f.kind == "link" and isinstance(p.get("from"), str) and isinstance(p.get("to"), str):
-            pairs.append((p["from"], p["to"]))
-            if p.get("both"):
-                pairs.append((p["to"], p["from"]))
+    for i, gi in enumerate(groups):
+        for gj in groups[i + 1:]:
+            pairs += [(a, b) for a in gi for b in gj] + [(b, a) for a in gi for b in gj]
+    return pairs
+
+
+def pair_links(s: Scenario, pairs: list[tuple[str, str]]) -> list[Probed]:
+    """The probed links of (from, to) member pairs, each once: from each process of `from` to each of
+    `to` that listens."""
     out: dict[str, Probed] = {}
     for frm, to in pairs:
         for fname, faddr, _ in named_endpoints(s, frm):
@@ -105,6 +101,22 @@ def fault_links(s: Scenario) -> list[Probed]:
                 if port is not None and fname != tname:
                     out.setdefault(f"{fname} -> {tname}", Probed(fname, tname, faddr, taddr, port))
     return list(out.values())
+
+
+def fault_links(s: Scenario) -> list[Probed]:
+    """Every link the scenario's network faults name, each once: a `partition`'s cross-group pairs
+    where one side listens (probed from the side that connects, both ways when both listen), a
+    `link`'s from -> to (and to -> from with `both`). Members are resolved to processes."""
+    pairs: list[tuple[str, str]] = []
+    for f in s.faults:
+        p = f.params
+        if f.kind == "partition":
+            pairs += cross_pairs([g for g in p.get("groups") or [] if isinstance(g, list)])
+        elif f.kind == "link" and isinstance(p.get("from"), str) and isinstance(p.get("to"), str):
+            pairs.append((p["from"], p["to"]))
+            if p.get("both"):
+                pairs.append((p["to"], p["from"]))
+    return pair_links(s, pairs)
 
 
 def read_frame(sock: socket.socket) -> bytes:
@@ -141,3 +153,11 @@ def probe_all(pool: ThreadPoolExecutor, links: list[Probed]) -> Callable[[], dic
     {link key: rtt_ms or None}."""
     futs = {ln.key: pool.submit(probe, ln) for ln in links}
     return lambda: {k: f.result() for k, f in futs.items()}
+
+
+def probe_now(links: list[Probed]) -> dict[str, float | None]:
+    """Every link probed once, all at once, on a pool of its own: at most PROBE_TIMEOUT_S twice."""
+    if not links:
+        return {}
+    with ThreadPoolExecutor(min(16, len(links)), "probe-now") as pool:
+        return probe_all(pool, links)()

@@ -148,6 +148,9 @@ class FakeNode:
         self.c.done.append(("kill", self.name))
         self.pid = None
 
+    def wait_exit(self, pid: int, timeout: float) -> bool:
+        return self.pid != pid
+
     def restart(self) -> None:
         self.c.done.append(("restart", self.name))
         self.pid = 101
@@ -230,8 +233,14 @@ def test_the_kill_hits_the_master_of_its_time_and_the_restart_after_it_that_same
     assert 0 <= kill["params"]["resolve_s"] < 1
     assert (restart["target"], restart["params"]["follows"], "role" not in restart["params"]) == (
         "broker-a-1", "kill-master-of-broker-a", True)
-    assert kill["params"]["evidence"] == {"pid": 100, "signal": "SIGKILL"}
-    assert restart["params"]["evidence"] == {"old_pid": None, "pid": 101}  # the killed node, started again
+    ev = kill["params"]["evidence"]
+    assert (ev["pid"], ev["signal"], ev["intent"]["short"]) == (100, "SIGKILL", False), ev
+    assert ev["intent"]["brief"] == f"pid 100 gone {ev['gone_after_ms']} ms after SIGKILL", ev
+    ev = restart["params"]["evidence"]
+    assert (ev["old_pid"], ev["pid"]) == (None, 101)  # the killed node, started again
+    # back under a new pid, but these scripted answers' namesrv lists no broker: measured, so short
+    assert ev["intent"]["words"].startswith("restart of broker-a-1: not listed by namesrv; back as pid 101 after ")
+    assert ev["intent"]["short"] is True
     assert (second["target"], second["params"]["role"]) == ("broker-a-2", "master-of:broker-a")
 
 

@@ -1,17 +1,27 @@
 """jvm_oom: an OutOfMemoryError inside a broker JVM. io.rmqchaos.OomAgent is loaded through the
 Attach API and fills the heap; with -XX:+ExitOnOutOfMemoryError (checked when the scenario loads)
-the JVM exits at once."""
+the JVM exits at once. Its intent: the pid gone, and the JVM's own "OutOfMemoryError" line in its
+output (an exit without it was not the OutOfMemoryError asked for)."""
 from __future__ import annotations
 
 import subprocess
 import time
 from typing import Any
 
+from chaos.intent import happened, intent
 from chaos.protocol import FaultError, FaultKind, register
 from cluster.jvm import jvm_command, platform_jar
 from rmqchaos.spec import Fault, Scenario, role_group
 
 EXIT_FLAG = "-XX:+ExitOnOutOfMemoryError"
+
+
+def jvm_oom_intent(node: str, pid: int, gone: bool, exit_after_s: float, line: str | None) -> dict[str, Any]:
+    ms = [happened("died", f"pid {pid}", gone, f"pid {pid} exited {exit_after_s:.2f} s after the agent's launch"
+                   if gone else f"pid {pid} still alive"),
+          happened("OutOfMemoryError", node, line is not None, "its output names the OutOfMemoryError" if line else
+                   "its output names no OutOfMemoryError")]
+    return intent(ms, f"JVM OutOfMemoryError of {node}")
 
 
 @register
@@ -49,8 +59,10 @@ class JvmOom(FaultKind):
         if not node.wait_exit(pid, timeout):
             raise FaultError(f"jvm_oom {node.name}: the JVM did not exit within {timeout:g}s",
                              f"is {EXIT_FLAG} in its jvm.options?")
+        after = time.monotonic() - t0
         node.mark_exited(pid, "jvm-oom")
         out = node.stdout_file
         line = next((x for x in reversed(out.read_text(errors="replace").splitlines())
                      if "OutOfMemoryError" in x), None) if out.exists() else None
-        self.evidence = {"pid": pid, "exit_after_s": round(time.monotonic() - t0, 3), "stdout": line}
+        self.evidence = {"intent": jvm_oom_intent(node.name, pid, True, after, line), "pid": pid,
+                         "exit_after_s": round(after, 3), "stdout": line}

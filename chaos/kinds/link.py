@@ -20,7 +20,12 @@ within a few seconds, each `via proxy` or `direct` (`reconnect_at_start`, `recon
 Toxics act on `stream`: `downstream` (the answers: a request's round trip grows by `latency`, the
 default), `upstream` (the requests) or `both` (each toxic both ways: a round trip grows by twice).
 Evidence: the proxies, toxics and rules, and a probe's round trip from `from`'s address to `to`'s
-first remoting port before (direct) and during (through the proxy): `rtt_before_ms`, `rtt_during_ms`."""
+first remoting port before (direct) and during (through the proxy): `rtt_before_ms`, `rtt_during_ms`.
+
+Its intent, from those: a latency as the round trip's growth through the proxy against the latency
+asked (twice it with `stream: both`); a blackhole or a reset as the probe through the proxy getting
+no answer; and with `reconnect`, the share of the reconnected connections that went through the
+proxy (a bandwidth cap shows in nothing a one-frame probe measures: that share is its measure)."""
 from __future__ import annotations
 
 import re
@@ -28,6 +33,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, StrictBool, StrictInt, model_validator
 
+from chaos.intent import happened, intent, measure, num
 from chaos.kinds.partition import Member
 from chaos.protocol import FaultError, Lasting, LastingKind, register
 from cluster import toxiproxy as tp
@@ -76,6 +82,29 @@ class LinkParams(Lasting):
             if self.reset:
                 out[f"reset-{s}"] = tp.reset(0, s)
         return out
+
+
+def link_intent(p: LinkParams, ev: dict[str, Any]) -> dict[str, Any]:
+    """What the link fault's evidence (LinkFault's start and stop) measured against `p`."""
+    before, during = ev.get("rtt_before_ms"), ev.get("rtt_during_ms")
+    err = (ev.get("probe_during") or {}).get("error")
+    ms = []
+    if p.latency is not None:
+        asked = p.latency * 1000 * (2 if p.stream == "both" else 1)
+        added = max(0.0, during - (before or 0.0)) if during is not None else 0.0
+        ms.append(measure("ms added", ev.get("probe", ""), asked, added,
+                          f"added {num(added)} of {num(asked)} ms to a round trip" if during is not None else
+                          f"its probe got no answer ({err})"))
+    if p.blackhole or p.reset:
+        what = "blackhole" if p.blackhole else "reset"
+        ms.append(happened(what, ev.get("probe", ""), err is not None,
+                           f"its probe got no answer ({err})" if err else f"its probe was answered in {during} ms"))
+    got = (ev.get("reconnect_at_start") or {}).get("reconnected") or []
+    if got:
+        via = sum(x.endswith(" via proxy") for x in got)
+        ms.append(measure("connections via the proxy", p.to, len(got), via,
+                          f"{via} of {len(got)} reconnected connections went through the proxy"))
+    return intent(ms, f"link fault ({p.from_} -> {p.to})")
 
 
 def links(s: Scenario, frm: str, to: str, both: bool) -> list[Link]:
@@ -128,4 +157,4 @@ class LinkKind(LastingKind):
 
     def stop(self) -> dict[str, Any]:
         self.evidence.update(self.core.stop())
-        return self.evidence
+        return {"intent": link_intent(self.params, self.evidence), **self.evidence}  # type: ignore[arg-type]

@@ -5,7 +5,9 @@ started inside the node's memory domain allocates past the page cache there: the
 the cache, then its OOM killer SIGKILLs the node. The node is made the preferred victim first
 (oom_score_adj 1000; lowering the balloon's instead would need CAP_SYS_RESOURCE, which these
 machines' root lacks). We wait on the domain's oom_kill counter and the process's exit, then end
-the balloon and lift the limit. Why a balloon: lowering the limit step by step until the kernel
+the balloon and lift the limit. Its intent: the pid gone, and the domain's OOM-kill counter risen
+(memory.oom_control / memory.events: the kernel's OOM killer did it, not something else), and a
+container engine's own OOMKilled where there is one. Why a balloon: lowering the limit step by step until the kernel
 refuses (the first design) left the broker thrashing on its own evicted code pages for up to 19 s
 before the kill; acks stopped and its commit thread sometimes caught up first, so what died
 depended on that stall, not on the broker's configuration. The balloon ends it within a second.
@@ -15,6 +17,9 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from typing import Any
+
+from chaos.intent import happened, intent
 from chaos.protocol import FaultError, FaultKind, register
 
 # Waits for its go (after being moved into the memory domain), then maps and touches memory in
@@ -41,6 +46,20 @@ def dmesg_line(pid: int) -> str | None:
         return None
     lines = [x for x in out.splitlines() if f"Killed process {pid} " in x]
     return lines[-1].strip() if lines else None
+
+
+def oom_intent(node: str, pid: int, gone: bool, kill_after_s: float, counter: tuple[int, int],
+               engine_oom: bool | None) -> dict[str, Any]:
+    """From what was read: the pid `gone`, the domain's OOM-kill counter before and after, the engine's
+    OOMKilled (None: no engine)."""
+    ms = [happened("died", f"pid {pid}", gone, f"pid {pid} gone, killed {kill_after_s:.2f} s after the squeeze began"
+                   if gone else f"pid {pid} still alive"),
+          happened("OOM killer", node, counter[1] > counter[0], f"the kernel's OOM-kill count went {counter[0]} -> "
+                   f"{counter[1]}")]
+    if engine_oom is not None:
+        ms.append(happened("engine OOMKilled", node, engine_oom, "the engine records OOMKilled" if engine_oom else
+                           "the engine records no OOM kill"))
+    return intent(ms, f"kernel OOM kill of {node}")
 
 
 @register
@@ -86,6 +105,9 @@ class OomKill(FaultKind):
         if confirmed.get("oom_killed") is False:
             raise FaultError(f"oom_kill {node.name}: pid {pid} was killed but the engine does not record an OOM kill "
                              f"({confirmed})", "see dmesg and the engine's log")
-        self.evidence = {**confirmed, "pid": pid, "usage_before": usage, "page_cache_before": cache, "limit": limit,
+        oom = confirmed.get("oom_killed")
+        self.evidence = {"intent": oom_intent(node.name, pid, gone, killed_after, (before, after),
+                                              oom if isinstance(oom, bool) else None),
+                         **confirmed, "pid": pid, "usage_before": usage, "page_cache_before": cache, "limit": limit,
                          "oom_kill_counter": [before, after], "kill_after_s": round(killed_after, 3),
                          "dmesg": dmesg_line(pid)}

@@ -6,13 +6,16 @@ pages must be written back before new ones can be had, and the broker's appends 
 `tick_s`, when its growth (a JVM's heap is touched as it is used) has eaten a quarter of the page-cache
 allowance, the cap is set again to its memory plus the allowance (only then). Without that a broker
 that grew by page_cache_mb was OOM-killed (measured here once with 32 MB). Lifted at stop; the
-evidence counts the raises and any OOM kills during the fault."""
+evidence counts the raises and any OOM kills during the fault. Its intent: the page cache the node
+held while capped (the median of the samples at the cap and every tick) at or under the allowance."""
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from pydantic import Field
 
+from chaos.intent import intent, measure
 from chaos.protocol import FaultError, FaultKind, Lasting, lasting_span, register
 from rmqchaos.errors import UserError
 
@@ -21,6 +24,18 @@ MIB = 1 << 20
 
 class PageCacheParams(Lasting):
     page_cache_mb: int = Field(64, ge=8, le=1 << 20)
+
+
+def page_cache_intent(node: str, cap_mb: float, seen_mb: list[float]) -> dict[str, Any]:
+    """A ceiling as a measure: the share of the node's page cache (the median of `seen_mb`) within the
+    cap, 1 at or under it (nothing seen: the node was gone; nothing to measure)."""
+    if not seen_mb:
+        return intent([], f"page-cache limit of {node}", note="the node's page cache was never read")
+    held = statistics.median(seen_mb)
+    within = 1.0 if held <= cap_mb else cap_mb / held
+    words = f"page cache {held:.0f} MB (median of {len(seen_mb)} samples) " + \
+        (f"within its {cap_mb:g} MB cap" if within == 1 else f"over its {cap_mb:g} MB cap")
+    return intent([measure("page cache within the cap", node, 1, within, words)], f"page-cache limit of {node}")
 
 
 @register
@@ -45,14 +60,17 @@ class PageCacheLimit(FaultKind):
             raise FaultError(f"page_cache_limit {self.node.name}: {e}",
                              "is the memory controller enabled for the node's cgroup?") from None
         self.limit = limit
+        self.seen_mb = [round(self.mem.page_cache() / MIB, 1)]
         self.evidence = {"limit_mb": round(limit / MIB, 1), "before": self.before,
-                         "page_cache_mb_after_cap": round(self.mem.page_cache() / MIB, 1), "raises": 0}
+                         "page_cache_mb_after_cap": self.seen_mb[0], "raises": 0}
 
     def tick(self) -> None:
         usage = self.mem.usage()
         if usage is None:  # the node is gone (killed by another fault): nothing to follow
             return
-        own = usage - self.mem.page_cache()
+        cache = self.mem.page_cache()
+        self.seen_mb.append(round(cache / MIB, 1))
+        own = usage - cache
         allowance = self.params.page_cache_mb * MIB  # type: ignore[attr-defined]
         if self.limit - own < allowance * 3 // 4:
             try:
@@ -68,4 +86,5 @@ class PageCacheLimit(FaultKind):
         at_end = {"usage_mb": round((self.mem.usage() or 0) / MIB, 1),
                   "page_cache_mb": round(self.mem.page_cache() / MIB, 1)}
         self.mem.clear_limit()
-        return {**self.evidence, "at_end": at_end, "oom_kills": self.mem.oom_kills() - self.before["oom_kills"]}
+        it = page_cache_intent(self.node.name, self.params.page_cache_mb, self.seen_mb)  # type: ignore[attr-defined]
+        return {"intent": it, **self.evidence, "at_end": at_end, "oom_kills": self.mem.oom_kills() - self.before["oom_kills"]}

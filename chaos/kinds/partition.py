@@ -13,7 +13,11 @@ and b's connections to a's. `one_way`: only what the first group sends to the ot
 (TCP then fails both ways at the handshake, but packets from the others still arrive).
 
 Evidence: the rules, and the established connections across the cut when it started and which
-of them were gone when it ended (`ss`)."""
+of them were gone when it ended (`ss`). Its intent: the rules the kernel lists in the run's chain
+once they are added and again at the end, against those asked; and the links across the cut (a
+probe on a fresh connection, as the monitor's `links`, cluster/probe.py) that answered just before
+it and gave no answer once it was in place. A DROP does not close an open connection (its packets
+are retransmitted until a timeout), so the connections closed by the end are told, not measured."""
 from __future__ import annotations
 
 import re
@@ -22,11 +26,12 @@ from typing import Annotated, Any
 
 from pydantic import Field, StrictBool
 
+from chaos.intent import intent, measure
 from chaos.protocol import FaultError, Lasting, LastingKind, register
 from chaos.targets import resolve_all
 from cluster import netrules
 from cluster.conns import established
-from cluster.probe import endpoints, members
+from cluster.probe import cross_pairs, endpoints, members, pair_links, probe_now
 from rmqchaos.errors import UserError
 from rmqchaos.spec import Fault, Scenario, is_role, role_error
 
@@ -69,6 +74,19 @@ def across(rules: list[Drop], conns: list[tuple[str, int, str, int]]) -> list[st
     return sorted(out)
 
 
+def partition_intent(label: str, asked_rules: int, listed_rules: int, answered_before: list[str],
+                     silent_after: list[str], open_conns: int, closed_conns: int) -> dict[str, Any]:
+    """`listed_rules`: the fewest of its rules the kernel listed (once added, at the end);
+    `answered_before`: the links that answered a probe before the cut; `silent_after`: of those, the
+    ones that gave none once it was in place; the open connections across it and how many closed."""
+    ms = [measure("rules held", "the run's chain", asked_rules, listed_rules, f"{listed_rules} of {asked_rules} rules held")]
+    if answered_before:
+        ms.append(measure("links cut", ", ".join(answered_before), len(answered_before), len(silent_after),
+                          f"{len(silent_after)} of {len(answered_before)} links went silent"))
+    note = f"{closed_conns} of {open_conns} open connections closed by its end" if open_conns else ""
+    return intent(ms, label, note=note)
+
+
 @register
 class Partition(LastingKind):
     name = "partition"
@@ -102,6 +120,8 @@ class Partition(LastingKind):
         self.tag = re.sub(r"[^A-Za-z0-9._-]", "_", self.occurrence)
         self.want = drops(s, groups, p.one_way)
         before = across(self.want, established())
+        probed = pair_links(s, [(a, b) for a, b in cross_pairs(groups) if not p.one_way or a in groups[0] or b in groups[0]])
+        answered = [k for k, rtt in probe_now(probed).items() if rtt is not None]  # a dead node's link: not ours to cut
         applied: list[str] = []
         try:
             for src, dst, dport, sport in self.want:
@@ -110,8 +130,11 @@ class Partition(LastingKind):
             self.rules.remove_tag(self.tag)
             raise FaultError(f"partition {self.occurrence}: {e.message}", e.hint) from None
         self.t0 = time.monotonic()
+        self.listed = len(self.rules.tagged(self.tag))
+        after = probe_now([x for x in probed if x.key in answered])
+        self.answered, self.silent = answered, [k for k in answered if after.get(k) is None]
         self.evidence = {"groups": groups, "one_way": p.one_way, "rules": len(applied), "applied": applied,
-                         "links_at_start": before}
+                         "links_at_start": before, "links_probed": {"answered_before": answered, "silent_after": self.silent}}
         if groups != p.groups:
             self.evidence["asked"] = p.groups
 
@@ -136,6 +159,11 @@ class Partition(LastingKind):
         start = self.evidence["links_at_start"]
         self.evidence.update(held_s=round(time.monotonic() - self.t0, 3), removed=removed,
                              links_at_stop=still, links_broken=sorted(set(start) - set(still)))
+        groups = self.evidence["groups"]
+        label = f"network partition ({' | '.join(', '.join(g) for g in groups)})"
+        self.evidence = {"intent": partition_intent(label, self.evidence["rules"], min(self.listed, removed),
+                                                    self.answered, self.silent, len(start),
+                                                    len(self.evidence["links_broken"])), **self.evidence}
         if removed < self.evidence["rules"]:  # another process removed them: the cut did not hold as long as asked
             raise FaultError(f"partition {self.occurrence}: {self.evidence['rules'] - removed} of its "
                              f"{self.evidence['rules']} rules were gone before it ended (held_s {self.evidence['held_s']}, "

@@ -171,6 +171,9 @@ class LocalNode(Node):
         self.cgroup.throttle_io(majmin, limits)
         return self.cgroup.io_throttle(majmin)
 
+    def io_caps(self, majmin: str) -> dict[str, int]:
+        return self.cgroup.io_throttle(majmin) if self.cgroup.exists() else {}
+
     def make_oom_victim(self) -> None:
         pid = self.pid
         if pid is None:
