@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from analysis.findings import NONE, busy_refusals, lasting_outages, outage_seconds
-from analysis.verdict import faults_phrase, lost_phrase, settings, share, short_noise
+from analysis.verdict import faults_phrase, lost_phrase, settings, share, short_intents
 
 # broker.conf keys that name or place a node, not how it behaves (cluster/plan.py)
 IDENTITY = ("brokerClusterName", "brokerName", "brokerId", "listenPort", "haListenPort", "namesrvAddr",
@@ -108,8 +108,8 @@ def _p99(s: dict[str, Any]) -> Any:
 def remedy(base: dict[str, Any], s: dict[str, Any]) -> str:
     """One sentence: a run against its base, what changed, and what it did to the refusals (count and
     rate), the timed-out attempts and the keys delivered though their sends failed, loss, duplication,
-    the route outages and the p99 send latency from the intended time, base first; a noise short of its
-    intent is said so, not taken for the named noise."""
+    the route outages and the p99 send latency from the intended time, base first; a fault (a noise) short
+    of its intent is said so, not taken for the named one."""
     ch = changes(base, s)
     head = f"{s['scenario']} against its base {base['scenario']} ({', '.join(ch) if ch else 'nothing changed'})"
     parts = []
@@ -131,7 +131,7 @@ def remedy(base: dict[str, Any], s: dict[str, Any]) -> str:
     if _p99(base) != NONE or _p99(s) != NONE:
         parts.append(f"p99 send latency from the intended time {_p99(base)}{ARROW}{_p99(s)} ms")
     for x in (base, s):
-        for words in short_noise(x):
+        for words in short_intents(x):
             parts.append(f"but in {x['scenario']} {words}, short of its intent, so that run did not have the "
-                         "noise it names")
+                         "fault it names")
     return f"{head}: " + "; ".join(parts) + "."

@@ -111,28 +111,37 @@ def busy_refusals(s: dict[str, Any]) -> dict[str, Any]:
 NOISE_KINDS = ("redis_noise", "es_like_noise")
 
 
-def noise_intents(s: dict[str, Any]) -> list[dict[str, Any]]:
-    """The disk-noise faults applied in a run that report what they achieved against what they were
-    asked (their evidence's `intent`: measures, reached, short, words), each {fault_kind, target,
-    intent}; noise of older runs, which does not report it, is left out."""
+def fault_intents(s: dict[str, Any]) -> list[dict[str, Any]]:
+    """The faults applied in a run that report what they achieved against what they were asked (their
+    evidence's `intent`, chaos/intent.py: measures, reached, short, words, and `brief` when the
+    measures carry words), each {fault_kind, fault_id, target, intent}, in the timeline's order; faults
+    of older runs, which do not report it, are left out."""
     out = []
     for e in s.get("events", []):
         p = e.get("params") or {}
-        if e.get("kind") == "fault" and e.get("outcome") == "ok" and p.get("fault_kind") in NOISE_KINDS:
+        if e.get("kind") == "fault" and e.get("outcome") == "ok":
             intent = (p.get("evidence") or {}).get("intent")
             if isinstance(intent, dict):
-                out.append({"fault_kind": p["fault_kind"], "target": str(e.get("target")), "intent": intent})
+                out.append({"fault_kind": p.get("fault_kind") or "fault", "fault_id": p.get("fault_id"),
+                            "target": str(e.get("target")), "intent": intent})
     return out
 
 
+def noise_intents(s: dict[str, Any]) -> list[dict[str, Any]]:
+    """fault_intents of the disk noise (the run history keeps their reach: analysis/history.py)."""
+    return [x for x in fault_intents(s) if x["fault_kind"] in NOISE_KINDS]
+
+
 def reached_pct(intent: dict[str, Any]) -> float | None:
-    """The share of its intent a noise reached, in percent: the one its words give, else `reached`
-    (a fraction; above 1, a percentage)."""
+    """The share of its intent a fault reached, in percent: the one a noise's words give, else
+    `reached` (a fraction; a noise's above 1: a percentage, as older runs gave it)."""
     import re
+    r = intent.get("reached")
+    if intent.get("brief"):  # measures with words of their own: `reached` is the fraction, even above 1
+        return None if r is None else float(r) * 100
     m = re.search(r"(\d+(?:\.\d+)?)\s*%", str(intent.get("words") or ""))
     if m:
         return float(m.group(1))
-    r = intent.get("reached")
     if r is None:
         return None
     return float(r) * 100 if float(r) <= 1 else float(r)  # short of intent, above 1: given in percent

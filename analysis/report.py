@@ -8,13 +8,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from analysis.findings import NONE, fmt, has_cluster_evidence, has_host_evidence, kills, route_outages, time_origin
+from analysis.findings import (NONE, fault_intents, fmt, has_cluster_evidence, has_host_evidence, kills, reached_pct,
+                               route_outages, time_origin)
 from analysis.plots import (plot_cluster, plot_compare, plot_errors, plot_host, plot_latency, plot_links,
                             plot_lost_dup, plot_throughput)
 from analysis.rules import BUSY_PREFIXES, CLASSES
 from analysis.compare import comparisons
 from analysis.page import page
-from analysis.verdict import faults_phrase, lost_phrase, settings, verdict
+from analysis.verdict import faults_phrase, lost_phrase, pct, settings, verdict
 from rmqchaos.errors import UserError
 from rmqchaos.stagetimes import ORDER, time_by_stage
 
@@ -139,6 +140,18 @@ def _failover(s: dict[str, Any]) -> list[str]:
     return out
 
 
+def _intents(s: dict[str, Any]) -> list[str]:
+    """Each fault's achieved against asked (its evidence's `intent`, chaos/intent.py): the worst
+    measure's reach and the fault's own words; a short one says SHORT."""
+    xs = fault_intents(s)
+    if not xs:
+        return []
+    return ["<h3>What each fault achieved against what it was asked</h3>" + _table(
+        [[x["fault_id"], x["fault_kind"], x["target"], pct(reached_pct(x["intent"])),
+          "SHORT" if x["intent"].get("short") else "", x["intent"].get("words")] for x in xs],
+        ["fault", "kind", "target", "reached (worst measure)", "short of intent", "what it achieved"])]
+
+
 def _run_section(s: dict[str, Any], several: bool = False) -> str:
     c = s["counts"]
     lat = s["latency_ms"]
@@ -188,6 +201,7 @@ def _run_section(s: dict[str, Any], several: bool = False) -> str:
               w["latency_from_intended_ms"]["p99"], w["throughput_drop"], w["rto_s"]] for w in s["windows"]],
             ["id", "kind", "target", "seconds", "keys meant to be sent inside", "p99 from intended (ms)",
              "throughput drop", "RTO (s)"]))
+    parts += _intents(s)
     by_broker = [[w["id"], b, *[d[k][x] for k in ("during", "outside") for x in ("n", "p50", "p99")]]
                  for w in s.get("windows") or [] if w["kind"] == "fault"
                  for b, d in (w.get("send_ms_by_broker") or {}).items()]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from analysis.findings import (NONE, busy_refusals, lasting_outages, noise_intents, outage_seconds, reached_pct,
+from analysis.findings import (NONE, busy_refusals, fault_intents, lasting_outages, outage_seconds, reached_pct,
                                replica_catchup)
 
 FAULT_WORDS = {"oom_kill": ("kernel OOM kill", "kernel OOM kills"), "jvm_oom": ("JVM OutOfMemoryError", "JVM OutOfMemoryErrors"),
@@ -24,10 +24,12 @@ def _n(n: int, one: str, many: str) -> str:
 
 
 def faults_phrase(s: dict[str, Any], intent: bool = True) -> str:
-    """The faults applied in a run, e.g. 'one kernel OOM kill of broker-a' ('' for none). A noise that
-    fell short of what it was asked is named so, e.g. 'Redis disk noise (short of intent: 6 %)', never
-    as if it ran as named (without `intent`: named as asked, to tell which faults a run was given)."""
+    """The faults applied in a run, e.g. 'one kernel OOM kill of broker-a' ('' for none). A fault that
+    fell short of what it was asked (its evidence's `intent`, chaos/intent.py) is named so, e.g. 'one
+    pause of broker-a (short of intent: froze 1.2 of 5 s)', 'Redis disk noise (short of intent: 6 %)',
+    never as if it ran as named (without `intent`: named as asked, to tell which faults a run was given)."""
     seen: dict[tuple[str, str], int] = {}
+    short: dict[tuple[str, str], list[dict[str, Any]]] = {}  # its occurrences short of their intent
     for e in s.get("events", []):
         if e.get("kind") == "fault" and e.get("outcome") == "ok":
             k = (e.get("params", {}).get("fault_kind") or "fault", str(e.get("target")))
@@ -40,26 +42,39 @@ def faults_phrase(s: dict[str, Any], intent: bool = True) -> str:
             if (e.get("params") or {}).get("role"):  # the node hit and the role it held when hit
                 k = (k[0], f"{k[1]} ({e['params']['role']})")
             seen[k] = seen.get(k, 0) + 1
-    short: dict[tuple[str, str], float | None] = {}
-    for x in noise_intents(s) if intent else []:
-        if x["intent"].get("short"):
-            k, got = (x["fault_kind"], x["target"]), reached_pct(x["intent"])
-            short[k] = got if k not in short else min((v for v in (short[k], got) if v is not None), default=None)
+            it = ev.get("intent")
+            if intent and isinstance(it, dict) and it.get("short"):
+                short.setdefault(k, []).append(it)
     killed = {t.split(" (")[0] for k, t in seen if k in ("oom_kill", "jvm_oom", "kill")}
 
     def part(k: str, t: str, n: int) -> str:
+        words = named(k, t, n)
+        if (k, t) not in short:
+            return words
+        why = short_of(short[(k, t)], n)  # inside the name's own parentheses, if it ends with them
+        return words[:-1] + f"; {why})" if words.endswith(")") else words + f" ({why})"
+
+    def named(k: str, t: str, n: int) -> str:
         one, many = FAULT_WORDS.get(k, (k, k + "s"))
         words = one if one == many else _n(n, one, many)  # noise is a mass noun: no count
-        if (k, t) in short:
-            words += f" (short of intent: {pct(short[(k, t)])})" if short[(k, t)] is not None else " (short of intent)"
         if k == "partition":
             return words + f" ({t})" if " | " in t else words
         if k == "link":
             return words + f" ({t})" if " -> " in t else words
         return words + ("" if t in ("cluster", "None") else f" of {t}")  # noise has no target of its own
-    # the restart after a kill is its recovery, not a fault of its own
-    parts = [part(k, t, n) for (k, t), n in seen.items() if not (k == "restart" and t in killed)]
+    # the restart after a kill is its recovery, not a fault of its own (unless it fell short)
+    parts = [part(k, t, n) for (k, t), n in seen.items() if not (k == "restart" and t in killed and (k, t) not in short)]
     return " and ".join(parts) if len(parts) <= 2 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def short_of(its: list[dict[str, Any]], n: int) -> str:
+    """How a fault's `n` occurrences fell short, by the worst of the short ones `its`: 'short of intent:
+    froze 1.2 of 5 s' (its `brief`), 'short of intent: 6 %' (a noise's reach), '2 of 3 short of intent: ...'."""
+    worst = min(its, key=lambda i: i["reached"] if isinstance(i.get("reached"), (int, float)) else float("inf"))
+    got = reached_pct(worst)
+    what = worst.get("brief") or (pct(got) if got is not None else "")
+    head = "short of intent" if len(its) >= n else f"{len(its)} of {n} short of intent"
+    return f"{head}: {what}" if what else head
 
 
 def pct(p: float | None) -> str:
@@ -175,7 +190,7 @@ def found(s: dict[str, Any]) -> list[str]:
     the known bug of its `expect:` block (analysis/expect.py), each failover of a replicated group
     (analysis/failover.py) and its two-master seconds, the busy refusals by kind and rate, each route
     outage and its length, the %RETRY% redeliveries by batch position, and a noise that fell short of
-    its intent, in its own words."""
+    its intent, in its own words (any other fault short of its intent is said so where it is named)."""
     out = [x for x in [(s.get("expect") or {}).get("words")] if x] + failover_phrases(s) \
         + [x for x in [busy_phrase(s)] if x] + outage_phrases(s) + link_phrases(s) + catchup_phrases(s)
     rb = s.get("retried_keys_by_batch_position") or {}
@@ -183,15 +198,17 @@ def found(s: dict[str, Any]) -> list[str]:
         out.append(f"keys redelivered through %RETRY%: {rb['later_in_batch']:,} at index 1..n-1 of their listener "
                    f"batches, {rb['first_in_batch']:,} at index 0" + (f", {rb['never_first']:,} never delivered "
                                                                      "first-hand" if rb.get("never_first") else ""))
-    return out + short_noise(s)
+    return out + short_intents(s, detail=True)
 
 
-def short_noise(s: dict[str, Any]) -> list[str]:
-    """A run's noise that fell short of its intent, in its own words (e.g. 'Redis noise reached 6 % of
-    its 200 SET/s (worst of 8 instances)'); nothing for a noise that does not report its intent."""
-    return [str(x["intent"].get("words") or f"{FAULT_WORDS[x['fault_kind']][0]} reached "
+def short_intents(s: dict[str, Any], detail: bool = False) -> list[str]:
+    """A run's faults that fell short of their intent, each in its own words (e.g. 'Redis noise reached
+    6 % of its 200 SET/s (worst of 8 instances)', 'pause of broker-a: froze 1.2 of 5 s'); nothing for
+    a fault that does not report its intent. `detail`: only those whose words say more than the
+    verdict's head does (a noise's rates: where, of how many); the head gives the others' `brief`."""
+    return [str(x["intent"].get("words") or f"{FAULT_WORDS.get(x['fault_kind'], (x['fault_kind'],))[0]} reached "
                 f"{pct(reached_pct(x['intent']))} of its intent").replace("; ", ", ")  # one clause of the verdict
-            for x in noise_intents(s) if x["intent"].get("short")]
+            for x in fault_intents(s) if x["intent"].get("short") and not (detail and x["intent"].get("brief"))]
 
 
 def link_phrases(s: dict[str, Any]) -> list[str]:

@@ -36,18 +36,19 @@ def num(x: float) -> str:
     return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
 
 
-def intent(measures: list[dict[str, Any]], label: str, of: str = "measures", note: str = "") -> dict[str, Any]:
+def intent(measures: list[dict[str, Any]], label: str, of: str = "measures", note: str = "",
+           none: str = "no intended rate to compare with") -> dict[str, Any]:
     """What a fault achieved against what it was asked for, for its evidence: {measures, reached (the
     worst achieved/asked, 3 decimals), short (reached < SHORT_BELOW), words (one phrase)}, and `brief`
     (the worst measure's own words) when the measures carry words. Measures without words read as a
     rate: "<label> reached 6 % of its 200 SET/s (worst of 8 instances: redis 16380)", its first number
     the reached percentage; with words: "<label>: froze 1.2 of 5 s", worst first. `of` names the
     measures ("instances", "jobs"); `note` is appended (e.g. which jobs a byte budget ended). No
-    measure: reached None, short False: nothing measured is never called short nor reached."""
+    measure: reached None, short False (nothing measured is called neither), `none` says why."""
     ms = [m for m in measures if m["asked"] > 0]
     if not ms:
         return {"measures": [], "reached": None, "short": False,
-                "words": f"{label}: no intended rate to compare with" + (f"; {note}" if note else "")}
+                "words": f"{label}: {none}" + (f"; {note}" if note else "")}
     order = sorted(ms, key=lambda m: m["achieved"] / m["asked"])  # stable: ties keep the kind's order
     worst = order[0]
     reached = round(worst["achieved"] / worst["asked"], 3)

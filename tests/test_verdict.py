@@ -189,6 +189,51 @@ def test_a_noise_short_of_its_intent_is_stated_and_not_named_as_if_it_ran() -> N
     assert verdict(full) == verdict(shared_host(busy={})) and "reached" not in verdict(full)
 
 
+def test_a_kill_pause_or_partition_short_of_its_intent_is_named_so() -> None:
+    """Every kind, not only noise (issue 47): the verdict names the fault with its worst measure's words."""
+    from chaos.kinds.kill import kill_intent
+    from chaos.kinds.partition import partition_intent
+    from chaos.kinds.pause import pause_intent
+    from chaos.kinds.restart import restart_intent
+
+    def fault(kind: str, target: str, it: dict[str, Any], **ev: Any) -> dict[str, Any]:
+        return {"kind": "fault", "outcome": "ok", "target": target,
+                "params": {"fault_kind": kind, "fault_id": f"{kind}-{target}", "evidence": {"intent": it, **ev}}}
+    s = summary("chaos", "false", 0, None)
+    s["events"] = [fault("kill", "broker-a", kill_intent("broker-a", 42, "SIGTERM", None, 60)),
+                   fault("restart", "broker-a", restart_intent("broker-a", 42, 43, 6.0, True)),
+                   fault("pause", "broker-b", pause_intent("broker-b", 5, 5.0, 1.2, False)),
+                   fault("partition", "cluster", partition_intent("network partition (broker-a | namesrv)", 8, 8,
+                                                                  ["broker-a -> namesrv"], [], 0, 0),
+                         groups=[["broker-a"], ["namesrv"]])]
+    v = verdict(s)
+    assert ("with ASYNC_MASTER, ASYNC_FLUSH, transientStorePoolEnable=false and the no_retry send policy, one SIGKILL "
+            "of broker-a (short of intent: pid 42 still alive 60 s after SIGTERM), one pause of broker-b (short of "
+            "intent: froze 1.2 of 5 s) and one network partition (broker-a | namesrv; short of intent: 0 of 1 links "
+            "went silent) lost 0") in v, v
+    assert v.endswith("none delivered twice.")  # said where each is named, not again at the end
+    # two pauses, one short: how many of them, and the worst
+    s["events"][2:3] = [fault("pause", "broker-b", pause_intent("broker-b", 5, 5.0, 5.0, False)),
+                        fault("pause", "broker-b", pause_intent("broker-b", 5, 5.0, 0.5, False))]
+    assert "two pauses of broker-b (1 of 2 short of intent: froze 0.5 of 5 s)" in verdict(s)
+    # a restart that fell short is named though it follows a kill
+    s["events"][1] = fault("restart", "broker-a", restart_intent("broker-a", 42, None, 30.0, True))
+    assert "one restart of broker-a (short of intent: not running 30.0 s after the restart began)" in verdict(s)
+    # the same faults, all as asked: named bare, as before intents
+    s["events"] = [fault("kill", "broker-a", kill_intent("broker-a", 42, "SIGKILL", 12, 10)),
+                   fault("pause", "broker-b", pause_intent("broker-b", 5, 5.0, 5.0, False))]
+    assert "one SIGKILL of broker-a and one pause of broker-b lost 0" in verdict(s) and "intent" not in verdict(s)
+    # compared with another run, it says the run did not have the fault it names
+    other = summary("chaos-b", "false", 0, None)
+    other["events"] = [fault("pause", "broker-b", pause_intent("broker-b", 5, 5.0, 1.2, False))]
+    other["extends"] = "chaos"
+    said = comparisons([s, other])
+    assert any("but in chaos-b pause of broker-b: froze 1.2 of 5 s, short of its intent" in x for x in said), said
+    # the HTML report lists each fault's achieved against asked, the short ones marked
+    page = render([whole(other)])
+    assert "What each fault achieved" in page and "<td>24 %</td><td>SHORT</td><td>pause of broker-b: froze 1.2 of 5 s" in page
+
+
 def test_each_remedy_is_compared_with_its_base_even_when_not_its_neighbour() -> None:
     base = shared_host(latency_ms={"send_from_intended": {"p99": 850.0}})
     quiet = shared_host("shared-host-quiet", busy={}, extends="shared-host", latency_ms={"send_from_intended": {"p99": 9.0}})
@@ -224,7 +269,7 @@ def test_a_remedy_whose_noise_fell_short_is_not_compared_as_if_it_had_it() -> No
                         "redis_noise", True, words, 0.06)
     (said,) = comparisons([shared_host(), wait])
     assert said.endswith(f"; but in shared-host-wait-queue {words}, short of its intent, so that run did not have "
-                         "the noise it names.")
+                         "the fault it names.")
     assert "faults:" not in said  # the same faults were asked of both
 
 

@@ -19,7 +19,7 @@ def cleanup_intent(stale: int, still_held: int) -> dict[str, Any]:
     """`stale`: the %RETRY% topics without an online group found on the masters; `still_held`: of
     those, the ones a master still lists after the deletes."""
     if not stale:
-        return intent([], "%RETRY% topic cleanup", note="no stale %RETRY% topic to delete")
+        return intent([], "%RETRY% topic cleanup", none="no stale %RETRY% topic to delete")
     gone = stale - still_held
     return intent([measure("topics deleted", "masters", stale, gone, f"deleted {gone:,} of {stale:,} stale topics")],
                   "%RETRY% topic cleanup")

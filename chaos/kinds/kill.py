@@ -31,7 +31,7 @@ def kill_intent(node: str, pid: int, sig: str, gone_after_ms: int | None, waited
     signal). A signal that does not end a JVM has nothing to measure."""
     label = f"{sig} of {node}"
     if sig not in ENDING:
-        return intent([], label, note=f"{sig} does not end the node: nothing to measure")
+        return intent([], label, none=f"nothing to measure ({sig} does not end the node)")
     words = f"pid {pid} gone {gone_after_ms} ms after {sig}" if gone_after_ms is not None else \
         f"pid {pid} still alive {waited_s:g} s after {sig}"
     return intent([happened("died", f"pid {pid}", gone_after_ms is not None, words)], label)

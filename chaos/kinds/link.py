@@ -104,7 +104,8 @@ def link_intent(p: LinkParams, ev: dict[str, Any]) -> dict[str, Any]:
         via = sum(x.endswith(" via proxy") for x in got)
         ms.append(measure("connections via the proxy", p.to, len(got), via,
                           f"{via} of {len(got)} reconnected connections went through the proxy"))
-    return intent(ms, f"link fault ({p.from_} -> {p.to})")
+    return intent(ms, f"link fault ({p.from_} -> {p.to})",
+                  none="nothing measured (a bandwidth cap shows in no one-frame probe, and no connection reconnected)")
 
 
 def links(s: Scenario, frm: str, to: str, both: bool) -> list[Link]:

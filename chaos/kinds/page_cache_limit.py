@@ -30,7 +30,7 @@ def page_cache_intent(node: str, cap_mb: float, seen_mb: list[float]) -> dict[st
     """A ceiling as a measure: the share of the node's page cache (the median of `seen_mb`) within the
     cap, 1 at or under it (nothing seen: the node was gone; nothing to measure)."""
     if not seen_mb:
-        return intent([], f"page-cache limit of {node}", note="the node's page cache was never read")
+        return intent([], f"page-cache limit of {node}", none="its page cache was never read (the node was gone)")
     held = statistics.median(seen_mb)
     within = 1.0 if held <= cap_mb else cap_mb / held
     words = f"page cache {held:.0f} MB (median of {len(seen_mb)} samples) " + \
