@@ -10,13 +10,15 @@ counted as lost. The send side needs no such rule: an attempt without a recorded
 `indeterminate`, never acknowledged.
 
 The facts come from the run directory alone: state.json (stage statuses, with the process that ran
-each), timeline.jsonl (the drain's result and how each consumer stopped) and the load
-process's load/summary.json (written only when it finished).
+each), timeline.jsonl (the drain's result and how each consumer stopped), the load
+process's load/summary.json (written only when it finished) and the consumers' serving status
+(consumers/serving-*.json: whether each broker group served every consumer group again after a restart).
 """
 from __future__ import annotations
 
 from typing import Any
 
+from analysis.serving import restart_reasons
 from rmqchaos.rundir import RunDir
 
 
@@ -51,4 +53,7 @@ def completeness(run: RunDir) -> dict[str, Any]:
             receive.append(f"consumer {inst.id} did not stop cleanly ({how or 'no stop recorded: killed with the platform'}): "
                            "its last deliveries may not be in its ledger")
     reasons += receive
+    # a restarted broker group that did not serve a consumer group again in time (analysis/serving.py);
+    # a gate that refused is the load stage's own error, above
+    reasons += restart_reasons(run)
     return {"complete": not reasons, "receive_complete": not receive, "reasons": reasons}

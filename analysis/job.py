@@ -16,6 +16,7 @@ SCHEMA_VERSION = 2
 def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -> dict[str, Any]:
     from analysis.broker_log import evidence
     from analysis.completeness import completeness
+    from analysis.serving import summarize as serving
     from analysis.reconcile import analyze_ledgers
     from analysis.session import spark_session
     from cluster.store import Store
@@ -64,6 +65,8 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
                # its link probes per link (analysis/links.py)
                "monitor": [_compact(m) for m in monitor], "links": link_series(monitor),
                "broker_evidence": evidence(run.path / "cluster", brokers)}
+    # whether the consumers were really served: per group and broker, the gate, after each restart
+    summary["serving"] = serving(run)
     if s.expect is not None:  # a known bug's signature: reproduced or not, with the evidence
         from analysis.expect import evaluate, read_probes
         summary["expect"] = evaluate(s.expect, summary, read_probes(run.probes_file), s.cluster.rocketmq_version)

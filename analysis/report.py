@@ -15,6 +15,7 @@ from analysis.plots import (plot_cluster, plot_compare, plot_errors, plot_host, 
 from analysis.rules import BUSY_PREFIXES, CLASSES
 from analysis.compare import comparisons
 from analysis.page import page
+from analysis.serving import rows as serving_rows, words as serving_words
 from analysis.verdict import faults_phrase, lost_phrase, pct, settings, verdict
 from rmqchaos.errors import UserError
 from rmqchaos.stagetimes import ORDER, time_by_stage
@@ -152,6 +153,16 @@ def _intents(s: dict[str, Any]) -> list[str]:
         ["fault", "kind", "target", "reached (worst measure)", "short of intent", "what it achieved"])]
 
 
+def _serving(s: dict[str, Any]) -> list[str]:
+    """Whether the consumers were served (analysis/serving.py): the gate, code-25 refusals per broker, restarts."""
+    sv = s.get("serving")
+    if not sv:
+        return []
+    warn = sv["not_latest"] or (sv.get("gate") or {}).get("outcome") == "refused"
+    return [f"<h3>Consumers served</h3><p{' class=warn' if warn else ''}>{html.escape(serving_words(sv))}</p>"
+            + _table(*serving_rows(sv))]
+
+
 def _run_section(s: dict[str, Any], several: bool = False) -> str:
     c = s["counts"]
     lat = s["latency_ms"]
@@ -176,7 +187,7 @@ def _run_section(s: dict[str, Any], several: bool = False) -> str:
                         ["keys", "attempts", "acked", "acked weak", "ok", "LOST", "undelivered at stop (not verified)",
                          "DUPLICATED", "extra deliveries", "recovered", "failed", "indeterminate", "unexpected",
                          "CORRUPTED copies"]))
-    parts += _evidence(s) + _failover(s)
+    parts += _evidence(s) + _failover(s) + _serving(s)
     parts.append("<h3>Duplicates by cause</h3>" + _table([list(s["duplicates_by_cause"].values())],
                                                           list(s["duplicates_by_cause"])))
     rb = s.get("retried_keys_by_batch_position") or {}

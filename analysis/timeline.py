@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from analysis import sends
 
-NOT_WINDOWS = ("stage", "cluster_up", "check", "restart", "consumer_stop")  # bookkeeping (a fault restart has its own event)
+NOT_WINDOWS = ("stage", "cluster_up", "check", "restart", "consumer_stop", "serving_gate")  # bookkeeping (a fault restart has its own event)
 
 
 def series(per_second: dict[str, Any], keys: DataFrame,

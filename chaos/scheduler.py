@@ -89,10 +89,12 @@ INSTANT_WAIT_S = targets.RESOLVE_WAIT_S + 5.0
 
 
 class FaultScheduler(threading.Thread):
-    def __init__(self, run: RunDir, c: ClusterBackend, faults: list[Fault], wait_start_s: float = 120) -> None:
+    def __init__(self, run: RunDir, c: ClusterBackend, faults: list[Fault], wait_start_s: float = 120,
+                 delay_s: float = 0.0) -> None:
+        """delay_s: the faults' clock starts this long after the load's (the serving gate held them back)."""
         super().__init__(name="rmqchaos-faults", daemon=True)
         self.ctx = FaultContext(run, c)
-        self.rd, self.plan, self.wait_start_s = run, occurrences(faults), wait_start_s
+        self.rd, self.plan, self.wait_start_s, self.delay_s = run, occurrences(faults), wait_start_s, delay_s
         self.errors: list[str] = []
         self.results: list[dict[str, Any]] = []
         self._lock = threading.Lock()
@@ -132,7 +134,7 @@ class FaultScheduler(threading.Thread):
                 if not self.ctx.halt.is_set():
                     self._error("the load never started: no fault was applied")
                 return
-        t0 = json.loads(started.read_text())["start_s"]
+        t0 = json.loads(started.read_text())["start_s"] + self.delay_s
         with ThreadPoolExecutor(max_workers=min(MAX_CONCURRENT, max(1, len(self.plan))),
                                 thread_name_prefix="rmqchaos-fault") as pool:
             for occ in self.plan:

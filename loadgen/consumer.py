@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from cluster.jvm import classpath, jvm_command
-from rmqchaos import paths
+from rmqchaos import paths, serving
 from rmqchaos.errors import UserError
 from rmqchaos.progress import say
 from rmqchaos.procs import ProcessLog, ProcRecord, alive, spawn, starttime, stop
@@ -71,6 +71,8 @@ class JavaConsumer:
         self.pid: tuple[int, int | None] | None = None  # (pid, kernel start time) once started
         self.log_file = self.workdir / f"consumer-{opts.consumer_id}.log"
         self.out_file = self.workdir / f"consumer-{opts.consumer_id}.out"  # stdout: the stop summary
+        # which brokers serve its pulls, rewritten by the Java side (rmqchaos/serving.py reads it)
+        self.serving_file = serving.status_path(self.workdir, opts.consumer_id)
         self.summary: dict | None = None
 
     def attach(self, rec: ProcRecord) -> "JavaConsumer":
@@ -88,7 +90,7 @@ class JavaConsumer:
                 "--batch-size", str(o.batch_size), "--delay-ms", str(o.delay_ms), "--threads", str(o.threads),
                 "--max-reconsume-times", str(o.max_reconsume_times), "--poll-namesrv-ms", str(o.route_refresh_ms),
                 "--duration", str(o.duration_s), "--idle", str(o.idle_s), "--consumer-id", o.consumer_id,
-                "--run-id", self.run_id]
+                "--run-id", self.run_id, "--serving", str(self.serving_file)]
         for t in o.topics:
             args += ["--topic", t]
         return jvm_command(MAIN, args, cp=classpath(self.version, platform_jar=True), heap_mb=o.heap_mb,

@@ -166,8 +166,11 @@ def stop_consumers(consumers: list[JavaConsumer], run: RunDir | None = None) -> 
             seal_closed([jc.out], "receive")
 
 
-def run_loadgen(run: RunDir, c: ClusterBackend, ledger: bool | None = None) -> None:
-    """`python -m loadgen RUN_DIR` as a recorded child of the run (the backend's client side)."""
+def run_loadgen(run: RunDir, c: ClusterBackend, ledger: bool | None = None,
+                beside: Callable[[Callable[[], bool]], None] | None = None) -> None:
+    """`python -m loadgen RUN_DIR` as a recorded child of the run (the backend's client side).
+    `beside(running)` runs once the process is started (the serving gate, then the faults); an
+    exception from it ends the load at once and is raised."""
     import subprocess
     s = run.scenario()
     assert s.load is not None
@@ -177,13 +180,16 @@ def run_loadgen(run: RunDir, c: ClusterBackend, ledger: bool | None = None) -> N
     env = paths.module_env()
     p = c.spawn_client("loadgen", cmd, cwd=run.path, env=env)
     bound = s.load.duration + s.load.timeout * 4 + 120
+    t0 = time.monotonic()
     try:
-        rc = p.wait(timeout=bound)
+        if beside is not None:
+            beside(lambda: p.poll() is None)
+        rc = p.wait(timeout=max(1.0, bound - (time.monotonic() - t0)))
     except subprocess.TimeoutExpired:
         p.kill()
         p.wait()
         raise UserError(f"the load process did not end within {bound:.0f}s", "see its output above") from None
-    except BaseException:  # interrupted: end the load now (it ignores SIGINT; SIGTERM ends it)
+    except BaseException:  # interrupted, or the gate refused: end the load now (it ignores SIGINT; SIGTERM ends it)
         p.terminate()
         try:
             p.wait(timeout=10)

@@ -3,11 +3,12 @@ its own with the faults on its clock. The consumers go on running: `drain` stops
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from chaos.scheduler import FaultScheduler
+from chaos.scheduler import FaultScheduler, occurrences
 from cluster import get_backend
 from loadgen.drain import run_loadgen, start_consumers, stop_consumers
+from loadgen.serving import gate
 from pipeline.runs import as_run
 from pipeline.stage import stage
 from rmqchaos import diskstats
@@ -33,17 +34,26 @@ def _load(run: RunDir, ledger: bool | None) -> dict[str, Any]:
     c.create_topics(s.load.topics(), s.load.queues, attributes=s.load.topic_attributes)
     run.ledgers_dir.mkdir(exist_ok=True)
     consumers = start_consumers(run, c, s) if s.consumers else []
+    consumers_ms = now_ms()
     faults: FaultScheduler | None = None
+
+    def start_faults(load_running: Callable[[], bool]) -> None:
+        """The faults, once every consumer group is served by every master of its topics (the serving
+        gate, loadgen/serving.py; it raises and no fault is applied when that does not come in time)."""
+        nonlocal faults
+        delay = 0.0
+        if consumers:
+            first = min((o.at for o in occurrences(s.faults) if getattr(o, "after", None) is None), default=0.0)
+            delay = gate(run, c, s, consumers, consumers_ms, load_running, first)
+        faults = FaultScheduler(run, c, s.faults, delay_s=delay)
+        faults.start()
     disk = diskstats.sampler(run.path, run.disk_metrics_file)
     try:
         t0 = now_ms()
         run.load_dir.mkdir(exist_ok=True)
         run.load_started_file.unlink(missing_ok=True)
-        if s.faults:
-            faults = FaultScheduler(run, c, s.faults)
-            faults.start()
         try:
-            run_loadgen(run, c, ledger)
+            run_loadgen(run, c, ledger, beside=start_faults if s.faults else None)
         finally:
             if faults is not None:
                 faults.stop()
@@ -60,3 +70,4 @@ def _load(run: RunDir, ledger: bool | None) -> dict[str, Any]:
         if disk is not None:
             disk.close()
     return {"faults": len(faults.results) if faults is not None else 0, "consumers": len(consumers)}
+

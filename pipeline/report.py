@@ -119,6 +119,9 @@ def _write(run: RunDir, history: bool = False) -> None:
                    if fo.get("lost") else "")
                 + (f"; {fo['stale_reads']} stale read(s) (delivered, stored by a deposed master after the election)"
                    if fo.get("stale_reads") else ""))
+        if summ.get("serving"):
+            from analysis.serving import words as serving_words
+            lines.append("serving: " + serving_words(summ["serving"]))
         if c.get("corrupted_deliveries"):
             lines.append(f"CORRUPTED: {c['corrupted_deliveries']} damaged deliveries ("
                          + ", ".join(f"{k} {v}" for k, v in summ["corrupted_by_kind"].items() if v) + "), e.g. "

@@ -5,6 +5,7 @@ import java.io.IOException;
 import java.io.OutputStreamWriter;
 import java.io.Writer;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Paths;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
@@ -152,6 +153,11 @@ public final class Consumer {
 
         private final ThreadLocal<Pull> last = new ThreadLocal<>();
         private final Map<MessageExt, String> served = Collections.synchronizedMap(new WeakHashMap<>());
+        private final Serving serving; // every pull's answer, per broker (null: not asked for)
+
+        ServedBy(Serving serving) {
+            this.serving = serving;
+        }
 
         @Override
         public void doBeforeRequest(String remoteAddr, RemotingCommand request) {
@@ -159,8 +165,13 @@ public final class Consumer {
 
         @Override
         public void doAfterResponse(String remoteAddr, RemotingCommand request, RemotingCommand response) {
-            if (request == null || request.getCode() != RequestCode.PULL_MESSAGE || response == null
-                || response.getCode() != ResponseCode.SUCCESS || response.getExtFields() == null) {
+            if (request == null || request.getCode() != RequestCode.PULL_MESSAGE || response == null) {
+                return;
+            }
+            if (serving != null) {
+                serving.answered(remoteAddr, response.getCode());
+            }
+            if (response.getCode() != ResponseCode.SUCCESS || response.getExtFields() == null) {
                 return;
             }
             CommandCustomHeader h = request.readCustomHeader();
@@ -210,7 +221,7 @@ public final class Consumer {
         if (a.length == 0 || a[0].equals("--help")) {
             System.out.println("usage: Consumer --namesrv H:P --group G --topic T [--topic T2 ...] --out FILE "
                 + "[--mode all|ack_first_of_batch] [--batch-size N] [--delay-ms MS] [--threads N] [--max-reconsume-times N] "
-                + "[--poll-namesrv-ms MS] [--duration S] [--idle S] [--consumer-id ID] [--run-id ID]");
+                + "[--poll-namesrv-ms MS] [--duration S] [--idle S] [--consumer-id ID] [--run-id ID] [--serving FILE]");
             return;
         }
         final String namesrv = arg(a, "--namesrv", "127.0.0.1:9876");
@@ -230,6 +241,8 @@ public final class Consumer {
         final double idle = Double.parseDouble(arg(a, "--idle", "0"));
         final String consumerId = arg(a, "--consumer-id", "c0");
         final String runId = arg(a, "--run-id", "");
+        // the status file of which brokers serve this consumer's pulls (Serving); none without it
+        final String servingFile = arg(a, "--serving", null);
         if (group == null || topics.isEmpty() || out == null) {
             System.err.println("error: --group, --topic and --out are required");
             System.exit(2);
@@ -245,7 +258,8 @@ public final class Consumer {
         final AtomicLong lastDelivery = new AtomicLong(System.currentTimeMillis());
         final Object lock = new Object();
 
-        final ServedBy servedBy = new ServedBy();
+        final Serving serving = servingFile == null ? null : new Serving(Paths.get(servingFile), group, consumerId);
+        final ServedBy servedBy = new ServedBy(serving);
         // (group, hook, strategy): the one constructor with a hook that 5.1.x and 5.5.x both have
         DefaultMQPushConsumer c = new DefaultMQPushConsumer(group, servedBy, new AllocateMessageQueueAveragely());
         c.getDefaultMQPushConsumerImpl().registerFilterMessageHook(servedBy);
@@ -321,6 +335,13 @@ public final class Consumer {
         final long start = System.currentTimeMillis();
         Runnable stop = () -> {
             c.shutdown(); // persists consumer offsets to the broker
+            if (serving != null) {
+                serving.close();
+                try {
+                    serving.write();
+                } catch (IOException ignored) {
+                }
+            }
             synchronized (lock) {
                 try {
                     w.flush();
@@ -337,12 +358,19 @@ public final class Consumer {
         Thread hook = new Thread(stop, "rmqchaos-consumer-stop");
         Runtime.getRuntime().addShutdownHook(hook);
         c.start();
+        if (serving != null) {
+            serving.started(c);
+            serving.write();
+        }
         System.err.println("consumer " + consumerId + " started: group " + group + " topics " + topics + " mode " + mode);
 
         long lastSync = System.currentTimeMillis();
         while (true) {
             Thread.sleep(100);
             long now = System.currentTimeMillis();
+            if (serving != null) {
+                serving.maybeWrite(now);
+            }
             if (now - lastSync >= 1000) { // bounded loss window on a crash: flush + fsync every second
                 synchronized (lock) {
                     w.flush();

@@ -1,0 +1,117 @@
+"""The serving gate: no fault before every consumer group has been served by every master of its
+topics (a pull answered with messages or with no new message: rmqchaos/serving.py), within
+SERVE_BOUND_S of the consumers' start. A fault's effect on what the consumers read (duplicates after
+a switch, stale reads) means nothing if they read nothing before it: on RocketMQ 5.5.0 a consumer's
+first pulls can all be refused "subscription not latest" for 30 s (docs/client.md).
+
+The gate waits while the load runs (an empty queue holds a pull up to 15 s before answering "no new
+message"; the load's first messages answer it at once). If the bound passes, or the load or a
+consumer ends first, it raises one line naming each master that never served a group and what to
+do: the load stage fails, no fault is applied, the run is incomplete for that reason. Either way a
+`serving_gate` event records what it saw.
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Callable
+
+from cluster.backend import ClusterBackend
+from loadgen.consumer import JavaConsumer
+from rmqchaos import serving
+from rmqchaos.errors import UserError
+from rmqchaos.procs import now_ms
+from rmqchaos.progress import say
+from rmqchaos.rundir import RunDir
+from rmqchaos.spec import Scenario
+
+POLL_S = 0.1  # the Java side rewrites its status within 0.1 s of a broker's first served pull
+
+
+def wanted(c: ClusterBackend, s: Scenario) -> dict[str, dict[str, str]]:
+    """Consumer group -> {address: node} of every master of its topics (the masters namesrv lists now
+    of the broker groups each topic routes to)."""
+    assert s.consumers is not None
+    default_topics = s.load.topics() if s.load else []
+    masters = {p.broker_name: p for p in c.masters()}
+    routes: dict[str, set[str]] = {}
+    out: dict[str, dict[str, str]] = {}
+    for inst in s.consumers.instances:
+        for t in inst.topics or default_topics:
+            if t not in routes:
+                routes[t] = c.routed_groups(t)
+            for b in sorted(routes[t]):
+                if b in masters:
+                    out.setdefault(inst.group, {})[masters[b].addr] = masters[b].name
+    return out
+
+
+def gate(run: RunDir, c: ClusterBackend, s: Scenario, consumers: list[JavaConsumer], started_ms: int,
+         load_running: Callable[[], bool], first_fault_s: float, bound: float = serving.SERVE_BOUND_S) -> float:
+    """Wait until every consumer group was served by every master of its topics. Returns how long that
+    held the faults back: past the first fault's time (`first_fault_s` on the load's clock) the whole
+    fault clock moves by as much, so the faults keep their spacing (0 when the gate passed first).
+    UserError (one line) when `bound` seconds after `started_ms` passed first, or the load ended, or a
+    consumer is no longer running."""
+    want = wanted(c, s)
+    deadline = started_ms / 1000 + bound
+    while True:
+        why = ""
+        groups = serving.by_group(serving.read_statuses(run.consumers_dir))
+        missing = serving.unserved(groups, want)
+        now = time.time()
+        if not missing:
+            waited = now - started_ms / 1000
+            delay = _held_back(run, now, first_fault_s)
+            say(f"serving gate: every consumer group served by every master of its topics "
+                f"{waited:.1f}s after the consumers started"
+                + (f"; the faults come {delay:.1f}s later than asked" if delay else ""))
+            _record(run, started_ms, "passed", bound, want, groups, [], faults_delayed_s=round(delay, 3))
+            return delay
+        dead = [jc.node for jc in consumers if not jc.running()]
+        if dead:
+            why = f"{', '.join(dead)} stopped"
+        elif not load_running():
+            why = "the load ended"
+        elif now <= deadline:
+            time.sleep(POLL_S)
+            continue
+        _record(run, started_ms, "refused", bound, want, groups, missing)
+        raise UserError(refusal(missing, groups, bound, why),
+                        f"see {run.consumers_dir}/serving-*.json and the consumer logs beside them "
+                        "(docs/client.md: consumers that read before the first fault)")
+
+
+def refusal(missing: list[tuple[str, str, str]], groups: dict[str, dict[str, Any]], bound: float,
+            why: str = "") -> str:
+    """The gate's one line: each master that never served a group, with what it answered instead."""
+    parts = []
+    for group, node, addr in missing:
+        b = (groups.get(group) or {}).get("brokers", {}).get(addr) or {}
+        refused = ", ".join(f"code {k} x{n}" + (" (subscription not latest)" if k == str(serving.NOT_LATEST) else "")
+                            for k, n in sorted(b.get("refused", {}).items()))
+        parts.append(f"master {node} ({addr}) never served consumer group {group}"
+                     + (f" (its pulls were refused: {refused})" if refused else " (no pull answered)"))
+    when = f"before {why}" if why else f"within {bound:g}s of the consumers' start"
+    return f"no fault applied: {'; '.join(parts)} {when}"
+
+
+def _held_back(run: RunDir, passed: float, first_fault_s: float) -> float:
+    try:
+        t0 = json.loads(run.load_started_file.read_text())["start_s"]
+    except (OSError, ValueError, KeyError):
+        return 0.0  # the load has not started sending: the faults' clock has not started either
+    return max(0.0, passed - (t0 + first_fault_s))
+
+
+def _record(run: RunDir, started_ms: int, outcome: str, bound: float, want: dict[str, dict[str, str]],
+            groups: dict[str, dict[str, Any]], missing: list[tuple[str, str, str]], **extra: Any) -> None:
+    """The `serving_gate` event: per group and master, seconds from the consumers' start to its first served pull."""
+    served = {g: {node: _s((groups.get(g) or {}).get("brokers", {}).get(addr, {}).get("first_served_ms"), started_ms)
+                  for addr, node in sorted(m.items())} for g, m in sorted(want.items())}
+    run.event("serving_gate", "consumers", started_ms, now_ms(), outcome, bound_s=bound, first_served_s=served,
+              missing=[{"group": g, "master": n, "addr": a} for g, n, a in missing], **extra)
+
+
+def _s(ms: int | None, origin: int) -> float | None:
+    return None if ms is None else round((ms - origin) / 1000, 3)
