@@ -33,6 +33,9 @@ COLUMNS: dict[str, str] = {
     "latency_ms": "VARCHAR", "recovery": "VARCHAR", "max_rto_s": "DOUBLE", "route_outages": "VARCHAR",
     "noise": "VARCHAR", "noise_reached_pct": "DOUBLE", "report": "VARCHAR", "run_dir": "VARCHAR",
     "row_schema": "INTEGER", "summary": "VARCHAR",
+    # whether the run showed what its scenario exists to show (analysis/signature.py; null: none stated),
+    # and the load's share of its asked messages and median lag behind schedule (analysis/pace.py)
+    "signature_reached": "BOOLEAN", "signature_words": "VARCHAR", "load_reached": "DOUBLE", "load_lag_p50_ms": "BIGINT",
 }
 LOCK_WAIT_S = 30.0  # another process (a parallel DAG task) holds the file: wait this long for it
 
@@ -79,6 +82,10 @@ def row(summary: dict[str, Any], run_dir: str | Path | None = None, report: str 
         "noise": noise, "noise_reached_pct": min(reached) if reached else None,
         "report": str(Path(report) if report else rd / "report.html") if (report or rd) else None,
         "run_dir": str(rd.resolve()) if rd else None, "row_schema": ROW_SCHEMA, "summary": s,
+        "signature_reached": (s.get("signature") or {}).get("reached"),
+        "signature_words": (s.get("signature") or {}).get("words"),
+        "load_reached": (s.get("load_pace") or {}).get("reached"),
+        "load_lag_p50_ms": ((s.get("load_pace") or {}).get("lag_ms") or {}).get("p50"),
     }
     return out
 

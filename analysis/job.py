@@ -17,6 +17,8 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
     from analysis.broker_log import evidence
     from analysis.completeness import completeness
     from analysis.serving import summarize as serving
+    from analysis.pace import pace
+    from analysis.signature import evaluate as signature
     from analysis.reconcile import analyze_ledgers
     from analysis.session import spark_session
     from cluster.store import Store
@@ -67,10 +69,18 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
                "broker_evidence": evidence(run.path / "cluster", brokers)}
     # whether the consumers were really served: per group and broker, the gate, after each restart
     summary["serving"] = serving(run)
+    # the load's achieved against asked (analysis/pace.py)
+    summary["load_pace"] = pace(summary["load"], res.get("lag"), summary["series"])
+    if summary["load_pace"] and summary["load_pace"]["short"]:
+        say(f"analyze: short of schedule: {summary['load_pace']['words']}")
     if s.expect is not None:  # a known bug's signature: reproduced or not, with the evidence
         from analysis.expect import evaluate, read_probes
         summary["expect"] = evaluate(s.expect, summary, read_probes(run.probes_file), s.cluster.rocketmq_version)
         say(f"analyze: {summary['expect']['words']}")
+    # what the scenario exists to show: reached or not, and why (analysis/signature.py)
+    summary["signature"] = signature(s.signature, summary)
+    if summary["signature"]:
+        say(f"analyze: signature: {summary['signature']['words']}")
     out.mkdir(exist_ok=True)
     tmp = out / "summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=1) + "\n")

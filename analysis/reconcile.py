@@ -23,6 +23,7 @@ from analysis.corrupted import corrupted
 from analysis.failover import failover
 from analysis.keys import key_table
 from analysis.latency import by_broker, pct_result as _pct_result
+from analysis.pace import lag as send_lag
 from analysis.latency import histogram as _histogram, percentiles as _percentiles
 from analysis.offsets import reused_queue_offsets
 from analysis.sealed import attribute, read_receive, read_send
@@ -75,7 +76,8 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
         step("keys classified")
         groups, answer_totals = answer_groups(send, warnings)
         res = _aggregate(spark, send, keys, events, groups, warnings)
-        step("counts, errors, latency, series, windows")
+        res["lag"] = send_lag(send)
+        step("counts, errors, latency, series, windows, the sends' lag behind their schedule")
         res["corrupted_by_kind"], res["corrupted"], res["unexpected_examples"] = corrupted(
             send, keys, recv, res["counts"]["unexpected_deliveries"])
         res["counts"]["corrupted_deliveries"] = sum(res["corrupted_by_kind"].values())

@@ -16,6 +16,7 @@ from analysis.rules import BUSY_PREFIXES, CLASSES
 from analysis.compare import comparisons
 from analysis.page import page
 from analysis.serving import rows as serving_rows, words as serving_words
+from analysis.signature import missed
 from analysis.verdict import faults_phrase, lost_phrase, pct, settings, verdict
 from rmqchaos.errors import UserError
 from rmqchaos.stagetimes import ORDER, time_by_stage
@@ -187,6 +188,10 @@ def _run_section(s: dict[str, Any], several: bool = False) -> str:
                         ["keys", "attempts", "acked", "acked weak", "ok", "LOST", "undelivered at stop (not verified)",
                          "DUPLICATED", "extra deliveries", "recovered", "failed", "indeterminate", "unexpected",
                          "CORRUPTED copies"]))
+    pace = s.get("load_pace")
+    if pace:
+        parts.append(f"<p{' class=warn' if pace['short'] else ''}>Load: {html.escape(pace['words'])} "
+                     f"({pace['first_attempts']:,} of {pace['asked_messages']:,} messages sent).</p>")
     parts += _evidence(s) + _failover(s) + _serving(s)
     parts.append("<h3>Duplicates by cause</h3>" + _table([list(s["duplicates_by_cause"].values())],
                                                           list(s["duplicates_by_cause"])))
@@ -267,8 +272,10 @@ def spread(summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def render(summaries: list[dict[str, Any]], title: str = "RocketMQ loss and duplication report",
            extra: str = "") -> str:
     """extra: a section of HTML after the runs' own (the run history's trends: analysis/trends.py)."""
-    body = [f"<h1>{html.escape(title)}</h1>", "<section id=verdict><h2>Verdict</h2>"
-            + "".join(f"<p class=verdict>{html.escape(v)}</p>" for v in [verdict(s) for s in summaries] + comparisons(summaries))
+    # misses first: a run that did not show what its scenario exists to show is read before the rest
+    first = sorted(summaries, key=lambda s: not missed(s))
+    body = [f"<h1>{html.escape(title)}</h1>", _signatures(first), "<section id=verdict><h2>Verdict</h2>"
+            + "".join(f"<p class=verdict>{html.escape(v)}</p>" for v in [verdict(s) for s in first] + comparisons(summaries))
             + "</section>"]
     if len(summaries) > 1:
         body.append("<h2>Spread per scenario (min / median / max)</h2>")
@@ -284,6 +291,17 @@ def render(summaries: list[dict[str, Any]], title: str = "RocketMQ loss and dupl
     body.append(extra)
     body.append(time_table(summaries))
     return page(title, "".join(body))
+
+
+def _signatures(summaries: list[dict[str, Any]]) -> str:
+    """Per run (misses first): what its scenario exists to show and whether it did, with what failed."""
+    rows = [[s["scenario"], s["run_id"][-6:], (s.get("signature") or {}).get("shows", NONE),
+             {True: "reproduced", False: "NOT reproduced", None: "NOT verified"}[(s.get("signature") or {}).get("reached")]
+             if s.get("signature") else "no signature",
+             "; ".join(f"{m['what']} ({m['seen']})" for m in (s.get("signature") or {}).get("misses") or []) or NONE]
+            for s in summaries]
+    return "<section id=signatures><h2>Signatures</h2>" + _table(rows, ["scenario", "run", "exists to show", "",
+                                                                         "what failed"]) + "</section>"
 
 
 def with_times(s: dict[str, Any], run_dir: Path) -> dict[str, Any]:

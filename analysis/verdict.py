@@ -96,7 +96,18 @@ def settings(s: dict[str, Any]) -> dict[str, str]:
     out = {k: "/".join(sorted({c.get(k, {"brokerRole": "ASYNC_MASTER", "flushDiskType": "ASYNC_FLUSH",
                                          "transientStorePoolEnable": "false"}[k]) for c in masters})) for k in SETTINGS}
     out["policy"] = str(((s.get("load") or {}).get("policy") or {}).get("kind", NONE))
+    # the controllers or DLedger decide the roles: the settings that decide replication instead
+    nodes = s["cluster"]["brokers"].values()
+    if any(str(c.get("enableControllerMode")).lower() == "true" for c in nodes):
+        out["brokerRole"] = "controller mode (" + ", ".join(
+            f"{k}=" + "/".join(sorted({str(c.get(k, d)) for c in nodes})) for k, d in REPLICATION) + ")"
+    elif any(str(c.get("enableDLegerCommitLog")).lower() == "true" for c in nodes):
+        out["brokerRole"] = "DLedger (a majority acknowledges)"
     return out
+
+
+# what decides a controller-mode group's replication, with RocketMQ's defaults (MessageStoreConfig)
+REPLICATION = (("allAckInSyncStateSet", "false"), ("inSyncReplicas", "1"))
 
 
 def _settings_words(st: dict[str, str]) -> str:
@@ -121,7 +132,9 @@ def verdict(s: dict[str, Any]) -> str:
     """One sentence a release manager reads: what was done to the cluster, what it lost and duplicated,
     and then what else the run found (`found`), clauses separated by semicolons."""
     c, sc = s["counts"], s.get("store_check")
-    head = f"{s['scenario']}: with {_settings_words(settings(s))}, {faults_phrase(s) or 'a run without faults'}"
+    sig = (s.get("signature") or {}).get("words")  # first: reproduced, or NOT and why (analysis/signature.py)
+    head = f"{s['scenario']}: {sig + '; ' if sig else ''}with {_settings_words(settings(s))}, " \
+           f"{faults_phrase(s) or 'a run without faults'}"
     if s.get("complete") is False:
         return (f"{head}: the run did not finish ({'; '.join(s.get('incomplete_reasons') or [])}), so loss is not "
                 f"verified: {c.get('undelivered_at_stop', 0)} acknowledged messages were not delivered before the "
@@ -191,13 +204,19 @@ def found(s: dict[str, Any]) -> list[str]:
     (analysis/failover.py) and its two-master seconds, the busy refusals by kind and rate, each route
     outage and its length, the %RETRY% redeliveries by batch position, and a noise that fell short of
     its intent, in its own words (any other fault short of its intent is said so where it is named)."""
-    out = [x for x in [(s.get("expect") or {}).get("words")] if x] + failover_phrases(s) \
+    # a known bug's words lead the verdict as its signature (analysis/signature.py): not twice
+    exp = None if (s.get("signature") or {}).get("source") == "expect" else (s.get("expect") or {}).get("words")
+    out = [x for x in [exp] if x] + failover_phrases(s) \
         + [x for x in [busy_phrase(s)] if x] + outage_phrases(s) + link_phrases(s) + catchup_phrases(s)
     rb = s.get("retried_keys_by_batch_position") or {}
     if any(rb.values()):
         out.append(f"keys redelivered through %RETRY%: {rb['later_in_batch']:,} at index 1..n-1 of their listener "
                    f"batches, {rb['first_in_batch']:,} at index 0" + (f", {rb['never_first']:,} never delivered "
                                                                      "first-hand" if rb.get("never_first") else ""))
+    pace = s.get("load_pace") or {}
+    said = " ".join(m["seen"] for m in (s.get("signature") or {}).get("misses") or [])
+    if pace.get("short") and pace["words"] not in said:  # the signature's miss names it already
+        out.append(pace["words"])
     return out + short_intents(s, detail=True)
 
 

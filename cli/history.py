@@ -16,7 +16,7 @@ from rmqchaos.errors import UserError
 
 LIST_COLS = (("run_id", "run"), ("scenario", "scenario"), ("rocketmq_version", "rocketmq"),
              ("started_ms", "started (UTC)"),
-             ("complete", "complete"), ("keys", "keys"), ("lost", "lost"), ("duplicated", "dup"),
+             ("complete", "complete"), ("signature_reached", "signature"), ("keys", "keys"), ("lost", "lost"), ("duplicated", "dup"),
              ("busy_total", "busy"), ("send_p99_ms", "p99 send"), ("intended_p99_ms", "p99 intended"),
              ("max_rto_s", "rto s"))
 
@@ -50,6 +50,8 @@ def _cell(k: str, v: Any) -> str:
         return when(v)
     if k == "complete":
         return "yes" if v else ("NO" if v is False else "-")
+    if k == "signature_reached":  # null: the scenario states none, or its run could not verify it
+        return "reproduced" if v else ("NOT" if v is False else "-")
     return "-" if v is None else str(v)
 
 

@@ -21,7 +21,9 @@ whatever failed in between) → analyze → report
 The analyses run in parallel; then `combined_report` writes one HTML report across the matrix (its path is
 the task's return value, and the task's *rmqchaos report* link opens it), with each scenario's trend
 over its earlier runs (the run history), and `verdict` fails the DAG run when a run failed, its loss
-could not be verified, or a scenario that never lost in its trailing runs lost (a regression). Each
+could not be verified, a run missed its scenario's signature (NOT reproduced: the Param
+`signature_misses: flag` only names those), or a scenario that never lost in its trailing runs lost
+(a regression). Each
 figure that left its trailing range is named in the report and in `verdict`'s log; a scenario that
 keeps losing messages is a finding, not a failure.
 """
@@ -30,7 +32,10 @@ keeps losing messages is a finding, not a failure.
 @dag(dag_id="rocketmq_nightly_resilience", schedule="0 2 * * *", start_date=datetime(2026, 1, 1), catchup=False,
      max_active_runs=1, default_args=DEFAULT_ARGS, tags=["rocketmq", "resilience", "nightly"], doc_md=DOC,
      params={"matrix": Param("scenarios/nightly.yaml", type="string",
-                             description="the matrix file: `scenarios:` lists the scenario files")})
+                             description="the matrix file: `scenarios:` lists the scenario files"),
+             "signature_misses": Param("fail", enum=["fail", "flag"],
+                                       description="a run that did not reach its scenario's signature: fail "
+                                                   "the DAG run, or only name it (flag)")})
 def rocketmq_nightly_resilience() -> None:
     @task
     def matrix() -> list[str]:
@@ -57,8 +62,10 @@ def rocketmq_nightly_resilience() -> None:
     def verdict(rep: dict[str, Any]) -> dict[str, Any]:
         """Fails the DAG run if a run failed, could not verify its loss, or a zero-loss scenario lost
         (against its trailing runs in the run history); logs each figure that left its range."""
+        from airflow.sdk import get_current_context
+
         from pipeline.matrix import verdict as judge
-        return judge(rep["runs"])
+        return judge(rep["runs"], signature_misses=get_current_context()["params"]["signature_misses"])
 
     verdict(combined_report(scenario_run.expand(scenario=matrix())))
 

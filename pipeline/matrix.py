@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from analysis.regress import flag_line
+from analysis.signature import missed
 from pipeline import trends
 from pipeline.runs import as_run, create_run, load_scenario, reap_orphans
 from rmqchaos import paths
@@ -44,9 +45,10 @@ def prepare(scenario: str | Path) -> str:
     return str(create_run(scenario, mode="detached").path)
 
 
-def failures(run_dir: str | Path | RunDir) -> list[str]:
-    """What went wrong in a run: each stage up to the analysis that did not end ok, and an analysis
-    that could not verify loss. Not `report`: it only renders, its own task fails if it does, and the
+def failures(run_dir: str | Path | RunDir, signature_misses: str = "fail") -> list[str]:
+    """What went wrong in a run: each stage up to the analysis that did not end ok, an analysis that
+    could not verify loss, and (with signature_misses "fail") a run that did not reach its scenario's
+    signature (analysis/signature.py). Not `report`: it only renders, its own task fails if it does, and the
     loss-report DAG (triggered by the analysis) may be rebuilding it while a verdict reads the state."""
     r = as_run(run_dir)
     out = [f"stage {name} {rec.get('status')}" + (f": {rec['error']}" if rec.get("error") else "")
@@ -57,16 +59,40 @@ def failures(run_dir: str | Path | RunDir) -> list[str]:
             out.append("incomplete, loss not verified: " + "; ".join(s.get("incomplete_reasons") or []))
         if (s.get("expect") or {}).get("as_expected") is False:  # a known bug gone from its version, or back
             out.append(s["expect"]["words"])
+        elif signature_misses == "fail" and missed(s) and s["signature"]["source"] == "signature" \
+                and s.get("complete", True):  # an unfinished run is named above, once
+            out.append(f"signature ({s['signature']['shows']}) {s['signature']['words']}")
     return out
 
 
-def verdict(run_dirs: list[str], db: str | Path | None = None) -> dict[str, Any]:
+def signature_lines(run_dirs: list[str]) -> list[str]:
+    """One line per analyzed run: its scenario and whether it reached its signature, misses first."""
+    rows = []
+    for d in run_dirs:
+        r = as_run(d)
+        if r.summary_file.exists():
+            s = json.loads(r.summary_file.read_text())
+            sig = s.get("signature")
+            name = s.get("scenario") or r.scenario().name  # a summary it cannot read still names its run
+            rows.append((not missed(s) if sig else True, f"{name}: " + (sig["words"] if sig else "no signature")))
+    return [line for _, line in sorted(rows, key=lambda x: x[0])]
+
+
+def verdict(run_dirs: list[str], db: str | Path | None = None, signature_misses: str = "fail") -> dict[str, Any]:
     """Every run's failures, and each analyzed run's regression flags against its scenario's trailing
     runs in the run history (pipeline/trends.py; db: the history file, default paths.history_db()),
-    each flag printed as one line (the DAG task's log). A UserError naming the runs that failed and
+    each flag printed as one line (the DAG task's log). A UserError naming the runs that failed (with
+    signature_misses "fail", a run that missed its signature is one; "flag": named, not failed) and
     every regression of a zero-loss scenario (a new loss: `fails`); a figure beyond its spread is a
-    finding, named, not a failure. Returns {"failed": {}, "flags": [the lines], "regressions": [...]}."""
-    bad = {d: f for d in run_dirs if (f := failures(d))}
+    finding, named, not a failure. Returns {"failed": {}, "flags": [the lines], "regressions": [...],
+    "signatures": [one line per run, misses first]}."""
+    if signature_misses not in ("fail", "flag"):
+        raise UserError(f"signature_misses must be 'fail' or 'flag', got {signature_misses!r}",
+                        "fail: a run that missed its signature fails the verdict; flag: it is only named")
+    sigs = signature_lines(run_dirs)
+    for line in sigs:
+        print(f"verdict: signature: {line}", flush=True)
+    bad = {d: f for d in run_dirs if (f := failures(d, signature_misses))}
     judged = trends.judge(run_dirs, db)
     if judged["note"]:
         print(f"verdict: {judged['note']}", flush=True)
@@ -80,7 +106,7 @@ def verdict(run_dirs: list[str], db: str | Path | None = None) -> dict[str, Any]
     problems += [flag_line(j, f) for j in judged["runs"] for f in j["flags"] if f["fails"]]
     if problems:
         raise UserError(" | ".join(problems), "see the combined report")
-    return {"failed": bad, "flags": lines, "regressions": judged["runs"]}
+    return {"failed": bad, "flags": lines, "regressions": judged["runs"], "signatures": sigs}
 
 
 def combined_report(reports: list[dict | None] | None, out: str | Path | None = None) -> dict:

@@ -88,6 +88,11 @@ def _write(run: RunDir, history: bool = False) -> None:
                      f"{wres['stored_per_broker']}, read back {wres['read_back_total']} -> "
                      + ("OK" if wres["ok"] else "FAILED: " + "; ".join(wres["problems"])))
     if summ is not None:
+        sig = summ.get("signature")
+        lines.append(f"signature ({sig['shows']}): {sig['words']}" if sig else
+                     "signature: none stated (the scenario says nothing it exists to show)")
+        if summ.get("load_pace"):
+            lines.append(f"load: {summ['load_pace']['words']}")
         c = summ["counts"]
         unverified = (f"undelivered at stop {c['undelivered_at_stop']} (not verified), "
                       if c.get("undelivered_at_stop") else "")

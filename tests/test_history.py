@@ -103,10 +103,11 @@ def test_two_control_runs_listed_with_their_counts(two: tuple[Path, Path, Path],
     assert "imported 2 run(s)" in out and "2 new, 0 already there" in out
     lines = cli(capsys, "list", "--db", str(db)).splitlines()
     assert lines[0].split()[:2] == ["run", "scenario"] and lines[-1].startswith("2 run(s) in ")
-    # run, scenario, rocketmq, started (date, time), complete, keys, lost, dup, busy, p99 send, p99 intended, rto s
-    assert lines[1].split() == ["20261127T084944-control-aaaaaa", "control", "5.5.0", "2026-11-27", "08:49:46", "yes",
+    # run, scenario, rocketmq, started (date, time), complete, signature (none in these summaries), keys, lost,
+    # dup, busy, p99 send, p99 intended, rto s
+    assert lines[1].split() == ["20261127T084944-control-aaaaaa", "control", "5.5.0", "2026-11-27", "08:49:46", "yes", "-",
                                 "1000", "0", "0", "0", "150", "170", "2.5"]
-    assert lines[2].split()[5:12] == ["yes", "1008", "3", "0", "5", "300", "320"]
+    assert lines[2].split()[5:13] == ["yes", "-", "1008", "3", "0", "5", "300", "320"]
     rows = json.loads(cli(capsys, "list", "--db", str(db), "--json"))
     assert [(r["lost"], r["busy_total"], r["busy_by_kind"]) for r in rows] == [(0, 0, {}), (3, 5, {"REJECTREQUEST": 5})]
     assert "summary" not in rows[0]

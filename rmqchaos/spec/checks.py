@@ -44,6 +44,7 @@ def fault_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec]) -> list[
     nodes = s.cluster.node_names()
     brokers = [n for n in nodes if n not in ("namesrv", "proxy", *(s.cluster.controllers.node_names()
                                                                    if s.cluster.controllers else ()))]
+    spans: dict[int, float] = {}  # each fault's span from its start to its last occurrence's end
     for i, f in enumerate(s.faults):
         kind = fault_kinds.get(f.kind)
         if kind is None:
@@ -91,17 +92,84 @@ def fault_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec]) -> list[
         if f.restart_after is not None and not kind.ends_node:
             ending = ", ".join(sorted(k for k, v in fault_kinds.items() if v.ends_node))
             errs.append((("faults", i, "restart_after"), f"restart_after applies to {ending}"))
-        span = (f.repeat.every * (f.repeat.times - 1) if f.repeat else 0.0) + kind.span(params) + (f.restart_after or 0.0)
+        spans[i] = span = (f.repeat.every * (f.repeat.times - 1) if f.repeat else 0.0) + kind.span(params) + (f.restart_after or 0.0)
         if s.load is None:
             errs.append((("faults", i), "faults run on the load's clock: add a `load:` section"))
-        elif math.isinf(span):  # lasts until the load ends: must start before it does
-            if f.at >= s.load.duration:
-                errs.append((("faults", i, "at"), f"the fault starts at {f.at:g}s, after the load's duration "
-                                                  f"{s.load.duration:g}s"))
-        elif f.at + span > s.load.duration:
-            errs.append((("faults", i, "at"), f"the fault (at {f.at:g}s, lasting {span:g}s) ends after the "
-                                              f"load's duration {s.load.duration:g}s"))
+        elif f.after is None:
+            errs += _within_load(i, f.at, span, s.load.duration, "")
         errs += [(("faults", i, *loc), msg) for loc, msg in kind.check(params, f, s)]
+    if s.load is not None:  # a follower: from its predecessor's earliest end (a span-0 kind may take longer)
+        for i, start in earliest_starts(s.faults, spans).items():
+            if s.faults[i].after is not None and i in spans:
+                f = s.faults[i]
+                errs += _within_load(i, start, spans[i], s.load.duration,
+                                     f", {f.at:g}s after {f.after}'s end at {start - f.at:g}s or later")
+    return errs
+
+
+def _within_load(i: int, start: float, span: float, duration: float, why: str) -> list[tuple[tuple[Any, ...], str]]:
+    if math.isinf(span):  # lasts until the load ends: must start before it does
+        if start >= duration:
+            return [(("faults", i, "at"), f"the fault starts at {start:g}s{why}, after the load's duration {duration:g}s")]
+    elif start + span > duration:
+        return [(("faults", i, "at"), f"the fault (at {start:g}s{why}, lasting {span:g}s) ends after the load's "
+                                      f"duration {duration:g}s")]
+    return []
+
+
+def earliest_starts(faults: list[Fault], spans: Mapping[int, float]) -> dict[int, float]:
+    """The earliest second after the load's start each fault can start: its `at`, or for one with
+    `after`, its predecessor's earliest start + span + its `at`. Faults whose chain has an unknown id,
+    a cycle or a fault without a span in `spans` are left out (after_errors names the first two)."""
+    index = {f.id: i for i, f in enumerate(faults) if f.id}
+    out: dict[int, float] = {}
+
+    def start(i: int, seen: frozenset[int]) -> float | None:
+        if i in out:
+            return out[i]
+        f = faults[i]
+        if f.after is None:
+            out[i] = f.at
+            return f.at
+        j = index.get(f.after)
+        if j is None or j in seen or j not in spans:
+            return None
+        before = start(j, seen | {i})
+        if before is None or math.isinf(spans[j]):
+            return None
+        out[i] = before + spans[j] + f.at
+        return out[i]
+
+    for i in range(len(faults)):
+        start(i, frozenset({i}))
+    return out
+
+
+def after_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
+    """Each `after:` names another fault of this scenario by its `id`, one that occurs once (a
+    repeated fault has several ends) and does not, through its own `after`, come after this one."""
+    errs: list[tuple[tuple[Any, ...], str]] = []
+    index = {f.id: i for i, f in enumerate(s.faults) if f.id}
+    for i, f in enumerate(s.faults):
+        if f.after is None:
+            continue
+        loc = ("faults", i, "after")
+        j = index.get(f.after)
+        if f.after == f.id:
+            errs.append((loc, f"a fault cannot come after itself ({f.id!r})"))
+        elif j is None:
+            errs.append((loc, f"no fault with id {f.after!r} in this scenario; fault ids: "
+                              f"{', '.join(index) or '(none): give the fault to follow an id'}"))
+        elif s.faults[j].repeat is not None:
+            errs.append((loc, f"{f.after!r} repeats {s.faults[j].repeat.times} times: `after` follows a fault "
+                              "that occurs once"))
+        else:
+            chain, k = [f.id or f"faults[{i}]"], j
+            while k is not None and k != i and len(chain) <= len(s.faults):
+                chain.append(s.faults[k].id or "")
+                k = index.get(s.faults[k].after) if s.faults[k].after else None
+            if k == i:
+                errs.append((loc, "`after` goes round in a cycle: " + " -> ".join([*chain, chain[0]])))
     return errs
 
 
@@ -172,9 +240,10 @@ def semantic_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec] | None
     for i, f in enumerate(s.faults):
         if f.id and ids.count(f.id) > 1:
             errs.append((("faults", i, "id"), f"fault id {f.id!r} is used twice"))
+    errs += after_errors(s)
     if s.load is not None and s.load.backup_topic() == s.load.topic:
         errs.append((("load", "policy", "backup_topic"), "the backup topic must differ from load.topic"))
-    errs += expect_errors(s)
+    errs += expect_errors(s) + signature_errors(s)
     if s.cluster.proxy.enabled:
         for field in ("grpc_port", "remoting_port"):
             p = getattr(s.cluster.proxy, field)
@@ -207,11 +276,31 @@ def expect_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
         if g not in groups:
             errs.append((("expect", "probes", i), f"no replicated group {g!r} in this cluster; replicated groups: "
                                                   f"{', '.join(groups) or '(none)'}"))
+    return errs + _condition_errors(s, "expect")
+
+
+def signature_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
+    """The `signature:` block against this scenario: its failovers name faults of this scenario, its
+    per-broker figures name brokers of this cluster, its figures need a load to count."""
+    if s.signature is None:
+        return []
+    errs = _condition_errors(s, "signature")
+    brokers = s.cluster.node_names()
+    for i, c in enumerate(s.signature.conditions):
+        fam, _, arg = c.split()[0].partition(".")
+        if fam in ("route_absent_samples", "link_p50_added_ms") and arg not in brokers:
+            errs.append((("signature", "conditions", i), f"no node {arg!r} in this cluster; nodes: {', '.join(brokers)}"))
+    return errs
+
+
+def _condition_errors(s: Scenario, key: str) -> list[tuple[tuple[Any, ...], str]]:
+    block = getattr(s, key)
+    errs: list[tuple[tuple[Any, ...], str]] = []
     ids = [f.id for f in s.faults if f.id]
-    for i, fo in enumerate(s.expect.failovers):
+    for i, fo in enumerate(block.failovers):
         if fo.fault not in ids:
-            errs.append((("expect", "failovers", i, "fault"), f"no fault with id {fo.fault!r} in this scenario; "
-                                                             f"fault ids: {', '.join(ids) or '(none)'}"))
-    if s.expect.conditions and s.load is None:
-        errs.append((("expect", "conditions"), "conditions count the load's messages: add a `load:` section"))
+            errs.append(((key, "failovers", i, "fault"), f"no fault with id {fo.fault!r} in this scenario; "
+                                                        f"fault ids: {', '.join(ids) or '(none)'}"))
+    if block.conditions and s.load is None:
+        errs.append(((key, "conditions"), "conditions count the load's messages: add a `load:` section"))
     return errs

@@ -28,8 +28,26 @@ FIGURES = {**{k: f"counts.{k}" for k in ("keys", "attempts", "acked", "acked_wea
            "failover.stale_reads": "failover.stale_reads",
            # queue positions acknowledged to two different keys (analysis/offsets.py)
            "reused_queue_offsets": "reused_queue_offsets.positions"}
+# figure families: `<family>.<name>`, a figure per broker, status, outcome, cause or fault the run has
+# (analysis/signature.py computes them from the summary); a name the run does not have reads as 0
+# where counting makes it so (a status never answered), else as absent
+FAMILIES = {
+    "busy": "sends refused busy with this text, e.g. busy.PCBUSY_CLEAN_QUEUE (without its brackets)",
+    "status": "acked attempts answered with this send status, e.g. status.FLUSH_SLAVE_TIMEOUT",
+    "outcome": "attempts with this outcome: ok, timeout, error, no_outcome",
+    "duplicates": "extra deliveries of this cause (summary.duplicates_by_cause)",
+    "route_absent_samples": "monitor samples in which this broker answered while namesrv did not list it",
+    "link_p50_added_ms": "the most a link fault added to this broker's acked sends' p50 round trip (ms)",
+}
+# figures computed from several parts of the summary (analysis/signature.py)
+DERIVED = {
+    "busy": "sends the broker refused as busy (code 2)",
+    "frames_refused": "frames namesrv refused as too long (its remoting.log)",
+    "retried_first_in_batch": "keys redelivered through %RETRY% that were first of their listener batch",
+    "retried_later_in_batch": "keys redelivered through %RETRY% that were at index 1..n-1 of their batch",
+}
 OPS = ("==", "!=", ">=", "<=", ">", "<")
-_CONDITION = re.compile(r"^\s*([a-z_.]+)\s*(==|!=|>=|<=|>|<)\s*(-?\d+)\s*$")
+_CONDITION = re.compile(r"^\s*([a-z_0-9]+(?:\.[A-Za-z0-9_%-]+)?)\s*(==|!=|>=|<=|>|<)\s*(-?\d+)\s*$")
 _VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 
 
@@ -39,8 +57,9 @@ def parse_condition(text: str) -> tuple[str, str, int]:
     if not m:
         raise ValueError(f"expected '<figure> <op> <integer>' such as 'lost > 0' (op: {' '.join(OPS)}), got {text!r}")
     name, op, value = m.group(1), m.group(2), int(m.group(3))
-    if name not in FIGURES:
-        raise ValueError(f"unknown figure {name!r}; figures: {', '.join(FIGURES)}")
+    if name not in FIGURES and name not in DERIVED and name.split(".", 1)[0] not in FAMILIES:
+        raise ValueError(f"unknown figure {name!r}; figures: {', '.join([*FIGURES, *DERIVED])}, and per name: "
+                         + ", ".join(f"{f}.<name>" for f in FAMILIES))
     return name, op, value
 
 
@@ -109,6 +128,23 @@ class FailoverCheck(Strict):
                 f"{self.elected_within:g} s of fault {self.fault}")
 
 
+class Signature(Strict):
+    """What a scenario exists to show, as conditions on its own figures (the form `expect:` uses):
+    `shows` in words, then conditions, probes and failover checks that must all hold. The verdict's
+    first clause says reproduced, or NOT reproduced naming the condition that failed with its figure
+    (analysis/signature.py); a fault or load that fell short of what it was asked counts as a miss too."""
+    shows: Annotated[str, Field(min_length=3, max_length=160)]
+    conditions: list[Condition] = []
+    failovers: list[FailoverCheck] = []
+
+    @model_validator(mode="after")
+    def _something(self) -> "Signature":
+        if not self.conditions and not self.failovers:
+            raise ValueError("signature needs at least one of conditions, failovers (else nothing says "
+                             "'reproduced')")
+        return self
+
+
 class Expect(Strict):
     """What "reproduced" means for this scenario: every condition and every probe holds."""
     issue: Annotated[str, Field(pattern=r"^https://\S+$")]  # the upstream report
@@ -135,7 +171,10 @@ class Expect(Strict):
 
 
 def figure(summary: dict[str, Any], name: str) -> int | None:
-    """A named figure of a summary; None when the summary has no value for it (no store check)."""
+    """A named figure of FIGURES in a summary; None when the summary has no value for it (no store
+    check, or a derived or family figure: analysis/signature.py computes those)."""
+    if name not in FIGURES:
+        return None
     vals = []
     for path in FIGURES[name].split(" - "):
         v: Any = summary

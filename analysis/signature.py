@@ -1,0 +1,122 @@
+"""Did a run show what its scenario exists to show? The scenario's `signature:` (rmqchaos/spec/expect.py
+`Signature`): conditions on the run's own figures and failover checks, all of which must hold; and
+beside them what every run must prove before it can claim anything: that it finished, that its load
+kept its schedule (analysis/pace.py) and that each fault did what it was asked (its evidence's
+`intent`). A scenario with `expect:` (a known upstream bug) is judged by that block instead
+(analysis/expect.py): its signature is reached when the run came out as that version should.
+
+The result goes into the summary (`signature`), the verdict's first clause, the combined report (misses
+first), the nightly's verdict and the run history."""
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+from analysis.expect import failover_evidence
+from analysis.findings import busy_refusals
+from rmqchaos.spec.expect import DERIVED, FAMILIES, Signature, figure, parse_condition
+
+_OPS = {"==": operator.eq, "!=": operator.ne, ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
+
+
+def value(s: dict[str, Any], name: str) -> int | None:
+    """A figure of a summary by its name (FIGURES, DERIVED or `<family>.<name>`); None when the run has
+    no evidence for it (no monitor, no store check, no link window)."""
+    if name not in DERIVED and "." in name and name.split(".", 1)[0] in FAMILIES:
+        fam, arg = name.split(".", 1)
+        return _family(s, fam, arg)
+    if name == "busy":
+        return busy_refusals(s)["total"]
+    if name == "frames_refused":
+        fe = [m["frame_errors"] for m in s.get("monitor") or [] if isinstance(m.get("frame_errors"), dict)]
+        return int(fe[-1].get("count") or 0) if fe else None
+    if name.startswith("retried_"):
+        rb = s.get("retried_keys_by_batch_position")
+        return None if rb is None else int(rb.get(name.removeprefix("retried_"), 0))
+    return figure(s, name)
+
+
+def _family(s: dict[str, Any], fam: str, arg: str) -> int | None:
+    err = s.get("errors") or {}
+    if fam in ("status", "outcome"):
+        return int((err.get(f"by_{fam}") or {}).get(arg, 0))
+    if fam == "busy":
+        return int(busy_refusals(s)["by_kind"].get(arg, 0))
+    if fam == "duplicates":
+        return int((s.get("duplicates_by_cause") or {}).get(arg, 0))
+    if fam == "route_absent_samples":
+        mon = [m for m in s.get("monitor") or [] if "brokers" in m]
+        if not mon:
+            return None
+        return sum(1 for m in mon if (b := (m["brokers"] or {}).get(arg) or {}).get("up")
+                   and b.get("registered") is False)
+    if fam == "link_p50_added_ms":
+        kinds = {(e.get("params") or {}).get("fault_id"): (e.get("params") or {}).get("fault_kind")
+                 for e in s.get("events", []) if e.get("kind") == "fault"}
+        added = [d["during"]["p50"] - d["outside"]["p50"] for w in s.get("windows") or [] if kinds.get(w["id"]) == "link"
+                 if (d := (w.get("send_ms_by_broker") or {}).get(arg)) and d["during"].get("p50") is not None
+                 and d["outside"].get("p50") is not None]
+        return max(added) if added else None
+    raise AssertionError(f"figure family {fam} validated by the spec but not computed")
+
+
+def fault_shortfalls(s: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each applied fault occurrence whose evidence says it fell short of what it was asked
+    (`intent.short`): {what, holds: False, seen}."""
+    out = []
+    for e in s.get("events", []):
+        p = e.get("params") or {}
+        intent = (p.get("evidence") or {}).get("intent")
+        if e.get("kind") == "fault" and e.get("outcome") == "ok" and isinstance(intent, dict) and intent.get("short"):
+            out.append({"what": f"{p.get('fault_id') or p.get('fault_kind')} did what it was asked", "holds": False,
+                        "seen": str(intent.get("words") or "short of its intent")})
+    return out
+
+
+def evaluate(sig: Signature | None, s: dict[str, Any]) -> dict[str, Any] | None:
+    """{source ('signature' | 'expect'), shows, reached (True / False / None: not verifiable), evidence
+    [{what, holds, seen}], misses (the evidence that did not hold, or could not be read), words (the
+    verdict's first clause)}; None for a scenario with neither block."""
+    exp = s.get("expect")
+    if sig is None and exp:  # a known bug: reached when it came out as this version should
+        reached = exp["as_expected"] if exp.get("as_expected") is not None else exp.get("reproduced")
+        return {"source": "expect", "shows": exp["issue"], "reached": reached, "evidence": exp["evidence"],
+                "misses": [e for e in exp["evidence"] if e["holds"] is not True] if reached is not True else [],
+                "words": exp["words"]}
+    if sig is None:
+        return None
+    evidence: list[dict[str, Any]] = []
+    for c in sig.conditions:
+        name, op, want = parse_condition(c)
+        got = value(s, name)
+        evidence.append({"what": c, "holds": None if got is None else _OPS[op](got, want),
+                         "seen": f"{name} = {got:,}" if got is not None else f"{name}: no evidence in this run"})
+    evidence += [failover_evidence(fo, s) for fo in sig.failovers]
+    pace = s.get("load_pace")
+    if pace and pace.get("short"):
+        evidence.append({"what": "the load kept its schedule", "holds": False, "seen": pace["words"]})
+    evidence += fault_shortfalls(s)
+    if s.get("complete") is False:
+        evidence.append({"what": "the run finished", "holds": None,
+                         "seen": "; ".join(s.get("incomplete_reasons") or []) or "incomplete"})
+    holds = [e["holds"] for e in evidence]
+    reached = False if False in holds else None if None in holds else True
+    misses = [e for e in evidence if e["holds"] is not True]
+    return {"source": "signature", "shows": sig.shows, "reached": reached, "evidence": evidence, "misses": misses,
+            "words": words(reached, misses)}
+
+
+def words(reached: bool | None, misses: list[dict[str, Any]]) -> str:
+    """'reproduced', 'NOT reproduced: busy > 0 (busy = 0)', or 'NOT verified: the run finished (...)'."""
+    if reached:
+        return "reproduced"
+    head = "NOT reproduced" if reached is False else "NOT verified"
+    shown = [m for m in misses if m["holds"] is False] + [m for m in misses if m["holds"] is None]
+    return head + ": " + "; ".join(f"{'unknown: ' if m['holds'] is None else ''}{m['what']} ({m['seen']})"
+                                   for m in shown)
+
+
+def missed(s: dict[str, Any]) -> bool:
+    """Whether a run's summary says it did not reach its signature (or could not verify it)."""
+    sig = s.get("signature")
+    return bool(sig) and sig.get("reached") is not True

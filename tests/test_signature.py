@@ -1,0 +1,202 @@
+"""Every scenario states what it exists to show (its signature), and a run that misses it says so:
+the verdict's first clause, the combined report (misses first), the nightly's verdict and the run
+history. Also the load's achieved against asked (analysis/pace.py). Pure logic on planted summaries;
+the real runs that reach their signatures are the real tier's (test_rocketmq_faults.py and others)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from analysis.pace import generator_bound, pace
+from analysis.report import render, verdict
+from analysis.signature import evaluate, value
+from conftest import REPO, cli, write_scenario
+from pipeline.runs import load_scenario
+from rmqchaos.spec.expect import Signature
+from test_verdict import flood, shared_host, summary, whole
+
+pytestmark = pytest.mark.fast
+
+SCENARIOS = REPO / "scenarios"
+
+
+def sig(shows: str = "something", conditions: list[str] | None = None, **more: Any) -> Signature:
+    return Signature(shows=shows, conditions=conditions or [], **more)
+
+
+def judged(s: dict[str, Any], signature: Signature) -> dict[str, Any]:
+    s["signature"] = evaluate(signature, s)
+    return s
+
+
+def test_every_scenario_file_with_a_load_states_what_it_exists_to_show() -> None:
+    files = sorted(f for f in [*SCENARIOS.glob("*.yaml"), *(SCENARIOS / "upstream").glob("*.yaml")]
+                   if f.name not in ("nightly.yaml", "quick.yaml", "corpus.yaml"))
+    missing = [f.name for f in files if (s := load_scenario(f)).load is not None and s.signature is None and s.expect is None]
+    assert not missing, f"scenarios without a signature: {missing}"
+    # the matrices' scenarios, each with its own (an overlay that changes what is shown restates it)
+    for m in ("quick.yaml", "nightly.yaml"):
+        for f in yaml.safe_load((SCENARIOS / m).read_text())["scenarios"]:
+            assert load_scenario(SCENARIOS / f).signature is not None, f
+
+
+@pytest.mark.parametrize("signature, expect", [
+    ({"shows": "xyz", "conditions": ["bogus > 0"]}, "signature.conditions[0]: unknown figure 'bogus'"),
+    ({"shows": "xyz", "conditions": ["route_absent_samples.broker-z >= 1"]},
+     "signature.conditions[0]: no node 'broker-z' in this cluster; nodes: namesrv, broker-a, broker-b"),
+    ({"shows": "xyz", "failovers": [{"fault": "nope", "elected_within": "30s"}]},
+     "signature.failovers[0].fault: no fault with id 'nope' in this scenario"),
+    ({"shows": "xyz"}, "signature needs at least one of conditions, failovers"),
+    ({"conditions": ["lost == 0"]}, "signature.shows: Field required"),
+])
+def test_a_bad_signature_is_one_line_at_load(tmp_path: Path, signature: dict, expect: str) -> None:
+    f = write_scenario(tmp_path / "bad.yaml", {"name": "bad", "load": {"duration": "30s"}, "signature": signature})
+    r = cli("validate", str(f))
+    assert r.returncode == 1 and expect in r.stderr and r.stderr.startswith(f"rmqchaos: error: {f}:"), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_control_with_a_finding_is_not_reproduced_and_says_which_figure() -> None:
+    control = sig("no finding at all", ["lost == 0", "duplicated == 0", "busy == 0"])
+    quiet = judged(shared_host("control", busy={}), control)
+    assert quiet["signature"]["reached"] is True
+    assert verdict(quiet).startswith("control: reproduced; with ASYNC_MASTER")
+    busy = judged(shared_host("control", busy={"[REJECTREQUEST]": 2}), control)
+    assert busy["signature"]["reached"] is False
+    assert verdict(busy).startswith("control: NOT reproduced: busy == 0 (busy = 2); with ASYNC_MASTER")
+
+
+def test_a_flood_that_fell_short_of_the_frame_is_not_reproduced_naming_its_table_against_the_frame() -> None:
+    flood_sig = sig("namesrv drops broker-a", ["frames_refused >= 1", "route_absent_samples.broker-a >= 1"])
+    reached = judged(flood(), flood_sig)
+    assert reached["signature"]["reached"] is True and verdict(reached).startswith("retry-flood: reproduced; with")
+    assert value(reached, "route_absent_samples.broker-a") == 20 and value(reached, "frames_refused") == 2
+    short = flood(out=None)
+    for m in short["monitor"]:
+        m["frame_errors"]["count"] = 0
+    short["events"][0]["params"] = {"fault_kind": "topic_flood", "fault_id": "flood-a", "evidence": {
+        "table_bytes": 177_128, "frame_max_bytes": 262_144, "reached": "its bound: 60 s",
+        "intent": {"measures": [{"what": "table bytes", "where": "broker-a", "asked": 262_144, "achieved": 177_128}],
+                   "reached": 0.676, "short": True,
+                   "words": "topic_flood reached 68 % of namesrv's 262,144 B frame (table 177,128 B); stopped by its "
+                            "bound: 60 s"}}}
+    v = verdict(judged(short, flood_sig))
+    assert v.startswith("retry-flood: NOT reproduced: frames_refused >= 1 (frames_refused = 0); "
+                        "route_absent_samples.broker-a >= 1 (route_absent_samples.broker-a = 0); flood-a did what it "
+                        "was asked (topic_flood reached 68 % of namesrv's 262,144 B frame (table 177,128 B); stopped "
+                        "by its bound: 60 s); with ASYNC_MASTER"), v
+
+
+def test_a_load_that_reached_60_percent_of_its_rate_says_so_and_misses_its_signature() -> None:
+    load = {"rate": 1000, "users": 10, "duration": 40, "policy": {"kind": "no_retry"}}
+    lags = {"total": {"n": 24_000, "p50": 400, "p99": 900, "max": 1_200}, "by_second": {}}
+    p = pace(load, lags, [])
+    assert p is not None and p["reached"] == 0.6 and p["short"] is True
+    s = judged(shared_host("shared-host", load=load, load_pace=p), sig("busy answers", ["busy > 0"]))
+    v = verdict(s)
+    assert v.startswith("shared-host: NOT reproduced: the load kept its schedule (the load reached 60 % of its 1,000 "
+                        "msg/s; its sends left a median 400 ms (p99 900 ms) after their intended times)"), v
+    assert v.count("the load reached 60 %") == 1  # said once: the miss names it, the findings do not repeat it
+    # a load on its schedule is not named at all; one without a signature still says it fell short
+    ok = pace(load, {"total": {"n": 39_990, "p50": 3, "p99": 40, "max": 90}, "by_second": {}}, [])
+    assert ok is not None and ok["short"] is False
+    assert "the load reached" not in verdict(judged(shared_host(load_pace=ok), sig("busy", ["busy > 0"])))
+    assert "the load reached 60 %" in verdict(shared_host(load_pace=p))
+
+
+def test_a_load_behind_schedule_while_the_broker_answered_fast_was_held_back_by_the_generator() -> None:
+    # 10 users at 1000 msg/s: one send every 10 ms per user. The lag grows second after second.
+    behind = {t: {"n": 500, "p50": 1000 * (t - 99), "p99": None} for t in range(100, 108)}
+    fast = [{"t": t, "send_p50_ms": 3} for t in range(100, 108)]
+    slow = [{"t": t, "send_p50_ms": 85} for t in range(100, 108)]
+    assert generator_bound(behind, fast, 10.0) == (True, 3)
+    assert generator_bound(behind, slow, 10.0) == (False, 85)  # the broker's answers set the pace
+    flat = {t: {"n": 1000, "p50": 2, "p99": None} for t in range(100, 108)}
+    assert generator_bound(flat, fast, 10.0) == (False, None)  # never behind: nothing to blame
+    load = {"rate": 1000, "users": 10, "duration": 8}
+    p = pace(load, {"total": {"n": 8_000, "p50": 5_100, "p99": 8_100, "max": 8_200}, "by_second": behind}, fast)
+    assert p is not None and p["generator_bound"] is True
+    assert p["words"] == ("the load reached 100 % of its 1,000 msg/s; its sends left a median 5.1 s (p99 8.1 s) after "
+                          "their intended times; the generator, not the broker, set the pace (the broker answered in "
+                          "3 ms p50 while the load fell behind)")
+
+
+def test_a_failed_fault_intent_a_run_that_did_not_finish_and_a_failover_bound() -> None:
+    s = summary("failover-kill-master", "false", 0, None, failover={"failovers": [
+        {"fault_id": "kill-master", "election_s": 0.55, "observed_s": 70, "old_master": "broker-a-0",
+         "new_master": "broker-a-1", "epoch": 2, "group": "broker-a", "fault_kind": "kill"}]})
+    fo = sig("a new master within 30 s", ["lost == 0"], failovers=[{"fault": "kill-master", "elected_within": 30,
+                                                                    "reproduced_when": "elected"}])
+    assert evaluate(fo, s)["reached"] is True
+    slow = dict(s, failover={"failovers": [{**s["failover"]["failovers"][0], "election_s": 41.0}]})
+    assert evaluate(fo, slow)["words"].startswith("NOT reproduced: a new master within 30 s of fault kill-master "
+                                                  "(broker-a-1 master 41 s after fault kill-master on broker-a-0")
+    cut = dict(s, complete=False, incomplete_reasons=["the drain timed out"])
+    r = evaluate(fo, cut)
+    assert r["reached"] is None and r["words"] == "NOT verified: unknown: the run finished (the drain timed out)"
+    assert evaluate(None, s) is None
+
+
+def test_a_controller_mode_verdict_names_what_decides_replication_not_a_broker_role() -> None:
+    s = summary("failover-kill-master", "false", 0, None)
+    s["cluster"]["brokers"] = {f"broker-a-{i}": {"brokerRole": "SYNC_MASTER", "enableControllerMode": "true",
+                                                 "allAckInSyncStateSet": "true", "flushDiskType": "ASYNC_FLUSH"}
+                               for i in range(3)}
+    v = verdict(s)
+    assert v.startswith("failover-kill-master: with controller mode (allAckInSyncStateSet=true, inSyncReplicas=1), "
+                        "ASYNC_FLUSH"), v
+    assert "SYNC_MASTER" not in v
+
+
+def test_the_combined_report_lists_misses_first() -> None:
+    control = sig("no finding at all", ["busy == 0"])
+    good = whole(judged(shared_host("a-good", busy={}), control))
+    bad = whole(judged(shared_host("z-bad", busy={"[REJECTREQUEST]": 5}), control))
+    html = render([good, bad])
+    table = html[html.index("id=signatures"):html.index("id=verdict")]
+    assert table.index("z-bad") < table.index("a-good") and "NOT reproduced" in table
+    verdicts = html[html.index("id=verdict"):]
+    assert verdicts.index("z-bad: NOT reproduced") < verdicts.index("a-good: reproduced")
+
+
+def _analyzed_run(tmp_path: Path, name: str, reached: bool | None) -> str:
+    """A run directory the matrix verdict can read: a scenario, its stages ok, an analysis summary."""
+    from pipeline.runs import create_run
+    f = write_scenario(tmp_path / f"{name}.yaml", {"extends": str(SCENARIOS / "control.yaml"), "name": name})
+    r = create_run(f, out=tmp_path / name)
+    s = summary(name, "false", 0, None)
+    s["signature"] = {"source": "signature", "shows": "no finding at all", "reached": reached,
+                      "evidence": [], "misses": [], "words": "reproduced" if reached else "NOT reproduced: busy == 0 (busy = 3)"}
+    r.summary_file.parent.mkdir(parents=True, exist_ok=True)
+    r.summary_file.write_text(json.dumps(s))
+    return str(r.path)
+
+
+def test_the_nightly_fails_a_run_that_missed_its_signature_unless_asked_to_flag_it(tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline import matrix
+    from rmqchaos.errors import UserError
+    monkeypatch.setattr(matrix.trends, "judge", lambda runs, db: {"note": "", "runs": []})
+    ok, miss = _analyzed_run(tmp_path, "good", True), _analyzed_run(tmp_path, "bad", False)
+    assert matrix.failures(ok) == [] and matrix.failures(miss) == [
+        "signature (no finding at all) NOT reproduced: busy == 0 (busy = 3)"]
+    with pytest.raises(UserError) as e:
+        matrix.verdict([ok, miss])
+    assert "1 of 2 runs failed: bad: signature (no finding at all) NOT reproduced: busy == 0 (busy = 3)" in e.value.message
+    res = matrix.verdict([ok, miss], signature_misses="flag")
+    assert res["failed"] == {} and res["signatures"] == ["bad: NOT reproduced: busy == 0 (busy = 3)", "good: reproduced"]
+    with pytest.raises(UserError):
+        matrix.verdict([ok], signature_misses="maybe")
+
+
+def test_the_history_keeps_whether_a_run_reached_its_signature_and_its_load_pace() -> None:
+    from analysis.history import row
+    s = judged(shared_host(busy={"[REJECTREQUEST]": 5}), sig("no finding", ["busy == 0"]))
+    s.update(run_id="r1", load_pace={"reached": 0.6, "lag_ms": {"p50": 400}})
+    r = row(s)
+    assert r["signature_reached"] is False and r["signature_words"] == "NOT reproduced: busy == 0 (busy = 5)"
+    assert r["load_reached"] == 0.6 and r["load_lag_p50_ms"] == 400
