@@ -133,6 +133,10 @@ def test_oom_kill_loses_acked_messages_with_tsp_on_and_none_with_tsp_off(kept_sp
     for s in (*tsp_runs, off):
         [kill] = [e for e in s["events"] if e["kind"] == "fault" and e["params"]["fault_kind"] == "oom_kill"]
         assert kill["outcome"] == "ok"
+        # the kernel's OOM killer ended the broker, and its restart brought it back (chaos/intent.py)
+        [back] = [e for e in s["events"] if e["kind"] == "fault" and e["params"]["fault_kind"] == "restart"]
+        for e in (kill, back):
+            assert e["params"]["evidence"]["intent"]["short"] is False, e["params"]["evidence"]["intent"]
         c = s["counts"]
         assert c["acked"] > 0  # how many a 36 s load reaches is the host's speed, not the platform's doing
         # a killed broker loses the consumer offsets it had not persisted; if the consumer's route

@@ -333,6 +333,7 @@ def test_noise_runs_as_containers_beside_the_brokers_and_disk_faults_act_on_the_
     assert sorted(p.node for p in run.processes.starts() if p.node.startswith("noise-")) == ["noise-redis-driver"]
     slow, squeeze = ev["slow-disk"]["params"]["evidence"], ev["squeeze"]["params"]["evidence"]
     assert slow["limits"] == {"write_bps": 5_000_000} and slow["lifted"] is True, slow
+    assert slow["intent"]["short"] is False and squeeze["intent"]["short"] is False, (slow, squeeze)
     assert abs(squeezed - squeeze["limit_mb"] * (1 << 20)) < 1 << 17, (squeezed, squeeze)  # limit_mb: 0.1 MiB
     assert squeeze["oom_kills"] == 0, squeeze
 

@@ -210,6 +210,8 @@ def test_on_550_jraft_controllers_elect_a_new_master_while_the_master_is_paused(
     r = evaluate(s.expect, {"failover": {"failovers": [rec]}}, None, "5.5.0")
     print(f"up {up_s:.1f}s; paused {ev['target']}: {r['words']}")
     assert ev["outcome"] == "ok" and ev["params"]["role"] == "master-of:broker-a"
+    it = ev["params"]["evidence"]["intent"]  # frozen the 9 s, as the freezer said every 0.25 s (8.93 s here)
+    assert it["short"] is False and it["measures"][0]["asked"] == 9, it
     assert rec["new_master"] not in (None, ev["target"])
     assert (r["reproduced"], r["as_expected"]) == (False, True), r["words"]
 

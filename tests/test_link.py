@@ -23,6 +23,7 @@ from typing import Iterator
 
 import pytest
 
+from chaos.kinds.link import LinkParams, link_intent
 from cluster import links as lk
 from cluster import netrules
 from cluster import toxiproxy as tp
@@ -131,6 +132,8 @@ def test_latency_200ms_on_its_link_and_none_beside_it(tmp_path: Path, run_id: st
         assert len(ev["rules"]) == 2 and all(r.startswith("-t nat -A RMQC-") and "--syn" in r for r in ev["rules"])
         assert sorted(x["upstream"] for x in ev["proxies"].values()) == [f"{S1}:{P}", f"{S1}:{Q}"]
         assert ev["toxics"]["slow"]["attributes"] == {"latency": 200, "jitter": 0}
+        it = link_intent(LinkParams.model_validate({"from": "producers", "to": "broker-a", "latency": "200ms"}), ev)
+        assert it["short"] is False and it["brief"].startswith("added "), it  # the kind's intent of this evidence
     finally:
         out = f.stop()
         open_before.close()
@@ -177,6 +180,8 @@ def test_blackhole_holds_the_connection_and_drops_the_data(tmp_path: Path, run_i
         ev = f.start()
         pid, ticks = f.server.pid, f.server.start_ticks  # type: ignore[union-attr]
         assert ev["rtt_during_ms"] is None and "TimeoutError" in ev["probe_during"]["error"], ev
+        assert link_intent(LinkParams.model_validate({"from": "producers", "to": "broker-a", "blackhole": True}),
+                           ev)["short"] is False
         with socket.create_connection((S1, P), timeout=3, source_address=(C3, 0)) as s:
             s.sendall(b"ping")
             s.settimeout(1.5)
@@ -198,6 +203,8 @@ def test_reset_resets_the_connection(tmp_path: Path, run_id: str) -> None:
         ev = f.start()
         pid, ticks = f.server.pid, f.server.start_ticks  # type: ignore[union-attr]
         assert "ConnectionResetError" in ev["probe_during"]["error"], ev
+        assert link_intent(LinkParams.model_validate({"from": "producers", "to": "broker-a", "reset": True}),
+                           ev)["short"] is False
         with socket.create_connection((S1, Q), timeout=3, source_address=(C3, 0)) as s:
             s.sendall(b"ping")
             with pytest.raises(ConnectionResetError):

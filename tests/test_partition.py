@@ -110,6 +110,10 @@ def test_a_partition_blocks_exactly_the_named_links_during_and_none_after(fresh_
     assert all(rtt(ln, timeout=UP_TIMEOUT_S) is not None for ln in watched)
     assert all(probe().values())
     assert ev["rules"] == ev["removed"] == 8 and 0 < ev["held_s"] < 30, ev
+    # what it achieved against what it was asked: its rules listed from start to end, both links silent
+    it = ev["intent"]
+    assert it["short"] is False and it["words"].startswith("network partition (broker-a | namesrv): 8 of 8 rules "
+                                                           "held; 2 of 2 links went silent"), it
     # the broker's registration connection to namesrv crossed the cut when it started
     assert any(x.startswith(f"{nodes['broker-a'].host}:") and x.endswith(f"->{nodes['namesrv'].addr}")
                for x in ev["links_at_start"]), ev
@@ -254,6 +258,11 @@ def test_clients_cut_from_a_broker_consumers_get_its_messages_after_the_heal_pro
     # the mute: requests reached broker-a, its answers did not; only broker-a's attempts timed out
     mute = _fault(s, "mute-a")
     assert mute["outcome"] == "ok" and mute["params"]["evidence"]["one_way"] is True
+    # both did what they were asked: every rule held, every link that answered before went silent (one
+    # way too: a handshake needs the answer the mute drops)
+    for e in (cut, mute):
+        it = e["params"]["evidence"]["intent"]
+        assert it["short"] is False and it["reached"] == 1.0 and len(it["measures"]) == 2, it
     sends = [r for f in ledger_files(tmp_path / "run", "send") for r in read_ledger(f).records if r["rec"] == "outcome"]
     timed_out = [r for r in sends if r["outcome"] == "timeout"]
     assert timed_out and {r["broker"] for r in timed_out} == {"broker-a"}

@@ -122,6 +122,8 @@ def test_retry_flood_drives_a_broker_out_of_the_route_and_the_cleanup_brings_it_
     assert all(b["registrations"]["failed"] >= 1 for _, b in out)
     # back: after the cleanup deleted the stale %RETRY% topics, broker-a registered again
     ev = cleanup["params"]["evidence"]["brokers"]["broker-a"]
+    it = cleanup["params"]["evidence"]["intent"]  # every stale topic it found, no master lists any more
+    assert it["short"] is False and it["reached"] == 1.0, it
     assert ev["deleted"] > 130 and ev["kept_online"] >= 1  # the live consumer's own %RETRY% topic stays
     assert any(b["registered"] and t > cleanup["end_ms"] for t, b in a), "broker-a did not come back"
     # sends went on: to broker-b while broker-a was out of the producer's route; nothing lost
