@@ -1,6 +1,8 @@
 """Run the scenario's faults on the load's clock, beside the load, each written to the timeline.
 
-`at` counts from the moment the load process starts sending (it writes load/started). Every
+`at` counts from the moment the load process starts sending (it writes load/started), or, for a
+fault with `after: <id>`, from the moment that fault's occurrence ended (its evidence recorded,
+whatever its outcome): a cleanup follows a flood whose length the host decides. Every
 occurrence runs on its own worker (at most MAX_CONCURRENT at once), so a long pause does not hold
 back the next fault: wait until its time, `start`, wait its `span` (or until the load ends), `stop`.
 Each is recorded as a `fault` event: fault id, kind, target, parameters, start and end ms, outcome
@@ -43,6 +45,7 @@ class Occurrence(NamedTuple):
     fault_id: str
     fault: Fault
     follows: str | None = None  # a `restart_after` restart: the kill occurrence whose node it restarts
+    after: str | None = None  # `at` counts from the end of this occurrence (a fault's `after`), not the load's start
 
 
 def occurrences(faults: list[Fault]) -> list[Occurrence]:
@@ -56,11 +59,20 @@ def occurrences(faults: list[Fault]) -> list[Occurrence]:
         times = [f.at + k * f.repeat.every for k in range(f.repeat.times)] if f.repeat else [f.at]
         for k, t in enumerate(times):
             one = fid if len(times) == 1 else f"{fid}#{k + 1}"
-            out.append(Occurrence(t, one, f))
+            out.append(Occurrence(t, one, f, None, f.after))
             if f.restart_after is not None:
                 out.append(Occurrence(t + f.restart_after, f"{one}-restart",
-                                      Fault(kind="restart", target=f.target, at=t + f.restart_after), one))
-    return sorted(out, key=lambda o: o.at)
+                                      Fault(kind="restart", target=f.target, at=t + f.restart_after), one, f.after))
+    # those on the load's clock in time order, then each follower once what it follows is placed: a
+    # worker waiting on a follower never holds back the occurrence it waits for
+    plan = sorted((o for o in out if o.after is None), key=lambda o: o.at)
+    rest, placed = [o for o in out if o.after is not None], {o.fault_id for o in plan}
+    while rest:
+        ready = sorted((o for o in rest if o.after in placed), key=lambda o: o.at) or rest  # a cycle: the spec refuses it
+        plan += ready
+        placed.update(o.fault_id for o in ready)
+        rest = [o for o in rest if o not in ready]
+    return plan
 
 
 class _Instant:
@@ -104,9 +116,13 @@ class FaultScheduler(threading.Thread):
         self._acted: dict[str, float] = {}
         self._at = {o.fault_id: o.at for o in self.plan}
         self._known = {o.follows: threading.Event() for o in self.plan if o.follows}
+        # the occurrences others come `after`: set when each has ended, with when (time.time()) and how
+        self._ended = {o.after: threading.Event() for o in self.plan if o.after}
+        self._end: dict[str, tuple[float, str]] = {}
         same: dict[float, list[str]] = {}
         for o in self.plan:
-            same.setdefault(round(o.at, 3), []).append(o.fault_id)
+            if o.after is None:  # a follower's `at` is not on the load's clock
+                same.setdefault(round(o.at, 3), []).append(o.fault_id)
         self._instant: dict[str, _Instant] = {}
         for ids in same.values():
             if len(ids) > 1:
@@ -149,6 +165,9 @@ class FaultScheduler(threading.Thread):
             if occ.fault_id in self._known:
                 self._hit.setdefault(occ.fault_id, None)
                 self._known[occ.fault_id].set()
+            if occ.fault_id in self._ended:
+                self._end.setdefault(occ.fault_id, (time.time(), "not run"))
+                self._ended[occ.fault_id].set()
 
     def _node_for(self, occ: Occurrence, rec: dict[str, Any]) -> str | None:
         """The node this occurrence acts on, resolved now (None: a cluster-level kind); FaultError if none."""
@@ -174,14 +193,22 @@ class FaultScheduler(threading.Thread):
     def _fire(self, t0: float, occ: Occurrence) -> None:
         f, fid = occ.fault, occ.fault_id
         instant = self._instant.get(fid)
-        if self.ctx.halt.wait(max(0.0, t0 + occ.at - time.time())):
+        due, after = t0 + occ.at, {}
+        if occ.after is not None:  # it ends whatever happens (the worker's finally), at the latest when the load does
+            self._ended[occ.after].wait()
+            end, outcome = self._end[occ.after]
+            due = end + occ.at
+            after = {"after": occ.after, "after_end_s": round(end - t0, 3), "after_outcome": outcome}
+        if self.ctx.halt.wait(max(0.0, due - time.time())):
             if instant:
                 instant.arrive()
-            self._error(f"fault {fid} not applied: the load ended first")
+            self._error(f"fault {fid} not applied: the load ended first" + (
+                f" ({occ.at:g}s after {occ.after}, which ended at {after['after_end_s']:g}s)" if after else ""))
             return
         k = registry()[f.kind]
         params = k.Params.model_validate(f.params)
-        rec: dict[str, Any] = {"fault_id": fid, "fault_kind": f.kind, "at_s": occ.at, **params.model_dump(mode="json")}
+        rec: dict[str, Any] = {"fault_id": fid, "fault_kind": f.kind, "at_s": occ.at, **after,
+                               **params.model_dump(mode="json")}
         try:
             target = self._node_for(occ, rec)
         except FaultError as e:  # recorded under the role asked for: no node was hit
@@ -218,6 +245,7 @@ class FaultScheduler(threading.Thread):
 
     def _record(self, target: str, start: int, outcome: str, rec: dict[str, Any], ev: dict[str, Any]) -> None:
         self.rd.event("fault", target, start, now_ms(), outcome, **rec, evidence=ev)
+        self._end.setdefault(rec["fault_id"], (time.time(), outcome))
         with self._lock:
             self.results.append({**rec, "outcome": outcome, "evidence": ev})
         say(f"fault {rec['fault_id']}: {outcome} {json.dumps(ev)[:200]}")
