@@ -351,6 +351,19 @@ class AdminClient:
         body = resp.body_json() or {}
         return dict(body.get("topicConfigTable") or {}), body.get("dataVersion")
 
+    def topic_count(self, broker_addr: str) -> tuple[int, dict[str, dict[str, Any]] | None]:
+        """How many topics the broker holds, asked cheaply: a page of one topic (GET_ALL_TOPIC_CONFIG
+        with topicSeq/maxTopicNum), which 5.5.0 answers with the page and the total in the header's
+        `totalTopicNum` (enableSplitMetadata, on by default; AdminBrokerProcessor.getAllTopicConfig).
+        A broker that answers with its whole table (5.3.3 and older, or enableSplitMetadata=false)
+        gives that too: (count, table); else (count, None)."""
+        resp = self._broker(broker_addr, GET_ALL_TOPIC_CONFIG, {"topicSeq": 0, "maxTopicNum": 1}, "GET_ALL_TOPIC_CONFIG")
+        table = dict((resp.body_json() or {}).get("topicConfigTable") or {})
+        total = resp.ext.get("totalTopicNum")
+        if total is None or int(total) == len(table):
+            return len(table), table
+        return int(total), None
+
     def group_configs(self, broker_addr: str) -> dict[str, dict[str, Any]]:
         """Every subscription group the broker holds."""
         resp = self._broker(broker_addr, GET_ALL_SUBSCRIPTIONGROUP_CONFIG, {}, "GET_ALL_SUBSCRIPTIONGROUP_CONFIG")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -54,10 +55,17 @@ def test_topics_by_type_and_the_log_lines_the_monitor_reads(tmp_path: Path) -> N
 @pytest.mark.fast
 @pytest.mark.parametrize("fault, expect", [
     ({"kind": "topic_flood", "target": "broker-a", "at": "1s", "groups": -5}, "faults[0].groups: Input should be greater than or equal to 0"),
-    ({"kind": "topic_flood", "target": "broker-z", "at": "1s", "groups": 10}, "faults[0].target: no broker 'broker-z'"),
+    ({"kind": "topic_flood", "target": "broker-z", "at": "1s", "groups": 10, "until": "count"},
+     "faults[0].target: no broker 'broker-z'"),
     ({"kind": "topic_flood", "target": "broker-a", "at": "1s"}, "topic_flood creates nothing: set groups and/or topics > 0"),
-    ({"kind": "topic_flood", "target": "broker-a", "at": "1s", "groups": 100000, "rate": 100},
+    ({"kind": "topic_flood", "target": "broker-a", "at": "1s", "groups": 100000, "rate": 100, "until": "count"},
      "faults[0].rate: 100000 at 100/s takes 1000s, longer than the fault's timeout 60s"),
+    ({"kind": "topic_flood", "target": "broker-a", "at": "1s", "groups": 100000, "until": "frames"},
+     "faults[0].until: Input should be 'frame' or 'count'"),
+    # until: frame (the default) against namesrv's frame limit, here RocketMQ's default 16 MiB
+    ({"kind": "topic_flood", "target": "broker-a", "at": "1s", "groups": 100000},
+     "faults[0]: topic_flood until: frame: namesrv's frame limit 16,777,216 B needs a topic table larger than this "
+     "platform reads in one answer"),
     ({"kind": "cleanup_retry_topics", "target": "broker-a", "at": "1s"}, "faults[0].target"),
 ])
 def test_bad_flood_settings_are_one_line_at_load(tmp_path: Path, fault: dict, expect: str) -> None:
@@ -68,11 +76,97 @@ def test_bad_flood_settings_are_one_line_at_load(tmp_path: Path, fault: dict, ex
 
 
 @pytest.mark.fast
+def test_a_frame_flood_whose_bound_cannot_reach_the_frame_is_one_line_at_groups() -> None:
+    from chaos.kinds import registry
+    from rmqchaos.spec import SpecError, parse_scenario
+    text = ("name: f\nload: {duration: 30s}\ncluster:\n  namesrv: {jvm: {heap_mb: 128, system_properties: "
+            "{com.rocketmq.remoting.frameMaxLength: 65536}}}\nfaults:\n"
+            "  - {kind: topic_flood, target: broker-a, at: 1s, groups: 300}\n")
+    with pytest.raises(SpecError) as e:
+        parse_scenario(text, "f.yaml", fault_kinds=registry())
+    assert e.value.lines == ["f.yaml:6: faults[0].groups: topic_flood until: frame: 300 topics of ~194 B cannot outgrow "
+                             "namesrv's 65,536 B frame: raise groups to at least 335 or lower "
+                             "com.rocketmq.remoting.frameMaxLength"]
+    assert parse_scenario(text.replace("300", "400"), "f.yaml", fault_kinds=registry()).faults[0].params["until"] == "frame"
+
+
+class FakeBroker:
+    """A broker's topic table as the flood sees it through the admin client: a heartbeat's groups get
+    their %RETRY% topics (every `skip`-th creation skipped, as a lock wait over 3 s does), reads counted."""
+
+    def __init__(self, base: int = 16, skip: int = 0) -> None:
+        self.table = {f"SYS_{i}": {"topicName": f"SYS_{i}", "perm": 6, "readQueueNums": 8} for i in range(base)}
+        self.skip, self.tried, self.reads, self.counts = skip, 0, 0, 0
+
+    def consumer_heartbeat(self, broker_addr: str, client_id: str, groups: list[str], topic: str) -> None:
+        for g in groups:
+            self.tried += 1
+            if not (self.skip and self.tried % self.skip == 0):
+                self.table[f"%RETRY%{g}"] = {"attributes": {}, "order": False, "perm": 6, "readQueueNums": 1,
+                                             "topicFilterType": "SINGLE_TAG", "topicName": f"%RETRY%{g}",
+                                             "topicSysFlag": 0, "writeQueueNums": 1}
+
+    def create_topic(self, broker_addr: str, topic: str, queues: int = 4) -> None:
+        self.table[topic] = {"topicName": topic, "perm": 6, "readQueueNums": queues, "writeQueueNums": queues}
+
+    def topic_configs(self, broker_addr: str) -> dict:
+        self.reads += 1
+        return dict(self.table)
+
+    def topic_count(self, broker_addr: str) -> tuple[int, None]:
+        self.counts += 1
+        return len(self.table), None
+
+
+def _grow(broker: FakeBroker, target: float | None, timeout: float = 60, halt: bool = False, **params: Any) -> tuple[str, Any]:
+    import threading
+    from chaos.kinds.topic_flood import FloodParams, Grower
+    stop = threading.Event()
+    if halt:
+        stop.set()
+    g = Grower(broker, "a:1", FloodParams(**{"rate": 100_000, **params}), "stale_f", "T", target, timeout, stop)
+    return g.run(), g
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("skip", [0, 3])
+def test_the_flood_stops_just_past_the_frame_with_few_whole_table_reads(skip: int) -> None:
+    from chaos.kinds.topic_flood import table_bytes
+    b = FakeBroker(skip=skip)
+    target = 65536 * 1.01
+    reached, g = _grow(b, target, groups=5000)
+    assert reached == "frame" and g.bytes == table_bytes(b.table) >= target
+    assert g.bytes - target < 3 * 200  # it sized its last batches to what the frame still needed
+    # the whole table is read at the start, once to size an entry, and to confirm (a skipped creation
+    # makes the estimate fall short, and the flood goes on from the measured bytes); the rest are counts
+    assert b.reads <= (3 if not skip else 8) and b.counts >= 3, (b.reads, b.counts)
+    assert g.made_g - (b.tried // skip if skip else 0) == g.count - g.before
+
+
+@pytest.mark.fast
+def test_a_flood_stopped_by_a_bound_says_which_and_how_far_it_got() -> None:
+    from chaos.kinds.topic_flood import FloodParams, flood_intent
+    reached, g = _grow(FakeBroker(), 65536 * 1.01, groups=200)
+    assert (reached, g.made_g) == ("its bound of 200 groups", 200)
+    i = flood_intent("broker-a", FloodParams(groups=200), 65536, g.bytes, g.count - g.before, 1.25, reached)
+    assert i["short"] is True and 0.5 < i["reached"] < 0.6
+    assert i["words"] == (f"topic_flood of broker-a: reached {100 * g.bytes / 65536:.0f} % of namesrv's 65,536 B frame "
+                          f"({g.bytes:,} B table, 200 topics created in 1.2 s; stopped by its bound of 200 groups)")
+    assert _grow(FakeBroker(), 65536, timeout=0, groups=500)[0] == "the fault's timeout (0 s)"
+    assert _grow(FakeBroker(), 65536, halt=True, groups=500)[0] == "the load's end"
+    # until: count makes exactly what it was asked (groups, then topics)
+    reached, g = _grow(FakeBroker(), None, groups=250, topics=3, until="count")
+    assert (reached, g.made_g, g.made_t, g.count - g.before) == ("count", 250, 3, 253)
+    over = flood_intent("broker-a", FloodParams(groups=400), 65536, 66200, 340, 3, "frame")
+    assert over["short"] is False and over["words"].startswith("topic_flood of broker-a: reached 101 % of namesrv's")
+
+
+@pytest.mark.fast
 def test_the_scenarios_are_in_the_nightly_and_the_5x_variants_change_one_key() -> None:
     names = {Path(p).name for p in matrix(SCENARIOS / "nightly.yaml")}
     assert {"retry-flood.yaml", "retry-flood-split.yaml", "retry-pileup.yaml", "flush-timeout.yaml"} <= names
     base = load_scenario(SCENARIOS / "retry-flood.yaml")
-    assert base.cluster.namesrv.jvm.system_properties == {"com.rocketmq.remoting.frameMaxLength": 262144}
+    assert base.cluster.namesrv.jvm.system_properties == {"com.rocketmq.remoting.frameMaxLength": 65536}
     for variant, key in (("retry-flood-split", "enableSplitRegistration"), ("retry-flood-compressed", "compressedRegister")):
         v = load_scenario(SCENARIOS / f"{variant}.yaml")
         assert v.cluster.broker_defaults.config == {**base.cluster.broker_defaults.config, key: True}
@@ -88,32 +182,38 @@ def _run(tmp_path: Path, name: str, body: dict) -> tuple[Path, dict]:
 
 
 def test_retry_flood_drives_a_broker_out_of_the_route_and_the_cleanup_brings_it_back(tmp_path: Path) -> None:
-    # The CI form, scaled down 8 more times than the scenario: namesrv refuses frames over 32 KiB, so
-    # the cliff is ~130 %RETRY% topics and a flood of 250 groups crosses it. The broker rewrites its
-    # whole topic table at each creation, so a flood's cost grows with the square of its size: 1,500
-    # took 3 to 18 s here and did not finish in 44 s on a slower host (883 made); and a creation that
-    # waits over 3 s for the table's lock is skipped (TopicConfigManager.createTopicInSendMessageBackMethod),
-    # so a busy broker makes fewer topics than it was sent groups. The test asserts what the platform
-    # did with what the flood reached, not how many the host managed in a given time.
+    # The CI form, scaled down 2 more times than the scenario: namesrv refuses frames over 32 KiB, so
+    # the cliff is ~150 %RETRY% topics. The flood grows broker-a's table until it exceeds the frame
+    # (until: frame), bounded at 1,000 groups and 20 s, however fast the host: the broker rewrites its
+    # whole table at each creation (the cost grows with the square of the count) and skips a creation
+    # that waits over 3 s for the table's lock, so a busy host makes topics more slowly, not fewer in
+    # all. Then it waits (at most 15 s) for namesrv to drop broker-a (registerNameServerPeriod 10 s),
+    # and the cleanup follows it by 8 s. Worst case 2 + 20 + 15 + 8 s, and 10 s to come back: 55 s of
+    # the load's 60 s. The test asserts the effect, never a count reached in a given time.
     run, s = _run(tmp_path, "retry-flood-ci", {
         "extends": str(SCENARIOS / "retry-flood.yaml"),
         "cluster": {"namesrv": {"port": 24876, "jvm": {"system_properties": {"com.rocketmq.remoting.frameMaxLength": 32768}}},
                     "brokers": [{"name": "broker-a", "port": 24911}, {"name": "broker-b", "port": 24921}],
                     "stop_timeout": "3s"},
-        "load": {"duration": "52s", "rate": 100},
+        "load": {"duration": "60s", "rate": 100},
         "consumers": {"settle": "8s", "drain_timeout": "60s"},
-        # broker-a leaves the route at its first full registration after the flood (every 10 s), so
-        # the cleanup waits until 40 s
-        "faults": [{"id": "flood-a", "kind": "topic_flood", "target": "broker-a", "at": "2s", "groups": 250, "rate": 500},
-                   {"id": "cleanup", "kind": "cleanup_retry_topics", "at": "40s"}]})
+        "faults": [{"id": "flood-a", "kind": "topic_flood", "target": "broker-a", "at": "2s", "groups": 1000,
+                    "timeout": "20s", "wait_out": "15s"},
+                   {"id": "cleanup", "kind": "cleanup_retry_topics", "after": "flood-a", "at": "8s"}]})
     mon = [m for m in s["monitor"] if "brokers" in m]
     a = [(m["ts_ms"], m["brokers"]["broker-a"]) for m in mon]
     flood = next(e for e in s["events"] if e["kind"] == "fault" and e["params"]["fault_id"] == "flood-a")
     cleanup = next(e for e in s["events"] if e["kind"] == "fault" and e["params"]["fault_id"] == "cleanup")
     fev = flood["params"]["evidence"]
-    assert flood["outcome"] == "ok" and fev["retry_topics_after"] > 0, fev
-    assert fev["stopped_early"] is (fev["groups"] < 250), fev  # the evidence says whether it reached its count
+    (tmp_path / "flood-evidence.json").write_text(json.dumps(fev))  # kept with the test's files, for the record
+    # the flood got there and says so: the table past the frame, which it read from the scenario
+    assert flood["outcome"] == "ok" and fev["reached"] == "frame" and fev["stopped_early"] is False, fev
+    assert fev["frame_max_bytes"] == 32768 and fev["table_bytes"] >= fev["target_bytes"] > 32768, fev
+    assert fev["intent"]["short"] is False and "% of namesrv's 32,768 B frame" in fev["intent"]["words"], fev
+    assert fev["out_of_route_after_s"] is not None, fev  # and namesrv dropped broker-a within its wait
     assert max(b["topics"]["retry"] for _, b in a if b.get("up")) > 130  # the monitor saw the table grow
+    # the cleanup came 8 s after the flood's end, not at a fixed second
+    assert cleanup["params"]["after"] == "flood-a" and cleanup["start_ms"] - flood["end_ms"] >= 7900, cleanup
     # out: namesrv refused a frame, then stopped listing broker-a while broker-a itself answered
     out = [(t, b) for t, b in a if b["registered"] is False]
     assert out and all(b["up"] for _, b in out), f"broker-a never left namesrv's registrations ({fev})"
