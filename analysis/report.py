@@ -159,7 +159,8 @@ def _serving(s: dict[str, Any]) -> list[str]:
     sv = s.get("serving")
     if not sv:
         return []
-    warn = sv["not_latest"] or (sv.get("gate") or {}).get("outcome") == "refused"
+    warn = (sv.get("gate") or {}).get("outcome") == "refused" or any(
+        v["within_bound"] is False for r in sv["restarts"] for v in r["groups"].values())
     return [f"<h3>Consumers served</h3><p{' class=warn' if warn else ''}>{html.escape(serving_words(sv))}</p>"
             + _table(*serving_rows(sv))]
 
