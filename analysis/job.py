@@ -70,7 +70,7 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
     # whether the consumers were really served: per group and broker, the gate, after each restart
     summary["serving"] = serving(run)
     # the load's achieved against asked (analysis/pace.py)
-    summary["load_pace"] = pace(summary["load"], res.get("lag"), summary["series"])
+    summary["load_pace"] = pace(summary["load"], res.get("lag"))
     if summary["load_pace"] and summary["load_pace"]["short"]:
         say(f"analyze: short of schedule: {summary['load_pace']['words']}")
     if s.expect is not None:  # a known bug's signature: reproduced or not, with the evidence

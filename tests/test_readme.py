@@ -154,3 +154,15 @@ def test_checks_catch_what_they_are_for(tmp_path: Path) -> None:
     assert broken_links(f) == ["README.md: docs/no-such-page.md: no such file",
                                "README.md: #nowhere: no heading with that anchor"]
     assert slug("The `docker` backend and `docker-compose.yml`") == "the-docker-backend-and-docker-composeyml"
+
+
+def test_the_findings_table_gives_one_short_line_per_incident() -> None:
+    """A row's result cell is a line, not a paragraph: the figures and their spread live in docs/findings.md."""
+    text = README.read_text()
+    section = text[text.index("## What it found"):text.index("## The two commands")]
+    rows = [r for r in section.splitlines() if r.startswith("| ") and not r.startswith("| incident")]
+    assert len(rows) >= 10
+    for r in rows:
+        cells = [c.strip() for c in r.strip().strip("|").split(" | ")]
+        assert len(cells) == 5, r
+        assert len(cells[3]) <= 200, f"result cell of {len(cells[3])} characters: {cells[3]}"
