@@ -88,7 +88,7 @@ def measure(run_dir: str | Path | RunDir) -> dict[str, Any]:
     st = r.state().get("prerelease") or {}
     row: dict[str, Any] = {"run": str(r.path), "side": st.get("side", "candidate"), "round": st.get("round", 1),
                            "rocketmq_version": r.scenario().cluster.rocketmq_version,
-                           "broker_config": _overrides(r), "failures": failures(r), "complete": False,
+                           "broker_config": _overrides(r), "failures": failures(r, signature_misses="flag"), "complete": False,
                            "acknowledged": None, **{k: None for k, _ in _ROWS}}
     if not r.summary_file.exists():
         row["failures"] = row["failures"] or ["not analyzed"]
