@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal, Protocol
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
 from rmqchaos.spec.cluster import Cluster
-from rmqchaos.spec.expect import Expect
+from rmqchaos.spec.expect import Expect, Signature
 from rmqchaos.spec.types import (Duration, FaultTarget, GroupName, NodeName, NonNegDuration, Strict, TopicName,
                                  _duration)
 
@@ -161,6 +161,9 @@ class Scenario(Strict):
     consumers: Consumers | None = None  # default with a load: one consumer `c0` acking everything
     faults: list[Fault] = []
     expect: Expect | None = None  # a known bug's signature: the run's verdict says reproduced or not
+    # what the scenario exists to show (every scenario file of the repo states one; a scenario with
+    # `expect:` is judged by it instead): the verdict's first clause says reproduced or NOT reproduced
+    signature: Signature | None = None
 
     @model_validator(mode="after")
     def _default_consumers(self) -> "Scenario":
