@@ -359,7 +359,7 @@ def test_links_and_toxics_from_the_scenarios_names() -> None:
     ({"from": "producers", "to": "broker-a", "bandwidth_kb_s": 100, "jitter": "50ms"}, "jitter needs a latency"),
     ({"from": "127.0.10.201", "to": "broker-a", "latency": "1s"}, "faults[0].from: String should match pattern"),
     ({"from": "producers", "to": "broker-a", "latency": "1s", "frm": "x"},
-     "unknown key for a link fault; allowed: id, kind, target, at, restart_after, repeat, timeout, duration, from, to"),
+     "unknown key for a link fault; allowed: id, kind, target, at, after, restart_after, repeat, timeout, duration, from, to"),
 ])
 @fast
 def test_a_bad_link_is_refused_at_load_in_one_line(tmp_path: Path, fault: dict, expect: str) -> None:

@@ -108,7 +108,7 @@ def test_registry_has_every_kind_and_their_parameters() -> None:
 
 @pytest.mark.parametrize("fault, expect", [
     ({"kind": "pause", "target": "broker-a", "at": "1s", "duraton": "2s"},
-     "faults[0].duraton: unknown key for a pause fault; allowed: id, kind, target, at, restart_after, repeat, "
+     "faults[0].duraton: unknown key for a pause fault; allowed: id, kind, target, at, after, restart_after, repeat, "
      "timeout, duration"),
     ({"kind": "kill", "target": "broker-a", "at": "1s", "signal": "SIGKIL"}, "faults[0].signal: unknown signal 'SIGKIL'"),
     ({"kind": "pause", "target": "broker-a", "at": "1s", "restart_after": "2s"},

@@ -42,7 +42,8 @@ def _flat(d: dict, pre: str = "") -> dict:
 @pytest.mark.parametrize("variant, changed", [
     ("shared-host-quiet", {"faults": []}),
     ("shared-host-page-cache-only", {"faults": [{"id": "pagecache", "kind": "page_cache_limit", "target": "broker-a",
-                                                 "at": 1.0, "restart_after": None, "repeat": None, "timeout": 60.0,
+                                                 "at": 1.0, "after": None, "restart_after": None, "repeat": None,
+                                                 "timeout": 60.0,
                                                  "duration": None, "page_cache_mb": 32}]}),
     ("shared-host-wait-queue", {"cluster.broker_defaults.config.waitTimeMillsInSendQueue": 750}),
     ("shared-host-pagecache-timeout", {"cluster.broker_defaults.config.osPageCacheBusyTimeOutMills": 250}),

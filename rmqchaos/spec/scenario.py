@@ -127,12 +127,12 @@ class Fault(BaseModel):
     # a node, or a role resolved when it fires (master-of:<group>, controller-leader); none for admin-level kinds
     target: FaultTarget | None = None
     at: NonNegDuration
-    restart_after: Duration | None = None  # kinds that end a node: restart it this long after
-    repeat: Repeat | None = None
-    timeout: Duration = 60.0  # how long the fault may take to act (an OOM kill: 0.1 s to tens of s)
     # another fault's id: `at` then counts from that fault's end, not the load's start (a cleanup
     # that must follow a flood whose length the host decides)
     after: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,40}$")] | None = None
+    restart_after: Duration | None = None  # kinds that end a node: restart it this long after
+    repeat: Repeat | None = None
+    timeout: Duration = 60.0  # how long the fault may take to act (an OOM kill: 0.1 s to tens of s)
 
     @property
     def params(self) -> dict[str, Any]:
