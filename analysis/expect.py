@@ -8,13 +8,11 @@ platform (or news about the fix), never a pass."""
 from __future__ import annotations
 
 import json
-import operator
 from pathlib import Path
 from typing import Any
 
-from rmqchaos.spec.expect import Expect, FailoverCheck, figure, parse_condition
-
-_OPS = {"==": operator.eq, "!=": operator.ne, ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
+from analysis.figures import evidence as condition_evidence
+from rmqchaos.spec.expect import Expect, FailoverCheck
 
 
 def read_probes(f: Path) -> list[dict[str, Any]] | None:
@@ -30,12 +28,7 @@ def evaluate(expect: Expect, summary: dict[str, Any], probes: list[dict[str, Any
     """{issue, version, expected ('reproduced' on a shows_on version, 'not reproduced' on a gone_in
     one, None otherwise), reproduced (True / False / None: some evidence could not be read and the
     rest holds), as_expected, evidence [{what, holds, seen}], words (the verdict's clause)}."""
-    evidence: list[dict[str, Any]] = []
-    for c in expect.conditions:
-        name, op, want = parse_condition(c)
-        got = figure(summary, name)
-        evidence.append({"what": c, "holds": None if got is None else _OPS[op](got, want),
-                         "seen": f"{name} = {got}" if got is not None else f"{name}: not in this run's summary"})
+    evidence = condition_evidence(expect.conditions, summary)
     by_index = {p.get("probe"): p for p in probes or []}
     for i, p in enumerate(expect.probes):
         got = by_index.get(i)

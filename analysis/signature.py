@@ -9,55 +9,11 @@ The result goes into the summary (`signature`), the verdict's first clause, the 
 first), the nightly's verdict and the run history."""
 from __future__ import annotations
 
-import operator
 from typing import Any
 
 from analysis.expect import failover_evidence
-from analysis.findings import busy_refusals
-from rmqchaos.spec.expect import DERIVED, FAMILIES, Signature, figure, parse_condition
-
-_OPS = {"==": operator.eq, "!=": operator.ne, ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
-
-
-def value(s: dict[str, Any], name: str) -> int | None:
-    """A figure of a summary by its name (FIGURES, DERIVED or `<family>.<name>`); None when the run has
-    no evidence for it (no monitor, no store check, no link window)."""
-    if name not in DERIVED and "." in name and name.split(".", 1)[0] in FAMILIES:
-        fam, arg = name.split(".", 1)
-        return _family(s, fam, arg)
-    if name == "busy":
-        return busy_refusals(s)["total"]
-    if name == "frames_refused":
-        fe = [m["frame_errors"] for m in s.get("monitor") or [] if isinstance(m.get("frame_errors"), dict)]
-        return int(fe[-1].get("count") or 0) if fe else None
-    if name.startswith("retried_"):
-        rb = s.get("retried_keys_by_batch_position")
-        return None if rb is None else int(rb.get(name.removeprefix("retried_"), 0))
-    return figure(s, name)
-
-
-def _family(s: dict[str, Any], fam: str, arg: str) -> int | None:
-    err = s.get("errors") or {}
-    if fam in ("status", "outcome"):
-        return int((err.get(f"by_{fam}") or {}).get(arg, 0))
-    if fam == "busy":
-        return int(busy_refusals(s)["by_kind"].get(arg, 0))
-    if fam == "duplicates":
-        return int((s.get("duplicates_by_cause") or {}).get(arg, 0))
-    if fam == "route_absent_samples":
-        mon = [m for m in s.get("monitor") or [] if "brokers" in m]
-        if not mon:
-            return None
-        return sum(1 for m in mon if (b := (m["brokers"] or {}).get(arg) or {}).get("up")
-                   and b.get("registered") is False)
-    if fam == "link_p50_added_ms":
-        kinds = {(e.get("params") or {}).get("fault_id"): (e.get("params") or {}).get("fault_kind")
-                 for e in s.get("events", []) if e.get("kind") == "fault"}
-        added = [d["during"]["p50"] - d["outside"]["p50"] for w in s.get("windows") or [] if kinds.get(w["id"]) == "link"
-                 if (d := (w.get("send_ms_by_broker") or {}).get(arg)) and d["during"].get("p50") is not None
-                 and d["outside"].get("p50") is not None]
-        return max(added) if added else None
-    raise AssertionError(f"figure family {fam} validated by the spec but not computed")
+from analysis.figures import evidence as condition_evidence
+from rmqchaos.spec.expect import Signature
 
 
 def fault_shortfalls(s: dict[str, Any]) -> list[dict[str, Any]]:
@@ -85,13 +41,7 @@ def evaluate(sig: Signature | None, s: dict[str, Any]) -> dict[str, Any] | None:
                 "words": exp["words"]}
     if sig is None:
         return None
-    evidence: list[dict[str, Any]] = []
-    for c in sig.conditions:
-        name, op, want = parse_condition(c)
-        got = value(s, name)
-        evidence.append({"what": c, "holds": None if got is None else _OPS[op](got, want),
-                         "seen": f"{name} = {got:,}" if got is not None else f"{name}: no evidence in this run"})
-    evidence += [failover_evidence(fo, s) for fo in sig.failovers]
+    evidence = condition_evidence(sig.conditions, s) + [failover_evidence(fo, s) for fo in sig.failovers]
     pace = s.get("load_pace")
     # a load the generator could not keep up is the platform's failure: the broker never saw the load the
     # scenario names. One the broker held back (synchronous users wait for its answers) is a finding of

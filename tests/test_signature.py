@@ -13,7 +13,8 @@ import yaml
 
 from analysis.pace import generator_bound, pace
 from analysis.report import render, verdict
-from analysis.signature import evaluate, value
+from analysis.figures import value
+from analysis.signature import evaluate
 from conftest import REPO, cli, write_scenario
 from pipeline.runs import load_scenario
 from rmqchaos.spec.expect import Signature

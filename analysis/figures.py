@@ -1,0 +1,64 @@
+"""The named figures of a run's summary that `expect:` and `signature:` conditions test
+(rmqchaos/spec/expect.py names them: FIGURES, DERIVED and `<family>.<name>`), and a list of such
+conditions as evidence: {what, holds (None: no evidence for the figure), seen}."""
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+from analysis.findings import busy_refusals
+from rmqchaos.spec.expect import DERIVED, FAMILIES, figure, parse_condition
+
+_OPS = {"==": operator.eq, "!=": operator.ne, ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
+
+
+def evidence(conditions: list[str], s: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each condition with the figure it read, e.g. {"what": "busy > 0", "holds": False, "seen": "busy = 0"}."""
+    out = []
+    for c in conditions:
+        name, op, want = parse_condition(c)
+        got = value(s, name)
+        out.append({"what": c, "holds": None if got is None else _OPS[op](got, want),
+                    "seen": f"{name} = {got:,}" if got is not None else f"{name}: no evidence in this run"})
+    return out
+
+
+def value(s: dict[str, Any], name: str) -> int | None:
+    """A figure of a summary by its name (FIGURES, DERIVED or `<family>.<name>`); None when the run has
+    no evidence for it (no monitor, no store check, no link window)."""
+    if name not in DERIVED and "." in name and name.split(".", 1)[0] in FAMILIES:
+        fam, arg = name.split(".", 1)
+        return _family(s, fam, arg)
+    if name == "busy":
+        return busy_refusals(s)["total"]
+    if name == "frames_refused":
+        fe = [m["frame_errors"] for m in s.get("monitor") or [] if isinstance(m.get("frame_errors"), dict)]
+        return int(fe[-1].get("count") or 0) if fe else None
+    if name.startswith("retried_"):
+        rb = s.get("retried_keys_by_batch_position")
+        return None if rb is None else int(rb.get(name.removeprefix("retried_"), 0))
+    return figure(s, name)
+
+
+def _family(s: dict[str, Any], fam: str, arg: str) -> int | None:
+    err = s.get("errors") or {}
+    if fam in ("status", "outcome"):
+        return int((err.get(f"by_{fam}") or {}).get(arg, 0))
+    if fam == "busy":
+        return int(busy_refusals(s)["by_kind"].get(arg, 0))
+    if fam == "duplicates":
+        return int((s.get("duplicates_by_cause") or {}).get(arg, 0))
+    if fam == "route_absent_samples":
+        mon = [m for m in s.get("monitor") or [] if "brokers" in m]
+        if not mon:
+            return None
+        return sum(1 for m in mon if (b := (m["brokers"] or {}).get(arg) or {}).get("up")
+                   and b.get("registered") is False)
+    if fam == "link_p50_added_ms":
+        kinds = {(e.get("params") or {}).get("fault_id"): (e.get("params") or {}).get("fault_kind")
+                 for e in s.get("events", []) if e.get("kind") == "fault"}
+        added = [d["during"]["p50"] - d["outside"]["p50"] for w in s.get("windows") or [] if kinds.get(w["id"]) == "link"
+                 if (d := (w.get("send_ms_by_broker") or {}).get(arg)) and d["during"].get("p50") is not None
+                 and d["outside"].get("p50") is not None]
+        return max(added) if added else None
+    raise AssertionError(f"figure family {fam} validated by the spec but not computed")
