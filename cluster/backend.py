@@ -24,7 +24,8 @@ from rmqchaos.procs import starttime, stop as stop_pid
 from rmqchaos.rundir import RunDir
 from rmqchaos.spec import Scenario
 from rmqchaos.wait import poll_until
-from rmqclient.admin import AdminClient, RemotingError, ReplicaGroup, controller_leader, sync_state
+from rmqclient.admin import AdminClient, RemotingError
+from rmqclient.controllers import ReplicaGroup, controller_leader, sync_state
 
 
 @dataclass

@@ -25,7 +25,8 @@ from typing import Any, Callable, Iterable
 
 from cluster.heartbeats import Heartbeat
 from cluster.plan import NodePlan
-from rmqclient.admin import AdminClient, RemotingError, ReplicaGroup, sync_state
+from rmqclient.admin import AdminClient, RemotingError
+from rmqclient.controllers import ReplicaGroup, sync_state
 
 
 @dataclass(frozen=True)

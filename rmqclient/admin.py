@@ -8,7 +8,6 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,9 +32,6 @@ GET_ALL_TOPIC_CONFIG = 21  # the broker's topicConfigTable (TopicConfigSerialize
 GET_ALL_SUBSCRIPTIONGROUP_CONFIG = 201  # the broker's subscriptionGroupTable
 HEART_BEAT = 34  # a client's heartbeat: its consumer groups (HeartbeatData as JSON)
 GET_BROKER_RUNTIME_INFO = 28  # KVTable: the broker's runtime stats (scheduleMessageOffset_<level> among them)
-CONTROLLER_GET_METADATA_INFO = 1005  # a controller's Raft view (GetMetaDataResponseHeader); any controller answers
-CONTROLLER_GET_SYNC_STATE_DATA = 1006  # a controller's view of broker groups (as `mqadmin getSyncStateSet`)
-CONTROLLER_NOT_LEADER = 2007  # a controller that is not the Raft leader answers this
 QUERY_NOT_FOUND = 22
 SUCCESS = 0
 TOPIC_NOT_EXIST = 17
@@ -56,96 +52,6 @@ class BrokerInfo:
     cluster: str
     name: str
     addrs: dict[int, str]  # brokerId -> "host:port"; 0 is the master
-
-
-@dataclass(frozen=True)
-class ReplicaGroup:
-    """A controller-mode broker group as the controller leader sees it (BrokerReplicasInfo.ReplicasInfo)."""
-    master_addr: str | None  # None while the group has no master
-    master_id: int | None
-    master_epoch: int
-    in_sync: list[str]  # addresses of the replicas in the SyncStateSet (the master among them)
-    not_in_sync: list[str]
-
-
-def sync_state(controllers: list[str], groups: list[str], timeout: float = 3.0,
-               source: str | None = None) -> dict[str, ReplicaGroup]:
-    """Master, epoch and SyncStateSet of each group (CONTROLLER_GET_SYNC_STATE_DATA, what `mqadmin
-    getSyncStateSet` asks): every controller at once, the first answer taken; only the Raft leader
-    answers (asked in turn, a follower that held the request to its timeout delayed a 5.1.1 leader's
-    answer by seconds). A group the controllers do not know yet is absent."""
-    if not controllers:
-        raise RemotingError("no controller to ask")
-
-    def ask(addr: str) -> dict[str, ReplicaGroup]:
-        with Connection(addr, timeout, source) as c:
-            resp = c.request(CONTROLLER_GET_SYNC_STATE_DATA, body=json.dumps(groups).encode())
-        _check(resp, f"CONTROLLER_GET_SYNC_STATE_DATA on {addr}")
-        return {name: replica_group(r) for name, r in ((resp.body_json() or {}).get("replicasInfoTable") or {}).items()}
-
-    if len(controllers) == 1:  # the monitor asks each controller on its own pool, every second: no pool here
-        return ask(controllers[0])
-    last: BaseException | None = None
-    pool = ThreadPoolExecutor(max_workers=len(controllers), thread_name_prefix="sync-state")
-    try:
-        for f in as_completed([pool.submit(ask, a) for a in controllers]):
-            try:
-                return f.result()
-            except RemotingError as e:
-                last = e
-    finally:  # not waiting for the others: each ends by its own timeout
-        pool.shutdown(wait=False)
-    raise last  # type: ignore[misc]  # every controller failed: the last error says how
-
-
-def replica_group(r: dict) -> ReplicaGroup:
-    """One group's ReplicasInfo: since 5.1.1 each replica is {brokerId, brokerAddress, alive} and the
-    master has a masterBrokerId; 5.1.0's controllers name each {address, brokerId} and no master id."""
-    def addr(x: dict) -> str:
-        return x.get("brokerAddress") or x.get("address") or ""
-    return ReplicaGroup(r.get("masterAddress") or None, r.get("masterBrokerId"), int(r.get("masterEpoch") or 0),
-                        sorted(addr(x) for x in r.get("inSyncReplicas") or []),
-                        sorted(addr(x) for x in r.get("notInSyncReplicas") or []))
-
-
-@dataclass(frozen=True)
-class ControllerMeta:
-    """One controller's view of the controllers' Raft group (GetMetaDataResponseHeader, 5.5.0:
-    group, controllerLeaderId, controllerLeaderAddress, isLeader, peers)."""
-    addr: str  # the controller asked
-    is_leader: bool  # it is the leader itself
-    leader_id: str | None  # e.g. n1; None while it knows no leader (mid-election)
-    leader_addr: str | None  # the leader's DLedger peer address: its listen address here
-    peers: str
-
-
-def controller_metadata(addr: str, timeout: float = 2.0, source: str | None = None) -> ControllerMeta:
-    """CONTROLLER_GET_METADATA_INFO on one controller (as `mqadmin getControllerMetaData`)."""
-    with Connection(addr, timeout, source) as c:
-        resp = c.request(CONTROLLER_GET_METADATA_INFO)
-    _check(resp, f"CONTROLLER_GET_METADATA_INFO on {addr}")
-    e = resp.ext
-    return ControllerMeta(addr, e.get("isLeader", "").lower() == "true", e.get("controllerLeaderId") or None,
-                          e.get("controllerLeaderAddress") or None, e.get("peers") or "")
-
-
-def controller_leader(controllers: list[str], timeout: float = 2.0) -> str | None:
-    """The address of the controller that answers as the Raft leader itself (each asked in turn);
-    None while none does (mid-election). RemotingError when no controller answers at all."""
-    last: RemotingError | None = None
-    answered = False
-    for addr in controllers:
-        try:
-            meta = controller_metadata(addr, timeout)
-        except RemotingError as e:
-            last = e
-            continue
-        answered = True
-        if meta.is_leader:
-            return addr
-    if not answered:
-        raise last or RemotingError("no controller to ask")
-    return None
 
 
 def _split_addr(addr: str) -> tuple[str, int]:
@@ -232,7 +138,7 @@ class AdminClient:
 
     def cluster_info(self) -> list[BrokerInfo]:
         resp = self._namesrv_request(GET_BROKER_CLUSTER_INFO)
-        _check(resp, "GET_BROKER_CLUSTER_INFO")
+        check_answer(resp, "GET_BROKER_CLUSTER_INFO")
         data = resp.body_json() if resp.body else {}
         out = []
         for name, bd in (data.get("brokerAddrTable") or {}).items():
@@ -248,12 +154,12 @@ class AdminClient:
             if missing_ok:
                 return None
             raise RemotingError(f"namesrv has no route for topic {topic}", resp.code, resp.remark)
-        _check(resp, "GET_ROUTEINFO_BY_TOPIC")
+        check_answer(resp, "GET_ROUTEINFO_BY_TOPIC")
         return resp.body_json()
 
     def topic_list(self) -> list[str]:
         resp = self._namesrv_request(GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
-        _check(resp, "GET_ALL_TOPIC_LIST_FROM_NAMESERVER")
+        check_answer(resp, "GET_ALL_TOPIC_LIST_FROM_NAMESERVER")
         return sorted((resp.body_json() or {}).get("topicList") or [])
 
     def master_addrs(self, cluster: str | None = None) -> dict[str, str]:
@@ -264,7 +170,7 @@ class AdminClient:
     def _broker(self, addr: str, code: int, ext: dict[str, Any], what: str, body: bytes = b"") -> Frame:
         with Connection(addr, self.timeout, self.source) as c:
             resp = c.request(code, ext, body)
-        _check(resp, f"{what} on {addr}")
+        check_answer(resp, f"{what} on {addr}")
         return resp
 
     def broker_config(self, broker_addr: str) -> dict[str, str]:
@@ -405,10 +311,10 @@ class AdminClient:
         with Connection(broker_addr, self.timeout, self.source) as c:
             for topic, q in queues:
                 mx = c.request(GET_MAX_OFFSET, {"topic": topic, "queueId": q})
-                _check(mx, f"GET_MAX_OFFSET {topic}/{q} on {broker_addr}")
+                check_answer(mx, f"GET_MAX_OFFSET {topic}/{q} on {broker_addr}")
                 co = c.request(QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": q})
                 if co.code not in (SUCCESS, QUERY_NOT_FOUND):
-                    _check(co, f"QUERY_CONSUMER_OFFSET {topic}/{q} on {broker_addr}")
+                    check_answer(co, f"QUERY_CONSUMER_OFFSET {topic}/{q} on {broker_addr}")
                 out[(topic, q)] = (int(mx.ext.get("offset", 0)), int(co.ext.get("offset", 0)) if co.code == SUCCESS else 0)
         return out
 
@@ -421,7 +327,7 @@ class AdminClient:
                 got = []
                 for code, what in ((GET_MIN_OFFSET, "GET_MIN_OFFSET"), (GET_MAX_OFFSET, "GET_MAX_OFFSET")):
                     r = c.request(code, {"topic": topic, "queueId": q})
-                    _check(r, f"{what} {topic}/{q} on {broker_addr}")
+                    check_answer(r, f"{what} {topic}/{q} on {broker_addr}")
                     got.append(int(r.ext.get("offset", 0)))
                 out[q] = (got[0], got[1])
         return out
@@ -433,7 +339,7 @@ class AdminClient:
 
     def _namesrv_checked(self, code: int, ext: dict[str, Any], what: str) -> Frame:
         resp = self._namesrv_request(code, ext)
-        _check(resp, what)
+        check_answer(resp, what)
         return resp
 
 
@@ -445,6 +351,6 @@ def _client_ids(c: Connection, group: str) -> list[str]:
     return sorted(x.get("clientId", "") for x in (resp.body_json() or {}).get("connectionSet") or [])
 
 
-def _check(resp: Frame, what: str) -> None:
+def check_answer(resp: Frame, what: str) -> None:
     if resp.code != SUCCESS:
         raise RemotingError(f"{what} failed: code {resp.code} {resp.remark or ''}".rstrip(), resp.code, resp.remark)

@@ -143,7 +143,8 @@ def test_every_scenario_file_still_loads_and_plans_without_controllers() -> None
 @pytest.mark.fast
 def test_a_controller_mode_group_is_ready_only_with_an_elected_master_in_namesrv_and_every_replica_in_sync() -> None:
     from cluster.backend import ClusterBackend
-    from rmqclient.admin import RemotingError, ReplicaGroup
+    from rmqclient.admin import RemotingError
+    from rmqclient.controllers import ReplicaGroup
 
     class Stub(ClusterBackend):  # the readiness condition alone: the controllers' answer and namesrv's
         state: object = None

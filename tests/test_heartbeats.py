@@ -11,7 +11,7 @@ import pytest
 
 from cluster.groups import GroupPlan, ReplicaAnswer, group_record
 from cluster.heartbeats import BROKER_HEARTBEAT, Heartbeat, HeartbeatParser, capture_filter
-from rmqclient.admin import ReplicaGroup
+from rmqclient.controllers import ReplicaGroup
 from rmqclient.frame import FLAG_ONEWAY, FLAG_RESPONSE, Frame, encode_frame
 
 pytestmark = pytest.mark.fast

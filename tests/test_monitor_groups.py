@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from cluster.groups import GroupPlan, ReplicaAnswer, group_plans, group_record, role_of
-from rmqclient.admin import ReplicaGroup
+from rmqclient.controllers import ReplicaGroup
 
 A = [("broker-a-0", "127.0.62.11:28911"), ("broker-a-1", "127.0.62.12:28915"), ("broker-a-2", "127.0.62.13:28919")]
 
@@ -45,7 +45,7 @@ def test_a_controller_mode_record_names_the_elected_master_its_epoch_and_sync_st
 def test_a_sync_state_answer_reads_the_same_from_5_1_0_controllers_and_later_ones() -> None:
     """CONTROLLER_GET_SYNC_STATE_DATA's ReplicasInfo as each version's controllers serialize it
     (BrokerReplicasInfo.ReplicaIdentity: `address` in 5.1.0, `brokerAddress` and a masterBrokerId since 5.1.1)."""
-    from rmqclient.admin import replica_group
+    from rmqclient.controllers import replica_group
     v510 = {"masterAddress": A[1][1], "masterEpoch": 2, "syncStateSetEpoch": 3,
             "inSyncReplicas": [{"address": A[2][1], "brokerId": 3}, {"address": A[1][1], "brokerId": 2}],
             "notInSyncReplicas": [{"address": A[0][1], "brokerId": 1}]}

@@ -21,7 +21,8 @@ from cluster.backend import ClusterBackend
 from cluster.probe import named_endpoints, role_candidates
 from pipeline.runs import create_run
 from rmqchaos.spec import SpecError, parse_scenario
-from rmqclient.admin import RemotingError, ReplicaGroup
+from rmqclient.admin import RemotingError
+from rmqclient.controllers import ReplicaGroup
 
 pytestmark = pytest.mark.fast
 
