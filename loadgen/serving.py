@@ -23,6 +23,7 @@ from rmqchaos.errors import UserError
 from rmqchaos.procs import now_ms
 from rmqchaos.progress import say
 from rmqchaos.rundir import RunDir
+from rmqchaos.wait import poll_until
 from rmqchaos.spec import Scenario
 
 POLL_S = 0.1  # the Java side rewrites its status within 0.1 s of a broker's first served pull
@@ -54,32 +55,36 @@ def gate(run: RunDir, c: ClusterBackend, s: Scenario, consumers: list[JavaConsum
     UserError (one line) when `bound` seconds after `started_ms` passed first, or the load ended, or a
     consumer is no longer running."""
     want = wanted(c, s)
-    deadline = started_ms / 1000 + bound
-    while True:
-        why = ""
-        groups = serving.by_group(serving.read_statuses(run.consumers_dir))
-        missing = serving.unserved(groups, want)
-        now = time.time()
-        if not missing:
-            waited = now - started_ms / 1000
-            delay = _held_back(run, now, first_fault_s)
-            say(f"serving gate: every consumer group served by every master of its topics "
-                f"{waited:.1f}s after the consumers started"
-                + (f"; the faults come {delay:.1f}s later than asked" if delay else ""))
-            _record(run, started_ms, "passed", bound, want, groups, [], faults_delayed_s=round(delay, 3))
-            return delay
+    seen: dict[str, dict[str, Any]] = {}
+
+    def served() -> bool:
+        seen.clear()
+        seen.update(serving.by_group(serving.read_statuses(run.consumers_dir)))
+        return not serving.unserved(seen, want)
+
+    def refused(why: str = "") -> UserError:
+        missing = serving.unserved(seen, want)
+        _record(run, started_ms, "refused", bound, want, seen, missing)
+        return UserError(refusal(missing, seen, bound, why),
+                         f"see {run.consumers_dir}/serving-*.json and the consumer logs beside them "
+                         "(docs/client.md: consumers that read before the first fault)")
+
+    def still_running() -> None:  # a consumer or the load that ended cannot be served any more
         dead = [jc.node for jc in consumers if not jc.running()]
-        if dead:
-            why = f"{', '.join(dead)} stopped"
-        elif not load_running():
-            why = "the load ended"
-        elif now <= deadline:
-            time.sleep(POLL_S)
-            continue
-        _record(run, started_ms, "refused", bound, want, groups, missing)
-        raise UserError(refusal(missing, groups, bound, why),
-                        f"see {run.consumers_dir}/serving-*.json and the consumer logs beside them "
-                        "(docs/client.md: consumers that read before the first fault)")
+        if dead or not load_running():
+            served()
+            if serving.unserved(seen, want):
+                raise refused(f"{', '.join(dead)} stopped" if dead else "the load ended")
+
+    poll_until(served, max(0.0, started_ms / 1000 + bound - time.time()), "every master to serve every consumer group",
+               interval=POLL_S, check=still_running, error=refused)
+    now = time.time()
+    delay = _held_back(run, now, first_fault_s)
+    say(f"serving gate: every consumer group served by every master of its topics "
+        f"{now - started_ms / 1000:.1f}s after the consumers started"
+        + (f"; the faults come {delay:.1f}s later than asked" if delay else ""))
+    _record(run, started_ms, "passed", bound, want, seen, [], faults_delayed_s=round(delay, 3))
+    return delay
 
 
 def refusal(missing: list[tuple[str, str, str]], groups: dict[str, dict[str, Any]], bound: float,
