@@ -45,6 +45,7 @@ from pydantic import Field, StrictInt
 from chaos.intent import intent, measure, num
 from chaos.protocol import FaultError, FaultKind, register
 from rmqchaos.spec import Duration, Fault, Scenario, Strict
+from rmqchaos.wait import poll_until
 from rmqclient.admin import RemotingError
 from rmqclient.frame import MAX_FRAME
 
@@ -194,6 +195,10 @@ def flood_intent(node: str, p: FloodParams, frame: int, table: int, created: int
     return out
 
 
+class _LoadEnded(Exception):
+    """The load ended while the flood waited for its effect: stop waiting."""
+
+
 @register
 class TopicFlood(FaultKind):
     name = "topic_flood"
@@ -258,12 +263,21 @@ class TopicFlood(FaultKind):
     def _wait_out(self, bound: float) -> float | None:
         """Seconds until namesrv no longer lists the broker (None: still listed after `bound`, or the load ended)."""
         t0, plan = time.monotonic(), self.node.plan  # type: ignore[attr-defined]
-        while not self.ctx.halt.is_set() and time.monotonic() - t0 < bound:
+
+        def dropped() -> list[float]:  # [seconds] once namesrv no longer lists the broker (a list: 0.0 counts)
             reg = self.ctx.cluster.registered()
-            if reg is not None and not plan.listed_in(reg):
-                return round(time.monotonic() - t0, 1)
-            self.ctx.halt.wait(0.5)
-        return None
+            return [round(time.monotonic() - t0, 1)] if reg is not None and not plan.listed_in(reg) else []
+
+        def load_running() -> None:
+            if self.ctx.halt.is_set():
+                raise _LoadEnded
+
+        try:
+            got = poll_until(dropped, bound, "namesrv to drop the broker", interval=0.5, check=load_running,
+                             raise_on_timeout=False)
+        except _LoadEnded:
+            return None
+        return got[0] if got else None
 
     def _note_out(self, bound: float) -> None:
         out, i = self.evidence["out_of_route_after_s"], self.evidence["intent"]
