@@ -345,9 +345,12 @@ def test_html_report_renders_with_its_plots_in_headless_chromium(real_run, tmp_p
     # a busy host may refuse a send even without faults (CI once: TIMEOUT_CLEAN_QUEUE 1 of 3,000); then
     # the verdict names it from the summary's own error counts, and says nothing of it otherwise
     busy = busy_phrase(s)
+    # likewise a load that fell behind its schedule on a loaded host (analysis/pace.py): named, never silent
+    pace = s["load_pace"]["words"] if s["load_pace"]["short"] else ""
     assert verdict(s) == ("analyzed: with ASYNC_MASTER, ASYNC_FLUSH, transientStorePoolEnable=false and the "
                           "no_retry send policy, a run without faults lost 0 acknowledged messages; none delivered twice"
-                          + (f"; {busy}" if busy else "") + ".")
+                          + (f"; {busy}" if busy else "") + (f"; {pace}" if pace else "") + ".")
+    assert s["load_pace"]["reached"] is not None and s["load_pace"]["lag_ms"]["p50"] is not None
     assert "None" not in text  # an absent value reads as a dash
 
     def inked(page: Path) -> int:  # sampled pixels that are not background white
