@@ -18,7 +18,6 @@ from abc import abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
-from chaos.intent import SHORT_BELOW, intent, measure  # noqa: F401  (the noise kinds import them from here)
 from chaos.protocol import FaultError, FaultKind, Lasting, lasting_span
 from cluster.backend import Neighbour
 from rmqchaos import diskstats

@@ -17,7 +17,7 @@ import yaml
 
 from chaos.kinds.es_like_noise import MB, EsLikeParams, es_intent, job_file, shares
 from chaos.kinds.redis_noise import redis_intent
-from chaos.noise import intent, measure
+from chaos.intent import intent, measure
 from chaos.scheduler import FaultScheduler
 from cluster import get_backend
 from conftest import cli

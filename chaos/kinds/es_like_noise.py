@@ -18,7 +18,8 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from chaos.noise import NoiseKind, NoiseParams, intent, measure, require
+from chaos.intent import intent, measure
+from chaos.noise import NoiseKind, NoiseParams, require
 from chaos.protocol import register
 from rmqchaos.spec import Duration
 

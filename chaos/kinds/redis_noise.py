@@ -17,7 +17,8 @@ from typing import Any
 
 from pydantic import Field
 
-from chaos.noise import NoiseKind, NoiseParams, intent, measure, require
+from chaos.intent import intent, measure
+from chaos.noise import NoiseKind, NoiseParams, require
 from chaos.protocol import register
 from cluster.plan import HOST, plan, port_in_use
 from rmqchaos.spec import Fault, Port, Scenario
