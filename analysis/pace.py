@@ -12,10 +12,10 @@ from pyspark.sql import functions as F
 
 from analysis import sends
 from analysis.latency import histogram, pct_result, percentiles
+from rmqchaos.shortfall import SHORT_BELOW
 
-# A load is short of its schedule when it reached less than this share of its asked messages...
-SHORT_BELOW = 0.8  # the margin every fault's achieved-against-asked uses (chaos/intent.py)
-# ...or when its sends left a median of more than this after their intended times: a second behind
+# A load is short of its schedule when it reached less than SHORT_BELOW of its asked messages (the
+# margin every fault's achieved-against-asked uses too), or when its sends left a median of more than this after their intended times: a second behind
 # is a burst of `rate` messages the broker saw at once instead of spread out.
 LAG_MARGIN_MS = 1000
 

@@ -11,11 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-# A fault at 80 % of its ask still did what the scenario is about; below it the host (2 shared cores:
-# 8 Redis drivers reached ~6 % of their 200 SET/s), not the setting, decided what happened. The
-# margin absorbs timing: a 5 s pause stopped by the scheduler's 0.5 s tick, a proxy hop's own 1 ms.
-# A yes/no effect is 0 or 1, so any margin under 1 reads it the same.
-SHORT_BELOW = 0.8
+from rmqchaos.shortfall import SHORT_BELOW
+
 
 
 def measure(what: str, where: str, asked: float, achieved: float, words: str = "") -> dict[str, Any]:
@@ -37,14 +34,16 @@ def num(x: float) -> str:
 
 
 def intent(measures: list[dict[str, Any]], label: str, of: str = "measures", note: str = "",
-           none: str = "no intended rate to compare with") -> dict[str, Any]:
+           none: str = "no intended rate to compare with", cliff: bool = False) -> dict[str, Any]:
     """What a fault achieved against what it was asked for, for its evidence: {measures, reached (the
     worst achieved/asked, 3 decimals), short (reached < SHORT_BELOW), words (one phrase)}, and `brief`
     (the worst measure's own words) when the measures carry words. Measures without words read as a
     rate: "<label> reached 6 % of its 200 SET/s (worst of 8 instances: redis 16380)", its first number
     the reached percentage; with words: "<label>: froze 1.2 of 5 s", worst first. `of` names the
     measures ("instances", "jobs"); `note` is appended (e.g. which jobs a byte budget ended). No
-    measure: reached None, short False (nothing measured is called neither), `none` says why."""
+    measure: reached None, short False (nothing measured is called neither), `none` says why.
+    `cliff`: the effect needs more than the whole ask (a table past a frame limit): short at or below
+    100 %, compared on the unrounded measures, instead of below SHORT_BELOW."""
     ms = [m for m in measures if m["asked"] > 0]
     if not ms:
         return {"measures": [], "reached": None, "short": False,
@@ -52,7 +51,8 @@ def intent(measures: list[dict[str, Any]], label: str, of: str = "measures", not
     order = sorted(ms, key=lambda m: m["achieved"] / m["asked"])  # stable: ties keep the kind's order
     worst = order[0]
     reached = round(worst["achieved"] / worst["asked"], 3)
-    out: dict[str, Any] = {"measures": ms, "reached": reached, "short": reached < SHORT_BELOW}
+    short = worst["achieved"] <= worst["asked"] if cliff else reached < SHORT_BELOW
+    out: dict[str, Any] = {"measures": ms, "reached": reached, "short": short}
     if all(m.get("words") for m in ms):
         out["words"] = f"{label}: " + "; ".join(m["words"] for m in order) + (f"; {note}" if note else "")
         out["brief"] = worst["words"]

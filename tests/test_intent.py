@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from chaos.intent import SHORT_BELOW, happened, intent, measure
+from chaos.intent import happened, intent, measure
 from chaos.kinds.blkio_throttle import blkio_intent
 from chaos.kinds.cleanup_retry_topics import cleanup_intent
 from chaos.kinds.jvm_oom import jvm_oom_intent
@@ -17,6 +17,7 @@ from chaos.kinds.page_cache_limit import page_cache_intent
 from chaos.kinds.partition import partition_intent
 from chaos.kinds.pause import pause_intent
 from chaos.kinds.restart import restart_intent
+from rmqchaos.shortfall import SHORT_BELOW
 
 pytestmark = pytest.mark.fast
 
@@ -29,6 +30,11 @@ def test_measures_with_words_read_worst_first_and_the_worst_is_the_brief() -> No
                   "brief": "froze 1.2 of 5 s"}
     assert happened("died", "pid 7", False, "w") == {"what": "died", "where": "pid 7", "asked": 1.0, "achieved": 0.0, "words": "w"}
     assert intent([measure("s frozen", "b", 5, 5 * SHORT_BELOW, "w")], "x")["short"] is False  # the margin itself: not short
+    # a cliff (a table past a frame) is short up to and at the whole ask, even where 3 decimals read 1.0
+    assert intent([measure("B", "b", 262_144, 262_144, "w")], "x", cliff=True)["short"] is True
+    assert intent([measure("B", "b", 262_144, 262_145, "w")], "x", cliff=True)["short"] is False
+    assert intent([measure("B", "b", 262_144, 262_100, "w")], "x", cliff=True)["reached"] == 1.0
+    assert intent([measure("B", "b", 262_144, 262_100, "w")], "x", cliff=True)["short"] is True
     assert intent([], "x", none="nothing to measure") == {"measures": [], "reached": None, "short": False,
                                                           "words": "x: nothing to measure"}
 

@@ -190,9 +190,7 @@ def flood_intent(node: str, p: FloodParams, frame: int, table: int, created: int
     pct = 100 * table / frame
     words = (f"reached {pct:.0f} % of namesrv's {frame:,} B frame ({table:,} B table, {created:,} topics created "
              f"in {secs:.1f} s{by})")
-    out = intent([measure("table bytes", node, frame, table, words)], f"topic_flood of {node}")
-    out["short"] = table <= frame
-    return out
+    return intent([measure("table bytes", node, frame, table, words)], f"topic_flood of {node}", cliff=True)
 
 
 class _LoadEnded(Exception):
