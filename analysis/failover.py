@@ -18,7 +18,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from analysis import sends
-from analysis.acks import Topology, acks_per_second, decode_store_host, first_acks, two_master_windows
+from analysis.acks import ack_node, acks_per_second, first_acks, store_node, two_master_windows
+from analysis.topology import Topology, decode_store_host
 from analysis.redeliveries import repeats
 from analysis.session import BROADCAST_MAX
 from analysis.store_check import STORE_EXAMPLES, STORE_LOOKUP_MAX
@@ -257,7 +258,7 @@ def stale_reads(recv: DataFrame, topo: Topology, fos: list[dict[str, Any]]) -> l
     out: list[int | None] = [None] * len(fos)
     if not asks:
         return out
-    node = topo.store_node()
+    node = store_node(topo)
     cols = [F.countDistinct(F.when((node == old) & (F.col("store_ms") >= a) & (F.col("store_ms") < b), F.col("key")))
             .alias(f"s{i}") for i, old, a, b in asks]
     row = recv.agg(*cols).collect()[0].asDict()
@@ -278,7 +279,7 @@ def switch_losses(send: DataFrame, keys: DataFrame, store: Any, topo: Topology, 
     lost = keys.where(F.col("class") == "lost").select("key")
     n = int(lost.count())
     small = F.broadcast(lost) if n <= BROADCAST_MAX else lost
-    node = topo.ack_node()
+    node = ack_node(topo)
     rows = (send.join(small, "key").groupBy("key").agg(
         F.collect_set(F.when(sends.is_intent(), F.col("topic"))).alias("topics"),
         F.collect_set(F.when(sends.acked(), F.col("broker"))).alias("groups"),

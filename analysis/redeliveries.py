@@ -16,7 +16,8 @@ from typing import Any
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from analysis.acks import Topology
+from analysis.acks import served_node
+from analysis.topology import Topology
 
 COPY = ("key", "origin_topic", "broker", "queue_id", "queue_offset")
 KINDS = ("served_by_another_node", "served_by_the_same_node", "server_unknown")
@@ -31,7 +32,7 @@ def repeats(recv: DataFrame, topo: Topology, fos: list[dict[str, Any]]) -> tuple
         return dict.fromkeys(KINDS, 0), [0] * len(fos)
     w = Window.partitionBy(*COPY).orderBy("receive_ms")
     d = (recv.where((F.col("reconsume_times") == 0) & F.col("broker").isin(*groups))
-         .select(*COPY, "receive_ms", topo.served_node().alias("node"))
+         .select(*COPY, "receive_ms", served_node(topo).alias("node"))
          .withColumn("i", F.row_number().over(w))
          .withColumn("first", F.first("node").over(w))  # the frame from the copy's first row: its node
          .where(F.col("i") > 1))

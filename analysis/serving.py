@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from analysis.topology import Topology
 from rmqchaos import serving as status
 from rmqchaos.rundir import RunDir
 
@@ -90,12 +91,8 @@ def restart_reasons(run: RunDir) -> list[str]:
 
 def _nodes(run: RunDir) -> tuple[dict[str, str], dict[str, str]]:
     """(address "ip:port" -> broker node, broker node -> its broker group), from the brokers' configs."""
-    node_of, group_of = {}, {}
-    for node, conf in (run.broker_configs() or {}).items():
-        group_of[node] = str(conf.get("brokerName", node))
-        if conf.get("brokerIP1") and conf.get("listenPort"):
-            node_of[f"{conf['brokerIP1']}:{conf['listenPort']}"] = node
-    return node_of, group_of
+    topo = Topology.of(run.broker_configs() or {})
+    return topo.addrs, topo.group_by_node
 
 
 def _s(ms: int | None, origin: int | None) -> float | None:

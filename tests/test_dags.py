@@ -27,9 +27,8 @@ BASE = {
                 "broker_defaults": {"jvm": {"heap_mb": 256, "max_direct_memory_mb": 256}},
                 "brokers": [{"name": "broker-a", "port": 25111}, {"name": "broker-b", "port": 25121}]},
     "load": {"rate": 60, "duration": "6s", "users": 2, "topic": "T_DAG"},
-    # drain_timeout: a consumer whose first heartbeat failed has its pulls refused ("the subscription
-    # is not latest") until its next heartbeat, 30 s later (seen once: 0 deliveries in 32 s); drain
-    # ends as soon as the lag is 0, so the room costs nothing
+    # drain_timeout: room for a slow host (the Java consumer's heartbeat retry ends the code-25 refusals
+    # within seconds: java/src/main/java/io/rmqchaos/Serving.java); drain ends as soon as the lag is 0, so the room costs nothing
     "consumers": {"settle": "2s", "drain_timeout": "60s"},
 }
 

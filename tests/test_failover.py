@@ -12,7 +12,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from analysis.acks import Topology, decode_store_host, store_host_prefix, two_master_windows
+from analysis.acks import two_master_windows
+from analysis.topology import Topology, decode_store_host, store_host_prefix
 from analysis.failover import classify_lost, cut_back, failover, log_floor, occurrences, switched_ms, timing
 from analysis.verdict import failover_phrases, hms
 from cluster.store import MAGIC_V1, Store
