@@ -97,6 +97,21 @@ if ! stamp_ok "$TP/.setup-stamp" "$TOXIPROXY_VERSION" || [ ! -x "$TP/bin/toxipro
     say "go not found: toxiproxy-server not built, link faults unavailable (apt-get install golang-go)"
   fi
 fi
+# --- powerfs, the FUSE layer that forgets unsynced writes (docs/powerfs.md; cluster/powerfs.py), built
+#     from powerfs/ (go-fuse pinned in its go.mod); without Go, power loss is refused in one line ---
+PF=.cache/powerfs
+pf_key=$(cat powerfs/go.mod powerfs/go.sum powerfs/*.go | sha256sum | cut -c1-16)
+if ! stamp_ok "$PF/.setup-stamp" "$pf_key" || [ ! -x "$PF/bin/powerfs" ]; then
+  if command -v go >/dev/null 2>&1; then
+    say "building powerfs with $(go env GOVERSION) into $PF"
+    mkdir -p "$PF/bin"
+    (cd powerfs && GOFLAGS=-modcacherw go build -o "$ROOT/$PF/bin/powerfs" .) >"$ROOT/.cache/powerfs.log" 2>&1 \
+      || { tail -5 .cache/powerfs.log >&2; die "could not build powerfs (see .cache/powerfs.log)"; }
+    echo "$pf_key" > "$PF/.setup-stamp"
+  else
+    say "go not found: powerfs not built, power loss and disk errors unavailable (apt-get install golang-go)"
+  fi
+fi
 # --- the embedded Airflow: metadata DB (SQLite under $RMQCHAOS_HOME/airflow) and the cluster pool ---
 .venv/bin/rmqchaos airflow init >/dev/null || die "could not initialise the embedded Airflow"
 say "ready: RocketMQ $RMQ_VERSION, $(java -version 2>&1 | head -1), $(.venv/bin/python --version)"
