@@ -30,11 +30,12 @@ def get_backend(run: RunDir) -> ClusterBackend:
 
 def reap_lost_runs() -> list[str]:
     """End what registered runs whose run directory was deleted left running (every backend)."""
-    from cluster import netrules
+    from cluster import netrules, powerfs
     from cluster.container import reap_lost_containers
     from cluster.local.orphans import reap_lost_runs as local_lost
     from rmqchaos.rundir import lost_run_ids, registry_dir
     done = reap_lost_containers(lost_run_ids()) + local_lost()  # containers first: local_lost forgets the ids
+    done += powerfs.reap_lost()  # mounts whose server died or whose run directory is gone
     from cluster.local.orphans import has_processes
     # a chain stays while its run is registered here or still has processes in its cgroups: a run of
     # another RMQCHAOS_HOME (another checkout, a concurrent test) is not ours to reap

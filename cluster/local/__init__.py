@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from cluster import netrules, tools
+from cluster import netrules, powerfs, tools
 from cluster.backend import ClusterBackend, NodeStatus
 from cluster.jvm import find_java
 from cluster.local import cgroups
@@ -267,7 +267,8 @@ def reap(run: RunDir, grace: float = 15.0) -> list[str]:
                 cg.freeze(False)
             except (OSError, TimeoutError):
                 pass
-    live = [r for r in starts if alive(r.pid, r.starttime)]
+    # powerfs servers last (powerfs.reap_run below): a broker's shutdown still writes through its mount
+    live = [r for r in starts if alive(r.pid, r.starttime) and not powerfs.is_server(r)]
     # brokers before namesrv and the controllers, so brokers can unregister cleanly
     live.sort(key=lambda r: r.node == "namesrv" or r.node.startswith("controller-"))
     for r in live:
@@ -294,6 +295,7 @@ def reap(run: RunDir, grace: float = 15.0) -> list[str]:
             else:
                 done.append(f"could not remove cgroup {rel}")
         cgroups.remove_empty_parents(rel)
+    done += powerfs.reap_run(run.path, log)  # its mounts: aborted, unmounted, servers ended
     done += netrules.remove_run(run.run_id)  # a partition's rules, if a fault left any
     run.update_state(cluster="down")
     run.unregister()
