@@ -47,24 +47,32 @@ def evaluate(expect: Expect, summary: dict[str, Any], probes: list[dict[str, Any
 
 def failover_evidence(fo: FailoverCheck, summary: dict[str, Any]) -> dict[str, Any]:
     """Whether a node other than the one the fault hit was master within fo.elected_within of it
-    (summary.failover.failovers: the monitor's per-second groups record). Not elected counts only
-    when the monitor watched the group that long after the fault; else unknown."""
+    (summary.failover.failovers: the monitor's per-second groups record), for every occurrence of the
+    fault (a repeated fault's are `<id>#1`, `<id>#2`, ...): holds when each holds, false when one does
+    not, unknown otherwise. Not elected counts only when the monitor watched the group that long after
+    the fault; else unknown."""
     fos = (summary.get("failover") or {}).get("failovers") or []
-    f = next((x for x in fos if x.get("fault_id") == fo.fault), None)
-    if f is None:
+    mine = [x for x in fos if x.get("fault_id") == fo.fault or str(x.get("fault_id", "")).startswith(fo.fault + "#")]
+    if not mine:
         why = "no replicated group in this run" if not summary.get("failover") else \
             f"fault {fo.fault} hit no node of a replicated group (or was not applied)"
         return {"what": fo.words(), "holds": None, "seen": f"no failover record: {why}"}
-    el, observed, old = f.get("election_s"), f.get("observed_s"), f.get("old_master")
+    each = [_one_failover(fo, f) for f in mine]
+    holds = [h for h, _ in each]
+    verdict = False if False in holds else None if None in holds else True
+    return {"what": fo.words(), "holds": verdict, "seen": "; ".join(seen for _, seen in each)}
+
+
+def _one_failover(fo: FailoverCheck, f: dict[str, Any]) -> tuple[bool | None, str]:
+    el, observed, old, fid = f.get("election_s"), f.get("observed_s"), f.get("old_master"), f.get("fault_id")
     elected = el is not None and el <= fo.elected_within
     if el is not None:
-        seen = f"{f.get('new_master')} master {el:g} s after fault {fo.fault} on {old} (epoch {f.get('epoch')})"
+        seen = f"{f.get('new_master')} master {el:g} s after fault {fid} on {old} (epoch {f.get('epoch')})"
     else:
         seen = (f.get("reasons") or {}).get("election") or f"no node other than {old} was master"
     if not elected and (observed is None or observed < fo.elected_within):
-        return {"what": fo.words(), "holds": None,
-                "seen": f"{seen}; the monitor watched {f.get('group')} for {observed} s only"}
-    return {"what": fo.words(), "holds": elected == (fo.reproduced_when == "elected"), "seen": seen}
+        return None, f"{seen}; the monitor watched {f.get('group')} for {observed} s only"
+    return elected == (fo.reproduced_when == "elected"), seen
 
 
 def words(issue: str, version: str, reproduced: bool | None, expected: str | None,

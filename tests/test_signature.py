@@ -153,6 +153,14 @@ def test_a_failed_fault_intent_a_run_that_did_not_finish_and_a_failover_bound() 
     r = evaluate(fo, cut)
     assert r["reached"] is None and r["words"] == "NOT verified: unknown: the run finished (the drain timed out)"
     assert evaluate(None, s) is None
+    # a repeated fault's occurrences (kill-master#1, #2) are each held to the bound
+    one = s["failover"]["failovers"][0]
+    rep = dict(s, failover={"failovers": [{**one, "fault_id": "kill-master#1"}, {**one, "fault_id": "kill-master#2",
+                                                                                   "election_s": 41.0}]})
+    r = evaluate(fo, rep)
+    assert r["reached"] is False and "fault kill-master#2 on broker-a-0" in r["words"], r["words"]
+    rep["failover"]["failovers"][1]["election_s"] = 9.0
+    assert evaluate(fo, rep)["reached"] is True
 
 
 def test_a_controller_mode_verdict_names_what_decides_replication_not_a_broker_role() -> None:
