@@ -131,7 +131,7 @@ func (l *layer) stats() reply {
 		f := reply{"path": l.rel(s.inode), "ino": s.ino, "writes": s.writes, "bytes_written": s.written,
 			"syncs": s.syncs, "auto_syncs": s.autoSyncs, "last_sync_ms": s.lastSyncMs,
 			"unsynced_bytes": s.unsynced(), "undo_bytes": s.undoBytes(), "synced_size": nil}
-		if s.fd >= 0 {
+		if s.tracked {
 			f["synced_size"] = s.syncedSize
 		}
 		writes, written, syncs, auto = writes+s.writes, written+s.written, syncs+s.syncs, auto+s.autoSyncs
@@ -166,7 +166,7 @@ func (l *layer) drop() reply {
 	var total int64
 	for _, s := range l.snapshot() {
 		s.mu.Lock()
-		if s.fd >= 0 {
+		if s.tracked {
 			ev := s.restore(l.rel(s.inode))
 			total += ev["bytes"].(int64)
 			files = append(files, ev)

@@ -47,7 +47,8 @@ type fileState struct {
 	syncs       int64
 	autoSyncs   int64
 	lastSyncMs  int64
-	fd          int // O_RDWR on the real file while it has unsynced changes, else -1
+	fd          int  // the layer's O_RDWR descriptor of the real file (kept across syncs), or -1
+	tracked     bool // it has changes since its last sync
 	syncedSize  int64
 	undo        map[int64]preimage
 	ranges      []span // byte ranges changed since the last sync, merged
@@ -149,19 +150,21 @@ func (l *layer) rel(in *fs.Inode) string {
 
 // track starts the undo log of a file with no unsynced change: its size now is its size at the last sync.
 func (s *fileState) track(open func() (int, error)) syscall.Errno {
-	if s.fd >= 0 {
+	if s.tracked {
 		return 0
 	}
-	fd, err := open()
-	if err != nil {
-		return fs.ToErrno(err)
+	if s.fd < 0 {
+		fd, err := open()
+		if err != nil {
+			return fs.ToErrno(err)
+		}
+		s.fd = fd
 	}
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
+	if err := unix.Fstat(s.fd, &st); err != nil {
 		return fs.ToErrno(err)
 	}
-	s.fd, s.syncedSize, s.undo, s.ranges, s.truncToZero = fd, st.Size, map[int64]preimage{}, nil, false
+	s.tracked, s.syncedSize, s.undo, s.ranges, s.truncToZero = true, st.Size, map[int64]preimage{}, nil, false
 	return 0
 }
 
@@ -223,10 +226,7 @@ func (s *fileState) undoBytes() (n int64) {
 
 // synced: everything written so far is durable (an fsync, or what ext4's auto_da_alloc commits).
 func (s *fileState) synced(auto bool) {
-	if s.fd >= 0 {
-		unix.Close(s.fd)
-	}
-	s.fd, s.undo, s.ranges, s.truncToZero = -1, nil, nil, false
+	s.tracked, s.undo, s.ranges, s.truncToZero = false, nil, nil, false
 	if auto {
 		s.autoSyncs++
 	} else {
@@ -239,7 +239,7 @@ func (s *fileState) forget() {
 	if s.fd >= 0 {
 		unix.Close(s.fd)
 	}
-	s.fd, s.undo, s.ranges = -1, nil, nil
+	s.fd, s.tracked, s.undo, s.ranges = -1, false, nil, nil
 }
 
 func (s *fileState) size() int64 {
@@ -252,13 +252,15 @@ func (s *fileState) size() int64 {
 
 // resize: bytes a truncate removes are saved first (a shrink of synced content must come back).
 func (s *fileState) resize(newSize int64) syscall.Errno {
+	// a shrink loses bytes (a changed range); a growth adds zeros only: RocketMQ maps 1 GiB
+	// commit log files, which must not read as 1 GiB dropped. The size comes back either way.
 	cur := s.size()
 	if newSize < cur {
 		if e := s.save(newSize, cur); e != 0 {
 			return e
 		}
+		s.changed(newSize, cur)
 	}
-	s.changed(min(newSize, cur), max(newSize, cur))
 	if newSize == 0 {
 		s.truncToZero = true
 	}
@@ -481,9 +483,7 @@ func (n *node) Allocate(ctx context.Context, f fs.FileHandle, off, size uint64, 
 			return e
 		}
 		cur := s.size()
-		if mode == 0 {
-			s.changed(cur, int64(off+size))
-		} else {
+		if mode != 0 { // mode 0 only allocates (zeros past the end): the drop's truncate undoes it
 			if e := s.save(int64(off), cur); e != 0 {
 				return e
 			}

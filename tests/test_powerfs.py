@@ -38,6 +38,7 @@ def run(tmp_path: Path) -> Iterator[Path]:
     """A run directory (its processes.jsonl) with a real directory to pass through; nothing of ours
     may be left mounted or running under it afterwards."""
     (tmp_path / "real").mkdir()
+    (tmp_path / "state.json").write_text("{}")  # a run directory's mark: reap_lost leaves its mounts alone
     yield tmp_path
     left = powerfs.reap_under(tmp_path)
     assert left == [], left
