@@ -153,7 +153,15 @@ class PowerFS:
                                 f"see {log_file}", detail=_tail(log_file))
 
         def mounted() -> Mount | None:
-            return next((m for m in mounts() if m.mount_point == mount_point and m.pid == proc.pid), None)
+            """In mountinfo, and the server says it serves: its mount call has returned (go-fuse's
+            poll-hack open on the mount done), so a quit cannot catch it halfway."""
+            m = next((m for m in mounts() if m.mount_point == mount_point and m.pid == proc.pid), None)
+            if m is None:
+                return None
+            try:
+                return m if PowerFS(real_dir, mount_point, control_sock, proc.pid, m.start, m.conn).stats()["serving"] else None
+            except UserError:
+                return None
         try:
             m = poll_until(mounted, timeout, f"powerfs to mount {mount_point}", interval=0.05, check=exited,
                            hint=f"see {log_file}")

@@ -81,7 +81,15 @@ func main() {
 		die("control socket %s: %v", *ctl, err)
 	}
 	var mounted atomic.Bool
+	ready := make(chan struct{})
 	quit := func() {
+		// not before fs.Mount returned: until then the main thread may be inside go-fuse's poll-hack
+		// open on this very mount, and exiting while a request of ours is unanswered leaves that
+		// thread in D state for good (seen once on a loaded host)
+		select {
+		case <-ready:
+		case <-time.After(10 * time.Second):
+		}
 		if mounted.Load() {
 			// lazy: a process still inside keeps its files until it closes them
 			if err := unix.Unmount(*mnt, unix.MNT_DETACH); err != nil && err != unix.EINVAL {
@@ -93,6 +101,13 @@ func main() {
 		os.Exit(0)
 	}
 	go l.serveControl(ln, quit)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		s := <-sig
+		say("%v: exiting, nothing restored", s)
+		quit()
+	}()
 
 	sec := time.Second
 	var extra uint64
@@ -112,6 +127,7 @@ func main() {
 		EntryTimeout: &sec,
 		AttrTimeout:  &sec,
 	}
+	l.rootInode = rootNode.EmbeddedInode()
 	server, err := fs.Mount(*mnt, rootNode, opts)
 	if err != nil {
 		ln.Close()
@@ -119,7 +135,6 @@ func main() {
 		die("mount %s: %v", *mnt, err)
 	}
 	mounted.Store(true)
-	l.rootInode = rootNode.EmbeddedInode()
 	var mst unix.Stat_t
 	if err := unix.Stat(*mnt, &mst); err == nil {
 		l.conn = unix.Minor(mst.Dev) // /sys/fs/fuse/connections/<conn>
@@ -127,9 +142,10 @@ func main() {
 	l.mu.Lock()
 	l.serving = true
 	l.mu.Unlock()
-	ready, _ := json.Marshal(map[string]any{"event": "mounted", "pid": os.Getpid(), "conn": l.conn,
+	close(ready) // after our own last request on the mount (the stat above)
+	line, _ := json.Marshal(map[string]any{"event": "mounted", "pid": os.Getpid(), "conn": l.conn,
 		"root": rootAbs, "mount": *mnt, "writeback": *writeback, "auto_da_alloc": *autoDa})
-	fmt.Println(string(ready))
+	fmt.Println(string(line))
 
 	go func() {
 		server.Wait() // returns when the kernel ends the connection: abort, or unmount
@@ -139,9 +155,5 @@ func main() {
 		say("FUSE connection %d ended; control socket still open", l.conn)
 	}()
 
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	s := <-sig
-	say("%v: exiting, nothing restored", s)
-	quit()
+	select {} // quit (the control socket, a signal) ends the process
 }
