@@ -61,4 +61,8 @@ def _family(s: dict[str, Any], fam: str, arg: str) -> int | None:
                  if (d := (w.get("send_ms_by_broker") or {}).get(arg)) and d["during"].get("p50") is not None
                  and d["outside"].get("p50") is not None]
         return max(added) if added else None
+    if fam in ("lost_on", "gone_on"):
+        sc = s.get("store_check")
+        field = "lost_by_broker" if fam == "lost_on" else "gone_by_broker"
+        return None if sc is None or field not in sc else int((sc.get(field) or {}).get(arg, 0))
     raise AssertionError(f"figure family {fam} validated by the spec but not computed")

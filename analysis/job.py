@@ -53,7 +53,7 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
     summary = {"schema_version": SCHEMA_VERSION, "run_id": run.run_id, "scenario": s.name, "extends": _base_name(run.path),
                "run_dir": str(run.path), "analyzed_ms": int(time.time() * 1000),
                "complete": comp["complete"], "incomplete_reasons": comp["reasons"],
-               "versions": run.versions(), "cluster": {"brokers": brokers},
+               "versions": run.versions(), "cluster": {"brokers": brokers, **({"powerfs": s.cluster.powerfs_nodes()} if s.cluster.powerfs else {})},
                "load": s.load.model_dump(mode="json") if s.load else None,
                **{k: res[k] for k in ("counts", "duplicates_by_cause", "duplicated_keys_by_send_outcome",
                                       "retried_keys_by_batch_position", "errors",

@@ -27,7 +27,7 @@ from analysis.pace import lag as send_lag
 from analysis.latency import histogram as _histogram, percentiles as _percentiles
 from analysis.offsets import reused_queue_offsets
 from analysis.sealed import attribute, read_receive, read_send
-from analysis.store_check import store_check
+from analysis.store_check import power_cut_keys, store_check
 from rmqchaos.progress import say
 
 
@@ -82,10 +82,13 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
             send, keys, recv, res["counts"]["unexpected_deliveries"])
         res["counts"]["corrupted_deliveries"] = sum(res["corrupted_by_kind"].values())
         step("damaged deliveries by kind")
-        res["store_check"] = store_check(send, keys, store, warnings) if store is not None else None
+        res["reused_queue_offsets"] = reused_queue_offsets(send, keys)
+        delivered = res["reused_queue_offsets"].pop("delivered_keys")
+        if store is not None:
+            delivered = sorted(set(delivered) | set(power_cut_keys(send, keys, events, brokers or {})))
+        res["store_check"] = store_check(send, keys, store, warnings, delivered) if store is not None else None
         if store is not None:
             step(f"{res['store_check']['checked']} lost or indeterminate keys looked up in the brokers' stores")
-        res["reused_queue_offsets"] = reused_queue_offsets(send, keys)
         step(f"{res['reused_queue_offsets']['positions']} queue position(s) acknowledged to two messages")
         res["failover"] = failover(send, keys, events, monitor or [], brokers, store, recv) if brokers else None
         if res["failover"]:

@@ -3,6 +3,7 @@ store or in delivery, an unanswered send stored after all or not."""
 from __future__ import annotations
 
 import time
+from functools import reduce
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -15,7 +16,8 @@ STORE_LOOKUP_MAX = 100_000  # keys looked up in the brokers' stores per run
 STORE_EXAMPLES = 50
 
 
-def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str]) -> dict[str, Any]:
+def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str],
+                delivered: list[str] | None = None) -> dict[str, Any]:
     """Every lost and indeterminate key looked up in the brokers' stores (`store.find(topic, key)`,
     cluster/store.py): lost -> lost_from_store (in no commit log) or lost_in_delivery (stored, never
     delivered); indeterminate -> indeterminate_stored (the unanswered send was stored after all and
@@ -31,19 +33,69 @@ def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str
         warnings.append(f"{n} lost or indeterminate keys: only {STORE_LOOKUP_MAX} were looked up in the store")
         targets = targets.limit(STORE_LOOKUP_MAX)
     small = F.broadcast(targets) if n <= BROADCAST_MAX else targets
-    rows = (send.where(sends.is_intent()).join(small, "key").groupBy("key", "class")
-            .agg(F.collect_set("topic").alias("topics")).collect()) if n else []
+    # topics from the intents (every attempt has one), the acknowledging broker group from the outcomes
+    rows = (send.where(sends.is_intent() | sends.acked()).join(small, "key").groupBy("key", "class")
+            .agg(F.collect_set(F.when(sends.is_intent(), F.col("topic"))).alias("topics"),
+                 F.collect_set(F.when(sends.acked(), F.col("broker"))).alias("acked_on")).collect()) if n else []
     split = {"lost_from_store": 0, "lost_in_delivery": 0, "indeterminate_stored": 0, "indeterminate_not_stored": 0}
     stored: list[dict[str, Any]] = []
     absent: list[dict[str, Any]] = []
+    by_broker: dict[str, int] = {}  # lost keys by the broker group that acknowledged them
+    gone: dict[str, int] = {}  # acknowledged keys in no store now, by that group (with the erased below)
     for r in sorted(rows, key=lambda r: r["key"]):
+        if r["class"] == "lost":
+            for b in sorted(r["acked_on"]):
+                by_broker[b] = by_broker.get(b, 0) + 1
         locs = [loc for t in sorted(r["topics"]) for loc in store.find(t, r["key"])]
         verdict = {("lost", True): "lost_in_delivery", ("lost", False): "lost_from_store",
                    ("indeterminate", True): "indeterminate_stored",
                    ("indeterminate", False): "indeterminate_not_stored"}[(r["class"], bool(locs))]
         split[verdict] += 1
+        if verdict == "lost_from_store":
+            for b in sorted(r["acked_on"]):
+                gone[b] = gone.get(b, 0) + 1
         (stored if locs else absent).append({"key": r["key"], "class": r["class"], "verdict": verdict,
                                              "topics": sorted(r["topics"]), "stored_at": locs})
-    return {"checked": len(rows), **split, "nodes": store.nodes(), "unread_nodes": unread, "method": store.method(),
+    erased = _erased(send, store, delivered or [])
+    for k, groups in erased:
+        for b in groups:
+            gone[b] = gone.get(b, 0) + 1
+    erased_keys = [k for k, _ in erased]
+    return {"checked": len(rows), **split, "erased_after_delivery": len(erased_keys), "erased_examples": erased_keys[:STORE_EXAMPLES],
+            "gone_by_broker": dict(sorted(gone.items())),
+            "lost_by_broker": dict(sorted(by_broker.items())), "nodes": store.nodes(), "unread_nodes": unread, "method": store.method(),
             "seconds": round(time.monotonic() - t0, 3),
             "examples": (stored + [a for a in absent if a["class"] == "lost"])[:STORE_EXAMPLES]}
+
+
+def power_cut_keys(send: DataFrame, keys: DataFrame, events: list[dict[str, Any]],
+                   brokers: dict[str, dict[str, str]], limit: int = 50_000) -> list[str]:
+    """Delivered keys acknowledged by a broker group before one of its nodes lost power (the
+    power_loss events' `nodes_lost[node].cut_ms`): the store must still hold each (a SYNC_FLUSH
+    broker's did; an ASYNC_FLUSH broker's may be erased once read). At most `limit`, by key."""
+    cuts = []
+    for e in events:
+        p = e.get("params") or {}
+        if e.get("kind") == "fault" and p.get("fault_kind") == "power_loss" and e.get("outcome") == "ok":
+            for node, lost in ((p.get("evidence") or {}).get("nodes_lost") or {}).items():
+                group = (brokers.get(node) or {}).get("brokerName")
+                if group and lost.get("cut_ms"):
+                    cuts.append((group, int(lost["cut_ms"])))
+    if not cuts:
+        return []
+    before = reduce(lambda a, b: a | b, [(F.col("broker") == g) & (F.col("end_ms") <= t) for g, t in cuts])
+    delivered = keys.where(F.col("class").isin("ok", "duplicated")).select("key")
+    return [r["key"] for r in send.where(sends.acked() & before).select("key").distinct()
+            .join(delivered, "key").orderBy("key").limit(limit).collect()]
+
+
+def _erased(send: DataFrame, store: Any, delivered: list[str]) -> list[tuple[str, list[str]]]:
+    """The delivered keys in no broker's store, by key, each with the broker groups that acknowledged it."""
+    if not delivered:
+        return []
+    want = send.sparkSession.createDataFrame([(k,) for k in delivered], "key string")
+    rows = (send.where(sends.is_intent() | sends.acked()).join(F.broadcast(want), "key").groupBy("key")
+            .agg(F.collect_set(F.when(sends.is_intent(), F.col("topic"))).alias("topics"),
+                 F.collect_set(F.when(sends.acked(), F.col("broker"))).alias("acked_on")).collect())
+    return sorted((r["key"], sorted(r["acked_on"])) for r in rows
+                  if not any(store.find(t, r["key"]) for t in sorted(r["topics"])))

@@ -14,7 +14,8 @@ FAULT_WORDS = {"oom_kill": ("kernel OOM kill", "kernel OOM kills"), "jvm_oom": (
                "redis_noise": ("Redis disk noise", "Redis disk noise"), "es_like_noise": ("fio disk noise", "fio disk noise"),
                "topic_flood": ("%RETRY% topic flood", "%RETRY% topic floods"),
                "cleanup_retry_topics": ("%RETRY% topic cleanup", "%RETRY% topic cleanups"),
-               "partition": ("network partition", "network partitions"), "link": ("link fault", "link faults")}
+               "partition": ("network partition", "network partitions"), "link": ("link fault", "link faults"),
+               "power_loss": ("power loss", "power losses"), "disk_error": ("disk error window", "disk error windows")}
 _NUM = {1: "one", 2: "two", 3: "three"}
 SETTINGS = ("brokerRole", "flushDiskType", "transientStorePoolEnable")  # named in every verdict
 
@@ -39,6 +40,8 @@ def faults_phrase(s: dict[str, Any], intent: bool = True) -> str:
             ev = (e.get("params") or {}).get("evidence") or {}
             if k[0] == "link" and ev.get("from"):  # named by its ends: 'producers -> broker-a'
                 k = (k[0], f"{ev['from']} -> {ev['to']}")
+            if k[0] == "power_loss" and len(ev.get("nodes") or []) > 1:  # every node that lost power at once
+                k = (k[0], " and ".join(ev["nodes"]))
             if (e.get("params") or {}).get("role"):  # the node hit and the role it held when hit
                 k = (k[0], f"{k[1]} ({e['params']['role']})")
             seen[k] = seen.get(k, 0) + 1
@@ -103,6 +106,8 @@ def settings(s: dict[str, Any]) -> dict[str, str]:
             f"{k}=" + "/".join(sorted({str(c.get(k, d)) for c in nodes})) for k, d in REPLICATION) + ")"
     elif any(str(c.get("enableDLegerCommitLog")).lower() == "true" for c in nodes):
         out["brokerRole"] = "DLedger (a majority acknowledges)"
+    if s["cluster"].get("powerfs"):  # a power loss forgets what these never synced (docs/powerfs.md)
+        out["powerfs"] = ", ".join(s["cluster"]["powerfs"])
     return out
 
 
@@ -112,7 +117,7 @@ REPLICATION = (("allAckInSyncStateSet", "false"), ("inSyncReplicas", "1"))
 
 def _settings_words(st: dict[str, str]) -> str:
     return f"{st['brokerRole']}, {st['flushDiskType']}, transientStorePoolEnable={st['transientStorePoolEnable']} " \
-           f"and the {st['policy']} send policy"
+           f"and the {st['policy']} send policy" + (f" (on the powerfs layer: {st['powerfs']})" if st.get("powerfs") else "")
 
 
 def lost_phrase(s: dict[str, Any]) -> str:
@@ -122,6 +127,9 @@ def lost_phrase(s: dict[str, Any]) -> str:
         return out
     if sc is None:
         return out + " (not checked against the brokers' stores)"
+    by = sc.get("lost_by_broker") or {}
+    if len(s["cluster"]["brokers"]) > 1 and by:  # which group acknowledged them (the checked keys)
+        out += " (acknowledged by " + ", ".join(f"{b} {n:,}" for b, n in by.items()) + ")"
     if sc["lost_from_store"] == c["lost"]:
         return out + " (verified absent from every broker's store)"
     return out + f" ({sc['lost_from_store']} verified absent from every broker's store, {sc['lost_in_delivery']} " \
@@ -159,6 +167,9 @@ def verdict(s: dict[str, Any]) -> str:
     if ro and ro["positions"]:
         extra.append(f"{ro['positions']:,} queue positions acknowledged to two messages each "
                      f"({ro['lost']:,} of those messages lost)")
+    if sc and sc.get("erased_after_delivery"):
+        extra.append(f"{sc['erased_after_delivery']:,} acknowledged messages were delivered and then lost by the "
+                     "store (in no broker's store now: a later reader would never see them)")
     return f"{head} {lost_phrase(s)}; {dup}" + "".join(f"; {x}" for x in extra + found(s)) + "."
 
 

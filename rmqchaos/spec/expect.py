@@ -19,7 +19,8 @@ FIGURES = {**{k: f"counts.{k}" for k in ("keys", "attempts", "acked", "acked_wea
                                          "undelivered_at_stop", "duplicated", "duplicate_deliveries", "recovered",
                                          "failed", "indeterminate", "unexpected", "corrupted_deliveries")},
            **{f"store_check.{k}": f"store_check.{k}" for k in ("lost_from_store", "lost_in_delivery",
-                                                                "indeterminate_stored", "indeterminate_not_stored")},
+                                                                "indeterminate_stored", "indeterminate_not_stored",
+                                                                "erased_after_delivery")},
            # lost keys that some attempt of got SEND_OK: a loss the broker promised against (a key acked
            # only with FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE was told it was not replicated)
            "lost_send_ok": "counts.lost - counts.acked_weak_lost",
@@ -38,6 +39,8 @@ FAMILIES = {
     "duplicates": "extra deliveries of this cause (summary.duplicates_by_cause)",
     "route_absent_samples": "monitor samples in which this broker answered while namesrv did not list it",
     "link_p50_added_ms": "the most a link fault added to this broker's acked sends' p50 round trip (ms)",
+    "lost_on": "lost keys acknowledged by this broker group (the store check's keys), e.g. lost_on.broker-a",
+    "gone_on": "keys acknowledged by this broker group and in no store now: lost from the store, or delivered and then erased",
 }
 # figures computed from several parts of the summary (analysis/signature.py)
 DERIVED = {
