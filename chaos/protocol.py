@@ -56,6 +56,7 @@ class FaultKind(ABC):
     target: ClassVar[str] = "node"  # node | broker | none
     ends_node: ClassVar[bool] = False  # its occurrences end the node: `restart_after` is allowed
     roles: ClassVar[bool] = False  # `target:` may be a role (master-of:<group>, controller-leader): chaos/targets.py
+    powerfs: ClassVar[bool] = False  # the nodes it may hit get their store on the powerfs layer (cluster.powerfs)
     tick_s: ClassVar[float | None] = None  # a lasting fault that must follow the node: `tick` this often
 
     def __init__(self, ctx: FaultContext, fault: Fault, params: BaseModel, occurrence: str = "") -> None:

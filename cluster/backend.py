@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from cluster.plan import NodePlan, controller_addrs, plan
+from cluster.powerfs import PowerFS
 from cluster.tools import ToolResult
 from rmqchaos import paths
 from rmqchaos.errors import UserError
@@ -111,6 +112,10 @@ class Node(ABC):
 
     @abstractmethod
     def paused(self) -> bool: ...
+
+    def layer(self) -> "PowerFS | None":
+        """The node's powerfs mount (docs/powerfs.md); None: its store is a plain directory."""
+        return None
 
     @abstractmethod
     def restart(self) -> None:
@@ -219,6 +224,11 @@ class ClusterBackend(ABC):
 
     @abstractmethod
     def node(self, name: str) -> Node: ...
+
+    def power_loss(self, names: list[str]) -> dict[str, dict[str, object]]:
+        """Cut the power of nodes on the powerfs layer at once; per node, what it lost (cluster/local/power.py)."""
+        raise UserError(f"power loss needs the local backend's powerfs layer, not {type(self).__name__}",
+                        "use cluster.backend: local")
 
     def nodes(self) -> list[Node]:
         return [self.node(n) for n in self.plans]

@@ -72,6 +72,7 @@ class NodePlan:
     broker_name: str | None = None
     broker_id: int | None = None  # a replica's is -1: the controllers (or DLedger) assign it
     replication: str | None = None  # a replica's group: controller | dledger (Broker.replication)
+    powerfs: bool = False  # its store sits on the powerfs layer (cluster.powerfs; docs/powerfs.md)
 
     @property
     def addr(self) -> str:
@@ -146,6 +147,9 @@ def plan(s: Scenario) -> list[NodePlan]:
         nodes.append(NodePlan("proxy", "proxy", [p.grpc_port, p.remoting_port], p.jvm,
                               {"rocketMQClusterName": c.name, "namesrvAddr": ns.addr,
                                "grpcServerPort": p.grpc_port, "remotingListenPort": p.remoting_port}, at["proxy"]))
+    layered = set(c.powerfs_nodes())
+    for n in nodes:
+        n.powerfs = n.name in layered
     return nodes
 
 

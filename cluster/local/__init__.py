@@ -17,7 +17,7 @@ from typing import Mapping, Sequence
 from cluster import netrules, powerfs, tools
 from cluster.backend import ClusterBackend, NodeStatus
 from cluster.jvm import find_java
-from cluster.local import cgroups
+from cluster.local import cgroups, power
 from cluster.local.cgroups import Cgroup
 from cluster.local.node import CgroupMemory, LocalNode  # noqa: F401  (CgroupMemory: the docker backend's base)
 from cluster.plan import READY_TOPIC, port_in_use
@@ -70,6 +70,9 @@ class LocalCluster(ClusterBackend):
         if name not in self.plans:
             raise UserError(f"no node named {name!r} in this cluster", f"nodes: {', '.join(self.plans)}")
         return LocalNode(self, self.plans[name])
+
+    def power_loss(self, names: list[str]) -> dict[str, dict[str, object]]:
+        return power.power_loss(self, names)
 
     def spawn_client(self, name: str, cmd: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None,
                      log_file: Path | None = None, stdout: object = None, stderr: object = None,
@@ -249,7 +252,8 @@ class LocalCluster(ClusterBackend):
                 memory_bytes=cg.memory_usage() if running else None, log_file=str(n.log_file),
                 broker_name=n.plan.broker_name,
                 extra={"cgroup": cg.rel if cg.exists() else None,
-                       "store_dir": str(n.dir / "store") if n.plan.is_broker else None}))
+                       "store_dir": str(n.store_path) if n.plan.is_broker else None,
+                       **({"powerfs": True} if n.plan.powerfs else {})}))
         return out
 
 

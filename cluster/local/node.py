@@ -9,9 +9,11 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
+from cluster import powerfs
 from cluster.backend import Node, NodeMemory
 from cluster.jvm import find_java, jvm_command
 from cluster.local.cgroups import Cgroup
+from cluster.powerfs import PowerFS
 from cluster.plan import NODE_SYSTEM_PROPERTIES, NodePlan, jvm_options, main_args, port_in_use, render_config
 from cluster.rmqlog import log_dir
 from rmqchaos import paths, rocketmq_dist
@@ -77,11 +79,29 @@ class LocalNode(Node):
     def stdout_file(self) -> Path:
         return self.dir / "stdout.log"
 
+    # ------------------------------------------------------------ the store
+    @property
+    def store_path(self) -> Path:
+        """Where the node keeps its store: `store`, or on the powerfs layer its mount `store.fs`, which
+        shows `store` (so whatever reads a store after `down` finds it where a plain node's is)."""
+        return self.dir / ("store.fs" if self.plan.powerfs else "store")
+
+    def layer(self) -> PowerFS | None:
+        """The node's powerfs mount, mounted if it is not (None: a plain directory)."""
+        if not self.plan.powerfs:
+            return None
+        real, mp, sock = self.dir / "store", (self.dir / "store.fs").resolve(), self.dir / "powerfs.sock"
+        name = f"powerfs-{self.name}"
+        if any(m.mount_point == mp for m in powerfs.mounts()):
+            return PowerFS.attach(real, mp, sock, self.c.run.processes, name=name)
+        real.mkdir(parents=True, exist_ok=True)
+        return PowerFS.mount(real, mp, sock, self.c.run.processes, name=name, log_file=self.dir / "powerfs.log")
+
     # ------------------------------------------------------------ start
     def command(self, java: str, home: Path) -> list[str]:
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "logs").mkdir(exist_ok=True)
-        name, text = render_config(self.plan, str(self.dir / "store"))
+        name, text = render_config(self.plan, str(self.store_path))
         conf = self.dir / name
         conf.write_text(text)
         j = self.plan.jvm
@@ -106,6 +126,7 @@ class LocalNode(Node):
         # the shim binds the node's listeners and outgoing connections to its own address
         env.update({"ROCKETMQ_HOME": str(self.dir), "LD_PRELOAD": str(shim), "RMQCHAOS_NODE_ADDR": self.plan.host})
         cmd = self.command(java, home)
+        self.layer()
         proc = spawn(cmd, cwd=self.dir, env=env, log_file=self.stdout_file, join=self.cgroup.procs_files(),
                      new_session=True)
         record_spawn(self.c.run.processes, self.name, proc, cmd, cgroup=self.cgroup.rel, ports=self.plan.ports)

@@ -37,6 +37,41 @@ def role_error(s: Scenario, target: str) -> str | None:
     return None
 
 
+def reach(s: Scenario, members: list[str]) -> list[str]:
+    """The nodes a fault's targets may turn out to be when it fires: a node itself, every node of a
+    role's broker group, every controller for a controller role (unknown names are left out: the
+    target checks name them)."""
+    out: list[str] = []
+    groups = {b.name for b in s.cluster.brokers}
+    for m in members:
+        g = role_group(m) if is_role(m) else None
+        if g is not None and g in groups:
+            out += s.cluster.group_node_names(g)
+        elif m in (CONTROLLER_LEADER, CONTROLLER_FOLLOWERS) and s.cluster.controllers is not None:
+            out += s.cluster.controllers.node_names()
+        elif not is_role(m):
+            out.append(m)
+    nodes = set(s.cluster.node_names())
+    return [n for n in dict.fromkeys(out) if n in nodes]
+
+
+def powerfs_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
+    """cluster.powerfs: each member a node, a broker group or `controllers`; the local backend only."""
+    errs: list[tuple[tuple[Any, ...], str]] = []
+    if not s.cluster.powerfs:
+        return errs
+    known = set(s.cluster.node_names()) | {b.name for b in s.cluster.brokers} | \
+        ({"controllers"} if s.cluster.controllers is not None else set())
+    for i, m in enumerate(s.cluster.powerfs):
+        if m not in known:
+            errs.append((("cluster", "powerfs", i), f"{m!r} is no node, broker group or `controllers` of this cluster; "
+                                                    f"nodes: {', '.join(s.cluster.node_names())}"))
+    if s.cluster.backend != "local":
+        errs.append((("cluster", "powerfs"), f"stores on the powerfs layer (power_loss, disk_error) need the local "
+                                             f"backend, not {s.cluster.backend}: use backend: local"))
+    return errs
+
+
 def fault_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec]) -> list[tuple[tuple[Any, ...], str]]:
     """Each fault against its kind: a known kind, its own parameters (defaults filled in, in place),
     its target, and whether it ends within the load."""
@@ -98,6 +133,10 @@ def fault_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec]) -> list[
         elif f.after is None:
             errs += _within_load(i, f.at, span, s.load.duration, "")
         errs += [(("faults", i, *loc), msg) for loc, msg in kind.check(params, f, s)]
+        if getattr(kind, "powerfs", False):  # its nodes' stores go on the layer (the resolved scenario shows it)
+            for n in reach(s, [*([f.target] if f.target else []), *getattr(params, "nodes", [])]):
+                if n not in s.cluster.powerfs:
+                    s.cluster.powerfs.append(n)
     if s.load is not None:  # a follower: from its predecessor's earliest end (a span-0 kind may take longer)
         for i, start in earliest_starts(s.faults, spans).items():
             if s.faults[i].after is not None and i in spans:
@@ -240,7 +279,7 @@ def semantic_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec] | None
     for i, f in enumerate(s.faults):
         if f.id and ids.count(f.id) > 1:
             errs.append((("faults", i, "id"), f"fault id {f.id!r} is used twice"))
-    errs += after_errors(s)
+    errs += after_errors(s) + powerfs_errors(s)
     if s.load is not None and s.load.backup_topic() == s.load.topic:
         errs.append((("load", "policy", "backup_topic"), "the backup topic must differ from load.topic"))
     errs += expect_errors(s) + signature_errors(s)

@@ -128,6 +128,10 @@ class Cluster(Strict):
     # Every node and client listens on and connects from its own address in this loopback /24
     # (cluster/plan.py `addresses`), so that every link is an address pair a partition can name.
     subnet: Annotated[str, BeforeValidator(lambda v: _loopback_subnet(v))] = "127.0.10.0/24"
+    # Nodes whose store sits on the powerfs layer (docs/powerfs.md): node names, broker group names
+    # (every node of the group) or `controllers`. A power_loss or disk_error fault adds the nodes it may
+    # hit when the scenario loads; a scenario without one pays nothing for the layer.
+    powerfs: list[str] = []
 
     @model_validator(mode="after")
     def _assign_ports(self) -> "Cluster":
@@ -145,6 +149,26 @@ class Cluster(Strict):
             if b.name == name:
                 return b
         raise KeyError(name)
+
+    def group_node_names(self, group: str) -> list[str]:
+        """The nodes of broker group `group` (its master and slave, or its replicas)."""
+        b = self.broker(group)
+        if b.replicated:
+            return [n for n, _ in b.replica_nodes()]
+        return [b.name] + ([f"{b.name}-s"] if b.slave is not None else [])
+
+    def powerfs_nodes(self) -> list[str]:
+        """`powerfs` as node names, in node order (unknown members are the checks' to report)."""
+        want: set[str] = set()
+        groups = {b.name for b in self.brokers}
+        for m in self.powerfs:
+            if m in groups:
+                want |= set(self.group_node_names(m))
+            elif m == "controllers" and self.controllers is not None:
+                want |= set(self.controllers.node_names())
+            else:
+                want.add(m)
+        return [n for n in self.node_names() if n in want]
 
     def node_names(self) -> list[str]:
         names = ["namesrv"]

@@ -146,6 +146,7 @@ class FaultKindSpec(Protocol):
     target: str  # node | broker | none
     ends_node: bool
     roles: bool  # `target:` may be a role, resolved when the fault fires
+    powerfs: bool  # the nodes it may hit need their store on the powerfs layer (cluster.powerfs)
 
     def span(self, params: Any) -> float: ...
 

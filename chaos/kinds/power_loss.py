@@ -1,0 +1,108 @@
+"""power_loss: the machine of one node, or of several at once (a rack), loses power. What each node
+had not fsynced is gone (its store sits on the powerfs layer: docs/powerfs.md); the node stays down,
+or with `back_after` comes back on what it kept, every node of the occurrence together.
+
+`target:` is a node or a role (master-of:<group>); `nodes:` adds more members, resolved at the same
+moment: node names or roles (`slaves-of:<group>` with `target: master-of:<group>` is the whole
+group). The nodes it may hit go on the layer when the scenario loads (cluster.powerfs).
+
+Its intent, per node: the process died, no write reached the layer after the cut (the FUSE
+connection's abort held), and the layer was mounted again for the restart. The evidence names, per
+node, the bytes and files it forgot with each file's last sync, and each broker's commit-log max
+offset before the loss and after it came back.
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from chaos.intent import happened, intent
+from chaos.protocol import FaultKind, register
+from chaos.targets import resolve_all
+from cluster.groups import ask_max_offset
+from rmqchaos.spec import Duration, Fault, FaultTarget, Scenario, Strict, is_role, role_error
+from rmqclient.admin import RemotingError
+
+OFFSET_TIMEOUT_S = 2.0
+
+
+class PowerLossParams(Strict):
+    nodes: list[FaultTarget] = []
+    back_after: Duration | None = None  # restart every node this long after the loss (else they stay down)
+
+
+def power_intent(lost: dict[str, dict[str, Any]], back: dict[str, int | None] | None = None) -> dict[str, Any]:
+    """From the backend's per-node record: died, nothing after the cut, remounted; and with `back`
+    (node -> its new pid, None: not running), back after `back_after`."""
+    ms = []
+    for node, ev in lost.items():
+        if ev.get("was_running"):
+            ms.append(happened("died", node, ev.get("dead", False), f"{node} pid {ev.get('pid')} "
+                               + ("killed at the cut" if ev.get("dead") else "still alive after the cut")))
+        after = ev.get("ops_after_fence")
+        ms.append(happened("cut", node, after == 0, f"{node}: {after} write(s) reached the layer after the cut"
+                           if after else f"{node}: nothing reached the layer after the cut"))
+        ms.append(happened("remounted", node, bool(ev.get("remounted")),
+                           f"{node}: layer mounted again" if ev.get("remounted") else f"{node}: layer NOT mounted again"))
+    ms += [happened("back", n, pid is not None, f"{n} back as pid {pid}" if pid else f"{n} not running")
+           for n, pid in (back or {}).items()]
+    return intent(ms, f"power loss of {', '.join(lost)}")
+
+
+@register
+class PowerLoss(FaultKind):
+    name = "power_loss"
+    Params = PowerLossParams
+    roles = True
+    powerfs = True
+
+    @classmethod
+    def span(cls, params: Any) -> float:
+        return 0.0 if params.back_after is None else float(params.back_after)
+
+    @classmethod
+    def check(cls, params: Any, fault: Fault, scenario: Scenario) -> list[tuple[tuple[Any, ...], str]]:
+        nodes, errs = scenario.cluster.node_names(), []
+        for i, m in enumerate(params.nodes):
+            if is_role(m) and (why := role_error(scenario, m)) is not None:
+                errs.append((("nodes", i), why))
+            elif not is_role(m) and m not in nodes:
+                errs.append((("nodes", i), f"no node {m!r} in this cluster; nodes: {', '.join(nodes)}"))
+        return errs
+
+    def start(self) -> None:
+        p: PowerLossParams = self.params  # type: ignore[assignment]
+        c = self.ctx.cluster
+        names = list(dict.fromkeys([self.node.name, *(n for m in p.nodes for n in resolve_all(c, m, self.ctx.halt))]))
+        self.names = names
+        before = self._offsets(names)
+        lost = c.power_loss(names)
+        for n in names:
+            lost[n]["dead"] = c.node(n).pid is None
+        self.evidence = {"intent": power_intent(lost), "nodes": names, "nodes_lost": lost,
+                         "max_offset_before": before}
+
+    def stop(self) -> dict[str, Any]:
+        p: PowerLossParams = self.params  # type: ignore[assignment]
+        if p.back_after is None or not getattr(self, "names", None):
+            return self.evidence
+        nodes = [self.ctx.cluster.node(n) for n in self.names]
+        with ThreadPoolExecutor(max_workers=len(nodes)) as pool:  # together: a rack's power comes back for all
+            for f in [pool.submit(n.restart) for n in nodes]:
+                f.result()
+        back = {n.name: n.pid for n in nodes}
+        self.evidence["restarted"] = back
+        self.evidence["max_offset_after"] = self._offsets(self.names)
+        self.evidence["intent"] = power_intent(self.evidence["nodes_lost"], back)
+        return self.evidence
+
+    def _offsets(self, names: list[str]) -> dict[str, int | None]:
+        """Each broker's commit-log max offset (None: it did not answer within OFFSET_TIMEOUT_S)."""
+        plans, out = self.ctx.cluster.plans, {}
+        for n in names:
+            if plans[n].is_broker:
+                try:
+                    out[n] = ask_max_offset(plans[n].addr, OFFSET_TIMEOUT_S)
+                except RemotingError:
+                    out[n] = None
+        return out
