@@ -1,14 +1,15 @@
 """`rmqchaos bench …`: benchmarks that print ratios measured side by side (docs/benchmarks.md). This
 module is their command line; each benchmark is a module of its own: producer.py (the platform's
 producer vs RocketMQ's benchmark Producer), ledger.py (the send ledger's cost), locust.py (Locust's
-cost), analyze.py (seal + Spark `analyze` vs DuckDB); what they share: measure.py (one process's
-cost), rounds.py (the cluster, the topic and the ABBA rounds), load.py (one measured Locust load).
+cost), analyze.py (seal + Spark `analyze` vs DuckDB), powerfs.py (a broker on the powerfs layer vs
+one on a plain directory); what they share: measure.py (one process's cost), rounds.py (the cluster,
+the topic and the ABBA rounds), load.py (one measured Locust load).
 """
 from __future__ import annotations
 
 import argparse
 
-from bench import analyze, ledger, locust, producer
+from bench import analyze, ledger, locust, powerfs, producer
 from bench.load import UNPACED
 from rmqchaos import paths
 
@@ -25,6 +26,27 @@ def _turn(v: str) -> float:
     if not 0.5 <= t <= 60:
         raise argparse.ArgumentTypeError(f"{v}: a turn is 0.5 to 60 seconds")
     return t
+
+
+def _seconds(lo: float, hi: float):  # type: ignore[no-untyped-def]
+    def parse(v: str) -> float:
+        try:
+            t = float(v[:-1] if v.endswith("s") else v)
+        except ValueError:
+            t = -1.0
+        if not lo <= t <= hi:
+            raise argparse.ArgumentTypeError(f"{v}: expected {lo:g} to {hi:g} seconds")
+        return t
+    return parse
+
+
+def _positive(hi: int):  # type: ignore[no-untyped-def]
+    def parse(v: str) -> int:
+        n = int(v) if v.isdigit() else 0
+        if not 1 <= n <= hi:
+            raise argparse.ArgumentTypeError(f"{v}: expected a whole number from 1 to {hi}")
+        return n
+    return parse
 
 
 def _cluster_args(p: argparse.ArgumentParser) -> argparse._MutuallyExclusiveGroup:
@@ -48,6 +70,24 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=300.0, help="bound per process run (default 300 s)")
     _cluster_args(p).add_argument("--namesrv", help="use the running cluster with this namesrv (loopback) instead")
     p.set_defaults(fn=producer.cmd_bench_producer)
+    pf = bsub.add_parser("powerfs", help="a broker with its store on the powerfs layer vs one on a plain directory",
+                         description=powerfs.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    pf.add_argument("--rate", type=_rate, default=1000.0,
+                    help="messages/s of the load, both brokers together (default 1000, power-loss-async's rate); "
+                         "raise it to see where the layer starts to cost throughput")
+    pf.add_argument("--duration", type=_seconds(1, 3600), default=30.0,
+                    help="seconds of each measured load (default 30)")
+    pf.add_argument("--warmup", type=_seconds(0, 600), default=10.0,
+                    help="seconds of uncounted load before each measured one (default 10; 0: none)")
+    pf.add_argument("--rounds", type=_positive(20), default=2,
+                    help="rounds, each a cluster of its own; the broker on the layer alternates ABBA (default 2)")
+    pf.add_argument("--size", type=_positive(4 * 1024 * 1024), default=1024, help="message body bytes (default 1024)")
+    pf.add_argument("--flush", choices=("ASYNC_FLUSH", "SYNC_FLUSH"), default="ASYNC_FLUSH",
+                    help="flushDiskType of both brokers (default ASYNC_FLUSH, RocketMQ's default)")
+    pf.add_argument("--scenario", default=str(paths.REPO / "scenarios" / "power-loss-async.yaml"),
+                    help="the cluster (two broker groups) and the load's users, timeout and policy "
+                         "(default scenarios/power-loss-async.yaml: 60 users, no retry)")
+    pf.set_defaults(fn=powerfs.cmd_bench_powerfs)
     an = bsub.add_parser("analyze", help="Spark analyze vs a DuckDB reference on synthetic ledgers",
                          description=analyze.cmd_bench_analyze.__doc__)
     an.add_argument("--rows", type=lambda v: [int(x) for x in v.split(",")], default=[1_000_000, 10_000_000, 16_700_000],

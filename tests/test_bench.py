@@ -40,3 +40,37 @@ def test_analyze_benchmark_seals_agrees_with_the_planted_truth_and_prints_its_ra
     assert re.search(r"^spark_vs_duckdb=\d+\.\d+ rows=\d+ agree=true$", r.stdout.strip().splitlines()[-1]), r.stdout
     assert "WARN" not in r.stdout + r.stderr  # Spark's own lines go to its log in --dir
     assert (tmp_path / "spark.log").is_file() and not (tmp_path / "n20000").exists()
+
+
+@pytest.mark.fast
+def test_powerfs_benchmark_cluster_is_two_brokers_alike_the_layer_alternating_abba(tmp_path) -> None:
+    import argparse
+
+    from bench.powerfs import cluster_scenario, layered_broker
+    from conftest import REPO, scenario_dict, write_scenario
+    from rmqchaos.errors import UserError
+    a = argparse.Namespace(flush="ASYNC_FLUSH", rate=3000.0, size=512)
+    d, names = cluster_scenario(REPO / "scenarios" / "power-loss-async.yaml", a)  # ASYNC and SYNC there
+    assert names == ["broker-a", "broker-b"] and d["faults"] == [] and d["consumers"] is None
+    assert [b["config"]["flushDiskType"] for b in d["cluster"]["brokers"]] == ["ASYNC_FLUSH", "ASYNC_FLUSH"]
+    assert d["cluster"]["powerfs"] == [] and "signature" not in d
+    assert (d["load"]["rate"], d["load"]["message_size"], d["load"]["users"]) == (3000.0, 512, 60)
+    assert [layered_broker(names, r) for r in range(6)] == ["broker-a", "broker-b", "broker-b", "broker-a",
+                                                            "broker-a", "broker-b"]
+    one = write_scenario(tmp_path / "one.yaml", scenario_dict("one", 32076, [32111]))
+    with pytest.raises(UserError, match="needs exactly two broker groups of one node each"):
+        cluster_scenario(one, a)
+    r = cli("bench", "powerfs", "--scenario", str(one), timeout=60)  # refused before anything starts
+    assert r.returncode == 1 and "needs exactly two broker groups" in r.stderr and r.stdout == "", r.stderr
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("args, expect", [(["--rate", "0"], "argument --rate: 0: a rate is messages/s above 0"),
+                                          (["--duration", "0.5s"], "argument --duration: 0.5s: expected 1 to 3600 seconds"),
+                                          (["--rounds", "x"], "argument --rounds: x: expected a whole number from 1 to 20"),
+                                          (["--duration", "soon"], "argument --duration: soon: expected 1 to 3600 seconds"),
+                                          (["--flush", "NEVER"], "argument --flush: invalid choice: 'NEVER'")])
+def test_powerfs_benchmark_bad_values_are_one_line(args: list[str], expect: str) -> None:
+    r = cli("bench", "powerfs", *args, timeout=60)
+    assert r.returncode == 2 and expect in r.stderr.strip().splitlines()[-1], r.stderr
+
