@@ -123,3 +123,22 @@ def answers(send: DataFrame, recv: DataFrame, keys: DataFrame, n_dup: int,
                 row["stored"] += int(r["stored"] or 0) - int(r["n"])
     return sorted(out.values(), key=lambda r: -r["attempts"])
 
+
+
+def window_answers(send: DataFrame, wins: list[tuple[dict[str, Any], int, int]]) -> list[dict[str, dict[str, int]]]:
+    """Per window (start, end ms): {broker group: {answer: attempts}} of the attempts that ended inside
+    it, in one scan; an answer is the send status of an acknowledged attempt (SEND_OK,
+    FLUSH_DISK_TIMEOUT, ...), else its outcome with its code (`error:2`, `timeout`). What a broker
+    answered while a fault held, e.g. while its fsyncs failed (disk_error)."""
+    if not wins:
+        return []
+    inside = F.array(*[F.when((F.col("end_ms") >= s) & (F.col("end_ms") <= t), F.lit(i)) for i, (_, s, t) in enumerate(wins)])
+    answer = F.when(F.col("outcome") == "ok", F.coalesce("status", F.lit("ok"))).otherwise(
+        F.concat_ws(":", "outcome", F.col("code").cast("string")))
+    rows = (send.where(sends.is_outcome()).select(F.explode(inside).alias("w"), F.coalesce("broker", F.lit("?")).alias("b"),
+                                                  answer.alias("a"))
+            .where(F.col("w").isNotNull()).groupBy("w", "b", "a").agg(F.count("*").alias("n")).collect())
+    out: list[dict[str, dict[str, int]]] = [{} for _ in wins]
+    for r in sorted(rows, key=lambda r: (r["w"], r["b"], -r["n"], r["a"])):
+        out[r["w"]].setdefault(r["b"], {})[r["a"]] = int(r["n"])
+    return out

@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from analysis import rules, sends, timeline
-from analysis.answers import answer_groups, answers, error_counts
+from analysis.answers import answer_groups, answers, error_counts, window_answers
 from analysis.corrupted import corrupted
 from analysis.failover import failover
 from analysis.keys import key_table
@@ -173,8 +173,8 @@ def _aggregate(spark: SparkSession, send: DataFrame, keys: DataFrame, events: li
     windows = timeline.windows(wins, series,
                                [{c: int(agg[f"w{i}_{c}"]) for c in win_classes if agg[f"w{i}_{c}"]} for i in range(len(wins))],
                                [_pct_result(lat, (0, f"w{i}")) for i in range(len(wins))])
-    for w, b in zip(windows, by_broker(send.where(ok), wins)):
-        w["send_ms_by_broker"] = b
+    for w, b, a in zip(windows, by_broker(send.where(ok), wins), window_answers(send, wins)):
+        w["send_ms_by_broker"], w["answers_by_broker"] = b, a
     retried = {n: int(agg[f"retried_{n}"] or 0) for n in ("first_in_batch", "later_in_batch", "never_first")}
     return {"counts": counts, "duplicates_by_cause": dup_causes, "duplicated_keys_by_send_outcome": dup_by_send,
             "retried_keys_by_batch_position": retried,

@@ -113,8 +113,9 @@ class Node(ABC):
     @abstractmethod
     def paused(self) -> bool: ...
 
-    def layer(self) -> "PowerFS | None":
-        """The node's powerfs mount (docs/powerfs.md); None: its store is a plain directory."""
+    def layer(self, mount: bool = True) -> "PowerFS | None":
+        """The node's powerfs mount (docs/powerfs.md), mounted if it is not and `mount`; None: its
+        store is a plain directory (or, with mount=False, not mounted now)."""
         return None
 
     @abstractmethod

@@ -4,6 +4,7 @@ broker lose power at once: the ASYNC_FLUSH one loses acknowledged messages that 
 the SYNC_FLUSH one none (each of its forces reached the layer as a sync), and both come back."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,33 @@ def test_power_loss_erases_what_async_flush_never_synced_and_nothing_sync_flush_
     assert not [ln for ln in Path("/proc/self/mountinfo").read_text().splitlines() if str(run) in ln]
     assert (run / "cluster" / "broker-a" / "store" / "commitlog").is_dir()
     assert "on the powerfs layer: broker-a, broker-b" in (run / "report.html").read_text()
+
+
+def test_disk_errors_on_a_sync_flush_commit_log_and_what_its_broker_answered_meanwhile(tmp_path: Path) -> None:
+    # fsyncs of broker-a's commit log fail with EIO from 6 s to 14 s; its power goes at 11 s, inside the
+    # window, and comes back 4 s later: every attempt of broker-a that ended in the window is named by
+    # its answer (acknowledged with which status, or not), and nothing broker-b acknowledged is lost
+    run, s = run_here(_write(tmp_path, {
+        "extends": str(SCENARIOS / "power-loss-async.yaml"), "name": "disk-error-ci",
+        "cluster": {"namesrv": {"port": 22876}, "stop_timeout": "3s",
+                    "brokers": [{"name": "broker-a", "port": 22911, "config": {"flushDiskType": "SYNC_FLUSH"}},
+                                {"name": "broker-b", "port": 22921, "config": {"flushDiskType": "SYNC_FLUSH"}}]},
+        "load": {"duration": "34s", "rate": 200, "users": 20},
+        "faults": [{"id": "eio-a", "kind": "disk_error", "target": "broker-a", "at": "6s", "duration": "8s"},
+                   {"id": "power-a", "kind": "power_loss", "target": "broker-a", "at": "11s", "back_after": "4s"}],
+        "signature": {"shows": "fsync errors on broker-a's commit log", "conditions": ["gone_on.broker-b == 0"]}}),
+        tmp_path / "run")
+    ev = {e["params"]["fault_id"]: e for e in s["events"] if e["kind"] == "fault"}
+    assert ev["eio-a"]["outcome"] == "ok" and ev["power-a"]["outcome"] == "ok", ev
+    de = ev["eio-a"]["params"]["evidence"]
+    assert de["intent"]["short"] is False and de["failures"], de  # the layer answered fsyncs with EIO
+    assert all(f["op"] == "fsync" and f["errno"] == "EIO" and f["path"].startswith("commitlog/") for f in de["failures"])
+    w = next(x for x in s["windows"] if x["id"] == "eio-a")
+    # the window's answers are exactly the ledger's attempts of broker-a that ended in it
+    outcomes = [json.loads(x) for f in (run / "ledgers").glob("send-*.jsonl") for x in f.read_text().splitlines()]
+    mine = [r for r in outcomes if r["rec"] == "outcome" and r.get("broker") == "broker-a"
+            and w["start_ms"] <= r["end_ms"] <= w["end_ms"]]
+    assert sum(w["answers_by_broker"].get("broker-a", {}).values()) == len(mine) > 0, w["answers_by_broker"]
+    from analysis.verdict import verdict
+    assert "while broker-a's fsyncs failed (eio-a:" in verdict(s)
+    assert s["store_check"]["gone_by_broker"].get("broker-b", 0) == 0

@@ -6,7 +6,8 @@ its flush failed? (apache/rocketmq #2706, #3129, #5235: on 4.x `MappedFile.flush
 error, advanced its flushed position and acknowledged.)
 
 `files`: `commitlog`, `consumequeue`, `index`, `config`, `checkpoint`, or a glob relative to the
-store root (`*` stops at `/`). Its intent: the layer returned at least one error in the window.
+store root (`*` stops at `/`). Its intent: the layer returned at least one error in the window. A
+power loss inside the window mounts a new layer: the rules follow it (every `tick_s`).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any, Literal
 
 from chaos.intent import happened, intent
 from chaos.protocol import FaultError, Lasting, LastingKind, register
+from rmqchaos.errors import UserError
 
 # the store's files by what they are (RocketMQ 5.5.0's store layout, StorePathConfigHelper)
 FILES = {"commitlog": ["commitlog/*"], "consumequeue": ["consumequeue/*/*/*"], "index": ["index/*"],
@@ -51,20 +53,46 @@ class DiskError(LastingKind):
         return [(("files", i), "one word or glob, without spaces") for i, f in enumerate(params.files)
                 if not f or any(c.isspace() for c in f)]
 
+    tick_s = 0.5  # follows the node's mount: a power loss inside the window mounts a new layer
+
     def start(self) -> None:
-        p: DiskErrorParams = self.params  # type: ignore[assignment]
-        self.layer = self.node.layer()
-        if self.layer is None:
+        self.seen: dict[tuple[int, str], dict[str, Any]] = {}  # (layer pid, path) -> its failures
+        self.t0 = time.time()
+        self.pid: int | None = None
+        self._follow()
+        if self.pid is None:
             raise FaultError(f"disk_error {self.node.name}: its store is not on the powerfs layer",
                              "add it to cluster.powerfs")
-        self.t0 = time.time()
-        for g in globs(p.files):
-            self.layer.fail(p.op, p.errno, g)
+
+    def _follow(self) -> None:
+        """Apply the rules to the node's current mount (again, after a remount) and keep its failures."""
+        p: DiskErrorParams = self.params  # type: ignore[assignment]
+        try:  # mid power loss the mount may be gone or its server quitting: the next tick looks again
+            layer = self.node.layer(mount=False)
+            if layer is None:
+                return
+            if layer.pid != self.pid:
+                for g in globs(p.files):
+                    layer.fail(p.op, p.errno, g)
+                self.pid = layer.pid
+            self.layer = layer
+            stats = layer.stats()
+        except UserError:
+            return
+        for f in stats.get("failures") or []:
+            if f.get("op") == p.op and int(f.get("last_ms") or 0) >= int(self.t0 * 1000):
+                self.seen[(layer.pid, f["path"])] = f
+
+    def tick(self) -> None:
+        self._follow()
 
     def stop(self) -> dict[str, Any]:
         p: DiskErrorParams = self.params  # type: ignore[assignment]
-        self.layer.clear()
-        fails = [f for f in self.layer.stats().get("failures") or [] if f.get("op") == p.op
-                 and int(f.get("last_ms") or 0) >= int(self.t0 * 1000)]
+        self._follow()
+        try:
+            self.layer.clear()
+        except UserError:
+            pass  # its server is gone (a power loss at the window's end): nothing left to clear
+        fails = list(self.seen.values())
         return {"intent": disk_error_intent(self.node.name, p.op, fails), "op": p.op, "errno": p.errno,
                 "globs": globs(p.files), "failures": fails}

@@ -86,14 +86,17 @@ class LocalNode(Node):
         shows `store` (so whatever reads a store after `down` finds it where a plain node's is)."""
         return self.dir / ("store.fs" if self.plan.powerfs else "store")
 
-    def layer(self) -> PowerFS | None:
-        """The node's powerfs mount, mounted if it is not (None: a plain directory)."""
+    def layer(self, mount: bool = True) -> PowerFS | None:
+        """The node's powerfs mount, mounted if it is not and `mount` (None: a plain directory, or not
+        mounted now)."""
         if not self.plan.powerfs:
             return None
         real, mp, sock = self.dir / "store", (self.dir / "store.fs").resolve(), self.dir / "powerfs.sock"
         name = f"powerfs-{self.name}"
         if any(m.mount_point == mp for m in powerfs.mounts()):
             return PowerFS.attach(real, mp, sock, self.c.run.processes, name=name)
+        if not mount:
+            return None
         real.mkdir(parents=True, exist_ok=True)
         return PowerFS.mount(real, mp, sock, self.c.run.processes, name=name, log_file=self.dir / "powerfs.log")
 
