@@ -51,7 +51,7 @@ def test_powerfs_benchmark_cluster_is_two_brokers_alike_the_layer_alternating_ab
     from rmqchaos.errors import UserError
     a = argparse.Namespace(flush="ASYNC_FLUSH", rate=3000.0, size=512)
     d, names = cluster_scenario(REPO / "scenarios" / "power-loss-async.yaml", a)  # ASYNC and SYNC there
-    assert names == ["broker-a", "broker-b"] and d["faults"] == [] and d["consumers"] is None
+    assert names == ["broker-a", "broker-b"] and d["faults"] == [] and d["consumers"] == {"instances": []}
     assert [b["config"]["flushDiskType"] for b in d["cluster"]["brokers"]] == ["ASYNC_FLUSH", "ASYNC_FLUSH"]
     assert d["cluster"]["powerfs"] == [] and "signature" not in d
     assert (d["load"]["rate"], d["load"]["message_size"], d["load"]["users"]) == (3000.0, 512, 60)
@@ -74,3 +74,35 @@ def test_powerfs_benchmark_bad_values_are_one_line(args: list[str], expect: str)
     r = cli("bench", "powerfs", *args, timeout=60)
     assert r.returncode == 2 and expect in r.stderr.strip().splitlines()[-1], r.stderr
 
+
+def test_powerfs_benchmark_measures_a_layered_and_a_plain_broker_side_by_side(tmp_path, monkeypatch) -> None:
+    """One round, a few seconds at a low rate (ports 32076, 32111/32121): both brokers acked and
+    both were measured (the layer's side with its powerfs server); no speed ratio is asserted."""
+    import os
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from conftest import REPO, write_scenario
+    from helpers import assert_nothing_left
+    f = write_scenario(tmp_path / "pf.yaml", {
+        "extends": str(REPO / "scenarios" / "power-loss-async.yaml"), "name": "bench-pf",
+        "cluster": {"namesrv": {"port": 32076}, "stop_timeout": "3s", "ready_timeout": "90s",
+                    "brokers": [{"name": "broker-a", "port": 32111}, {"name": "broker-b", "port": 32121}]}})
+    short = tempfile.mkdtemp(prefix="pf", dir="/tmp")  # a mount's control socket path must fit in 107 bytes
+    monkeypatch.setenv("RMQCHAOS_RUNS", short)
+    r = cli("bench", "powerfs", "--scenario", str(f), "--rounds", "1", "--rate", "200", "--duration", "4",
+            "--warmup", "2", timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = {m[0]: m for m in re.findall(r"^(layer|plain) +(\d+)/(\d+) +(\d+) +(\d+\.\d+) +(\d+\.\d+) +\S+$", r.stdout, re.M)}
+    assert set(rows) == {"layer", "plain"}, r.stdout
+    for side, acked, attempts, rate, cpu, server in rows.values():
+        assert int(acked) > 0 and int(attempts) >= int(acked) and float(cpu) > 0, r.stdout
+        assert (float(server) > 0) == (side == "layer"), r.stdout  # the server's CPU is the layer's side's
+    assert re.search(r"^per-round ratios \(layer/plain\) acked_rate: \d+\.\d\d; acked_per_cpu: \d+\.\d\d$", r.stdout, re.M)
+    assert re.search(r"^ratio acked_per_cpu=\d+\.\d\d acked_rate=\d+\.\d\d ", r.stdout.strip().splitlines()[-1]), r.stdout
+    runs = list(Path(os.environ["RMQCHAOS_RUNS"]).iterdir())
+    assert len(runs) == 1 and (runs[0] / "bench" / "measured" / "ledgers").is_dir(), runs
+    assert_nothing_left(runs[0])
+    assert str(runs[0]) not in Path("/proc/self/mountinfo").read_text()  # its mount is gone
+    shutil.rmtree(short)
