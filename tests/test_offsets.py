@@ -33,6 +33,7 @@ def test_two_keys_acknowledged_at_one_position_are_counted_once_with_their_class
                                       "key string, class string")
     r = reused_queue_offsets(send, keys)
     assert (r["positions"], r["keys"], r["lost"]) == (1, 2, 1)
+    assert r.pop("delivered_keys") == ["k1"]  # for the store check: read once, is it still stored?
     assert r["examples"] == [{"broker": "broker-a", "topic": "T", "queue_id": 0, "queue_offset": 5,
                               "acks": [{"key": "k1", "end_ms": 1000, "class": "ok"},
                                        {"key": "k2", "end_ms": 9000, "class": "lost"}]}]
@@ -49,4 +50,4 @@ def test_no_position_acknowledged_twice_is_zero_and_no_clause(kept_spark: Any) -
                                       COLS)
     keys = kept_spark.createDataFrame([(f"k{i}", "ok") for i in range(5)], "key string, class string")
     r = reused_queue_offsets(send, keys)
-    assert r == {"positions": 0, "keys": 0, "lost": 0, "examples": []}
+    assert r == {"positions": 0, "keys": 0, "lost": 0, "examples": [], "delivered_keys": []}
