@@ -3,6 +3,7 @@ store or in delivery, an unanswered send stored after all or not."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 from functools import reduce
 from typing import Any
 
@@ -33,33 +34,27 @@ def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str
         warnings.append(f"{n} lost or indeterminate keys: only {STORE_LOOKUP_MAX} were looked up in the store")
         targets = targets.limit(STORE_LOOKUP_MAX)
     small = F.broadcast(targets) if n <= BROADCAST_MAX else targets
-    # topics from the intents (every attempt has one), the acknowledging broker group from the outcomes
-    rows = (send.where(sends.is_intent() | sends.acked()).join(small, "key").groupBy("key", "class")
-            .agg(F.collect_set(F.when(sends.is_intent(), F.col("topic"))).alias("topics"),
-                 F.collect_set(F.when(sends.acked(), F.col("broker"))).alias("acked_on")).collect()) if n else []
+    rows = _attempts(send, small, "class") if n else []
     split = {"lost_from_store": 0, "lost_in_delivery": 0, "indeterminate_stored": 0, "indeterminate_not_stored": 0}
     stored: list[dict[str, Any]] = []
     absent: list[dict[str, Any]] = []
-    by_broker: dict[str, int] = {}  # lost keys by the broker group that acknowledged them
-    gone: dict[str, int] = {}  # acknowledged keys in no store now, by that group (with the erased below)
+    by_broker: Counter[str] = Counter()  # lost keys by the broker group that acknowledged them
+    gone: Counter[str] = Counter()  # acknowledged keys in no store now, by that group (with the erased below)
     for r in sorted(rows, key=lambda r: r["key"]):
         if r["class"] == "lost":
-            for b in sorted(r["acked_on"]):
-                by_broker[b] = by_broker.get(b, 0) + 1
+            by_broker.update(r["acked_on"])
         locs = [loc for t in sorted(r["topics"]) for loc in store.find(t, r["key"])]
         verdict = {("lost", True): "lost_in_delivery", ("lost", False): "lost_from_store",
                    ("indeterminate", True): "indeterminate_stored",
                    ("indeterminate", False): "indeterminate_not_stored"}[(r["class"], bool(locs))]
         split[verdict] += 1
         if verdict == "lost_from_store":
-            for b in sorted(r["acked_on"]):
-                gone[b] = gone.get(b, 0) + 1
+            gone.update(r["acked_on"])
         (stored if locs else absent).append({"key": r["key"], "class": r["class"], "verdict": verdict,
                                              "topics": sorted(r["topics"]), "stored_at": locs})
     erased = _erased(send, store, delivered or [])
-    for k, groups in erased:
-        for b in groups:
-            gone[b] = gone.get(b, 0) + 1
+    for _, groups in erased:
+        gone.update(groups)
     erased_keys = [k for k, _ in erased]
     return {"checked": len(rows), **split, "erased_after_delivery": len(erased_keys), "erased_examples": erased_keys[:STORE_EXAMPLES],
             "gone_by_broker": dict(sorted(gone.items())),
@@ -94,8 +89,14 @@ def _erased(send: DataFrame, store: Any, delivered: list[str]) -> list[tuple[str
     if not delivered:
         return []
     want = send.sparkSession.createDataFrame([(k,) for k in delivered], "key string")
-    rows = (send.where(sends.is_intent() | sends.acked()).join(F.broadcast(want), "key").groupBy("key")
-            .agg(F.collect_set(F.when(sends.is_intent(), F.col("topic"))).alias("topics"),
-                 F.collect_set(F.when(sends.acked(), F.col("broker"))).alias("acked_on")).collect())
+    rows = _attempts(send, F.broadcast(want))
     return sorted((r["key"], sorted(r["acked_on"])) for r in rows
                   if not any(store.find(t, r["key"]) for t in sorted(r["topics"])))
+
+
+def _attempts(send: DataFrame, want: DataFrame, *by: str) -> list[Any]:
+    """Per key of `want` (and its columns `by`): the topics its intents named (every attempt has one)
+    and the broker groups that acknowledged it (`acked_on`), in one scan of the send ledger."""
+    return (send.where(sends.is_intent() | sends.acked()).join(want, "key").groupBy("key", *by)
+            .agg(F.collect_set(F.when(sends.is_intent(), F.col("topic"))).alias("topics"),
+                 F.collect_set(F.when(sends.acked(), F.col("broker"))).alias("acked_on")).collect())
