@@ -1,14 +1,19 @@
 """A bounded Redis write load, run as its own process by the `redis_noise` fault (stdlib only).
 
-usage: redis_driver.py PORTS RATE VALUE_BYTES SECONDS OUT_JSON
+usage: redis_driver.py PORTS RATE VALUE_BYTES SECONDS OUT_JSON [CONNECTIONS]
 
-One thread per instance sends `SET` at RATE per second, one command at a time and spread evenly,
-so with `appendfsync always` each command is its own write + fsync in Redis (Redis fsyncs once per
-event-loop turn; pipelined commands would share one). redis-benchmark has no rate limit: flat out,
-it measures Redis, and it burns the CPU the broker needs. A driver that falls more than a second
-behind (the disk is slow) skips the missed slots instead of bursting. It stops at SECONDS or on
-SIGTERM, and writes what it did to OUT_JSON: per instance its SETs, errors, skipped slots, the
-slots it was due (`slots`), its active `seconds` (first slot to its end) and `sets_per_s`.
+Each instance gets CONNECTIONS clients (default 1), one thread each, that together send `SET` at
+RATE per second: each client one command at a time, at RATE / CONNECTIONS, the clients' slots
+interleaved evenly. So with `appendfsync always` a command that arrives alone is its own write +
+fsync in Redis; commands of several clients that arrive while Redis is busy share one (Redis fsyncs
+once per event-loop turn), as an application's clients do. One client per instance cannot send its
+next SET before its previous reply, so its rate is capped by the round trip: on a host whose other
+core is busy, every wakeup waits, and one client reached 76 % of 150 or 200 SET/s. redis-benchmark
+has no rate limit: flat out, it measures Redis, and it burns the CPU the broker needs. A client that
+falls more than a second behind (the disk is slow) skips the missed slots instead of bursting. It
+stops at SECONDS or on SIGTERM, and writes what it did to OUT_JSON: per instance its SETs, errors,
+skipped slots, the slots it was due (`slots`), its active `seconds` (first slot to its end, the
+longest of its clients), `sets_per_s` and `connections`.
 """
 from __future__ import annotations
 
@@ -61,21 +66,39 @@ def drive(port: int, rate: float, value: bytes, until: float, offset: float, out
 def main() -> None:
     ports = [int(p) for p in sys.argv[1].split(",")]
     rate, size, seconds, out_file = float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+    conns = int(sys.argv[6]) if len(sys.argv) > 6 else 1
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     t_start = time.monotonic()
     until = t_start + seconds
     value = b"v" * size
-    results: dict[int, dict] = {p: {} for p in ports}
-    threads = [threading.Thread(target=drive, args=(p, rate, value, until, i / (rate * len(ports)), results[p]),
-                                daemon=True) for i, p in enumerate(ports)]
+    per_conn = rate / conns
+    slots = len(ports) * conns  # every client of every instance gets its own offset within 1/rate
+    results: dict[int, list[dict]] = {p: [{} for _ in range(conns)] for p in ports}
+    threads = [threading.Thread(target=drive, args=(p, per_conn, value, until, (c * len(ports) + i) / (rate * slots),
+                                                    results[p][c]), daemon=True)
+               for i, p in enumerate(ports) for c in range(conns)]
     for t in threads:
         t.start()
     while any(t.is_alive() for t in threads):
         time.sleep(0.1)  # the main thread stays free for the SIGTERM handler
     secs = time.monotonic() - t_start
     with open(out_file, "w") as fh:
-        json.dump({"seconds": round(secs, 3), "rate_per_instance": rate, "value_bytes": size,
-                   "instances": {str(p): r for p, r in results.items()}}, fh)
+        json.dump({"seconds": round(secs, 3), "rate_per_instance": rate, "value_bytes": size, "connections": conns,
+                   "instances": {str(p): combine(r) for p, r in results.items()}}, fh)
+
+
+def combine(clients: list[dict]) -> dict:
+    """One instance's clients as one: counts summed, its active time the longest client's."""
+    out: dict = {"connections": len(clients)}
+    for k in ("sets", "errors", "skipped", "slots"):
+        out[k] = sum(c.get(k, 0) for c in clients)
+    out["seconds"] = max((c.get("seconds", 0.0) for c in clients), default=0.0)
+    out["sets_per_s"] = round(out["sets"] / out["seconds"], 2) if out["seconds"] > 0 else 0.0
+    out["max_reply_ms"] = max((c.get("max_reply_ms", 0.0) for c in clients), default=0.0)
+    errs = [c["error"] for c in clients if "error" in c]
+    if errs:
+        out["error"] = errs[0] if len(errs) == 1 else f"{errs[0]} (and {len(errs) - 1} more clients)"
+    return out
 
 
 if __name__ == "__main__":

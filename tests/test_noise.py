@@ -145,6 +145,18 @@ def test_redis_intent_counts_each_driver_over_its_active_time() -> None:
 
 
 @pytest.mark.fast
+def test_the_redis_driver_reports_an_instance_s_clients_as_one() -> None:
+    """Four clients share an instance's rate: their counts add up, its active time is the longest
+    client's, and a client's connection error is kept."""
+    from chaos.redis_driver import combine
+    clients = [{"sets": 490, "errors": 0, "skipped": 10, "slots": 500, "seconds": 9.9, "max_reply_ms": 3.1}
+               for _ in range(3)] + [{"error": "ConnectionRefusedError: refused", "sets": 0, "seconds": 0.0}]
+    out = combine(clients)
+    assert out == {"connections": 4, "sets": 1470, "errors": 0, "skipped": 30, "slots": 1500, "seconds": 9.9,
+                   "sets_per_s": 148.48, "max_reply_ms": 3.1, "error": "ConnectionRefusedError: refused"}
+
+
+@pytest.mark.fast
 def test_es_intent_rates_per_job_and_a_spent_budget_counts_as_reached() -> None:
     p = EsLikeParams(instances=2, burst_mb=8, burst_every=1)
     full = {"translog": {"fsyncs": 1200, "write_mb": 4.9, "seconds": 6.0},
@@ -212,6 +224,7 @@ def test_redis_noise_fsyncs_every_write_and_stops_on_time(tmp_path: Path) -> Non
                                                    "rate": 100}, 6)
     drv = ev["driver"]["instances"]
     assert set(drv) == {"17379", "17380", "17381"} and all(r["errors"] == 0 for r in drv.values()), drv
+    assert all(r["connections"] == 4 and r["slots"] >= r["sets"] for r in drv.values()), drv  # 4 clients each
     assert 0 < ev["sets"] <= 3 * 100 * 6 * 1.05, ev  # the set rate, bounded (how near it came: the intent)
     assert all(s["commands"] >= drv[p]["sets"] for p, s in ev["redis"].items()), ev["redis"]
     assert all(s["set_calls"] == drv[p]["sets"] for p, s in ev["redis"].items()), ev["redis"]
@@ -258,9 +271,10 @@ def test_es_like_noise_stops_writing_at_its_byte_budget_and_says_so(tmp_path: Pa
 
 
 def test_a_starved_redis_driver_is_reported_short_of_its_rate(tmp_path: Path) -> None:
-    """20,000 SET/s on one instance, each SET its own fsync and round trip: one driver thread cannot
-    come near it, and the evidence must say by how much."""
-    ev, *_ = run_noise(tmp_path, {"kind": "redis_noise", "instances": 1, "base_port": 17479, "rate": 20000}, 4)
+    """20,000 SET/s on one instance from one client, each SET its own fsync and round trip: one driver
+    thread cannot come near it, and the evidence must say by how much."""
+    ev, *_ = run_noise(tmp_path, {"kind": "redis_noise", "instances": 1, "base_port": 17479, "rate": 20000,
+                                  "connections": 1}, 4)
     it = ev["intent"]
     assert it["short"] is True and it["reached"] < 0.8, it
     (m,) = it["measures"]

@@ -32,6 +32,9 @@ class RedisNoiseParams(NoiseParams):
     base_port: Port = 16379  # instance i listens on base_port + i
     rate: float = Field(200.0, gt=0, le=20_000)  # SETs per second per instance, each its own fsync
     value_bytes: int = Field(512, ge=1, le=1 << 20)
+    # clients per instance sharing its rate (chaos/redis_driver.py): one alone is capped by its round
+    # trip on a busy host; several, like an application's, keep the rate and may share an fsync
+    connections: int = Field(4, ge=1, le=16)
 
 
 def _command(port: int, *args: str) -> bytes:
@@ -83,7 +86,7 @@ class RedisNoise(NoiseKind):
         # the platform's own paced driver (stdlib Python), mounted from the checkout
         out["redis-noise-driver"] = cls.compose_service(image, volume, root, [
             "python3", "/opt/rmqchaos/redis_driver.py", ",".join(map(str, ports)), str(params.rate),
-            str(params.value_bytes), str(bound_s), f"{root}/noise/redis-driver.json"],
+            str(params.value_bytes), str(bound_s), f"{root}/noise/redis-driver.json", str(params.connections)],
             volumes=["./chaos/redis_driver.py:/opt/rmqchaos/redis_driver.py:ro"],
             depends_on={f"redis-noise-{p}": {"condition": "service_healthy"} for p in ports})
         return out, {}
@@ -108,7 +111,8 @@ class RedisNoise(NoiseKind):
                            f"see {self.dir / f'redis-{port}' / 'redis.log'}"))
         # the driver is a client of the noise (as the load is of the cluster): a host process
         self.driver = self.spawn("driver", [sys.executable, str(DRIVER), ",".join(map(str, self.ports)), str(p.rate),
-                                            str(p.value_bytes), str(self.bound_s()), str(self.dir / "driver.json")],
+                                            str(p.value_bytes), str(self.bound_s()), str(self.dir / "driver.json"),
+                                            str(p.connections)],
                                  self.dir / "driver.log", beside=False)
 
     def finish(self) -> dict[str, Any]:
