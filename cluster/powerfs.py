@@ -233,7 +233,15 @@ class PowerFS:
                 raise UserError(f"powerfs fail: {word!r} must be one word", "e.g. fail('fsync', 'EIO', 'commitlog/*')")
         return self.command(f"fail {op} {err} {glob}" + (f" {int(until_ms)}" if until_ms else ""))
 
+    def slow(self, op: str, ms: int, glob: str, until_ms: int | None = None) -> dict[str, Any]:
+        """Hold `op` (fsync or write) on files matching `glob` `ms` milliseconds before doing it (a
+        slow disk), until `until_ms` (unix ms) if given. What it held: `stats()["delays"]`."""
+        if not glob or any(c.isspace() for c in glob):
+            raise UserError(f"powerfs slow: {glob!r} must be one word", "e.g. slow('fsync', 200, 'commitlog/*')")
+        return self.command(f"slow {op} {int(ms)} {glob}" + (f" {int(until_ms)}" if until_ms else ""))
+
     def clear(self) -> dict[str, Any]:
+        """Remove every fail and slow rule."""
         return self.command("clear")
 
     # --- the end --------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ package main
 //	fence                                  from now on every mutating or syncing op fails (EIO) and is counted
 //	drop                                   restore every file to its last sync (refused while serving)
 //	fail <fsync|write> <EIO|ENOSPC> <glob> [until_ms]   answer that op on matching files with the errno
-//	clear                                  remove every fail rule
+//	slow <fsync|write> <ms> <glob> [until_ms]           hold that op on matching files ms first (a slow disk)
+//	clear                                  remove every fail and slow rule
 //	quit                                   lazy-unmount if still mounted, exit
 
 import (
@@ -70,8 +71,8 @@ func (l *layer) command(args []string) (reply, bool) {
 		return r, false
 	case "drop":
 		return l.drop(), false
-	case "fail":
-		return l.addRule(args[1:]), false
+	case "fail", "slow":
+		return l.addRule(args[0], args[1:]), false
 	case "clear":
 		l.mu.Lock()
 		n := len(l.rules)
@@ -81,24 +82,37 @@ func (l *layer) command(args []string) (reply, bool) {
 	case "quit":
 		return reply{"ok": true}, true
 	}
-	return fail("unknown command %q (stats, fence, drop, fail, clear, quit)", args[0]), false
+	return fail("unknown command %q (stats, fence, drop, fail, slow, clear, quit)", args[0]), false
 }
 
-func (l *layer) addRule(a []string) reply {
+func (l *layer) addRule(cmd string, a []string) reply {
+	usage := "usage: fail <fsync|write> <EIO|ENOSPC> <glob> [until_ms]"
+	if cmd == "slow" {
+		usage = "usage: slow <fsync|write> <ms> <glob> [until_ms]"
+	}
 	if len(a) < 3 || len(a) > 4 {
-		return fail("usage: fail <fsync|write> <EIO|ENOSPC> <glob> [until_ms]")
+		return fail("%s", usage)
 	}
 	if a[0] != "fsync" && a[0] != "write" {
 		return fail("op %q is not fsync or write", a[0])
 	}
-	e, ok := errnos[a[1]]
-	if !ok {
-		return fail("errno %q is not EIO or ENOSPC", a[1])
+	r := rule{op: a[0], glob: a[2]}
+	if cmd == "slow" {
+		v, err := strconv.ParseInt(a[1], 10, 64)
+		if err != nil || v <= 0 || v > 600_000 {
+			return fail("delay %q is not a number of ms in 1..600000", a[1])
+		}
+		r.delayMs = v
+	} else {
+		e, ok := errnos[a[1]]
+		if !ok {
+			return fail("errno %q is not EIO or ENOSPC", a[1])
+		}
+		r.errName, r.errno = a[1], e
 	}
 	if _, err := path.Match(a[2], ""); err != nil {
 		return fail("bad glob %q: %v", a[2], err)
 	}
-	r := rule{op: a[0], errName: a[1], errno: e, glob: a[2]}
 	if len(a) == 4 {
 		v, err := strconv.ParseInt(a[3], 10, 64)
 		if err != nil || v <= 0 {
@@ -111,6 +125,15 @@ func (l *layer) addRule(a []string) reply {
 	n := len(l.rules)
 	l.mu.Unlock()
 	return reply{"ok": true, "rules": n}
+}
+
+func sorted(m map[string]*failure) []*failure {
+	out := []*failure{}
+	for _, f := range m {
+		out = append(out, f)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path+out[i].Op < out[j].Path+out[j].Op })
+	return out
 }
 
 func (l *layer) snapshot() []*fileState {
@@ -142,13 +165,9 @@ func (l *layer) stats() reply {
 	sort.Slice(files, func(i, j int) bool { return files[i]["path"].(string) < files[j]["path"].(string) })
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	fails := []*failure{}
-	for _, f := range l.failures {
-		fails = append(fails, f)
-	}
-	sort.Slice(fails, func(i, j int) bool { return fails[i].Path+fails[i].Op < fails[j].Path+fails[j].Op })
 	return reply{"ok": true, "serving": l.serving, "conn": l.conn, "fenced_ms": l.fencedMs,
-		"ops_after_fence": l.afterFence, "rules": len(l.rules), "failures": fails, "files": files,
+		"ops_after_fence": l.afterFence, "rules": len(l.rules), "failures": sorted(l.failures),
+		"delays": sorted(l.delays), "files": files,
 		"totals": reply{"writes": writes, "bytes_written": written, "syncs": syncs, "auto_syncs": auto,
 			"unsynced_bytes": unsynced, "undo_bytes": undo}}
 }

@@ -56,17 +56,20 @@ type fileState struct {
 }
 
 type failure struct {
-	Path  string `json:"path"`
-	Op    string `json:"op"`
-	Errno string `json:"errno"`
-	Count int64  `json:"count"`
-	First int64  `json:"first_ms"`
-	Last  int64  `json:"last_ms"`
+	Path    string `json:"path"`
+	Op      string `json:"op"`
+	Errno   string `json:"errno,omitempty"`
+	Count   int64  `json:"count"`
+	DelayMs int64  `json:"delay_ms,omitempty"` // a `slow` rule's: the delay it added, summed
+	First   int64  `json:"first_ms"`
+	Last    int64  `json:"last_ms"`
 }
 
+// rule: a `fail` rule answers with errno; a `slow` rule (errno 0) holds the op delayMs first.
 type rule struct {
 	op, glob, errName string
 	errno             syscall.Errno
+	delayMs           int64
 	untilMs           int64
 }
 
@@ -80,6 +83,7 @@ type layer struct {
 	files      map[uint64]*fileState
 	rules      []rule
 	failures   map[string]*failure
+	delays     map[string]*failure
 	serving    bool
 	conn       uint32
 	fencedMs   int64
@@ -114,11 +118,14 @@ func (l *layer) fenced() bool {
 	return false
 }
 
-// injected: the errno a `fail` rule sets for this operation on this path, counted; 0 if none.
-func (l *layer) injected(op, rel string) syscall.Errno {
+// injected: the errno a `fail` rule sets for this operation on this path, counted; 0 if none. A
+// `slow` rule that matches first adds its delay to the returned delay (counted apart) and the search
+// goes on: a slow disk can fail too.
+func (l *layer) injected(op, rel string) (syscall.Errno, time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := nowMs()
+	var delay int64
 	for _, r := range l.rules {
 		if r.op != op || (r.untilMs != 0 && now >= r.untilMs) {
 			continue
@@ -126,17 +133,39 @@ func (l *layer) injected(op, rel string) syscall.Errno {
 		if ok, _ := path.Match(r.glob, rel); !ok {
 			continue
 		}
-		k := rel + "\x00" + op + "\x00" + r.errName
-		f := l.failures[k]
-		if f == nil {
-			f = &failure{Path: rel, Op: op, Errno: r.errName, First: now}
-			l.failures[k] = f
+		if r.errno == 0 {
+			if delay == 0 {
+				delay = r.delayMs
+				count(l.delays, rel, op, "", now).DelayMs += r.delayMs
+			}
+			continue
 		}
-		f.Count++
-		f.Last = now
-		return r.errno
+		count(l.failures, rel, op, r.errName, now)
+		return r.errno, time.Duration(delay) * time.Millisecond
 	}
-	return 0
+	return 0, time.Duration(delay) * time.Millisecond
+}
+
+func count(m map[string]*failure, rel, op, errName string, now int64) *failure {
+	k := rel + "\x00" + op + "\x00" + errName
+	f := m[k]
+	if f == nil {
+		f = &failure{Path: rel, Op: op, Errno: errName, First: now}
+		m[k] = f
+	}
+	f.Count++
+	f.Last = now
+	return f
+}
+
+// held: an op a `slow` rule delays waits, then finds the layer fenced if the power went meanwhile
+// (a flush cut short by the power loss made nothing durable).
+func (l *layer) held(d time.Duration) bool {
+	if d <= 0 {
+		return false
+	}
+	time.Sleep(d)
+	return l.isFenced()
 }
 
 func (l *layer) rel(in *fs.Inode) string {
@@ -390,7 +419,11 @@ func (n *node) Writev(ctx context.Context, f fs.FileHandle, iov [][]byte, off in
 	if n.l.fenced() {
 		return 0, syscall.EIO
 	}
-	if e := n.l.injected("write", n.l.rel(n.EmbeddedInode())); e != 0 {
+	e, d := n.l.injected("write", n.l.rel(n.EmbeddedInode()))
+	if n.l.held(d) {
+		return 0, syscall.EIO
+	}
+	if e != 0 {
 		return 0, e
 	}
 	var total int64
@@ -503,12 +536,19 @@ func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall
 	if n.l.fenced() {
 		return syscall.EIO
 	}
-	if e := n.l.injected("fsync", n.l.rel(n.EmbeddedInode())); e != 0 {
+	e, d := n.l.injected("fsync", n.l.rel(n.EmbeddedInode()))
+	if n.l.held(d) {
+		return syscall.EIO // cut short: the undo log stays
+	}
+	if e != 0 {
 		return e // the undo log stays: nothing was made durable
 	}
 	s := n.l.state(h.ino, n.EmbeddedInode())
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if n.l.isFenced() {
+		return syscall.EIO
+	}
 	if err := unix.Fsync(h.fd); err != nil {
 		return fs.ToErrno(err)
 	}

@@ -69,7 +69,7 @@ func main() {
 	}
 
 	l := &layer{root: rootAbs, writeback: *writeback, autoDaAlloc: *autoDa, files: map[uint64]*fileState{},
-		failures: map[string]*failure{}}
+		failures: map[string]*failure{}, delays: map[string]*failure{}}
 	lr := &fs.LoopbackRoot{Path: rootAbs, Dev: uint64(st.Dev), NewNode: l.newNode}
 	rootNode := l.newNode(lr, nil, "", &st)
 	lr.RootNode = rootNode

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -193,6 +194,50 @@ def test_fail_fsync_and_write_on_matching_files_only(run: Path) -> None:
         p.fail("read", "EIO", "*")
     p.unmount()
 
+
+
+def test_slow_holds_matching_fsyncs_and_one_cut_short_by_the_power_makes_nothing_durable(run: Path) -> None:
+    p = mount(run)
+    (p.mount_point / "commitlog").mkdir()
+    log, other = p.mount_point / "commitlog" / "0", p.mount_point / "checkpoint"
+    p.slow("fsync", 400, "commitlog/*")
+    t0 = time.monotonic()
+    write(log, b"a" * 100, sync=True)
+    assert time.monotonic() - t0 >= 0.4  # held, then done: durable
+    t0 = time.monotonic()
+    write(other, b"c" * 10, sync=True)
+    assert time.monotonic() - t0 < 0.4  # not matched
+    (d,) = p.stats()["delays"]
+    assert (d["path"], d["op"], d["count"], d["delay_ms"]) == ("commitlog/0", "fsync", 1, 400), d
+    assert p.stats()["failures"] == []
+    # the power goes while an fsync is held: it made nothing durable, and the drop takes its bytes
+    p.clear()
+    p.slow("fsync", 1500, "commitlog/*")
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND)
+    os.write(fd, b"b" * 50)
+    answer: list[int] = []
+
+    def held_fsync() -> None:
+        try:
+            os.fsync(fd)
+            answer.append(0)
+        except OSError as e:
+            answer.append(e.errno or -1)
+    t = threading.Thread(target=held_fsync)
+    t.start()
+    time.sleep(0.5)  # the fsync is held in the layer now
+    ev = power_loss(p)
+    t.join(10)
+    assert answer and answer[0] != 0, answer  # never reported durable (EIO, or the connection's end)
+    with pytest.raises(OSError):  # the connection is gone: close's writeback fails (ENOTCONN)
+        os.close(fd)
+    assert (run / "real" / "commitlog" / "0").read_bytes() == b"a" * 100, ev
+    with pytest.raises(UserError, match="refused 'slow'.*not a number of ms"):
+        p2 = mount(run)
+        try:
+            p2.slow("fsync", 0, "*")
+        finally:
+            p2.unmount()
 
 def test_refusals_are_one_line(run: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     log = ProcessLog(run / "processes.jsonl")
