@@ -61,8 +61,8 @@ def _family(s: dict[str, Any], fam: str, arg: str) -> int | None:
                  if (d := (w.get("send_ms_by_broker") or {}).get(arg)) and d["during"].get("p50") is not None
                  and d["outside"].get("p50") is not None]
         return max(added) if added else None
-    if fam in ("lost_on", "gone_on"):
+    if fam in ("lost_on", "gone_on", "gone_status"):
         sc = s.get("store_check")
-        field = "lost_by_broker" if fam == "lost_on" else "gone_by_broker"
+        field = {"lost_on": "lost_by_broker", "gone_on": "gone_by_broker", "gone_status": "gone_by_status"}[fam]
         return None if sc is None or field not in sc else int((sc.get(field) or {}).get(arg, 0))
     raise AssertionError(f"figure family {fam} validated by the spec but not computed")

@@ -40,6 +40,7 @@ def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str
     absent: list[dict[str, Any]] = []
     by_broker: Counter[str] = Counter()  # lost keys by the broker group that acknowledged them
     gone: Counter[str] = Counter()  # acknowledged keys in no store now, by that group (with the erased below)
+    gone_status: Counter[str] = Counter()  # the same keys by the status they were acknowledged with
     for r in sorted(rows, key=lambda r: r["key"]):
         if r["class"] == "lost":
             by_broker.update(r["acked_on"])
@@ -50,14 +51,16 @@ def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str
         split[verdict] += 1
         if verdict == "lost_from_store":
             gone.update(r["acked_on"])
+            gone_status[strongest(r["statuses"])] += 1
         (stored if locs else absent).append({"key": r["key"], "class": r["class"], "verdict": verdict,
                                              "topics": sorted(r["topics"]), "stored_at": locs})
     erased = _erased(send, store, delivered or [])
-    for _, groups in erased:
+    for _, groups, statuses in erased:
         gone.update(groups)
-    erased_keys = [k for k, _ in erased]
+        gone_status[strongest(statuses)] += 1
+    erased_keys = [k for k, _, _ in erased]
     return {"checked": len(rows), **split, "erased_after_delivery": len(erased_keys), "erased_examples": erased_keys[:STORE_EXAMPLES],
-            "gone_by_broker": dict(sorted(gone.items())),
+            "gone_by_broker": dict(sorted(gone.items())), "gone_by_status": dict(sorted(gone_status.items())),
             "lost_by_broker": dict(sorted(by_broker.items())), "nodes": store.nodes(), "unread_nodes": unread, "method": store.method(),
             "seconds": round(time.monotonic() - t0, 3),
             "examples": (stored + [a for a in absent if a["class"] == "lost"])[:STORE_EXAMPLES]}
@@ -84,19 +87,29 @@ def power_cut_keys(send: DataFrame, keys: DataFrame, events: list[dict[str, Any]
             .join(delivered, "key").orderBy("key").limit(limit).collect()]
 
 
-def _erased(send: DataFrame, store: Any, delivered: list[str]) -> list[tuple[str, list[str]]]:
-    """The delivered keys in no broker's store, by key, each with the broker groups that acknowledged it."""
+def strongest(statuses: list[str]) -> str:
+    """The status a key counts under when it was acknowledged more than once: SEND_OK if any attempt
+    got it, else the first weak status by name (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, ...)."""
+    st = sorted(x for x in statuses if x)
+    return "SEND_OK" if "SEND_OK" in st else (st[0] if st else "unknown")
+
+
+def _erased(send: DataFrame, store: Any, delivered: list[str]) -> list[tuple[str, list[str], list[str]]]:
+    """The delivered keys in no broker's store, by key, each with the broker groups that acknowledged
+    it and the statuses they acknowledged it with."""
     if not delivered:
         return []
     want = send.sparkSession.createDataFrame([(k,) for k in delivered], "key string")
     rows = _attempts(send, F.broadcast(want))
-    return sorted((r["key"], sorted(r["acked_on"])) for r in rows
+    return sorted((r["key"], sorted(r["acked_on"]), sorted(r["statuses"])) for r in rows
                   if not any(store.find(t, r["key"]) for t in sorted(r["topics"])))
 
 
 def _attempts(send: DataFrame, want: DataFrame, *by: str) -> list[Any]:
-    """Per key of `want` (and its columns `by`): the topics its intents named (every attempt has one)
-    and the broker groups that acknowledged it (`acked_on`), in one scan of the send ledger."""
+    """Per key of `want` (and its columns `by`): the topics its intents named (every attempt has one),
+    the broker groups that acknowledged it (`acked_on`) and the statuses they answered (`statuses`),
+    in one scan of the send ledger."""
     return (send.where(sends.is_intent() | sends.acked()).join(want, "key").groupBy("key", *by)
             .agg(F.collect_set(F.when(sends.is_intent(), F.col("topic"))).alias("topics"),
-                 F.collect_set(F.when(sends.acked(), F.col("broker"))).alias("acked_on")).collect())
+                 F.collect_set(F.when(sends.acked(), F.col("broker"))).alias("acked_on"),
+                 F.collect_set(F.when(sends.acked(), F.col("status"))).alias("statuses")).collect())

@@ -15,7 +15,8 @@ FAULT_WORDS = {"oom_kill": ("kernel OOM kill", "kernel OOM kills"), "jvm_oom": (
                "topic_flood": ("%RETRY% topic flood", "%RETRY% topic floods"),
                "cleanup_retry_topics": ("%RETRY% topic cleanup", "%RETRY% topic cleanups"),
                "partition": ("network partition", "network partitions"), "link": ("link fault", "link faults"),
-               "power_loss": ("power loss", "power losses"), "disk_error": ("disk error window", "disk error windows")}
+               "power_loss": ("power loss", "power losses"), "disk_error": ("disk error window", "disk error windows"),
+               "disk_slow": ("slow disk window", "slow disk windows")}
 _NUM = {1: "one", 2: "two", 3: "three"}
 SETTINGS = ("brokerRole", "flushDiskType", "transientStorePoolEnable")  # named in every verdict
 
@@ -155,8 +156,10 @@ def verdict(s: dict[str, Any]) -> str:
     if c.get("acked_weak"):
         weak = {k: n for k, n in ((s.get("errors") or {}).get("by_status") or {}).items() if k not in ("SEND_OK", "None") and n}
         named = ": " + ", ".join(f"{k} {n:,}" for k, n in sorted(weak.items(), key=lambda kv: -kv[1])) if weak else ""
+        gone_weak = sum(n for k, n in ((sc or {}).get("gone_by_status") or {}).items() if k != "SEND_OK")
         extra.append(f"{c['acked_weak']:,} acknowledged only with a weak flush/slave status{named} "
-                     f"({c['acked_weak_lost']} of them lost)")
+                     f"({c['acked_weak_lost']} of them lost"
+                     + (f"; {gone_weak:,} in no broker's store now" if gone_weak else "") + ")")
     if sc and sc.get("indeterminate_stored"):
         extra.append(f"{sc['indeterminate_stored']} unanswered sends were stored and never delivered")
     if c.get("corrupted_deliveries"):

@@ -42,6 +42,16 @@ def test_a_role_puts_its_whole_group_on_the_layer(tmp_path: Path) -> None:
     assert s.cluster.powerfs == ["broker-a-0", "broker-a-1", "broker-a-2"]
 
 
+
+@pytest.mark.fast
+def test_a_slow_disk_puts_its_node_on_the_layer_and_a_key_counts_under_its_strongest_status() -> None:
+    from analysis.store_check import strongest
+    s = load_scenario(SCENARIOS / "power-loss-weak.yaml")
+    assert s.cluster.powerfs == ["broker-a"]  # the slow disk and the power loss hit broker-a only
+    assert strongest(["FLUSH_DISK_TIMEOUT", "SEND_OK"]) == "SEND_OK"  # acknowledged twice: SEND_OK wins
+    assert strongest(["FLUSH_SLAVE_TIMEOUT", "FLUSH_DISK_TIMEOUT"]) == "FLUSH_DISK_TIMEOUT"
+    assert strongest([]) == "unknown"
+
 @pytest.mark.fast
 @pytest.mark.parametrize("body, expect", [
     ({"faults": [{"kind": "power_loss", "target": "broker-a", "nodes": ["broker-q"], "at": "5s"}]},

@@ -171,6 +171,23 @@ def test_a_slave_cut_from_its_master_names_the_weak_statuses_and_the_catch_up() 
     assert "fell" not in verdict({**s, "monitor": [sample(40_000, 300, 300)]})  # never behind: nothing to say
 
 
+
+def test_weak_acknowledgements_a_power_loss_erased_are_counted_and_testable_as_a_figure() -> None:
+    """Seed 003 with power loss: of the FLUSH_DISK_TIMEOUT answers the application took as sent, how many
+    are in no store now (never delivered, or delivered and then erased); SEND_OK ones apart."""
+    from analysis.figures import value
+    store = {"lost_from_store": 40, "lost_in_delivery": 0, "indeterminate_stored": 0, "erased_after_delivery": 25,
+             "gone_by_broker": {"broker-a": 65}, "gone_by_status": {"FLUSH_DISK_TIMEOUT": 61, "SEND_OK": 4},
+             "lost_by_broker": {"broker-a": 40}}
+    s = summary("power-loss-weak", "false", 40, store, counts={"acked_weak": 700, "acked_weak_lost": 37},
+                errors={"by_status": {"SEND_OK": 9000, "FLUSH_DISK_TIMEOUT": 700}})
+    assert "700 acknowledged only with a weak flush/slave status: FLUSH_DISK_TIMEOUT 700 (37 of them lost; 61 in " \
+           "no broker's store now)" in verdict(s)
+    assert value(s, "gone_status.FLUSH_DISK_TIMEOUT") == 61 and value(s, "gone_status.SEND_OK") == 4
+    assert value(s, "gone_status.FLUSH_SLAVE_TIMEOUT") == 0 and value({**s, "store_check": None}, "gone_status.SEND_OK") is None
+    store["gone_by_status"] = {"SEND_OK": 65}  # only strong acknowledgements gone: the weak clause says nothing more
+    assert "(37 of them lost)" in verdict(s)
+
 def test_a_noise_short_of_its_intent_is_stated_and_not_named_as_if_it_ran() -> None:
     words = "Redis noise reached 6 % of its 200 SET/s (worst of 8 instances)"
     short = noise_intent(shared_host(busy={}), "redis_noise", True, words, 0.06)

@@ -7,7 +7,9 @@ error, advanced its flushed position and acknowledged.)
 
 `files`: `commitlog`, `consumequeue`, `index`, `config`, `checkpoint`, or a glob relative to the
 store root (`*` stops at `/`). Its intent: the layer returned at least one error in the window. A
-power loss inside the window mounts a new layer: the rules follow it (every `tick_s`).
+power loss inside the window mounts a new layer: the rules follow it (every `tick_s`). `LayerRule`
+is what disk_error and disk_slow share: the rules set on the node's layer, following its mount.
+The layer's `clear` removes every rule of a node: two such faults on one node must not overlap.
 """
 from __future__ import annotations
 
@@ -41,58 +43,72 @@ def disk_error_intent(node: str, op: str, failures: list[dict[str, Any]]) -> dic
     return intent([happened("errors returned", node, n > 0, words)], f"disk_error on {node}")
 
 
-@register
-class DiskError(LastingKind):
-    name = "disk_error"
-    Params = DiskErrorParams
+class LayerRule(LastingKind):
+    """A fault that sets rules on a node's powerfs layer for its window (disk_error, disk_slow): it
+    follows the node's mount (a power loss inside the window mounts a new layer, every `tick_s`),
+    keeps what the layer counted under `evidence_key`, and clears the rules at its end."""
     roles = True
     powerfs = True
+    tick_s = 0.5
+    evidence_key = "failures"
 
     @classmethod
     def check(cls, params: Any, fault: Any, scenario: Any) -> list[tuple[tuple[Any, ...], str]]:
         return [(("files", i), "one word or glob, without spaces") for i, f in enumerate(params.files)
                 if not f or any(c.isspace() for c in f)]
 
-    tick_s = 0.5  # follows the node's mount: a power loss inside the window mounts a new layer
+    def apply(self, layer: Any, glob: str) -> None:
+        raise NotImplementedError
 
     def start(self) -> None:
-        self.seen: dict[tuple[int, str], dict[str, Any]] = {}  # (layer pid, path) -> its failures
+        self.seen: dict[tuple[int, str], dict[str, Any]] = {}  # (layer pid, path) -> what it counted
         self.t0 = time.time()
         self.pid: int | None = None
         self._follow()
         if self.pid is None:
-            raise FaultError(f"disk_error {self.node.name}: its store is not on the powerfs layer",
+            raise FaultError(f"{self.name} {self.node.name}: its store is not on the powerfs layer",
                              "add it to cluster.powerfs")
 
     def _follow(self) -> None:
-        """Apply the rules to the node's current mount (again, after a remount) and keep its failures."""
-        p: DiskErrorParams = self.params  # type: ignore[assignment]
+        """Apply the rules to the node's current mount (again, after a remount) and keep its counts."""
         try:  # mid power loss the mount may be gone or its server quitting: the next tick looks again
             layer = self.node.layer(mount=False)
             if layer is None:
                 return
             if layer.pid != self.pid:
-                for g in globs(p.files):
-                    layer.fail(p.op, p.errno, g)
+                for g in globs(self.params.files):
+                    self.apply(layer, g)
                 self.pid = layer.pid
             self.layer = layer
             stats = layer.stats()
         except UserError:
             return
-        for f in stats.get("failures") or []:
-            if f.get("op") == p.op and int(f.get("last_ms") or 0) >= int(self.t0 * 1000):
+        for f in stats.get(self.evidence_key) or []:
+            if f.get("op") == self.params.op and int(f.get("last_ms") or 0) >= int(self.t0 * 1000):
                 self.seen[(layer.pid, f["path"])] = f
 
     def tick(self) -> None:
         self._follow()
 
-    def stop(self) -> dict[str, Any]:
-        p: DiskErrorParams = self.params  # type: ignore[assignment]
+    def counted(self) -> list[dict[str, Any]]:
         self._follow()
         try:
             self.layer.clear()
         except UserError:
             pass  # its server is gone (a power loss at the window's end): nothing left to clear
-        fails = list(self.seen.values())
+        return list(self.seen.values())
+
+
+@register
+class DiskError(LayerRule):
+    name = "disk_error"
+    Params = DiskErrorParams
+
+    def apply(self, layer: Any, glob: str) -> None:
+        layer.fail(self.params.op, self.params.errno, glob)
+
+    def stop(self) -> dict[str, Any]:
+        p: DiskErrorParams = self.params  # type: ignore[assignment]
+        fails = self.counted()
         return {"intent": disk_error_intent(self.node.name, p.op, fails), "op": p.op, "errno": p.errno,
                 "globs": globs(p.files), "failures": fails}

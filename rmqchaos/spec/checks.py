@@ -67,7 +67,7 @@ def powerfs_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
             errs.append((("cluster", "powerfs", i), f"{m!r} is no node, broker group or `controllers` of this cluster; "
                                                     f"nodes: {', '.join(s.cluster.node_names())}"))
     if s.cluster.backend != "local":
-        errs.append((("cluster", "powerfs"), f"stores on the powerfs layer (power_loss, disk_error) need the local "
+        errs.append((("cluster", "powerfs"), f"stores on the powerfs layer (power_loss, disk_error, disk_slow) need the local "
                                              f"backend, not {s.cluster.backend}: use backend: local"))
     return errs
 

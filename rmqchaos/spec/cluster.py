@@ -129,8 +129,8 @@ class Cluster(Strict):
     # (cluster/plan.py `addresses`), so that every link is an address pair a partition can name.
     subnet: Annotated[str, BeforeValidator(lambda v: _loopback_subnet(v))] = "127.0.10.0/24"
     # Nodes whose store sits on the powerfs layer (docs/powerfs.md): node names, broker group names
-    # (every node of the group) or `controllers`. A power_loss or disk_error fault adds the nodes it may
-    # hit when the scenario loads; a scenario without one pays nothing for the layer.
+    # (every node of the group) or `controllers`. A power_loss, disk_error or disk_slow fault adds the
+    # nodes it may hit when the scenario loads; a scenario without one pays nothing for the layer.
     powerfs: list[str] = []
 
     @model_validator(mode="after")

@@ -41,6 +41,7 @@ FAMILIES = {
     "link_p50_added_ms": "the most a link fault added to this broker's acked sends' p50 round trip (ms)",
     "lost_on": "lost keys acknowledged by this broker group (the store check's keys), e.g. lost_on.broker-a",
     "gone_on": "keys acknowledged by this broker group and in no store now: lost from the store, or delivered and then erased",
+    "gone_status": "the same keys (in no store now) by the status they were acknowledged with, e.g. gone_status.FLUSH_DISK_TIMEOUT",
 }
 # figures computed from several parts of the summary (analysis/signature.py)
 DERIVED = {
