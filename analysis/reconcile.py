@@ -26,6 +26,7 @@ from analysis.latency import by_broker, pct_result as _pct_result
 from analysis.pace import lag as send_lag
 from analysis.latency import histogram as _histogram, percentiles as _percentiles
 from analysis.offsets import reused_queue_offsets
+from analysis.redeliveries import rollback_repeats, rollbacks
 from analysis.sealed import attribute, read_receive, read_send
 from analysis.store_check import power_cut_keys, store_check
 from rmqchaos.progress import say
@@ -93,6 +94,9 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
         res["failover"] = failover(send, keys, events, monitor or [], brokers, store, recv) if brokers else None
         if res["failover"]:
             step(f"{len(res['failover']['failovers'])} failover(s) of the replicated groups")
+        res["offset_rollback"] = rollback_repeats(recv, rollbacks(events, brokers or {}))
+        if res["offset_rollback"]:
+            step(f"{res['offset_rollback']['deliveries']} delivery(ies) read again after a power loss rolled offsets back")
         res["answers"] = answers(send, recv, keys, res["counts"]["duplicated"], answer_totals)
         step("answers matched with the msgIds delivered")
         if res["series"] and not own_tmp:

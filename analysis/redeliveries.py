@@ -1,4 +1,5 @@
-"""Who served a repeated delivery: the duplicates a switch caused, told apart from a plain re-pull.
+"""Who served a repeated delivery: the duplicates a switch caused, told apart from a plain re-pull;
+and the deliveries read again because a power loss rolled a broker's consumer offsets back.
 
 A stored copy (key, topic, group, queue, offset; first-hand deliveries, not %RETRY% ones) delivered
 more than once is `consumer_repull` in the key table (analysis/keys.py): offsets read again. Each
@@ -45,3 +46,51 @@ def repeats(recv: DataFrame, topo: Topology, fos: list[dict[str, Any]]) -> tuple
                     & (F.col("receive_ms") < f["bound_ms"])).cast("int")).alias(f"f{i}") for i, f in enumerate(fos)]
     row = d.agg(*cols).collect()[0].asDict()
     return ({k: int(row[k] or 0) for k in KINDS}, [int(row[f"f{i}"] or 0) for i in range(len(fos))])
+
+
+def rollbacks(events: list[dict[str, Any]], brokers: dict[str, dict[str, str]]) -> list[dict[str, Any]] | None:
+    """The consumer offsets each power loss rolled back, from its evidence (cluster/local/power.py's
+    `knows`): one range [lo, hi) of queue offsets per broker group, topic and queue, with the cut's
+    time and the fault. None when no power loss recorded what its brokers knew."""
+    out: list[dict[str, Any]] = []
+    seen = False
+    for e in events:
+        p = e.get("params") or {}
+        if e.get("kind") != "fault" or p.get("fault_kind") != "power_loss" or e.get("outcome") != "ok":
+            continue
+        for node, lost in ((p.get("evidence") or {}).get("nodes_lost") or {}).items():
+            f = (lost.get("knows") or {}).get("forgot")
+            if f is None:
+                continue
+            seen = True
+            group = (brokers.get(node) or {}).get("brokerName", node)
+            out += [{"fault_id": p.get("fault_id"), "broker": group, "topic": b["topic"], "queue": int(b["queue"]),
+                     "lo": int(b["after"] or 0), "hi": int(b["before"]), "cut_ms": int(lost["cut_ms"])}
+                    for b in f["offsets_back"]]
+    return out if seen else None
+
+
+def rollback_repeats(recv: DataFrame, ranges: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+    """Deliveries read again because a restarted broker's consumer offsets went back: a stored copy
+    (first-hand) delivered again after the cut, at a queue offset in a range the broker forgot. By
+    queue, whichever group's offset went back (the receive ledger does not name the group)."""
+    if ranges is None:
+        return None
+    by_fault = {r["fault_id"]: 0 for r in ranges}
+    if not ranges:
+        return {"deliveries": 0, "keys": 0, "by_fault": by_fault}
+    spark = recv.sparkSession
+    r = spark.createDataFrame([(x["fault_id"], x["broker"], x["topic"], x["queue"], x["lo"], x["hi"], x["cut_ms"])
+                               for x in ranges], "fault_id string, rb string, rt string, rq int, lo long, hi long, cut long")
+    w = Window.partitionBy(*COPY).orderBy("receive_ms")
+    d = (recv.where(F.col("reconsume_times") == 0).select(*COPY, "receive_ms")
+         .withColumn("i", F.row_number().over(w)).where(F.col("i") > 1))
+    hits = (d.join(F.broadcast(r), (F.col("broker") == F.col("rb")) & (F.col("origin_topic") == F.col("rt"))
+                   & (F.col("queue_id") == F.col("rq")) & (F.col("queue_offset") >= F.col("lo"))
+                   & (F.col("queue_offset") < F.col("hi")) & (F.col("receive_ms") > F.col("cut")))
+            .dropDuplicates([*COPY, "receive_ms"]))  # one delivery counts once if ranges of two groups hold it
+    rows = hits.groupBy("fault_id").agg(F.count("*").alias("n")).collect()
+    for row in rows:
+        by_fault[row["fault_id"]] = int(row["n"])
+    keys = hits.select("key").distinct().count() if rows else 0
+    return {"deliveries": sum(by_fault.values()), "keys": int(keys), "by_fault": by_fault}

@@ -7,6 +7,7 @@ from typing import Any
 
 from analysis.findings import (NONE, busy_refusals, fault_intents, lasting_outages, outage_seconds, reached_pct,
                                replica_catchup)
+from analysis.power_words import disk_error_phrases, power_phrases
 
 FAULT_WORDS = {"oom_kill": ("kernel OOM kill", "kernel OOM kills"), "jvm_oom": ("JVM OutOfMemoryError", "JVM OutOfMemoryErrors"),
                "kill": ("SIGKILL", "SIGKILLs"), "pause": ("pause", "pauses"), "restart": ("restart", "restarts"),
@@ -222,7 +223,7 @@ def found(s: dict[str, Any]) -> list[str]:
     exp = None if (s.get("signature") or {}).get("source") == "expect" else (s.get("expect") or {}).get("words")
     out = [x for x in [exp] if x] + failover_phrases(s) \
         + [x for x in [busy_phrase(s)] if x] + outage_phrases(s) + link_phrases(s) + catchup_phrases(s) \
-        + disk_error_phrases(s)
+        + disk_error_phrases(s) + power_phrases(s)
     rb = s.get("retried_keys_by_batch_position") or {}
     if any(rb.values()):
         out.append(f"keys redelivered through %RETRY%: {rb['later_in_batch']:,} at index 1..n-1 of their listener "
@@ -233,31 +234,6 @@ def found(s: dict[str, Any]) -> list[str]:
     if pace.get("short") and pace["words"] not in said:  # the signature's miss names it already
         out.append(pace["words"])
     return out + short_intents(s, detail=True)
-
-
-def disk_error_phrases(s: dict[str, Any]) -> list[str]:
-    """Per disk_error window: what its broker answered while its disk failed, e.g. 'while broker-a's
-    fsyncs failed (eio-a: 2,540 EIO on 1 file): 120 sends acknowledged SEND_OK, 34 not'. An
-    acknowledgement in the window is one whose flush may have failed: a power loss then may take it."""
-    kinds = {(e.get("params") or {}).get("fault_id"): e for e in s.get("events", [])
-             if e.get("kind") == "fault" and (e.get("params") or {}).get("fault_kind") == "disk_error"}
-    out = []
-    for w in s.get("windows") or []:
-        e = kinds.get(w.get("id"))
-        if e is None or e.get("outcome") != "ok":
-            continue
-        ev = e["params"].get("evidence") or {}
-        node = str(e.get("target"))
-        group = (s["cluster"]["brokers"].get(node) or {}).get("brokerName", node)
-        ans = (w.get("answers_by_broker") or {}).get(group) or {}
-        fails = sum(int(f.get("count") or 0) for f in ev.get("failures") or [])
-        acked = {a: n for a, n in ans.items() if a == "SEND_OK" or a.startswith("FLUSH_") or a == "SLAVE_NOT_AVAILABLE"}
-        other = sum(n for a, n in ans.items() if a not in acked)
-        out.append(f"while {node}'s {ev.get('op', 'fsync')}s failed ({w['id']}: {fails:,} {ev.get('errno', '')} on "
-                   f"{len(ev.get('failures') or [])} file(s)): "
-                   + (", ".join(f"{n:,} sends acknowledged {a}" for a, n in acked.items()) or "no send acknowledged")
-                   + f", {other:,} not")
-    return out
 
 
 def short_intents(s: dict[str, Any], detail: bool = False) -> list[str]:

@@ -30,6 +30,7 @@ GET_MIN_OFFSET = 31
 GET_BROKER_CONFIG = 26  # RequestCode.GET_BROKER_CONFIG: the broker's effective config, as properties text
 GET_ALL_TOPIC_CONFIG = 21  # the broker's topicConfigTable (TopicConfigSerializeWrapper as JSON)
 GET_ALL_SUBSCRIPTIONGROUP_CONFIG = 201  # the broker's subscriptionGroupTable
+GET_ALL_CONSUMER_OFFSET = 43  # the broker's consumer offsets (ConsumerOffsetManager as JSON: offsetTable)
 HEART_BEAT = 34  # a client's heartbeat: its consumer groups (HeartbeatData as JSON)
 GET_BROKER_RUNTIME_INFO = 28  # KVTable: the broker's runtime stats (scheduleMessageOffset_<level> among them)
 QUERY_NOT_FOUND = 22
@@ -274,6 +275,12 @@ class AdminClient:
         """Every subscription group the broker holds."""
         resp = self._broker(broker_addr, GET_ALL_SUBSCRIPTIONGROUP_CONFIG, {}, "GET_ALL_SUBSCRIPTIONGROUP_CONFIG")
         return dict((resp.body_json() or {}).get("subscriptionGroupTable") or {})
+
+    def consumer_offsets(self, broker_addr: str) -> dict[str, dict[int, int]]:
+        """The broker's consumer offsets as it holds them now: "topic@group" -> {queue id: offset}."""
+        resp = self._broker(broker_addr, GET_ALL_CONSUMER_OFFSET, {}, "GET_ALL_CONSUMER_OFFSET")
+        table = (resp.body_json() or {}).get("offsetTable") or {}
+        return {k: {int(q): int(o) for q, o in (v or {}).items()} for k, v in table.items()}
 
     def consumer_heartbeat(self, broker_addr: str, client_id: str, groups: list[str], topic: str) -> None:
         """One heartbeat of a push consumer in each of `groups` subscribed to `topic`, as the Java

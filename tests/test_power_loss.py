@@ -107,6 +107,14 @@ def test_power_loss_erases_what_async_flush_never_synced_and_nothing_sync_flush_
     before, after = evidence["max_offset_before"], evidence["max_offset_after"]
     assert set(before) == set(after) == {"broker-a", "broker-b"}
     assert all(v is not None for v in [*before.values(), *after.values()]), (before, after)  # each answered
+    # what each broker knew at the cut against what its store's config files hold: the topics and groups
+    # are kept (written at once, committed at close by auto_da_alloc), so a restart knows the topic
+    for node in ("broker-a", "broker-b"):
+        k = lost[node]["knows"]
+        assert k["before"] is not None and k["forgot"] is not None, k
+        assert "RMQCHAOS_POWER" not in k["forgot"]["topics_lost"] and k["after"]["topics"] >= 1, k
+        assert set(k["sources"]) == {"topics", "groups", "offsets"}, k
+    assert s["offset_rollback"] is not None  # the analysis read what the brokers forgot
     sc = s["store_check"]
     # in no store now: acknowledged and never read, or read once and then erased (whether the consumer
     # had read them before the cut is the host's timing): broker-a's only

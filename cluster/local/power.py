@@ -5,15 +5,19 @@ In one step, for every node at once: freeze it (the freezer: from here on it ans
 machine without power), fence and abort its layer's FUSE connection (the kernel's dirty pages for the
 mount never reach the layer: tests/test_powerfs.py proves it), SIGKILL it, then let each layer
 forget what was never synced, unmount it and mount a fresh one on the same store. The node stays
-down; a restart finds the store as it was at its last syncs.
+down; a restart finds the store as it was at its last syncs. For a broker, what it knew just before
+(topics, groups, consumer offsets, asked) is set against what its store's config files now hold
+(cluster/metadata.py): what a restart will have forgotten.
 """
 from __future__ import annotations
 
 import signal
 from typing import TYPE_CHECKING, Any
 
+from cluster import metadata
 from cluster.powerfs import PowerFS
 from rmqchaos.errors import UserError
+from rmqclient.admin import RemotingError
 from rmqchaos.procs import now_ms
 
 if TYPE_CHECKING:
@@ -39,6 +43,7 @@ def power_loss(c: "LocalCluster", names: list[str]) -> dict[str, dict[str, Any]]
         assert layer is not None
         layers[n.name] = layer
     pids = {n.name: n.pid for n in nodes}
+    knew = {n.name: _asked(n) for n in nodes if n.plan.is_broker and pids[n.name] is not None}
     for n in nodes:  # the power goes: nothing leaves these nodes any more
         if pids[n.name] is not None:
             n.cgroup.freeze(True)
@@ -59,4 +64,23 @@ def power_loss(c: "LocalCluster", names: list[str]) -> dict[str, dict[str, Any]]
                        "syncs": totals.get("syncs"), "writes": totals.get("writes"),
                        "ops_after_fence": fenced[n.name].get("ops_after_fence"),
                        "remounted": fresh is not None and fresh.alive()}
+        if n.name in knew:
+            out[n.name]["knows"] = knows(knew[n.name], metadata.on_disk(n.store_path / "config"))
     return out
+
+
+def _asked(n: "LocalNode") -> dict[str, Any] | None:
+    try:
+        return metadata.asked(n.plan.addr, timeout=2.0)
+    except (RemotingError, OSError):
+        return None  # it did not answer: what it knew is not known
+
+
+def knows(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any]:
+    """The evidence: how many topics, groups and offsets it knew and will load, from which files,
+    and what it forgot (None when it did not answer before the cut)."""
+    def sizes(t: dict[str, Any]) -> dict[str, int]:
+        return {"topics": len(t["topics"]), "groups": len(t["groups"]),
+                "offsets": sum(len(q) for q in t["offsets"].values())}
+    return {"before": None if before is None else sizes(before), "after": sizes(after), "sources": after["sources"],
+            "forgot": None if before is None else metadata.forgot(before, after)}

@@ -1,0 +1,70 @@
+"""What a verdict says of power losses and failing disks: what a broker answered while its disk
+failed, what a broker that lost power came back knowing, and the deliveries read again because its
+consumer offsets went back."""
+from __future__ import annotations
+
+from typing import Any
+
+
+def _faults(s: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    return {(e.get("params") or {}).get("fault_id"): e for e in s.get("events", [])
+            if e.get("kind") == "fault" and (e.get("params") or {}).get("fault_kind") == kind}
+
+
+def disk_error_phrases(s: dict[str, Any]) -> list[str]:
+    """Per disk_error or disk_slow window: what its broker answered while its disk failed or was slow,
+    e.g. 'while broker-a's fsyncs failed (eio-a: 2,540 EIO on 1 file): 120 sends acknowledged SEND_OK,
+    34 not', 'while broker-a's fsyncs were held (slow-a: 40 held 300 ms each): ...'. An acknowledgement
+    in the window is one whose flush may have failed or be pending: a power loss then may take it."""
+    kinds = {**_faults(s, "disk_error"), **_faults(s, "disk_slow")}
+    out = []
+    for w in s.get("windows") or []:
+        e = kinds.get(w.get("id"))
+        if e is None or e.get("outcome") != "ok":
+            continue
+        ev = e["params"].get("evidence") or {}
+        node = str(e.get("target"))
+        group = (s["cluster"]["brokers"].get(node) or {}).get("brokerName", node)
+        ans = (w.get("answers_by_broker") or {}).get(group) or {}
+        acked = {a: n for a, n in ans.items() if a == "SEND_OK" or a.startswith("FLUSH_") or a == "SLAVE_NOT_AVAILABLE"}
+        other = sum(n for a, n in ans.items() if a not in acked)
+        op = ev.get("op", "fsync")
+        if e["params"].get("fault_kind") == "disk_slow":
+            held = sum(int(f.get("count") or 0) for f in ev.get("delays") or [])
+            what = f"{op}s were held ({w['id']}: {held:,} held {ev.get('delay_ms')} ms each)"
+        else:
+            fails = sum(int(f.get("count") or 0) for f in ev.get("failures") or [])
+            what = f"{op}s failed ({w['id']}: {fails:,} {ev.get('errno', '')} on {len(ev.get('failures') or [])} file(s))"
+        out.append(f"while {node}'s {what}: "
+                   + (", ".join(f"{n:,} sends acknowledged {a}" for a, n in acked.items()) or "no send acknowledged")
+                   + f", {other:,} not")
+    return out
+
+
+def power_phrases(s: dict[str, Any]) -> list[str]:
+    """Per broker that lost power, what its restart found in its config files against what it knew at
+    the cut, e.g. 'broker-a came back knowing all 4 topics and 2 groups, its consumer offsets of 3
+    queues 1,204 messages back (read again after power-a: 1,190 deliveries of 1,190 keys)'."""
+    rb = s.get("offset_rollback") or {}
+    out = []
+    for fid, e in _faults(s, "power_loss").items():
+        if e.get("outcome") != "ok":
+            continue
+        for node, lost in (((e.get("params") or {}).get("evidence") or {}).get("nodes_lost") or {}).items():
+            k = lost.get("knows") or {}
+            f, before, after = k.get("forgot"), k.get("before"), k.get("after") or {}
+            if f is None or before is None:
+                continue
+            gone = [f"{len(f[w])} of {before[t]} {t} ({', '.join(f[w][:3])}{', ...' if len(f[w]) > 3 else ''})"
+                    for w, t in (("topics_lost", "topics"), ("groups_lost", "groups")) if f[w]]
+            knew = "forgetting " + " and ".join(gone) if gone else \
+                f"knowing all {before['topics']} topics and {before['groups']} groups"
+            back = f["offsets_back"]
+            offs = (f"its consumer offsets of {len(back)} queue(s) {f['messages_back']:,} messages back"
+                    if back else "its consumer offsets where they were")
+            again = ""
+            if back and rb:
+                n = int((rb.get("by_fault") or {}).get(fid, 0))
+                again = f" (read again after {fid}: {n:,} deliveries)"
+            out.append(f"{node} came back {knew}, {offs}{again}")
+    return out
