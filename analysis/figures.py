@@ -34,6 +34,9 @@ def value(s: dict[str, Any], name: str) -> int | None:
     if name == "frames_refused":
         fe = [m["frame_errors"] for m in s.get("monitor") or [] if isinstance(m.get("frame_errors"), dict)]
         return int(fe[-1].get("count") or 0) if fe else None
+    if name == "read_again_after_rollback":
+        rb = s.get("offset_rollback")
+        return None if rb is None else int(rb.get("deliveries") or 0)
     if name.startswith("retried_"):
         rb = s.get("retried_keys_by_batch_position")
         return None if rb is None else int(rb.get(name.removeprefix("retried_"), 0))

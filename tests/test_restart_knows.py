@@ -58,6 +58,8 @@ def test_the_verdict_says_what_a_restarted_broker_knew_and_what_was_read_again()
         "broker-a came back forgetting 2 of 3 topics (%RETRY%rmqchaos_consumer, RMQCHAOS_POWER) and 1 of 1 groups "
         "(rmqchaos_consumer), its consumer offsets of 3 queue(s) 1,450 messages back"]
     assert power_phrases({"events": [power_event(None)]}) == []  # it did not answer before the cut: nothing said
+    from analysis.figures import value
+    assert value(s, "read_again_after_rollback") == 48 and value({}, "read_again_after_rollback") is None
 
 
 @pytest.mark.fast

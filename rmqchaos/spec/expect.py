@@ -49,6 +49,7 @@ DERIVED = {
     "frames_refused": "frames namesrv refused as too long (its remoting.log)",
     "retried_first_in_batch": "keys redelivered through %RETRY% that were first of their listener batch",
     "retried_later_in_batch": "keys redelivered through %RETRY% that were at index 1..n-1 of their batch",
+    "read_again_after_rollback": "deliveries read again because a power loss rolled a broker's consumer offsets back",
 }
 OPS = ("==", "!=", ">=", "<=", ">", "<")
 _CONDITION = re.compile(r"^\s*([a-z_0-9]+(?:\.[A-Za-z0-9_%-]+)?)\s*(==|!=|>=|<=|>|<)\s*(-?\d+)\s*$")
