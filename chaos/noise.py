@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
 from chaos.protocol import FaultError, FaultKind, Lasting, lasting_span
-from cluster.backend import Neighbour
+from cluster.node import Neighbour
 from rmqchaos import diskstats
 from rmqchaos.spec import Fault, Scenario
 

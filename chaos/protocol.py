@@ -20,7 +20,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from cluster.backend import ClusterBackend, Node
+from cluster.backend import ClusterBackend
+from cluster.node import Node
 from rmqchaos.errors import UserError
 from rmqchaos.rundir import RunDir
 from rmqchaos.spec import Duration, Fault, Scenario, Strict

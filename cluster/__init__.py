@@ -5,7 +5,8 @@
 """
 from __future__ import annotations
 
-from cluster.backend import ClusterBackend, Node, NodeStatus
+from cluster.backend import ClusterBackend
+from cluster.node import Node, NodeStatus
 from rmqchaos.errors import UserError
 from rmqchaos.rundir import RunDir
 

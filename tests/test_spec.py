@@ -138,7 +138,7 @@ def test_ports_and_derived_ports_stay_within_range(brokers: str, expect: str) ->
 
 
 def test_broker_reported_values_compare_by_type() -> None:
-    from cluster.backend import same_value
+    from cluster.node import same_value
     assert same_value(True, "true") and not same_value(True, "false")
     assert same_value(256, "256") and same_value(0.5, "0.5") and not same_value(4, "256")
     assert same_value("SYNC_FLUSH", "SYNC_FLUSH") and not same_value("SYNC_FLUSHH", "ASYNC_FLUSH")

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from cluster.backend import Neighbour, NodeMemory, NodeStatus
+from cluster.node import Neighbour, NodeMemory, NodeStatus
 from cluster.compose import container_plans, image_tag, rocketmq_home
 from cluster.container import engine, image
 from cluster.local import CgroupMemory, LocalCluster, LocalNode, reap

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from cluster import netrules, powerfs, tools
-from cluster.backend import ClusterBackend, NodeStatus
+from cluster.backend import ClusterBackend
+from cluster.node import NodeStatus
 from cluster.jvm import find_java
 from cluster.local import cgroups, power
 from cluster.local.cgroups import Cgroup

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from cluster import powerfs
-from cluster.backend import Node, NodeMemory
+from cluster.node import Node, NodeMemory
 from cluster.jvm import find_java, jvm_command
 from cluster.local.cgroups import Cgroup
 from cluster.powerfs import PowerFS
