@@ -13,6 +13,16 @@ from rmqchaos.errors import UserError
 from rmqchaos.procs import spawn
 
 
+def per_s(n: int, seconds: float) -> float:
+    """n per second of `seconds` (0 for none)."""
+    return n / seconds if seconds else 0.0
+
+
+def cpu_per_10k(cpu_s: float, acked: int) -> float:
+    """CPU-seconds per 10,000 acknowledged messages (infinite for none)."""
+    return cpu_s / acked * 10_000 if acked else float("inf")
+
+
 @dataclass
 class Sample:
     who: str  # "python" | "java"
@@ -25,11 +35,11 @@ class Sample:
 
     @property
     def rate(self) -> float:
-        return self.acked / self.wall_s if self.wall_s else 0.0
+        return per_s(self.acked, self.wall_s)
 
     @property
     def cpu_per_10k(self) -> float:
-        return self.cpu_s / self.acked * 10_000 if self.acked else float("inf")
+        return cpu_per_10k(self.cpu_s, self.acked)
 
 
 def measure(cmd: list[str], env: dict[str, str] | None, timeout: float,

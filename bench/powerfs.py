@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from analysis.loadstep import p99
+from bench.measure import cpu_per_10k, per_s
 from bench.rounds import TOPIC
 from pipeline import down, load, up
 from pipeline.runs import attach_run, create_run, load_scenario, reap_orphans
@@ -56,11 +57,11 @@ class Side:
 
     @property
     def rate(self) -> float:
-        return self.acked / self.window_s if self.window_s else 0.0
+        return per_s(self.acked, self.window_s)
 
     @property
     def cpu_per_10k(self) -> float:
-        return self.cpu_s / self.acked * 1e4 if self.acked else float("inf")
+        return cpu_per_10k(self.cpu_s, self.acked)
 
 
 def cluster_scenario(scenario: str | Path, a: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
