@@ -16,13 +16,15 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from rmqchaos import paths
 from rmqchaos.errors import UserError
@@ -240,6 +242,38 @@ def check_dags() -> dict[str, Any]:
             "parse_s": {s.file: s.duration.total_seconds() for s in bag.dagbag_stats}}
 
 
+@contextmanager
+def _stoppable() -> Iterator[None]:
+    """Ctrl-C or SIGTERM stops the whole DAG run, not only its running task: the signal interrupts
+    that task (it unwinds as `rmqchaos run` does) and every later stage but `down` refuses at once
+    (pipeline.stage.request_stop), so `dag.test` ends within seconds. Whatever way it ends, a cluster
+    this process started and did not bring down is brought down (only those registered meanwhile:
+    a test's shared cluster of the same process stays up); then the interrupt goes on up."""
+    from pipeline import down
+    from pipeline.stage import request_stop, reset_stop, stop_requested
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if stop_requested() is None:
+            say(f"{signal.Signals(signum).name}: stopping the DAG run (every cluster it started is stopped)")
+        request_stop(f"the DAG run was stopped ({signal.Signals(signum).name})")
+        raise KeyboardInterrupt
+    before = down.registered()
+    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    except BaseException:
+        down.owned(but=before)
+        raise
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+        stopped = stop_requested()
+        reset_stop()  # the next DAG run of this process (a test's) starts afresh
+    if stopped:
+        down.owned(but=before)
+        raise KeyboardInterrupt
+
+
 def test_dag(dag_id: str, conf: dict[str, Any] | None = None) -> dict[str, Any]:
     """One DAG run in this process with `dag.test()` on the embedded metadata DB: the DAG's tasks in
     dependency order, as a scheduler would run them. Returns the run's state and each task's state."""
@@ -259,7 +293,8 @@ def test_dag(dag_id: str, conf: dict[str, Any] | None = None) -> dict[str, Any]:
     say(f"running DAG {dag_id} with dag.test() (metadata in {home()})")
     from airflow.sdk.exceptions import ParamValidationError
     try:
-        dr = dag.test(run_conf=conf or None)
+        with _stoppable():
+            dr = dag.test(run_conf=conf or None)
     except ParamValidationError as e:  # a Param out of its schema: one line, nothing started
         raise UserError(str(e).splitlines()[0], f"see the Params of {dag_id} (rmqchaos airflow check)") from None
     def name(task_id: str, map_index: int) -> str:

@@ -1,8 +1,9 @@
 """Stage `down`: stop everything the run started, whatever happened before (safe to repeat)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
 from cluster import get_backend
 from cluster.backend import ClusterBackend
@@ -59,4 +60,27 @@ def all_runs() -> list[RunDir]:
     for r in registered_runs():
         run(r)
         out.append(r)
+    return out
+
+
+def registered() -> set[Path]:
+    from rmqchaos.rundir import registered_runs
+    return {r.path for r in registered_runs()}
+
+
+def owned(but: Collection[Path] = ()) -> list[RunDir]:
+    """Every registered run this process owns (but those in `but`), brought down: a DAG run stopped
+    before its `down` tasks ran (`dag.test` runs every task in this process, and a run's cluster
+    outlives its `up` task)."""
+    from rmqchaos.rundir import registered_runs
+    out = []
+    for r in registered_runs():
+        try:
+            mine = int((r.state().get("owner") or {}).get("pid", 0)) == os.getpid()
+        except (OSError, ValueError):
+            continue
+        if mine and r.path not in but:
+            say(f"stopping the cluster of {r.path}: its DAG run was stopped")
+            run(r)
+            out.append(r)
     return out

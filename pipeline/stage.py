@@ -2,7 +2,11 @@
 state lock) and a `stage` event in the timeline, also when it fails or is interrupted.
 
 Statuses: running, ok, failed, interrupted (Ctrl-C / SIGTERM); a stage left "running" by a process
-that was killed outright reads as "killed" (RunDir.stages)."""
+that was killed outright reads as "killed" (RunDir.stages).
+
+A person who stops a DAG run (`rmqchaos airflow test`, Ctrl-C) stops the stage that runs; `dag.test`
+would then go on to the next task. `request_stop` makes every later stage but `down` refuse at once,
+so the DAG run ends within seconds with every cluster it started stopped."""
 from __future__ import annotations
 
 import os
@@ -24,8 +28,28 @@ def error_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
+_stopped: list[str] = []  # why this process was asked to stop (its first reason), if it was
+STILL_RUN = ("down",)  # the stages that run after a stop: they end what was started
+
+
+def request_stop(reason: str) -> None:
+    if not _stopped:
+        _stopped.append(reason)
+
+
+def stop_requested() -> str | None:
+    return _stopped[0] if _stopped else None
+
+
+def reset_stop() -> None:
+    _stopped.clear()
+
+
 @contextmanager
 def stage(run: RunDir, name: str) -> Iterator[None]:
+    if _stopped and name not in STILL_RUN:
+        raise UserError(f"not starting stage {name} of {run.path.name}: {_stopped[0]}",
+                        f"what its ledgers hold is kept: `rmqchaos analyze {run.path}` reads it")
     t0 = now_ms()
     # who runs it: a stage still "running" whose process is gone was killed outright (RunDir.stages)
     me = {"pid": os.getpid(), "starttime": starttime(os.getpid())}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import urllib.error
 import urllib.request
@@ -133,6 +134,38 @@ def test_nightly_dag_runs_the_matrix_one_cluster_at_a_time_and_tears_down_a_fail
     first, second = (st["n-ok"], st["n-fails"]) if ok_up < bad_up else (st["n-fails"], st["n-ok"])
     assert first["down"]["end_ms"] <= second["up"]["start_ms"]  # one cluster at a time (the same ports)
 
+
+
+def test_ctrl_c_stops_the_whole_dag_run_and_every_cluster_it_started(env: dict[str, str], tmp_path: Path) -> None:
+    """`make run` stopped by Ctrl-C mid-load: the running task unwinds, no later stage starts (dag.test
+    would go on to the next scenario), the cluster is stopped, and the CLI says so in one line, 130."""
+    first = write_scenario(tmp_path / "first.yaml", {**BASE, "name": "n-stopped", "load": {**BASE["load"], "duration": "60s"}})
+    second = write_scenario(tmp_path / "second.yaml", {**BASE, "name": "n-never"})
+    (tmp_path / "matrix.yaml").write_text(f"scenarios: [{first.name}, {second.name}]\n")
+    proc = subprocess.Popen([*RMQCHAOS, "airflow", "test", "rocketmq_nightly_resilience", "--conf",
+                             json.dumps({"matrix": str(tmp_path / "matrix.yaml")})], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    runs_dir = Path(env["RMQCHAOS_RUNS"])
+
+    def loading() -> Path | None:
+        for st in runs_dir.glob("*-n-*/state.json"):
+            if (json.loads(st.read_text()).get("stages") or {}).get("load", {}).get("status") == "running":
+                return st.parent
+        return None
+    try:
+        run = poll_until(loading, 300, "the first run's load to start", interval=0.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out[-2000:] + err[-3000:]
+    assert "SIGINT: stopping the DAG run" in err and err.count("rmqchaos: interrupted") == 1, err[-3000:]
+    runs = sorted(p for p in runs_dir.glob("*") if (p / "state.json").exists())
+    stages = {p.name.split("-", 2)[-1]: json.loads((p / "state.json").read_text())["stages"] for p in runs}
+    assert stages["n-stopped"]["load"]["status"] == "interrupted" and stages["n-stopped"]["down"]["status"] == "ok"
+    assert "up" not in stages.get("n-never", {}), stages  # the next scenario's cluster never started
+    assert no_jvm_of(runs) is None and (run / "ledgers").is_dir()  # nothing left running; the ledgers kept
 
 def test_embedded_airflow_runs_the_prerelease_dag_through_its_rest_api(env: dict[str, str], tmp_path: Path) -> None:
     """The candidate and its baseline, one after the other; the same choices on both sides, so the
