@@ -92,3 +92,23 @@ def test_a_repeat_inside_a_forgotten_range_after_the_cut_is_read_again_after_the
     assert rollback_repeats(recv, ranges) == {"deliveries": 1, "keys": 1, "by_fault": {"power-a": 1}}
     assert rollback_repeats(recv, []) == {"deliveries": 0, "keys": 0, "by_fault": {}}
     assert rollback_repeats(recv, None) is None
+
+
+@pytest.mark.fast
+def test_a_second_layer_window_on_one_mount_counts_only_its_own() -> None:
+    """The layer counts per mount: a second disk_error or disk_slow window on the same node keeps only
+    what came after it began; a fresh mount (another server pid) starts from nothing."""
+    from chaos.kinds.disk_error import keyed, since
+    first = keyed(41, [{"path": "commitlog/0", "op": "fsync", "errno": "EIO", "count": 30, "first_ms": 1, "last_ms": 9}])
+    now = keyed(41, [{"path": "commitlog/0", "op": "fsync", "errno": "EIO", "count": 42, "first_ms": 1, "last_ms": 20},
+                     {"path": "commitlog/1", "op": "fsync", "errno": "EIO", "count": 5, "first_ms": 15, "last_ms": 19}])
+    assert since(first, now) == {
+        (41, "commitlog/0", "EIO"): {"path": "commitlog/0", "op": "fsync", "errno": "EIO", "count": 12, "first_ms": None,
+                                     "last_ms": 20},
+        (41, "commitlog/1", "EIO"): {"path": "commitlog/1", "op": "fsync", "errno": "EIO", "count": 5, "first_ms": 15,
+                                     "last_ms": 19}}
+    assert since(now, now) == {}  # nothing new
+    slow = keyed(7, [{"path": "commitlog/0", "op": "fsync", "count": 10, "delay_ms": 3000, "first_ms": 1, "last_ms": 2}])
+    later = keyed(7, [{"path": "commitlog/0", "op": "fsync", "count": 14, "delay_ms": 4200, "first_ms": 1, "last_ms": 5}])
+    assert since(slow, later)[(7, "commitlog/0", "")]["delay_ms"] == 1200
+    assert since(first, keyed(99, [{"path": "commitlog/0", "errno": "EIO", "count": 3}]))[(99, "commitlog/0", "EIO")]["count"] == 3

@@ -6,8 +6,9 @@ its flush failed? (apache/rocketmq #2706, #3129, #5235: on 4.x `MappedFile.flush
 error, advanced its flushed position and acknowledged.)
 
 `files`: `commitlog`, `consumequeue`, `index`, `config`, `checkpoint`, or a glob relative to the
-store root (`*` stops at `/`). Its intent: the layer returned at least one error in the window. A
-power loss inside the window mounts a new layer: the rules follow it (every `tick_s`). `LayerRule`
+store root (`*` stops at `/`). Its intent: the layer returned at least one error in the window (its
+counts for the mount less those it had when the window began). A power loss inside the window mounts
+a new layer: the rules follow it (every `tick_s`). `LayerRule`
 is what disk_error and disk_slow share: the rules set on the node's layer, following its mount.
 The layer's `clear` removes every rule of a node: two such faults on one node must not overlap.
 """
@@ -43,6 +44,26 @@ def disk_error_intent(node: str, op: str, failures: list[dict[str, Any]]) -> dic
     return intent([happened("errors returned", node, n > 0, words)], f"disk_error on {node}")
 
 
+def keyed(pid: int, counted: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    return {(pid, f["path"], f.get("errno", "")): f for f in counted}
+
+
+def since(base: dict[tuple[Any, ...], dict[str, Any]],
+          now: dict[tuple[Any, ...], dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """What the layer counted after `base` (its counts for the whole mount when the window began):
+    per key the count (and summed delay) less the base's; keys with nothing new left out."""
+    out = {}
+    for k, f in now.items():
+        b = base.get(k) or {}
+        n = int(f.get("count") or 0) - int(b.get("count") or 0)
+        if n > 0:
+            out[k] = {**f, "count": n, **({"delay_ms": int(f["delay_ms"]) - int(b.get("delay_ms") or 0)}
+                                          if "delay_ms" in f else {}),
+                      # the layer keeps one first time per mount: this window's own is not known then
+                      **({"first_ms": None} if b else {})}
+    return out
+
+
 class LayerRule(LastingKind):
     """A fault that sets rules on a node's powerfs layer for its window (disk_error, disk_slow): it
     follows the node's mount (a power loss inside the window mounts a new layer, every `tick_s`),
@@ -61,7 +82,8 @@ class LayerRule(LastingKind):
         raise NotImplementedError
 
     def start(self) -> None:
-        self.seen: dict[tuple[int, str], dict[str, Any]] = {}  # (layer pid, path) -> what it counted
+        self.seen: dict[tuple[Any, ...], dict[str, Any]] = {}  # (layer pid, path, errno) -> counted in the window
+        self.base: dict[tuple[Any, ...], dict[str, Any]] = {}  # ... counted on the layer before the window
         self.t0 = time.time()
         self.pid: int | None = None
         self._follow()
@@ -75,7 +97,8 @@ class LayerRule(LastingKind):
             layer = self.node.layer(mount=False)
             if layer is None:
                 return
-            if layer.pid != self.pid:
+            if layer.pid != self.pid:  # a layer counts for its whole mount: what it had counted is not ours
+                self.base.update(keyed(layer.pid, layer.stats().get(self.evidence_key) or []))
                 for g in globs(self.params.files):
                     self.apply(layer, g)
                 self.pid = layer.pid
@@ -83,9 +106,8 @@ class LayerRule(LastingKind):
             stats = layer.stats()
         except UserError:
             return
-        for f in stats.get(self.evidence_key) or []:
-            if f.get("op") == self.params.op and int(f.get("last_ms") or 0) >= int(self.t0 * 1000):
-                self.seen[(layer.pid, f["path"])] = f
+        now = keyed(layer.pid, [f for f in stats.get(self.evidence_key) or [] if f.get("op") == self.params.op])
+        self.seen.update(since(self.base, now))
 
     def tick(self) -> None:
         self._follow()
