@@ -244,7 +244,8 @@ def check_dags() -> dict[str, Any]:
 
 @contextmanager
 def _stoppable() -> Iterator[None]:
-    """Ctrl-C or SIGTERM stops the whole DAG run, not only its running task: the signal interrupts
+    """Ctrl-C stops the whole DAG run, not only its running task (SIGTERM too until the first task:
+    Airflow's in-process task runner then sets its own SIGTERM handler): the signal interrupts
     that task (it unwinds as `rmqchaos run` does) and every later stage but `down` refuses at once
     (pipeline.stage.request_stop), so `dag.test` ends within seconds. Whatever way it ends, a cluster
     this process started and did not bring down is brought down (only those registered meanwhile:
