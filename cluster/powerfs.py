@@ -210,6 +210,11 @@ class PowerFS:
         serving (the kernel still talks to it), ops_after_fence, failures injected."""
         return self.command("stats")
 
+    def fence(self) -> int:
+        """From now on the layer makes nothing durable: every later write or sync (one in flight too)
+        fails EIO and is counted (`ops_after_fence`). Returns the fence's time (unix ms); idempotent."""
+        return int(self.command("fence")["fenced_ms"])
+
     def abort(self, timeout: float = 10) -> dict[str, Any]:
         """Cut the kernel off: fence the layer (any later write or sync is refused and counted),
         then abort the FUSE connection, so no dirty page of the kernel's reaches the layer again.

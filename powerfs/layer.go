@@ -552,6 +552,9 @@ func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall
 	if err := unix.Fsync(h.fd); err != nil {
 		return fs.ToErrno(err)
 	}
+	if n.l.isFenced() {
+		return syscall.EIO // the power went during the fsync: the undo log stays, the drop reverts it
+	}
 	s.synced(false)
 	return 0
 }

@@ -32,16 +32,17 @@ class PowerLossParams(Strict):
 
 
 def power_intent(lost: dict[str, dict[str, Any]], back: dict[str, int | None] | None = None) -> dict[str, Any]:
-    """From the backend's per-node record: died, nothing after the cut, remounted; and with `back`
+    """From the backend's per-node record: died, its disk cut (the layer fenced), remounted; and with `back`
     (node -> its new pid, None: not running), back after `back_after`."""
     ms = []
     for node, ev in lost.items():
         if ev.get("was_running"):
             ms.append(happened("died", node, ev.get("dead", False), f"{node} pid {ev.get('pid')} "
                                + ("killed at the cut" if ev.get("dead") else "still alive after the cut")))
-        after = ev.get("ops_after_fence")
-        ms.append(happened("cut", node, after == 0, f"{node}: {after} write(s) reached the layer after the cut"
-                           if after else f"{node}: nothing reached the layer after the cut"))
+        after, fenced = ev.get("ops_after_fence"), ev.get("fenced_ms")
+        ms.append(happened("cut", node, fenced is not None, f"{node}: disk cut at the power loss"
+                           + (f", {after} later write(s) or sync(s) refused" if after else "")
+                           if fenced is not None else f"{node}: its disk was NOT cut"))
         ms.append(happened("remounted", node, bool(ev.get("remounted")),
                            f"{node}: layer mounted again" if ev.get("remounted") else f"{node}: layer NOT mounted again"))
     ms += [happened("back", n, pid is not None, f"{n} back as pid {pid}" if pid else f"{n} not running")

@@ -1,10 +1,11 @@
 """A power loss of local nodes whose stores sit on the powerfs layer (docs/powerfs.md): what the
 machine would keep of their stores is what they had fsynced.
 
-In one step, for every node at once: freeze it (the freezer: from here on it answers nothing, as a
-machine without power), fence and abort its layer's FUSE connection (the kernel's dirty pages for the
-mount never reach the layer: tests/test_powerfs.py proves it), SIGKILL it, then let each layer
-forget what was never synced, unmount it and mount a fresh one on the same store. The node stays
+In one step, for every node at once: fence its layer (the cut: from this instant nothing becomes
+durable, an fsync in flight included), freeze it (the freezer: from here on it answers nothing, as a
+machine without power), abort its layer's FUSE connection (the kernel's dirty pages for the mount
+never reach the layer: tests/test_powerfs.py proves it), SIGKILL it, then let each layer forget what
+was never synced, unmount it and mount a fresh one on the same store. The node stays
 down; a restart finds the store as it was at its last syncs. For a broker, what it knew just before
 (topics, groups, consumer offsets, asked) is set against what its store's config files now hold
 (cluster/metadata.py): what a restart will have forgotten.
@@ -44,10 +45,16 @@ def power_loss(c: "LocalCluster", names: list[str]) -> dict[str, dict[str, Any]]
         layers[n.name] = layer
     pids = {n.name: n.pid for n in nodes}
     knew = {n.name: _asked(n) for n in nodes if n.plan.is_broker and pids[n.name] is not None}
-    for n in nodes:  # the power goes: nothing leaves these nodes any more
+    # the power goes: first the disks, at one instant (from here the layers make nothing durable: an
+    # fsync in flight answers EIO and keeps its undo log), then the machines. Freezing first let an
+    # fsync in flight finish before the node froze (the freezer waits for a task in a FUSE call),
+    # which made that flush durable, as a power cut would not.
+    cut_ms = now_ms()
+    fence_ms = {name: layer.fence() for name, layer in layers.items()}
+    for n in nodes:  # nothing leaves these nodes any more
         if pids[n.name] is not None:
             n.cgroup.freeze(True)
-    cut_ms = now_ms()
+    frozen_ms = now_ms()
     fenced = {name: layer.abort() for name, layer in layers.items()}
     for n in nodes:
         if pids[n.name] is not None and n.running():
@@ -62,6 +69,7 @@ def power_loss(c: "LocalCluster", names: list[str]) -> dict[str, dict[str, Any]]
         out[n.name] = {"pid": pids[n.name], "cut_ms": cut_ms, "was_running": pids[n.name] is not None,
                        "bytes_dropped": int(dropped.get("bytes") or 0), "files": _summary(dropped),
                        "syncs": totals.get("syncs"), "writes": totals.get("writes"),
+                       "fenced_ms": fence_ms[n.name], "frozen_ms": frozen_ms,
                        "ops_after_fence": fenced[n.name].get("ops_after_fence"),
                        "remounted": fresh is not None and fresh.alive()}
         if n.name in knew:
