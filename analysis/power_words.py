@@ -43,7 +43,7 @@ def disk_error_phrases(s: dict[str, Any]) -> list[str]:
 
 def power_phrases(s: dict[str, Any]) -> list[str]:
     """Per broker that lost power, what its restart found in its config files against what it knew at
-    the cut, e.g. 'broker-a came back knowing all 4 topics and 2 groups, its consumer offsets of 3
+    the cut, e.g. 'broker-a came back with all 4 topics and 2 groups in its config files, its consumer offsets of 3
     queues 1,204 messages back (read again after power-a: 1,190 deliveries of 1,190 keys)'."""
     rb = s.get("offset_rollback") or {}
     out = []
@@ -57,8 +57,10 @@ def power_phrases(s: dict[str, Any]) -> list[str]:
                 continue
             gone = [f"{len(f[w])} of {before[t]} {t} ({', '.join(f[w][:3])}{', ...' if len(f[w]) > 3 else ''})"
                     for w, t in (("topics_lost", "topics"), ("groups_lost", "groups")) if f[w]]
-            knew = "forgetting " + " and ".join(gone) if gone else \
-                f"knowing all {before['topics']} topics and {before['groups']} groups"
+            # what its config files hold: a broker also recreates its built-in topics and groups at
+            # start, and a consumer's heartbeat its group (autoCreateSubscriptionGroup)
+            knew = "with config files that lack " + " and ".join(gone) if gone else \
+                f"with all {before['topics']} topics and {before['groups']} groups in its config files"
             back = f["offsets_back"]
             offs = (f"its consumer offsets of {len(back)} queue(s) {f['messages_back']:,} messages back"
                     if back else "its consumer offsets where they were")

@@ -51,11 +51,11 @@ def test_the_verdict_says_what_a_restarted_broker_knew_and_what_was_read_again()
     f = forgot(BEFORE, {"topics": BEFORE["topics"], "groups": BEFORE["groups"],
                         "offsets": {"RMQCHAOS_POWER@rmqchaos_consumer": {0: 450, 1: 480, 2: 470}}})
     s = {"events": [power_event(f)], "offset_rollback": {"deliveries": 48, "keys": 48, "by_fault": {"power-a": 48}}}
-    assert power_phrases(s) == ["broker-a came back knowing all 3 topics and 1 groups, its consumer offsets of 1 "
+    assert power_phrases(s) == ["broker-a came back with all 3 topics and 1 groups in its config files, its consumer offsets of 1 "
                                 "queue(s) 50 messages back (read again after power-a: 48 deliveries)"]
     lost = forgot(BEFORE, {"topics": ["TBW102"], "groups": [], "offsets": {}})
     assert power_phrases({"events": [power_event(lost)]}) == [
-        "broker-a came back forgetting 2 of 3 topics (%RETRY%rmqchaos_consumer, RMQCHAOS_POWER) and 1 of 1 groups "
+        "broker-a came back with config files that lack 2 of 3 topics (%RETRY%rmqchaos_consumer, RMQCHAOS_POWER) and 1 of 1 groups "
         "(rmqchaos_consumer), its consumer offsets of 3 queue(s) 1,450 messages back"]
     assert power_phrases({"events": [power_event(None)]}) == []  # it did not answer before the cut: nothing said
     from analysis.figures import value
