@@ -53,7 +53,8 @@ def evaluate(sig: Signature | None, s: dict[str, Any]) -> dict[str, Any] | None:
         evidence.append({"what": "the run finished", "holds": None,
                          "seen": "; ".join(s.get("incomplete_reasons") or []) or "incomplete"})
     holds = [e["holds"] for e in evidence]
-    reached = False if False in holds else None if None in holds else True
+    # a run that did not finish is never NOT reproduced: what it missed may be what it never got to
+    reached = None if s.get("complete") is False else False if False in holds else None if None in holds else True
     misses = [e for e in evidence if e["holds"] is not True]
     return {"source": "signature", "shows": sig.shows, "reached": reached, "evidence": evidence, "misses": misses,
             "words": words(reached, misses)}

@@ -152,6 +152,10 @@ def test_a_failed_fault_intent_a_run_that_did_not_finish_and_a_failover_bound() 
     cut = dict(s, complete=False, incomplete_reasons=["the drain timed out"])
     r = evaluate(fo, cut)
     assert r["reached"] is None and r["words"] == "NOT verified: unknown: the run finished (the drain timed out)"
+    # a condition that fails in a run that did not finish: still NOT verified, the failed condition named
+    r = evaluate(fo, dict(cut, counts={**cut["counts"], "lost": 3}))
+    assert r["reached"] is None and r["words"] == ("NOT verified: lost == 0 (lost = 3); unknown: the run finished "
+                                                   "(the drain timed out)"), r["words"]
     assert evaluate(None, s) is None
     # a repeated fault's occurrences (kill-master#1, #2) are each held to the bound
     one = s["failover"]["failovers"][0]
