@@ -165,6 +165,8 @@ def test_ctrl_c_stops_the_whole_dag_run_and_every_cluster_it_started(env: dict[s
     stages = {p.name.split("-", 2)[-1]: json.loads((p / "state.json").read_text())["stages"] for p in runs}
     assert stages["n-stopped"]["load"]["status"] == "interrupted" and stages["n-stopped"]["down"]["status"] == "ok"
     assert "up" not in stages.get("n-never", {}), stages  # the next scenario's cluster never started
+    # and the machine's cluster slot, which its sensor took before its `up` refused, is free again
+    assert not (Path(env["RMQCHAOS_HOME"]) / "cluster.slot").exists()
     assert no_jvm_of(runs) is None and (run / "ledgers").is_dir()  # nothing left running; the ledgers kept
 
 def test_embedded_airflow_runs_the_prerelease_dag_through_its_rest_api(env: dict[str, str], tmp_path: Path) -> None:
