@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from analysis.powercuts import power_cuts
+
 
 def _faults(s: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
     return {(e.get("params") or {}).get("fault_id"): e for e in s.get("events", [])
@@ -43,30 +45,27 @@ def disk_error_phrases(s: dict[str, Any]) -> list[str]:
 
 def power_phrases(s: dict[str, Any]) -> list[str]:
     """Per broker that lost power, what its restart found in its config files against what it knew at
-    the cut, e.g. 'broker-a came back with all 4 topics and 2 groups in its config files, its consumer offsets of 3
-    queues 1,204 messages back (read again after power-a: 1,190 deliveries of 1,190 keys)'."""
+    the cut, e.g. 'broker-a came back with all 4 topics and 2 groups in its config files, its consumer
+    offsets of 3 queue(s) 1,204 messages back (read again after power-a: 1,190 deliveries)'."""
     rb = s.get("offset_rollback") or {}
     out = []
-    for fid, e in _faults(s, "power_loss").items():
-        if e.get("outcome") != "ok":
+    for fid, node, lost in power_cuts(s.get("events") or []):
+        k = lost.get("knows") or {}
+        f, before = k.get("forgot"), k.get("before")
+        if f is None or before is None:
             continue
-        for node, lost in (((e.get("params") or {}).get("evidence") or {}).get("nodes_lost") or {}).items():
-            k = lost.get("knows") or {}
-            f, before, after = k.get("forgot"), k.get("before"), k.get("after") or {}
-            if f is None or before is None:
-                continue
-            gone = [f"{len(f[w])} of {before[t]} {t} ({', '.join(f[w][:3])}{', ...' if len(f[w]) > 3 else ''})"
-                    for w, t in (("topics_lost", "topics"), ("groups_lost", "groups")) if f[w]]
-            # what its config files hold: a broker also recreates its built-in topics and groups at
-            # start, and a consumer's heartbeat its group (autoCreateSubscriptionGroup)
-            knew = "with config files that lack " + " and ".join(gone) if gone else \
-                f"with all {before['topics']} topics and {before['groups']} groups in its config files"
-            back = f["offsets_back"]
-            offs = (f"its consumer offsets of {len(back)} queue(s) {f['messages_back']:,} messages back"
-                    if back else "its consumer offsets where they were")
-            again = ""
-            if back and rb:
-                n = int((rb.get("by_fault") or {}).get(fid, 0))
-                again = f" (read again after {fid}: {n:,} deliveries)"
-            out.append(f"{node} came back {knew}, {offs}{again}")
+        gone = [f"{len(f[w])} of {before[t]} {t} ({', '.join(f[w][:3])}{', ...' if len(f[w]) > 3 else ''})"
+                for w, t in (("topics_lost", "topics"), ("groups_lost", "groups")) if f[w]]
+        # what its config files hold: a broker also recreates its built-in topics and groups at
+        # start, and a consumer's heartbeat its group (autoCreateSubscriptionGroup)
+        knew = "with config files that lack " + " and ".join(gone) if gone else \
+            f"with all {before['topics']} topics and {before['groups']} groups in its config files"
+        back = f["offsets_back"]
+        offs = (f"its consumer offsets of {len(back)} queue(s) {f['messages_back']:,} messages back"
+                if back else "its consumer offsets where they were")
+        again = ""
+        if back and rb:
+            n = int((rb.get("by_fault") or {}).get(fid, 0))
+            again = f" (read again after {fid}: {n:,} deliveries)"
+        out.append(f"{node} came back {knew}, {offs}{again}")
     return out

@@ -18,6 +18,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from analysis.acks import served_node
+from analysis.powercuts import power_cuts
 from analysis.topology import Topology
 
 COPY = ("key", "origin_topic", "broker", "queue_id", "queue_offset")
@@ -54,19 +55,15 @@ def rollbacks(events: list[dict[str, Any]], brokers: dict[str, dict[str, str]]) 
     time and the fault. None when no power loss recorded what its brokers knew."""
     out: list[dict[str, Any]] = []
     seen = False
-    for e in events:
-        p = e.get("params") or {}
-        if e.get("kind") != "fault" or p.get("fault_kind") != "power_loss" or e.get("outcome") != "ok":
+    for fid, node, lost in power_cuts(events):
+        f = (lost.get("knows") or {}).get("forgot")
+        if f is None:
             continue
-        for node, lost in ((p.get("evidence") or {}).get("nodes_lost") or {}).items():
-            f = (lost.get("knows") or {}).get("forgot")
-            if f is None:
-                continue
-            seen = True
-            group = (brokers.get(node) or {}).get("brokerName", node)
-            out += [{"fault_id": p.get("fault_id"), "broker": group, "topic": b["topic"], "queue": int(b["queue"]),
-                     "lo": int(b["after"] or 0), "hi": int(b["before"]), "cut_ms": int(lost["cut_ms"])}
-                    for b in f["offsets_back"]]
+        seen = True
+        group = (brokers.get(node) or {}).get("brokerName", node)
+        out += [{"fault_id": fid, "broker": group, "topic": b["topic"], "queue": int(b["queue"]),
+                 "lo": int(b["after"] or 0), "hi": int(b["before"]), "cut_ms": int(lost["cut_ms"])}
+                for b in f["offsets_back"]]
     return out if seen else None
 
 

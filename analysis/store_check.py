@@ -11,6 +11,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from analysis import sends
+from analysis.powercuts import power_cuts
 from analysis.session import BROADCAST_MAX
 
 STORE_LOOKUP_MAX = 100_000  # keys looked up in the brokers' stores per run
@@ -72,13 +73,10 @@ def power_cut_keys(send: DataFrame, keys: DataFrame, events: list[dict[str, Any]
     power_loss events' `nodes_lost[node].cut_ms`): the store must still hold each (a SYNC_FLUSH
     broker's did; an ASYNC_FLUSH broker's may be erased once read). At most `limit`, by key."""
     cuts = []
-    for e in events:
-        p = e.get("params") or {}
-        if e.get("kind") == "fault" and p.get("fault_kind") == "power_loss" and e.get("outcome") == "ok":
-            for node, lost in ((p.get("evidence") or {}).get("nodes_lost") or {}).items():
-                group = (brokers.get(node) or {}).get("brokerName")
-                if group and lost.get("cut_ms"):
-                    cuts.append((group, int(lost["cut_ms"])))
+    for _, node, lost in power_cuts(events):
+        group = (brokers.get(node) or {}).get("brokerName")
+        if group and lost.get("cut_ms"):
+            cuts.append((group, int(lost["cut_ms"])))
     if not cuts:
         return []
     before = reduce(lambda a, b: a | b, [(F.col("broker") == g) & (F.col("end_ms") <= t) for g, t in cuts])

@@ -9,11 +9,10 @@ file is empty or does not parse (ConfigManager.load, loadBak).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from rmqclient.admin import AdminClient
+from rmqclient.admin import AdminClient, offset_table
 from rmqclient.frame import loads_lenient
 
 FILES = {"topics": "topics.json", "groups": "subscriptionGroup.json", "offsets": "consumerOffset.json"}
@@ -38,7 +37,7 @@ def _load(f: Path) -> tuple[dict[str, Any] | None, str]:
             continue
         try:
             return loads_lenient(text), path.name
-        except (ValueError, json.JSONDecodeError):
+        except ValueError:  # json.JSONDecodeError among them
             continue
     return None, f"neither {f.name} nor its .bak holds a table"
 
@@ -56,8 +55,7 @@ def on_disk(config_dir: Path) -> dict[str, Any]:
         elif what == "groups":
             tables[what] = sorted(doc.get("subscriptionGroupTable") or {})
         else:
-            tables[what] = {k: {int(q): int(o) for q, o in (v or {}).items()}
-                            for k, v in (doc.get("offsetTable") or {}).items()}
+            tables[what] = offset_table(doc)
     return {**tables, "sources": sources}
 
 

@@ -118,6 +118,12 @@ def _str(v: Any) -> str:
     return str(v)
 
 
+def offset_table(doc: dict[str, Any]) -> dict[str, dict[int, int]]:
+    """ConsumerOffsetManager's JSON (GET_ALL_CONSUMER_OFFSET's body, or consumerOffset.json) as
+    "topic@group" -> {queue id: offset}."""
+    return {k: {int(q): int(o) for q, o in (v or {}).items()} for k, v in (doc.get("offsetTable") or {}).items()}
+
+
 class AdminClient:
     """Admin calls the platform needs. `namesrv` is "host:port" (several separated by ';')."""
 
@@ -279,8 +285,7 @@ class AdminClient:
     def consumer_offsets(self, broker_addr: str) -> dict[str, dict[int, int]]:
         """The broker's consumer offsets as it holds them now: "topic@group" -> {queue id: offset}."""
         resp = self._broker(broker_addr, GET_ALL_CONSUMER_OFFSET, {}, "GET_ALL_CONSUMER_OFFSET")
-        table = (resp.body_json() or {}).get("offsetTable") or {}
-        return {k: {int(q): int(o) for q, o in (v or {}).items()} for k, v in table.items()}
+        return offset_table(resp.body_json() or {})
 
     def consumer_heartbeat(self, broker_addr: str, client_id: str, groups: list[str], topic: str) -> None:
         """One heartbeat of a push consumer in each of `groups` subscribed to `topic`, as the Java

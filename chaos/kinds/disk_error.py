@@ -97,13 +97,13 @@ class LayerRule(LastingKind):
             layer = self.node.layer(mount=False)
             if layer is None:
                 return
+            stats = layer.stats()
             if layer.pid != self.pid:  # a layer counts for its whole mount: what it had counted is not ours
-                self.base.update(keyed(layer.pid, layer.stats().get(self.evidence_key) or []))
+                self.base.update(keyed(layer.pid, stats.get(self.evidence_key) or []))
                 for g in globs(self.params.files):
                     self.apply(layer, g)
                 self.pid = layer.pid
             self.layer = layer
-            stats = layer.stats()
         except UserError:
             return
         now = keyed(layer.pid, [f for f in stats.get(self.evidence_key) or [] if f.get("op") == self.params.op])
