@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from analysis.powercuts import not_started
 from analysis.serving import restart_reasons
 from rmqchaos.rundir import RunDir
 
@@ -40,8 +41,11 @@ def completeness(run: RunDir) -> dict[str, Any]:
     if not drains:
         receive.append("the consumers were never drained")
     elif drains[-1]["params"].get("out_of_reach"):
+        down = not_started(run.timeline())
         receive.append(f"the drain stopped early: broker group(s) {', '.join(drains[-1]['params']['out_of_reach'])} "
-                       "had no running node, so their stored messages were out of reach")
+                       "had no running node, so their stored messages were out of reach"
+                       + (f" ({'; '.join(f'{n} did not start again after its power loss: {w}' for n, w in down.items())})"
+                          if down else ""))
     elif drains[-1]["params"].get("drained") is not True:
         left = "not recorded" if "drained" not in drains[-1]["params"] else "above 0"
         receive.append(f"the drain did not reach lag 0 for every consumer group (lag {left} when it stopped)")

@@ -7,6 +7,7 @@ import operator
 from typing import Any
 
 from analysis.findings import busy_refusals
+from analysis.powercuts import not_started, power_cuts
 from rmqchaos.spec.expect import DERIVED, FAMILIES, figure, parse_condition
 
 _OPS = {"==": operator.eq, "!=": operator.ne, ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
@@ -37,6 +38,9 @@ def value(s: dict[str, Any], name: str) -> int | None:
     if name == "read_again_after_rollback":
         rb = s.get("offset_rollback")
         return None if rb is None else int(rb.get("deliveries") or 0)
+    if name == "not_started_after_power_loss":
+        cuts = list(power_cuts(s.get("events") or []))
+        return None if not cuts else len(not_started(s.get("events") or []))
     if name.startswith("retried_"):
         rb = s.get("retried_keys_by_batch_position")
         return None if rb is None else int(rb.get(name.removeprefix("retried_"), 0))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.powercuts import power_cuts
+from analysis.powercuts import not_started, power_cuts
 
 
 def _faults(s: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
@@ -46,7 +46,8 @@ def disk_error_phrases(s: dict[str, Any]) -> list[str]:
 def power_phrases(s: dict[str, Any]) -> list[str]:
     """Per broker that lost power, what its restart found in its config files against what it knew at
     the cut, e.g. 'broker-a came back with all 4 topics and 2 groups in its config files, its consumer
-    offsets of 3 queue(s) 1,204 messages back (read again after power-a: 1,190 deliveries)'."""
+    offsets of 3 queue(s) 1,204 messages back (read again after power-a: 1,190 deliveries)'; and each node
+    that did not start again, with the exception that ended it."""
     rb = s.get("offset_rollback") or {}
     out = []
     for fid, node, lost in power_cuts(s.get("events") or []):
@@ -68,4 +69,6 @@ def power_phrases(s: dict[str, Any]) -> list[str]:
             n = int((rb.get("by_fault") or {}).get(fid, 0))
             again = f" (read again after {fid}: {n:,} deliveries)"
         out.append(f"{node} came back {knew}, {offs}{again}")
+    out += [f"{node} did not start again when its power came back: {why}"
+            for node, why in not_started(s.get("events") or []).items()]
     return out

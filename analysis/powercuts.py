@@ -12,3 +12,13 @@ def power_cuts(events: list[dict[str, Any]]) -> Iterator[tuple[str | None, str, 
         if e.get("kind") == "fault" and p.get("fault_kind") == "power_loss" and e.get("outcome") == "ok":
             for node, lost in ((p.get("evidence") or {}).get("nodes_lost") or {}).items():
                 yield p.get("fault_id"), node, lost
+
+
+def not_started(events: list[dict[str, Any]]) -> dict[str, str]:
+    """Node -> why, for every node that did not start again when its power came back (chaos/kinds/power_loss.py)."""
+    out: dict[str, str] = {}
+    for e in events:
+        p = e.get("params") or {}
+        if e.get("kind") == "fault" and p.get("fault_kind") == "power_loss":
+            out.update((p.get("evidence") or {}).get("not_started") or {})
+    return out

@@ -12,8 +12,18 @@ from typing import Sequence
 
 from cluster.plan import NodePlan
 from cluster.powerfs import PowerFS
+from rmqchaos.errors import UserError
 from rmqchaos.procs import starttime, stop as stop_pid
 from rmqchaos.rundir import RunDir
+
+
+class ClusterStartError(UserError):
+    """A node did not come up: it exited while starting, or never became ready. `cause`: the exception
+    that ended it, read from its output, when it shows one."""
+
+    def __init__(self, message: str, hint: str = "", detail: str = "", cause: str | None = None) -> None:
+        super().__init__(message, hint, detail)
+        self.cause = cause
 
 
 @dataclass

@@ -344,6 +344,17 @@ def test_an_unfinished_receive_side_means_no_loss_can_be_claimed(tmp_path: Path,
     assert any(r.startswith(reason) for r in c["reasons"]), c["reasons"]
 
 
+def test_a_group_that_did_not_start_after_its_power_loss_is_named_in_the_drain_reason(tmp_path: Path) -> None:
+    from analysis.completeness import completeness
+    run, finish = _load_run(tmp_path)
+    run.event("fault", "broker-a", 1, 2, "ok", fault_id="power", fault_kind="power_loss",
+              evidence={"nodes_lost": {"broker-a": {}}, "not_started": {"broker-a": "java.lang.NumberFormatException"}})
+    finish(drained=False, out_of_reach=["broker-a"])
+    assert ("the drain stopped early: broker group(s) broker-a had no running node, so their stored messages were "
+            "out of reach (broker-a did not start again after its power loss: java.lang.NumberFormatException)"
+            in completeness(run)["reasons"])
+
+
 def test_a_stage_left_running_by_a_killed_process_reads_as_killed(tmp_path: Path) -> None:
     import subprocess
     import sys

@@ -75,6 +75,25 @@ def test_the_intent_is_died_cut_off_and_remounted_per_node() -> None:
     uncut = power_intent({"broker-a": {**ok, "fenced_ms": None}})
     assert uncut["short"] is True and "broker-a: its disk was NOT cut" in uncut["words"]
     assert power_intent({"broker-a": ok}, {"broker-a": None})["short"] is True  # not back
+    # powered back, but it exited on its own while starting: the system's answer, not the fault's failure
+    refused = power_intent({"broker-a": ok}, {"broker-a": None}, {"broker-a": "java.lang.NumberFormatException"})
+    assert refused["short"] is False and "broker-a powered back; it did not start again: java.lang.NumberFormatException" \
+        in str(refused)
+
+
+@pytest.mark.fast
+def test_the_exception_that_ended_a_nodes_start_is_read_from_its_stdout(tmp_path: Path) -> None:
+    from cluster.local import exit_cause
+    assert exit_cause(tmp_path) is None  # no stdout at all
+    (tmp_path / "stdout.log").write_text(
+        "The broker[broker-a, 127.0.10.13:10919] boot success.\n"
+        "java.lang.IllegalStateException: an earlier start's\n\tat org.apache.rocketmq.broker.BrokerStartup.main(BrokerStartup.java:60)\n"
+        "java.lang.NumberFormatException: Cannot parse null string\n"
+        "\tat java.base/java.lang.Integer.parseInt(Integer.java:630)\n"
+        "\tat org.apache.rocketmq.common.utils.CheckpointFile.read(CheckpointFile.java:107)\n"
+        "\tat org.apache.rocketmq.store.ha.autoswitch.EpochFileCache.initCacheFromFile(EpochFileCache.java:90)\n")
+    assert exit_cause(tmp_path) == ("java.lang.NumberFormatException: Cannot parse null string "
+                                    "at CheckpointFile.read(CheckpointFile.java:107)")
 
 
 @pytest.mark.fast

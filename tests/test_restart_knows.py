@@ -60,6 +60,18 @@ def test_the_verdict_says_what_a_restarted_broker_knew_and_what_was_read_again()
     assert power_phrases({"events": [power_event(None)]}) == []  # it did not answer before the cut: nothing said
     from analysis.figures import value
     assert value(s, "read_again_after_rollback") == 48 and value({}, "read_again_after_rollback") is None
+    assert value(s, "not_started_after_power_loss") == 0 and value({}, "not_started_after_power_loss") is None
+
+
+@pytest.mark.fast
+def test_a_node_that_did_not_start_again_is_named_with_its_exception() -> None:
+    ev = power_event(None)
+    ev["params"]["evidence"]["not_started"] = {"broker-a": "java.lang.NumberFormatException: Cannot parse null string"}
+    s = {"events": [ev]}
+    assert power_phrases(s) == ["broker-a did not start again when its power came back: "
+                                "java.lang.NumberFormatException: Cannot parse null string"]
+    from analysis.figures import value
+    assert value(s, "not_started_after_power_loss") == 1
 
 
 @pytest.mark.fast

@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 
 from cluster import netrules, powerfs, tools
 from cluster.backend import ClusterBackend
-from cluster.node import NodeStatus
+from cluster.node import ClusterStartError, NodeStatus
 from cluster.jvm import find_java
 from cluster.local import cgroups, power
 from cluster.local.cgroups import Cgroup
@@ -32,11 +32,24 @@ from rmqchaos.wait import poll_until
 from rmqclient.admin import RemotingError
 
 
-class ClusterStartError(UserError):
-    pass
-
-
 _LOG_RECORD = re.compile(r"^\d{4}-\d\d-\d\d ")
+
+
+_TOP_EXCEPTION = re.compile(r'^(?:Exception in thread "[^"]*" )?((?:[a-z_$][\w$]*\.)+[A-Z][\w$]*(?:Exception|Error)\b.*)$')
+_ROCKETMQ_FRAME = re.compile(r"^\s+at org\.apache\.rocketmq\.[\w.$]*?([A-Z][\w$]*\.[\w$<>]+\([\w.]+:\d+\))")
+
+
+def exit_cause(node_dir: Path) -> str | None:
+    """The last top-level exception in a node's stdout (the one that ended its last start) and the first
+    RocketMQ frame under it, e.g. 'java.lang.NumberFormatException: Cannot parse null string at
+    CheckpointFile.read(CheckpointFile.java:107)'; None when its stdout shows none."""
+    f = node_dir / "stdout.log"
+    lines = f.read_text(errors="replace").splitlines() if f.is_file() else []
+    for i in range(len(lines) - 1, -1, -1):
+        if (m := _TOP_EXCEPTION.match(lines[i])):
+            frame = next((f.group(1) for ln in lines[i + 1:i + 40] if (f := _ROCKETMQ_FRAME.match(ln))), None)
+            return m.group(1)[:200] + (f" at {frame}" if frame else "")
+    return None
 
 
 def log_tail(node_dir: Path, lines: int = 10) -> str:
@@ -155,7 +168,7 @@ class LocalCluster(ClusterBackend):
             if not self.node(n).running():
                 raise ClusterStartError(f"{n} exited while starting (waiting for {waited_for})",
                                         f"see its logs in {self.run.node_dir(n)}",
-                                        detail=log_tail(self.run.node_dir(n)))
+                                        detail=log_tail(self.run.node_dir(n)), cause=exit_cause(self.run.node_dir(n)))
 
     def _ready_timeout(self) -> float:
         return self.scenario.cluster.ready_timeout

@@ -50,6 +50,7 @@ DERIVED = {
     "retried_first_in_batch": "keys redelivered through %RETRY% that were first of their listener batch",
     "retried_later_in_batch": "keys redelivered through %RETRY% that were at index 1..n-1 of their batch",
     "read_again_after_rollback": "deliveries read again because a power loss rolled a broker's consumer offsets back",
+    "not_started_after_power_loss": "nodes that did not start again when their power came back (power_loss back_after)",
 }
 OPS = ("==", "!=", ">=", "<=", ">", "<")
 _CONDITION = re.compile(r"^\s*([a-z_0-9]+(?:\.[A-Za-z0-9_%-]+)?)\s*(==|!=|>=|<=|>|<)\s*(-?\d+)\s*$")
