@@ -41,6 +41,9 @@ def value(s: dict[str, Any], name: str) -> int | None:
     if name == "not_started_after_power_loss":
         cuts = list(power_cuts(s.get("events") or []))
         return None if not cuts else len(not_started(s.get("events") or []))
+    if name == "two_master_seconds":
+        fo = s.get("failover")
+        return None if fo is None else len(fo.get("two_master_windows") or [])
     if name.startswith("retried_"):
         rb = s.get("retried_keys_by_batch_position")
         return None if rb is None else int(rb.get(name.removeprefix("retried_"), 0))

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from analysis.anomalies import anomalies
 from analysis.findings import busy_refusals, lasting_outages, noise_intents, outage_seconds, reached_pct
 from rmqchaos import paths
 from rmqchaos.errors import UserError
@@ -20,7 +21,7 @@ ROW_SCHEMA = 1  # what `row` derives from a summary; older rows can be re-derive
 COUNTS = ("keys", "attempts", "acked", "acked_weak", "ok", "lost", "duplicated", "duplicate_deliveries", "recovered",
           "failed", "indeterminate", "undelivered_at_stop", "unexpected", "corrupted_deliveries")
 LATENCY = (("send", "send"), ("intended", "send_from_intended"), ("e2e", "end_to_end"))
-JSON_COLS = ("incomplete_reasons", "duplicates_by_cause", "busy_by_kind", "latency_ms", "recovery", "route_outages",
+JSON_COLS = ("anomalies", "incomplete_reasons", "duplicates_by_cause", "busy_by_kind", "latency_ms", "recovery", "route_outages",
              "noise", "summary")
 COLUMNS: dict[str, str] = {
     "run_id": "VARCHAR PRIMARY KEY", "scenario": "VARCHAR", "extends": "VARCHAR",
@@ -36,6 +37,8 @@ COLUMNS: dict[str, str] = {
     # whether the run showed what its scenario exists to show (analysis/signature.py; null: none stated),
     # and the load's share of its asked messages and median lag behind schedule (analysis/pace.py)
     "signature_reached": "BOOLEAN", "signature_words": "VARCHAR", "load_reached": "DOUBLE", "load_lag_p50_ms": "BIGINT",
+    # the anomalies `rmqchaos explore` keeps a run for (analysis/anomalies.py), and a drawn schedule's seed and base
+    "anomalies": "VARCHAR", "explore_seed": "BIGINT", "explore_base": "VARCHAR",
 }
 LOCK_WAIT_S = 30.0  # another process (a parallel DAG task) holds the file: wait this long for it
 
@@ -86,8 +89,23 @@ def row(summary: dict[str, Any], run_dir: str | Path | None = None, report: str 
         "signature_words": (s.get("signature") or {}).get("words"),
         "load_reached": (s.get("load_pace") or {}).get("reached"),
         "load_lag_p50_ms": ((s.get("load_pace") or {}).get("lag_ms") or {}).get("p50"),
+        "anomalies": [a["check"] for a in anomalies(s)] if c else [],
+        **explore_origin(rd),
     }
     return out
+
+
+def explore_origin(run_dir: Path | None) -> dict[str, Any]:
+    """{explore_seed, explore_base} of a run whose scenario `rmqchaos explore` drew (None each otherwise)."""
+    import yaml
+    f = run_dir / "scenario.yaml" if run_dir else None
+    try:
+        doc = yaml.safe_load(f.read_text()) if f is not None and f.is_file() else None
+    except (OSError, yaml.YAMLError):
+        doc = None
+    ex = doc.get("explore") if isinstance(doc, dict) else None
+    ex = ex if isinstance(ex, dict) else {}
+    return {"explore_seed": ex.get("seed"), "explore_base": ex.get("base")}
 
 
 def recovery(s: dict[str, Any]) -> list[dict[str, Any]]:

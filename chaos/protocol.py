@@ -8,11 +8,12 @@ Chaos Toolkit "rollback") which returns the evidence recorded in the timeline.
 
 A new kind is one module in chaos/kinds/ that subclasses FaultKind and decorates itself with
 @register (chaos/kinds/__init__.py imports every module there): the spec, the scheduler and the
-report need no edit.
+report need no edit. A kind that `explore` should draw implements `explore` (chaos/draw.py).
 """
 from __future__ import annotations
 
 import math
+import random
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
+from chaos.draw import Draw, Topology
 from cluster.backend import ClusterBackend
 from cluster.node import Node
 from rmqchaos.errors import UserError
@@ -76,6 +78,13 @@ class FaultKind(ABC):
     def check(cls, params: Any, fault: Fault, scenario: Scenario) -> list[tuple[tuple[Any, ...], str]]:
         """Checks against the whole scenario: (location under faults[i], message) pairs."""
         return []
+
+    @classmethod
+    def explore(cls, rng: random.Random, topo: Topology) -> Draw | None:
+        """A random occurrence of this kind on `topo` for `rmqchaos explore` (chaos/explore.py), drawn
+        from `rng` only (the same seed, the same schedule); None: the kind is not explored (noise,
+        admin-level floods) or cannot act on this topology."""
+        return None
 
     # ------------------------------------------------------------ one occurrence
     @abstractmethod

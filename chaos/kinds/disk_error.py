@@ -14,9 +14,11 @@ The layer's `clear` removes every rule of a node: two such faults on one node mu
 """
 from __future__ import annotations
 
+import random
 import time
 from typing import Any, Literal
 
+from chaos.draw import Draw, Topology, dur, seconds
 from chaos.intent import happened, intent
 from chaos.protocol import FaultError, Lasting, LastingKind, register
 from rmqchaos.errors import UserError
@@ -125,6 +127,16 @@ class LayerRule(LastingKind):
 class DiskError(LayerRule):
     name = "disk_error"
     Params = DiskErrorParams
+
+    @classmethod
+    def explore(cls, rng: random.Random, topo: Topology) -> Draw | None:
+        if not topo.local:
+            return None
+        target, hit = topo.broker_target(rng)
+        d, op = seconds(rng, 3, 15), rng.choice(["fsync", "write"])
+        return Draw({"target": target, "duration": dur(d), "op": op,
+                     "errno": rng.choice(["EIO", "ENOSPC"]) if op == "write" else "EIO",  # ENOSPC: a write's answer
+                     "files": [rng.choice(["commitlog", "commitlog", "consumequeue", "config"])]}, d + 10, hit)
 
     def apply(self, layer: Any, glob: str) -> None:
         layer.fail(self.params.op, self.params.errno, glob)

@@ -10,10 +10,12 @@ evidence gives per file the operations held and the delay they added.
 """
 from __future__ import annotations
 
+import random
 from typing import Any, Literal
 
 from pydantic import Field
 
+from chaos.draw import Draw, Topology, dur, seconds
 from chaos.intent import happened, intent
 from chaos.kinds.disk_error import LayerRule, globs
 from chaos.protocol import Lasting, register
@@ -39,6 +41,15 @@ def disk_slow_intent(node: str, op: str, delays: list[dict[str, Any]]) -> dict[s
 class DiskSlow(LayerRule):
     name = "disk_slow"
     Params = DiskSlowParams
+
+    @classmethod
+    def explore(cls, rng: random.Random, topo: Topology) -> Draw | None:
+        if not topo.local:
+            return None
+        target, hit = topo.broker_target(rng)
+        d = seconds(rng, 5, 20)
+        return Draw({"target": target, "duration": dur(d), "op": rng.choice(["fsync", "write"]),
+                     "delay": f"{rng.choice([50, 200, 500, 1000, 2000])}ms", "files": ["commitlog"]}, d + 10, hit)
     evidence_key = "delays"
 
     def apply(self, layer: Any, glob: str) -> None:

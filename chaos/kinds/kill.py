@@ -3,11 +3,13 @@ process is gone, and how soon after the signal it was seen gone (an upper bound:
 wait for a SIGKILL includes the listeners closing)."""
 from __future__ import annotations
 
+import random
 import time
 from typing import Annotated, Any
 
 from pydantic import AfterValidator
 
+from chaos.draw import Draw, Topology, dur, seconds
 from chaos.intent import happened, intent
 from chaos.protocol import FaultKind, register
 from rmqchaos.procs import parse_signal
@@ -43,6 +45,12 @@ class Kill(FaultKind):
     Params = KillParams
     ends_node = True
     roles = True
+
+    @classmethod
+    def explore(cls, rng: random.Random, topo: Topology) -> Draw:
+        target, hit = topo.any_target(rng)
+        back = seconds(rng, 5, 30)  # always back: a node left down ends the run's question there
+        return Draw({"target": target, "restart_after": dur(back)}, back + 15, hit)
 
     def start(self) -> None:
         pid, sig = self.running_pid(), self.params.signal  # type: ignore[attr-defined]

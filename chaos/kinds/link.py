@@ -28,11 +28,13 @@ no answer; and with `reconnect`, the share of the reconnected connections that w
 proxy (a bandwidth cap shows in nothing a one-frame probe measures: that share is its measure)."""
 from __future__ import annotations
 
+import random
 import re
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, StrictBool, StrictInt, model_validator
 
+from chaos.draw import Draw, Topology, dur, seconds
 from chaos.intent import happened, intent, measure, num
 from chaos.kinds.partition import Member
 from chaos.protocol import FaultError, Lasting, LastingKind, register
@@ -121,6 +123,21 @@ class LinkKind(LastingKind):
     name = "link"
     Params = LinkParams
     target = "none"
+
+    @classmethod
+    def explore(cls, rng: random.Random, topo: Topology) -> Draw:
+        # a client's link to a broker, or a replication link between two nodes of a broker group
+        src = rng.choice(["producers", "consumers", *(n for ns in topo.groups.values() if len(ns) > 1 for n in ns)])
+        g = topo.group_of(src)
+        dst = rng.choice([n for n in topo.groups[g] if n != src] if g else [n for ns in topo.groups.values() for n in ns])
+        d = seconds(rng, 5, 30)
+        f: dict[str, Any] = {"from": src, "to": dst, "duration": dur(d)}
+        if rng.random() < 0.3:
+            f["blackhole"] = True
+        else:
+            lat = rng.choice([50, 200, 450, 800])
+            f |= {"latency": f"{lat}ms", "jitter": f"{lat // 4}ms"}
+        return Draw(f, d + 10, frozenset({dst}), network=True, tags=("blackhole" if "blackhole" in f else "slow",))
 
     @classmethod
     def check(cls, params: Any, fault: Fault, scenario: Scenario) -> list[tuple[tuple[Any, ...], str]]:

@@ -14,11 +14,13 @@ depended on that stall, not on the broker's configuration. The balloon ends it w
 """
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
 import time
 from typing import Any
 
+from chaos.draw import Draw, Topology, dur, seconds
 from chaos.intent import happened, intent
 from chaos.protocol import FaultError, FaultKind, register
 
@@ -67,6 +69,12 @@ class OomKill(FaultKind):
     name = "oom_kill"
     ends_node = True
     roles = True
+
+    @classmethod
+    def explore(cls, rng: random.Random, topo: Topology) -> Draw:
+        target, hit = topo.broker_target(rng)
+        back = seconds(rng, 5, 30)
+        return Draw({"target": target, "restart_after": dur(back)}, back + 20, hit)
 
     def start(self) -> None:
         node, timeout = self.node, self.fault.timeout

@@ -20,12 +20,14 @@ it and gave no answer once it was in place. A DROP does not close an open connec
 are retransmitted until a timeout), so the connections closed by the end are told, not measured."""
 from __future__ import annotations
 
+import random
 import re
 import time
 from typing import Annotated, Any
 
 from pydantic import Field, StrictBool
 
+from chaos.draw import Draw, Topology, dur, seconds
 from chaos.intent import intent, measure
 from chaos.protocol import FaultError, Lasting, LastingKind, register
 from chaos.targets import resolve_all
@@ -42,6 +44,41 @@ Member = Annotated[str, Field(pattern=r"^((master-of:|slaves-of:)?[A-Za-z][A-Za-
 class PartitionParams(Lasting):
     groups: Annotated[list[Annotated[list[Member], Field(min_length=1)]], Field(min_length=2, max_length=8)]
     one_way: StrictBool = False
+
+
+SHAPES = ("one", "minority", "majority", "primaries", "bridge", "clients")
+
+
+def shape_groups(rng: random.Random, topo: Topology) -> tuple[list[list[str]], str]:
+    """A partition in Jepsen's shapes over the cluster's nodes: `one` node cut from the rest; a
+    `minority` (at most a third) from the majority; `majority`: two halves; `primaries`: every
+    group's master alone (replicated groups by role) and the rest together; `bridge`: two halves cut
+    apart, one node left in neither, reaching both; `clients`: the producers or the consumers cut
+    from the cluster. Returns (groups, shape)."""
+    shape = rng.choice(SHAPES)
+    nodes = list(topo.cluster_nodes)
+    rng.shuffle(nodes)
+    if shape == "bridge" and len(nodes) < 3:
+        shape = "one"
+    if shape == "one":
+        return [nodes[:1], nodes[1:]], shape
+    if shape == "minority":
+        k = max(1, len(nodes) // 3)
+        return [nodes[:k], nodes[k:]], shape
+    if shape == "majority":
+        k = len(nodes) // 2
+        return [nodes[:k], nodes[k:]], shape
+    if shape == "bridge":
+        rest = nodes[1:]
+        k = len(rest) // 2
+        return [rest[:k], rest[k:]], shape
+    if shape == "clients":
+        return [[rng.choice(["producers", "consumers"])], sorted(topo.cluster_nodes)], shape
+    primaries = [[f"master-of:{g}"] if g in topo.replicated else [ns[0]] for g, ns in sorted(topo.groups.items())]
+    rest = [topo.namesrv, *topo.controllers]
+    for g, ns in sorted(topo.groups.items()):
+        rest += [f"slaves-of:{g}"] if g in topo.replicated else list(ns[1:])
+    return primaries + [rest], shape
 
 
 #: (src address, dst address, dport, sport): one DROP
@@ -92,6 +129,14 @@ class Partition(LastingKind):
     name = "partition"
     Params = PartitionParams
     target = "none"
+
+    @classmethod
+    def explore(cls, rng: random.Random, topo: Topology) -> Draw:
+        groups, shape = shape_groups(rng, topo)
+        d = seconds(rng, 5, 30)
+        hit = frozenset(n for g in groups for m in g for n in
+                        (topo.groups[m.split(":", 1)[1]] if ":" in m else (m,)) if n in topo.cluster_nodes)
+        return Draw({"groups": groups, "duration": dur(d)}, d + 15, hit, network=True, tags=(shape,))
 
     @classmethod
     def check(cls, params: Any, fault: Fault, scenario: Scenario) -> list[tuple[tuple[Any, ...], str]]:

@@ -6,9 +6,11 @@ state is read at the start and every `tick_s` (a SIGKILL of the node thaws it, a
 so a pause thawed early counts only up to the first sample that found it thawed."""
 from __future__ import annotations
 
+import random
 import time
 from typing import Any
 
+from chaos.draw import Draw, Topology, dur, seconds
 from chaos.intent import intent, measure, num
 from chaos.protocol import FaultKind, register
 from rmqchaos.spec import Duration, Strict
@@ -32,6 +34,12 @@ class Pause(FaultKind):
     Params = PauseParams
     roles = True
     tick_s = 0.25  # how soon a thaw by someone else is seen
+
+    @classmethod
+    def explore(cls, rng: random.Random, topo: Topology) -> Draw:
+        target, hit = topo.any_target(rng)
+        d = seconds(rng, 3, 20)
+        return Draw({"target": target, "duration": dur(d)}, d + 10, hit)
 
     @classmethod
     def span(cls, params: Any) -> float:

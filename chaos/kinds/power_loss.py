@@ -15,9 +15,11 @@ offset before the loss and after it came back.
 """
 from __future__ import annotations
 
+import random
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from chaos.draw import Draw, Topology, dur, seconds
 from chaos.intent import happened, intent
 from chaos.protocol import FaultKind, register
 from chaos.targets import resolve_all
@@ -65,6 +67,20 @@ class PowerLoss(FaultKind):
     Params = PowerLossParams
     roles = True
     powerfs = True
+
+    @classmethod
+    def explore(cls, rng: random.Random, topo: Topology) -> Draw | None:
+        if not topo.local:  # the layer is the local backend's
+            return None
+        target, hit = topo.broker_target(rng)
+        g = topo.group_of(next(iter(hit))) if len(hit) == 1 else target.removeprefix("master-of:")
+        whole = g is not None and len(topo.groups[g]) > 1 and rng.random() < 0.3  # a rack: the whole group
+        back = seconds(rng, 5, 30)
+        f: dict[str, Any] = {"target": target, "back_after": dur(back)}
+        if whole and g is not None:
+            f["nodes"] = list(topo.groups[g])
+            hit = frozenset(topo.groups[g])
+        return Draw(f, back + 25, hit, tags=("group",) if whole else ())
 
     @classmethod
     def span(cls, params: Any) -> float:

@@ -3,9 +3,11 @@ ready again (brokers: registered in namesrv). Also what `restart_after` schedule
 node runs again under a new pid and, a broker, is listed by namesrv, and how long that took."""
 from __future__ import annotations
 
+import random
 import time
 from typing import Any
 
+from chaos.draw import Draw, Topology
 from chaos.intent import happened, intent
 from chaos.protocol import FaultKind, register
 
@@ -26,6 +28,11 @@ def restart_intent(node: str, old_pid: int | None, pid: int | None, back_s: floa
 class Restart(FaultKind):
     name = "restart"
     roles = True
+
+    @classmethod
+    def explore(cls, rng: random.Random, topo: Topology) -> Draw:
+        target, hit = topo.any_target(rng)
+        return Draw({"target": target}, 20.0, hit)
 
     def start(self) -> None:
         old, t0 = self.node.pid, time.monotonic()

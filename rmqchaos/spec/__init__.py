@@ -16,7 +16,8 @@ Everything public is importable from `rmqchaos.spec`.
 from __future__ import annotations
 
 from rmqchaos.spec.types import (CONTROLLER_FOLLOWERS, CONTROLLER_LEADER, MANY, MASTER_OF, SLAVE_OF, SLAVES_OF, ConfValue, Duration, FaultTarget, GroupName, NodeName,
-                                 NonNegDuration, Port, Strict, TopicName, is_role, role_group, slave_index)
+                                 NonNegDuration, Port, Strict, TopicName, is_role, role_group, slave_index,
+                                 to_seconds)
 from rmqchaos.spec.cluster import Broker, BrokerDefaults, Cluster, Controllers, Jvm, Namesrv, Proxy, Slave
 from rmqchaos.spec.scenario import (Checks, ConsumerInstance, Consumers, Fault, FaultKindSpec, Load, Policy, Repeat,
                                     RetryOn, Scenario, WitnessCheck)
@@ -26,7 +27,7 @@ from rmqchaos.spec.checks import fault_errors, role_error, semantic_errors
 from rmqchaos.spec.loading import (MAX_DEPTH, MAX_EXTENDS, MAX_NODES, dump_scenario, load_scenario, parse_scenario,
                                    read_text)
 
-__all__ = ["CONTROLLER_FOLLOWERS", "CONTROLLER_LEADER", "MANY", "MASTER_OF", "SLAVE_OF", "SLAVES_OF", "ConfValue", "Duration", "FaultTarget", "GroupName", "NodeName",
+__all__ = ["CONTROLLER_FOLLOWERS", "CONTROLLER_LEADER", "MANY", "MASTER_OF", "SLAVE_OF", "SLAVES_OF", "ConfValue", "Duration", "to_seconds", "FaultTarget", "GroupName", "NodeName",
            "NonNegDuration", "Port", "Strict", "TopicName", "is_role", "role_group", "slave_index",
            "Broker", "BrokerDefaults", "Cluster", "Controllers", "Jvm", "Namesrv", "Proxy", "Slave",
            "Checks", "ConsumerInstance", "Consumers", "Fault", "FaultKindSpec", "Load", "Policy", "Repeat", "RetryOn",

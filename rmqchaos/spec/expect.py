@@ -51,6 +51,7 @@ DERIVED = {
     "retried_later_in_batch": "keys redelivered through %RETRY% that were at index 1..n-1 of their batch",
     "read_again_after_rollback": "deliveries read again because a power loss rolled a broker's consumer offsets back",
     "not_started_after_power_loss": "nodes that did not start again when their power came back (power_loss back_after)",
+    "two_master_seconds": "seconds in which two nodes of one broker group acknowledged sends as master (summary.failover)",
 }
 OPS = ("==", "!=", ">=", "<=", ">", "<")
 _CONDITION = re.compile(r"^\s*([a-z_0-9]+(?:\.[A-Za-z0-9_%-]+)?)\s*(==|!=|>=|<=|>|<)\s*(-?\d+)\s*$")
@@ -153,7 +154,8 @@ class Signature(Strict):
 
 class Expect(Strict):
     """What "reproduced" means for this scenario: every condition and every probe holds."""
-    issue: Annotated[str, Field(pattern=r"^https://\S+$")]  # the upstream report
+    # the upstream report, or `unfiled:<name>` for an anomaly found here and not yet filed (rmqchaos shrink)
+    issue: Annotated[str, Field(pattern=r"^(https://\S+|unfiled:\S+)$")]
     shows_on: Annotated[list[Version], Field(min_length=1)]  # versions the bug was reported on
     gone_in: list[Version] = []  # versions that carry the fix
     # versions upstream says nothing about (a fix unconfirmed): a run there measures, never fails

@@ -153,6 +153,12 @@ class FaultKindSpec(Protocol):
     def check(self, params: Any, fault: "Fault", scenario: "Scenario") -> list[tuple[tuple[Any, ...], str]]: ...
 
 
+class ExploreOrigin(Strict):
+    """Where a generated scenario came from (`rmqchaos explore`): its seed draws its faults from its base."""
+    seed: Annotated[StrictInt, Field(ge=0)]
+    base: Annotated[str, Field(min_length=1)]  # the base scenario's path
+
+
 class Scenario(Strict):
     name: NodeName  # default: the file's name without .yaml (never inherited through `extends`)
     description: str = ""
@@ -165,6 +171,7 @@ class Scenario(Strict):
     # what the scenario exists to show (every scenario file of the repo states one; a scenario with
     # `expect:` is judged by it instead): the verdict's first clause says reproduced or NOT reproduced
     signature: Signature | None = None
+    explore: ExploreOrigin | None = None  # a schedule `rmqchaos explore` drew (chaos/explore.py)
 
     @model_validator(mode="after")
     def _default_consumers(self) -> "Scenario":

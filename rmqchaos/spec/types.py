@@ -26,6 +26,11 @@ def _duration(v: Any) -> Any:
     raise ValueError("expected a duration such as 30s, 500ms or 2m")
 
 
+def to_seconds(v: Any) -> float:
+    """A duration as the spec reads it ('500ms', '30s', 2.5), in seconds; ValueError otherwise."""
+    return float(_duration(v))
+
+
 Duration = Annotated[float, BeforeValidator(_duration), Field(gt=0)]
 Port = Annotated[StrictInt, Field(ge=1024, le=65535)]
 ConfValue = Union[StrictBool, StrictInt, StrictFloat, str]

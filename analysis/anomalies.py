@@ -1,0 +1,38 @@
+"""What `rmqchaos explore` keeps a run for: the anomalies its summary shows, each a condition on the
+run's named figures (analysis/figures.py), so a found anomaly becomes a scenario's `expect:` as is.
+
+Duplicates count only when nothing the platform knows explains them (`duplicates.unexplained`): a
+resend after a timeout, a %RETRY% redelivery or a re-pull after a rebalance is at-least-once
+delivery doing its job. Loss counts only on a run whose receive side finished (counts.lost is 0
+otherwise: those keys are `undelivered_at_stop`), and a run that did not finish is kept apart as
+`incomplete`, never as an anomaly."""
+from __future__ import annotations
+
+from typing import Any
+
+from analysis.figures import evidence
+
+#: anomaly -> the condition that flags it
+CHECKS: dict[str, str] = {
+    "lost": "lost > 0",
+    "erased_after_delivery": "store_check.erased_after_delivery > 0",
+    "unexplained_duplicates": "duplicates.unexplained > 0",
+    "two_masters": "two_master_seconds > 0",
+    "stale_reads": "failover.stale_reads > 0",
+    "reused_queue_offsets": "reused_queue_offsets > 0",
+    "corrupted_deliveries": "corrupted_deliveries > 0",
+    "unexpected_deliveries": "unexpected > 0",
+    "not_started_after_power_loss": "not_started_after_power_loss > 0",
+}
+
+
+def anomalies(s: dict[str, Any]) -> list[dict[str, Any]]:
+    """[{check, condition, seen}] for each check that holds on the summary `s`, in CHECKS' order."""
+    names = list(CHECKS)
+    return [{"check": n, "condition": e["what"], "seen": e["seen"]}
+            for n, e in zip(names, evidence([CHECKS[n] for n in names], s)) if e["holds"] is True]
+
+
+def shows(s: dict[str, Any], check: str) -> bool:
+    """Whether the summary shows the anomaly `check` (a name of CHECKS)."""
+    return any(a["check"] == check for a in anomalies(s))

@@ -1,0 +1,218 @@
+"""Bisection across released RocketMQ versions: the last version where a scenario's signature does
+not show and the first where it does (`rmqchaos bisect SCENARIO --versions 5.1.0..5.5.0`).
+
+The search is pure (`bisect`, a `shows(version) -> True/False/None` callable runs one trial): both
+ends are run first and must differ; then the middle of the bracket, until the two are neighbours. A
+version counts as showing on its first run that shows it, and as not showing only after `repeats`
+runs that did not (an intermittent signature); a run that could not tell (None) is run again within
+the repeats, and a version no run could tell for stops the search with one line naming it.
+
+Which versions: the released 5.x versions in the range, in order. A version whose components do not
+all resolve from Maven here (RELEASED's notes) is skipped with one line naming what it lacks: the
+platform runs namesrv, brokers, proxy and clients of one version and does not mix them."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from rmqchaos.errors import UserError
+
+# every 5.x release; None: all its components resolve here, else what does not (tried 2026-11-28/29,
+# ../shared/README.md); versions not in rocketmq_dist.KNOWN_TO_RESOLVE are tried once and skipped if Maven refuses
+RELEASED: dict[str, str | None] = {
+    "5.0.0": None, "5.1.0": None, "5.1.1": None, "5.1.2": None, "5.1.3": "rocketmq-namesrv 5.1.3 is not on Maven Central",
+    "5.1.4": "rocketmq-proxy 5.1.4 is not on Maven Central", "5.2.0": None, "5.3.0": None, "5.3.1": None,
+    "5.3.2": None, "5.3.3": None, "5.3.4": None, "5.4.0": None, "5.5.0": None,
+    "5.5.1": "rocketmq-namesrv, rocketmq-proxy and rocketmq-client 5.5.1 are not on Maven Central",
+}
+
+
+def _key(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.split("."))
+
+
+def versions_in(spec: str) -> tuple[list[str], list[str]]:
+    """'5.1.0..5.5.0' (or a comma list) -> (versions to run, in order; one line per version skipped)."""
+    if ".." in spec:
+        lo, hi = (x.strip() for x in spec.split("..", 1))
+        for v in (lo, hi):
+            if v not in RELEASED:
+                raise UserError(f"--versions {spec}: {v} is not a 5.x release", f"releases: {', '.join(RELEASED)}")
+        if _key(lo) >= _key(hi):
+            raise UserError(f"--versions {spec}: the range must go from an older version to a newer one",
+                            "e.g. --versions 5.1.0..5.5.0")
+        asked = [v for v in RELEASED if _key(lo) <= _key(v) <= _key(hi)]
+    else:
+        asked = sorted({x.strip() for x in spec.split(",") if x.strip()}, key=_key)
+        for v in asked:
+            if v not in RELEASED:
+                raise UserError(f"--versions {spec}: {v} is not a 5.x release", f"releases: {', '.join(RELEASED)}")
+    run = [v for v in asked if RELEASED[v] is None]
+    skipped = [f"{v}: skipped ({RELEASED[v]})" for v in asked if RELEASED[v] is not None]
+    if len(run) < 2:
+        raise UserError(f"--versions {spec}: fewer than two versions to run", "give a range over two or more releases")
+    return run, skipped
+
+
+@dataclass
+class Verdict:
+    version: str
+    shows: bool | None  # None: no run could tell
+    runs: list[bool | None] = field(default_factory=list)  # each run's answer
+
+
+@dataclass
+class Bisection:
+    versions: list[str]
+    tried: dict[str, Verdict]
+    before: str | None = None  # the older of the two neighbours at the boundary
+    after: str | None = None  # the newer
+    regression: bool | None = None  # True: it starts showing at `after`; False: it stops (a fix)
+    problem: str | None = None  # why there is no boundary (both ends alike, a version that could not tell)
+    skipped: list[str] = field(default_factory=list)  # versions that could not run, one line each
+
+    @property
+    def last_good(self) -> str | None:
+        return self.before if self.regression else self.after
+
+    @property
+    def first_bad(self) -> str | None:
+        return self.after if self.regression else self.before
+
+    def words(self) -> str:
+        if self.problem or self.before is None or self.after is None:
+            return self.problem or "no boundary"
+        t = self.tried
+
+        def runs(v: str) -> str:
+            d = t[v]
+            return f"showed in {d.runs.count(True)} of {len(d.runs)} run(s)" if d.shows else \
+                f"did not show in {len(d.runs)} run(s)"
+        if self.regression:
+            return f"a regression: last good {self.before} ({runs(self.before)}), first bad {self.after} ({runs(self.after)})"
+        return f"a fix: last showing {self.before} ({runs(self.before)}), first without it {self.after} ({runs(self.after)})"
+
+
+class Unavailable(Exception):
+    """A version that cannot run here (Maven does not serve all of it): skipped, the search goes on."""
+
+
+def bisect(versions: list[str], shows: Callable[[str], bool | None], repeats: int = 1,
+           progress: Callable[[str], None] = lambda _: None) -> Bisection:
+    """The boundary in `versions` (oldest first) where `shows` turns from False to True (a regression)
+    or from True to False (a fix): the oldest and newest are run first and must differ. `shows` raises
+    Unavailable for a version that cannot run: it leaves the list with one line in `skipped`."""
+    tried: dict[str, Verdict] = {}
+    vs, skipped = list(versions), []
+
+    def judge(v: str) -> Verdict:
+        if v in tried:
+            return tried[v]
+        d = Verdict(v, None)
+        while len(d.runs) < repeats:
+            got = shows(v)
+            d.runs.append(got)
+            if got is True:
+                break
+        d.shows = True if True in d.runs else False if False in d.runs else None
+        tried[v] = d
+        progress(f"bisect: {v}: {'shows' if d.shows else 'does not show' if d.shows is False else 'could not tell'} "
+                 f"({len(d.runs)} run(s))")
+        return d
+
+    def done(**kw: object) -> Bisection:
+        return Bisection(vs, tried, skipped=skipped, **kw)  # type: ignore[arg-type]
+
+    ends: list[Verdict] = []
+    while len(vs) >= 2 and len(ends) < 2:
+        i = 0 if not ends else -1
+        try:
+            ends.append(judge(vs[i]))
+        except Unavailable as e:
+            skipped.append(f"{vs.pop(i)}: skipped ({e})")
+            progress(f"bisect: {skipped[-1]}")
+    if len(ends) < 2:
+        return done(problem="fewer than two versions could run: " + "; ".join(skipped))
+    a, b = ends
+    for d in (a, b):
+        if d.shows is None:
+            return done(problem=f"no run on {d.version} could tell whether it shows")
+    if a.shows == b.shows:
+        return done(problem=f"both ends {'show' if a.shows else 'do not show'} it "
+                            f"({vs[0]} and {vs[-1]}): no boundary in between to find")
+    old = a.shows  # the answer on the older side of the boundary
+    lo, hi = 0, len(vs) - 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            d = judge(vs[mid])
+        except Unavailable as e:
+            skipped.append(f"{vs.pop(mid)}: skipped ({e})")
+            progress(f"bisect: {skipped[-1]}")
+            hi -= 1
+            continue
+        if d.shows is None:
+            return done(problem=f"no run on {vs[mid]} could tell whether it shows "
+                                f"(the boundary lies between {vs[lo]} and {vs[hi]})")
+        lo, hi = (mid, hi) if d.shows == old else (lo, mid)
+    return done(before=vs[lo], after=vs[hi], regression=old is False)
+
+
+# ---------------------------------------------------------------- with real runs
+
+def bisect_scenario(scenario: str | Path, versions: str = "5.1.0..5.5.0", repeats: int = 1,
+                    out: str | Path | None = None) -> dict[str, Any]:
+    """Run the scenario's signature (or its `expect:`) across the released versions in `versions` and
+    find where it turns. Each trial is an overlay beside the runs setting cluster.rocketmq_version. A
+    version Maven does not serve whole, or on which the scenario does not validate (a config key that
+    version lacks), is skipped with one line. Writes bisect.json into the directory and returns it:
+    {scenario, versions, skipped, tried {version: [{shows, run_dir}]}, words, last_good, first_bad}."""
+    import json
+
+    import yaml
+
+    from pipeline.corpus import _name
+    from pipeline.runs import default_run_dir, load_scenario
+    from pipeline.scenario import run_scenario
+    from rmqchaos import rocketmq_dist
+    from rmqchaos.progress import say
+
+    if not 1 <= repeats <= 20:
+        raise UserError(f"--repeats {repeats} is out of range", "use 1..20")
+    s = load_scenario(scenario)
+    if s.signature is None and s.expect is None:
+        raise UserError(f"{scenario}: no signature or expect block to bisect on",
+                        "bisect looks for the versions where what the scenario shows turns (docs/spec.md)")
+    run, skipped = versions_in(versions)
+    for line in skipped:
+        say(f"bisect: {line}")
+    d = Path(out) if out else Path(str(default_run_dir(f"bisect-{s.name}")))
+    d.mkdir(parents=True, exist_ok=True)
+    runs: dict[str, list[dict[str, Any]]] = {}
+
+    def shows(v: str) -> bool | None:
+        try:
+            rocketmq_dist.ensure(v)
+        except UserError as e:
+            raise Unavailable(e.message) from None
+        k = len(runs.setdefault(v, [])) + 1
+        f = d / f"{s.name}-{v}-{k}.yaml"
+        f.write_text(yaml.safe_dump({"extends": str(Path(scenario).resolve()), "name": _name(s.name, v),
+                                     "cluster": {"rocketmq_version": v}}, sort_keys=False))
+        try:
+            load_scenario(f)
+        except UserError as e:
+            raise Unavailable(f"the scenario does not validate on {v}: {e.message}") from None
+        o = run_scenario(f, d / f"{v}-run{k}")
+        summ = json.loads(o.run.summary_file.read_text()) if o.run.summary_file.is_file() else {}
+        got = (summ.get("signature") or {}).get("reached") if s.signature is not None else \
+            (summ.get("expect") or {}).get("reproduced")
+        runs[v].append({"shows": got, "run_dir": str(o.run.path)})
+        return got
+    b = bisect(run, shows, repeats, progress=say)
+    res = {"scenario": str(Path(scenario).resolve()), "versions": b.versions, "skipped": skipped + b.skipped,
+           "tried": runs, "words": b.words(), "last_good": b.last_good if not b.problem else None,
+           "first_bad": b.first_bad if not b.problem else None, "dir": str(d)}
+    (d / "bisect.json").write_text(json.dumps(res, indent=1) + "\n")
+    return res

@@ -1,0 +1,207 @@
+"""Exploration (issue 49): the seeded schedule generator, shrinking on planted outcomes, bisection on
+a fake runner, and the anomaly checks on summaries. Pure logic; the real two-run exploration is in
+test_explore_real.py (long)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from analysis.anomalies import CHECKS, anomalies
+from chaos.explore import schedule, words
+from chaos.kinds import registry
+from pipeline.bisect import Unavailable, bisect, versions_in
+from pipeline.explore import scenario_doc
+from pipeline.runs import load_scenario
+from pipeline.shrink import candidates, minimize
+from rmqchaos.errors import UserError
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+BASES = ["control.yaml", "failover-kill-master.yaml", "partition-sync-slave.yaml", "failover-dledger-kill-leader.yaml"]
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("base", BASES)
+def test_the_same_seed_gives_the_same_schedule_and_every_schedule_validates(tmp_path: Path, base: str) -> None:
+    s = load_scenario(SCENARIOS / base)
+    kinds = registry()
+    seen = set()
+    for seed in range(60):
+        faults = schedule(s, kinds, seed)
+        assert faults == schedule(s, kinds, seed)  # deterministic
+        assert 1 <= len(faults) <= 3
+        seen |= {f["kind"] for f in faults}
+        f = tmp_path / f"x{seed}.yaml"
+        f.write_text(yaml.safe_dump(scenario_doc(SCENARIOS / base, seed, faults)))
+        got = load_scenario(f)  # raises on a schedule the spec refuses
+        assert got.explore is not None and got.explore.seed == seed and got.signature is None
+        dur = float(s.load.duration)  # type: ignore[union-attr]
+        assert all(10.0 <= float(x.at) < dur for x in got.faults)
+    assert {"kill", "pause", "partition"} <= seen  # the registry's kinds are drawn
+    if dur >= 90:
+        assert "power_loss" in seen  # the layer's too, where a loss and its recovery fit in the load
+    assert schedule(s, kinds, 1) != schedule(s, kinds, 2)
+
+
+@pytest.mark.fast
+def test_overlapping_faults_never_share_a_node_or_the_network() -> None:
+    from chaos.draw import Topology
+    from chaos.explore import WARMUP_S
+    s = load_scenario(SCENARIOS / "failover-kill-master.yaml")
+    topo = Topology.of(s)
+    assert topo.groups == {"broker-a": ("broker-a-0", "broker-a-1", "broker-a-2")} and topo.replicated == ("broker-a",)
+    for seed in range(200):
+        fs = schedule(s, registry(), seed, max_faults=5)
+        assert [f["at"] for f in fs] == sorted((f["at"] for f in fs), key=lambda a: float(a[:-1]))
+        assert all(float(f["at"][:-1]) >= WARMUP_S for f in fs)
+
+
+@pytest.mark.fast
+def test_only_the_kinds_asked_for_are_drawn_and_the_docker_backend_draws_no_layer_fault() -> None:
+    s = load_scenario(SCENARIOS / "control.yaml")
+    for seed in range(30):
+        assert {f["kind"] for f in schedule(s, registry(), seed, only=["partition"])} == {"partition"}
+    docker = s.model_copy(update={"cluster": s.cluster.model_copy(update={"backend": "docker"})})
+    kinds = {f["kind"] for seed in range(80) for f in schedule(docker, registry(), seed)}
+    assert kinds and not kinds & {"power_loss", "disk_error", "disk_slow"}
+
+
+@pytest.mark.fast
+def test_words_say_a_schedule_in_one_line() -> None:
+    assert words([{"kind": "kill", "target": "master-of:broker-a", "at": "20s", "restart_after": "12s"},
+                  {"kind": "partition", "at": "40s", "groups": [["namesrv"], ["broker-a"]], "duration": "10s"}]) == \
+        "kill master-of:broker-a at 20s (restart after 12s); partition namesrv | broker-a at 40s (duration 10s)"
+
+
+# ---------------------------------------------------------------- shrinking
+
+FAULTS = [{"id": f"f{i}", "kind": "pause", "target": f"n{i}", "at": f"{10 + 10 * i}s", "duration": "16s"}
+          for i in range(5)]
+
+
+def planted(need: set[str]) -> Any:
+    """A fake runner: the anomaly shows iff every fault named in `need` is in the schedule."""
+    calls: list[list[str]] = []
+
+    def shows(fs: list[dict[str, Any]]) -> bool:
+        calls.append([f["id"] for f in fs])
+        return need <= {f["id"] for f in fs}
+    return shows, calls
+
+
+@pytest.mark.fast
+def test_shrinking_finds_exactly_the_two_faults_that_make_the_anomaly() -> None:
+    shows, calls = planted({"f1", "f3"})
+    res = minimize(FAULTS, shows, budget=60)
+    assert [f["id"] for f in res.faults] == ["f1", "f3"] and res.reproduced
+    # and shortened and moved earlier where that still showed it (the fake does not care)
+    assert all(f["duration"] == "2s" and f["at"] == "10s" for f in res.faults)
+    assert calls[0] == ["f0", "f1", "f2", "f3", "f4"]  # the original first
+    assert len(calls) <= 17  # big steps first (to the floor at once), and no schedule tried twice
+
+
+@pytest.mark.fast
+def test_shrinking_stops_at_its_budget_and_says_so() -> None:
+    shows, calls = planted({"f1", "f3"})
+    res = minimize(FAULTS, shows, budget=3)
+    assert len(calls) == 3 and res.budget_left == 0 and "budget spent" in res.words()
+    assert {"f1", "f3"} <= {f["id"] for f in res.faults}
+
+
+@pytest.mark.fast
+def test_an_intermittent_anomaly_is_repeated_and_its_frequency_reported() -> None:
+    import random
+    rng = random.Random(3)
+
+    def shows(fs: list[dict[str, Any]]) -> bool:  # shows half the time, when f2 is there
+        return "f2" in {f["id"] for f in fs} and rng.random() < 0.5
+    res = minimize(FAULTS, shows, budget=200, repeats=6)
+    assert [f["id"] for f in res.faults] == ["f2"]
+    assert 0 < res.showed < res.runs and f"in {res.showed} of {res.runs} run(s)" in res.words()
+
+
+@pytest.mark.fast
+def test_an_original_that_does_not_show_again_is_not_shrunk() -> None:
+    res = minimize(FAULTS, lambda fs: False, budget=10, repeats=3)
+    assert not res.reproduced and res.runs == 3 and res.faults == FAULTS and "nothing to shrink" in res.words()
+
+
+@pytest.mark.fast
+def test_candidates_refused_as_invalid_cost_no_run() -> None:
+    shows, calls = planted({"f0"})
+    res = minimize(FAULTS[:2], shows, budget=20, valid=lambda fs: any(f["id"] == "f1" for f in fs))
+    assert [f["id"] for f in res.faults] == ["f0", "f1"]  # dropping f1 is refused; f0 can't go (the anomaly)
+    assert all("f1" in c for c in calls)
+    assert [s for s, _ in candidates(FAULTS[:1])] == ["shorten f0 duration 16s -> 2s", "shorten f0 duration 16s -> 8s"]
+
+
+# ---------------------------------------------------------------- bisection
+
+VERSIONS = ["5.1.0", "5.1.1", "5.2.0", "5.3.0", "5.3.1", "5.3.2", "5.3.3", "5.4.0", "5.5.0"]
+
+
+@pytest.mark.fast
+def test_bisect_finds_the_first_bad_version_in_few_runs() -> None:
+    calls: list[str] = []
+
+    def shows(v: str) -> bool:
+        calls.append(v)
+        return VERSIONS.index(v) >= VERSIONS.index("5.4.0")
+    b = bisect(VERSIONS, shows)
+    assert (b.last_good, b.first_bad, b.regression) == ("5.3.3", "5.4.0", True)
+    assert len(calls) <= 5 and "a regression: last good 5.3.3 (did not show in 1 run(s)), first bad 5.4.0" in b.words()
+    fix = bisect(VERSIONS, lambda v: VERSIONS.index(v) < VERSIONS.index("5.3.0"))  # #8239's shape: fixed in 5.3.0
+    assert (fix.before, fix.after, fix.regression, fix.first_bad) == ("5.2.0", "5.3.0", False, "5.2.0")
+
+
+@pytest.mark.fast
+def test_bisect_with_repeats_finds_an_intermittent_boundary() -> None:
+    import random
+    rng = random.Random(7)
+
+    def shows(v: str) -> bool:  # from 5.3.0 on it shows in a third of the runs
+        return VERSIONS.index(v) >= VERSIONS.index("5.3.0") and rng.random() < 1 / 3
+    b = bisect(VERSIONS, shows, repeats=12)
+    assert (b.last_good, b.first_bad) == ("5.2.0", "5.3.0")
+    assert len(b.tried["5.2.0"].runs) == 12  # good only after every repeat
+
+
+@pytest.mark.fast
+def test_bisect_skips_a_version_that_cannot_run_and_says_when_both_ends_agree() -> None:
+    def shows(v: str) -> bool:
+        if v == "5.3.1":
+            raise Unavailable("rocketmq-proxy 5.3.1 is not on Maven Central")
+        return v >= "5.3.2"
+    b = bisect(VERSIONS, shows)
+    assert (b.last_good, b.first_bad) == ("5.3.0", "5.3.2")
+    assert b.skipped == ["5.3.1: skipped (rocketmq-proxy 5.3.1 is not on Maven Central)"]
+    assert bisect(VERSIONS, lambda v: True).problem == \
+        "both ends show it (5.1.0 and 5.5.0): no boundary in between to find"
+
+
+@pytest.mark.fast
+def test_the_version_range_skips_partial_releases_in_one_line_each() -> None:
+    run, skipped = versions_in("5.4.0..5.5.1")
+    assert run == ["5.4.0", "5.5.0"]
+    assert skipped == ["5.5.1: skipped (rocketmq-namesrv, rocketmq-proxy and rocketmq-client 5.5.1 are not on Maven Central)"]
+    assert versions_in("5.5.0,5.3.3")[0] == ["5.3.3", "5.5.0"]
+    for bad, line in (("5.5.0..5.1.0", "must go from an older version"), ("4.9.8..5.5.0", "4.9.8 is not a 5.x release"),
+                      ("5.5.0..5.5.1", "fewer than two versions")):
+        with pytest.raises(UserError, match=line):
+            versions_in(bad)
+
+
+# ---------------------------------------------------------------- the checks
+
+@pytest.mark.fast
+def test_anomalies_are_conditions_on_the_runs_figures() -> None:
+    s = {"counts": {"lost": 3, "unexpected": 0, "corrupted_deliveries": 0}, "duplicates_by_cause": {"producer_resend": 40},
+         "failover": {"two_master_windows": [{"group": "broker-a", "t": 12, "nodes": ["broker-a-0", "broker-a-1"]}],
+                      "stale_reads": 0}, "reused_queue_offsets": {"positions": 2}, "events": []}
+    assert [a["check"] for a in anomalies(s)] == ["lost", "two_masters", "reused_queue_offsets"]
+    assert anomalies(s)[0] == {"check": "lost", "condition": "lost > 0", "seen": "lost = 3"}
+    s["duplicates_by_cause"]["unexplained"] = 1  # a resend explains duplicates; nothing explains these
+    assert "unexplained_duplicates" in [a["check"] for a in anomalies(s)]
+    assert set(CHECKS) >= {"lost", "two_masters", "stale_reads", "reused_queue_offsets", "unexplained_duplicates"}
