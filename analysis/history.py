@@ -243,25 +243,37 @@ def _decode(names: list[str], r: tuple[Any, ...]) -> dict[str, Any]:
 def runs(db: str | Path | None = None, scenario: str | None = None, version: str | None = None,
          since_ms: int | None = None, limit: int | None = None, with_summary: bool = False) -> list[dict[str, Any]]:
     """The rows, oldest first (by start), filtered by scenario name, RocketMQ version and start."""
-    cols = [k for k in COLUMNS if with_summary or k != "summary"]
     where, args = [], []
     for cond, v in (("scenario = ?", scenario), ("rocketmq_version = ?", version), ("started_ms >= ?", since_ms)):
         if v is not None:
             where.append(cond)
             args.append(v)
-    q = (f"SELECT {', '.join(cols)} FROM runs" + (" WHERE " + " AND ".join(where) if where else "")
+    q = ("SELECT {cols} FROM runs" + (" WHERE " + " AND ".join(where) if where else "")
          + " ORDER BY started_ms DESC, run_id DESC" + (f" LIMIT {int(limit)}" if limit else ""))
     with connect(db, read_only=True) as con:
-        rows = con.execute(q, args).fetchall()
-    return [_decode(cols, r) for r in reversed(rows)]
+        cols = [k for k in _present(con) if with_summary or k != "summary"]
+        rows = con.execute(q.format(cols=", ".join(cols)), args).fetchall()
+    return [_widen(_decode(cols, r)) for r in reversed(rows)]
+
+
+def _present(con: Any) -> list[str]:
+    """COLUMNS the file has: one written by an older version lacks the newest (a read-only connection
+    cannot add them); they read as None (`_widen`)."""
+    have = {r[0] for r in con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = 'runs'")
+            .fetchall()}
+    return [k for k in COLUMNS if k in have]
+
+
+def _widen(r: dict[str, Any]) -> dict[str, Any]:
+    return {**{k: None for k in COLUMNS if k != "summary"}, **r}
 
 
 def get(ref: str, db: str | Path | None = None) -> dict[str, Any]:
     """One run's row with its summary: by run id, by its run directory, or by a unique end of its id
     (e.g. the 6 hex digits the report shows)."""
-    cols = list(COLUMNS)
     p = Path(ref)
     with connect(db, read_only=True) as con:
+        cols = _present(con)
         rs = con.execute(f"SELECT {', '.join(cols)} FROM runs WHERE run_id = ?", [ref]).fetchall()
         if not rs and p.exists():
             rs = con.execute(f"SELECT {', '.join(cols)} FROM runs WHERE run_dir = ?", [str(p.resolve())]).fetchall()
@@ -272,7 +284,7 @@ def get(ref: str, db: str | Path | None = None) -> dict[str, Any]:
         raise UserError(f"no run {ref!r} in the history", "`rmqchaos history list` shows the run ids")
     if len(rs) > 1:
         raise UserError(f"{ref!r} names {len(rs)} runs ({', '.join(r[0] for r in rs[:5])})", "give the whole run id")
-    return _decode(cols, rs[0])
+    return _widen(_decode(cols, rs[0]))
 
 
 # ---------------------------------------------------------------- two rows side by side (pure)

@@ -127,6 +127,25 @@ def cmd_import(a: argparse.Namespace) -> int:
     return _out(a, done, text)
 
 
+def cmd_anomalies(a: argparse.Namespace) -> int:
+    """Every recorded run that shows an anomaly (analysis/anomalies.py), with the seed that drew its
+    schedule when `rmqchaos explore` did: what an exploration found, night after night."""
+    from analysis.anomalies import anomalies
+    rows = []
+    for r in history.runs(a.db, a.scenario, a.version, since_ms(a.since), None, with_summary=True):
+        found = [x["seen"] for x in anomalies(r["summary"] or {})] if (r["summary"] or {}).get("counts") else []
+        if found and (not a.explored or r.get("explore_seed") is not None):
+            rows.append({"run_id": r["run_id"], "scenario": r["scenario"], "rocketmq_version": r["rocketmq_version"],
+                         "started_ms": r["started_ms"], "seed": r.get("explore_seed"), "base": r.get("explore_base"),
+                         "anomalies": found, "run_dir": r["run_dir"]})
+    text = (_table([[x["run_id"], x["scenario"] or "-", x["rocketmq_version"] or "-", when(x["started_ms"]),
+                     "-" if x["seed"] is None else str(x["seed"]), "; ".join(x["anomalies"])] for x in rows],
+                   ["run", "scenario", "rocketmq", "started (UTC)", "seed", "anomalies"])
+            + f"\n{len(rows)} run(s) with an anomaly in {a.db or paths.history_db()}") if rows else \
+        f"no run with an anomaly in {a.db or paths.history_db()}"
+    return _out(a, rows, text)
+
+
 def cmd_flags(a: argparse.Namespace) -> int:
     from analysis.regress import Rule, regressions
     cur = history.get(a.run, a.db)
@@ -177,6 +196,15 @@ def add_parsers(sub: Any) -> None:
                                    "already in the history is replaced, never added twice.")
     im.add_argument("paths", nargs="+", metavar="PATH")
     im.set_defaults(fn=cmd_import)
+    an = hs.add_parser("anomalies", parents=[common], help="every run that showed an anomaly, with its explore seed",
+                       description="The runs whose figures flag an anomaly (lost acknowledged messages, unexplained "
+                                   "duplicates, two masters, stale reads, reused queue offsets, damaged or unexpected "
+                                   "deliveries, a node that did not start again): docs/explore.md.")
+    an.add_argument("--scenario", help="only this scenario name")
+    an.add_argument("--version", help="only this RocketMQ version")
+    an.add_argument("--since", help="only runs started since a UTC date or an age (7d)")
+    an.add_argument("--explored", action="store_true", help="only runs `rmqchaos explore` drew")
+    an.set_defaults(fn=cmd_anomalies)
     fl = hs.add_parser("flags", parents=[common], help="what in one run left its scenario's trailing range",
                        description="RUN against the scenario's last complete runs before it (analysis/regress.py): "
                                    "any loss in a scenario none of whose runs lost (a regression: the nightly would "

@@ -266,9 +266,10 @@ def parser() -> argparse.ArgumentParser:
     rp.set_defaults(fn=cmd_report)
 
     import bench
-    from cli import history, manual
+    from cli import explore, history, manual
     manual.add_parsers(sub)
     history.add_parsers(sub)
+    explore.add_parsers(sub)
     bench.add_parsers(sub)
 
     af = sub.add_parser("airflow", help="the embedded Airflow that runs dags/ (127.0.0.1, SQLite under $RMQCHAOS_HOME)",

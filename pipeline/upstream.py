@@ -1,0 +1,192 @@
+"""`rmqchaos report-upstream RUN...`: a Markdown report ready to file upstream, from analyzed runs
+(one per version, or repeats), into docs/upstream-reports/. Sections, each filled or marked "not
+measured": the title; the versions affected and not affected (each run's version and whether it
+showed what its scenario shows); the minimal scenario and the command that runs it; the broker
+settings that matter; what was measured, with the figures; log excerpts, each with its file; source
+lines cited from the released sources jars (`--source`), never from decompiled classes.
+
+What "showed" means for a run: its scenario's `expect:` reproduced, else its signature reached, else
+an anomaly of analysis/anomalies.py (`--check` names which)."""
+from __future__ import annotations
+
+import json
+import re
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from analysis.anomalies import CHECKS, anomalies
+from cluster.rmqlog import log_dir
+from pipeline.runs import as_run
+from rmqchaos import paths
+from rmqchaos.errors import UserError
+
+OUT_DIR = paths.REPO / "docs" / "upstream-reports"
+NOT_MEASURED = "_not measured_"
+DEFAULT_GREP = r"Exception|ERROR|SyncStateSet|changeToMaster|change to master|removeConnection|shrink|expand"
+EXCERPT_LINES = 8  # per log file
+M2 = Path.home() / ".m2" / "repository" / "org" / "apache" / "rocketmq"
+_SOURCE = re.compile(r"^(?P<path>[\w/$.-]+\.java):(?P<a>\d+)(?:-(?P<b>\d+))?@(?P<v>5\.\d+\.\d+)$")
+
+
+def run_record(run_dir: str | Path, check: str | None = None) -> dict[str, Any]:
+    """What the report reads of one run: {run_dir, scenario, version, showed (True/False/None), how
+    (the words behind it), counts, verdict, settings, src}."""
+    r = as_run(run_dir)
+    if not r.summary_file.is_file():
+        raise UserError(f"{r.path}: not analyzed (no analysis/summary.json)", f"run `rmqchaos analyze {r.path}` first")
+    s = json.loads(r.summary_file.read_text())
+    doc = yaml.safe_load((r.path / "scenario.yaml").read_text()) or {}
+    versions = json.loads((r.path / "versions.json").read_text()) if (r.path / "versions.json").is_file() else {}
+    if check is not None:
+        if check not in CHECKS:
+            raise UserError(f"--check {check}: no such anomaly check", f"checks: {', '.join(CHECKS)}")
+        found = {a["check"]: a for a in anomalies(s)}
+        showed: bool | None = check in found if s.get("complete") else None
+        how = found[check]["seen"] if check in found else f"not {CHECKS[check]}"
+    elif s.get("expect"):
+        showed, how = s["expect"].get("reproduced"), s["expect"].get("words", "")
+    elif s.get("signature"):
+        showed, how = s["signature"].get("reached"), f"{s['signature'].get('shows')}: {s['signature'].get('words')}"
+    else:
+        found_ = anomalies(s)
+        showed = bool(found_) if s.get("complete") else None
+        how = "; ".join(a["seen"] for a in found_) or "no anomaly"
+    src = r.path / "scenario.src.yaml"
+    return {"run_dir": str(r.path), "scenario": s.get("scenario"), "version": versions.get("rocketmq")
+            or str((doc.get("cluster") or {}).get("rocketmq_version") or ""), "showed": showed, "how": how,
+            "counts": s.get("counts") or {}, "verdict": (r.report_txt.read_text().splitlines() or [""])[0]
+            if r.report_txt.is_file() else "", "settings": settings(doc),
+            "src": src.read_text() if src.is_file() else yaml.safe_dump(doc, sort_keys=False),
+            "complete": s.get("complete")}
+
+
+def settings(doc: dict[str, Any]) -> dict[str, Any]:
+    """The broker settings a maintainer asks about first: the cluster's shape and every broker config
+    key the scenario sets (defaults left out: they are the version's)."""
+    c = doc.get("cluster") or {}
+    out: dict[str, Any] = {"rocketmq_version": c.get("rocketmq_version")}
+    ctl = c.get("controllers")
+    if ctl:
+        out["controllers"] = {k: ctl.get(k) for k in ("mode", "count", "type") if ctl.get(k) is not None}
+    out["brokers"] = [{k: b.get(k) for k in ("name", "replicas", "replication", "slave") if b.get(k) is not None}
+                      for b in c.get("brokers") or []]
+    out["broker_config"] = dict(((c.get("broker_defaults") or {}).get("config")) or {})
+    for b in c.get("brokers") or []:
+        if b.get("config"):
+            out[f"config of {b['name']}"] = b["config"]
+    return out
+
+
+def excerpts(run_dir: str | Path, grep: str = DEFAULT_GREP, per_file: int = EXCERPT_LINES) -> list[dict[str, Any]]:
+    """[{file (relative to the run), lines [(number, text)]}]: the first `per_file` lines matching
+    `grep` in each node's RocketMQ logs and stdout."""
+    r = as_run(run_dir)
+    try:
+        pat = re.compile(grep)
+    except re.error as e:
+        raise UserError(f"--grep {grep!r} is not a regular expression: {e}", "e.g. --grep 'SyncStateSet|Exception'") from None
+    out = []
+    cluster = r.path / "cluster"
+    for node in sorted(p.name for p in cluster.iterdir() if p.is_dir()) if cluster.is_dir() else []:
+        files = [cluster / node / "stdout.log", *sorted(log_dir(cluster, node).glob("*.log"))]
+        for f in files:
+            if not f.is_file():
+                continue
+            hits = []
+            with f.open(errors="replace") as fh:
+                for i, line in enumerate(fh, 1):
+                    if pat.search(line):
+                        hits.append((i, line.rstrip()[:400]))
+                        if len(hits) >= per_file:
+                            break
+            if hits:
+                out.append({"file": str(f.relative_to(r.path)), "lines": hits})
+    return out
+
+
+def source_lines(spec: str) -> dict[str, Any]:
+    """`path/To/File.java:FROM-TO@VERSION` -> {spec, jar, path, lines [(number, text)]}, read from the
+    released sources jar of that version in the local Maven repository (`mvn dependency:get
+    -Dartifact=org.apache.rocketmq:rocketmq-store:5.5.0:jar:sources` fetches one)."""
+    m = _SOURCE.match(spec.strip())
+    if not m:
+        raise UserError(f"--source {spec!r}: expected PATH.java:FROM-TO@VERSION",
+                        "e.g. --source org/apache/rocketmq/common/utils/CheckpointFile.java:98-154@5.5.0")
+    v, path = m.group("v"), m.group("path")
+    a = int(m.group("a"))
+    b = int(m.group("b") or a)
+    jars = sorted(M2.glob(f"rocketmq-*/{v}/rocketmq-*-{v}-sources.jar"))
+    for jar in jars:
+        with zipfile.ZipFile(jar) as z:
+            if path in z.namelist():
+                text = z.read(path).decode("utf-8", errors="replace").splitlines()
+                return {"spec": spec, "jar": jar.name, "path": path, "version": v,
+                        "lines": [(i, text[i - 1]) for i in range(a, min(b, len(text)) + 1)]}
+    raise UserError(f"--source {spec}: {path} is in none of the {len(jars)} RocketMQ {v} sources jar(s) under {M2}",
+                    f"fetch the module's: mvn dependency:get -Dartifact=org.apache.rocketmq:<module>:{v}:jar:sources")
+
+
+def render(title: str, recs: list[dict[str, Any]], logs: list[dict[str, Any]], sources: list[dict[str, Any]],
+           notes: str | None = None, command: str | None = None) -> str:
+    """The report's Markdown; a section with nothing to show says so."""
+    affected = sorted({x["version"] for x in recs if x["showed"] is True})
+    clean = sorted({x["version"] for x in recs if x["showed"] is False} - set(affected))
+    unknown = sorted({x["version"] for x in recs if x["showed"] is None} - set(affected) - set(clean))
+    first = next((x for x in recs if x["showed"] is True), recs[0])
+    md = [f"# {title}", ""]
+    md += ["## Versions", "", f"- **Affected:** {', '.join(affected) or 'none measured'}",
+           f"- **Not affected:** {', '.join(clean) or NOT_MEASURED}"]
+    if unknown:
+        md.append(f"- **Could not tell** (the run did not finish): {', '.join(unknown)}")
+    md += ["", "## The scenario", "",
+           f"Run with [rmqchaos](https://github.com/) on one machine (real JVMs, loopback addresses). The scenario "
+           f"of the run on {first['version']}:", "", "```yaml", first["src"].rstrip(), "```", "",
+           "```sh", command or f"rmqchaos run {first['run_dir']}/scenario.src.yaml", "```", ""]
+    md += ["## Broker settings that matter", "", "```yaml",
+           yaml.safe_dump(first["settings"], sort_keys=False).rstrip() or "{}", "```", ""]
+    md += ["## What was measured", "", "| version | run | showed | what | acked | lost | duplicated |",
+           "|---|---|---|---|---|---|---|"]
+    for x in recs:
+        c = x["counts"]
+        md.append(f"| {x['version']} | `{Path(x['run_dir']).name}` | "
+                  f"{ {True: 'yes', False: 'no', None: 'could not tell'}[x['showed']] } | {x['how']} | "
+                  f"{c.get('acked', '-')} | {c.get('lost', '-')} | {c.get('duplicated', '-')} |")
+    md += ["", "Each run's verdict:", ""] + [f"- {x['version']}: {x['verdict']}" for x in recs if x["verdict"]] + [""]
+    md += ["## Logs", ""]
+    if not logs:
+        md += [NOT_MEASURED, ""]
+    for e in logs:
+        md += [f"`{e['file']}`:", "", "```"] + [f"{n}: {t}" for n, t in e["lines"]] + ["```", ""]
+    md += ["## Source", ""]
+    if not sources:
+        md += [NOT_MEASURED + " (pass --source PATH.java:FROM-TO@VERSION)", ""]
+    for s in sources:
+        md += [f"`{s['path']}` lines {s['lines'][0][0]}-{s['lines'][-1][0]} of {s['jar']}:", "", "```java"] + \
+              [f"{n:>4}  {t}" for n, t in s["lines"]] + ["```", ""]
+    md += ["## Analysis and a proposed fix", "", notes.strip() if notes else NOT_MEASURED, ""]
+    return "\n".join(md)
+
+
+def report_upstream(runs: list[str], title: str | None = None, check: str | None = None, grep: str = DEFAULT_GREP,
+                    sources: list[str] | None = None, notes_file: str | None = None,
+                    out: str | Path | None = None) -> dict[str, Any]:
+    """Write the report (default docs/upstream-reports/<scenario>.md) and return {report, affected,
+    not_affected}."""
+    if not runs:
+        raise UserError("report-upstream needs at least one run directory", "pass the runs of each version")
+    recs = [run_record(r, check) for r in runs]
+    recs.sort(key=lambda x: tuple(int(p) for p in x["version"].split(".")) if re.match(r"^\d+(\.\d+)*$", x["version"])
+              else (0,))
+    showing = [x for x in recs if x["showed"] is True]
+    logs = excerpts((showing or recs)[0]["run_dir"], grep)
+    srcs = [source_lines(s) for s in sources or []]
+    notes = Path(notes_file).read_text() if notes_file else None
+    name = title or f"{recs[0]['scenario']}: " + (showing[0]["how"] if showing else "not shown on any version measured")
+    target = Path(out) if out else OUT_DIR / f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', str(recs[0]['scenario']))}.md"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(render(name, recs, logs, srcs, notes))
+    return {"report": str(target), "affected": sorted({x["version"] for x in showing}),
+            "not_affected": sorted({x["version"] for x in recs if x["showed"] is False})}

@@ -1,0 +1,81 @@
+"""`rmqchaos report-upstream` (issue 49) on recorded runs: every section filled or marked not measured,
+source lines read from a sources jar, and the history's anomaly and seed columns. Recorded runs are
+made here from a scenario file with the files an analysis leaves (summary, report, logs)."""
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pipeline.runs import create_run
+from rmqchaos.errors import UserError
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+
+
+def recorded(tmp_path: Path, name: str, version: str, lost: int, explore_seed: int | None = None) -> Path:
+    src = tmp_path / f"{name}.yaml"
+    doc: dict[str, Any] = {"extends": str(SCENARIOS / "failover-kill-master.yaml"), "name": name}
+    if explore_seed is not None:
+        doc["explore"] = {"seed": explore_seed, "base": str(SCENARIOS / "failover-kill-master.yaml")}
+    src.write_text(yaml.safe_dump(doc))
+    run = create_run(src, tmp_path / f"run-{name}")
+    (run.path / "analysis").mkdir(exist_ok=True)
+    reached = lost > 0
+    run.summary_file.write_text(json.dumps({
+        "run_id": run.run_id, "scenario": name, "complete": True, "events": [],
+        "counts": {"acked": 4408, "lost": lost, "duplicated": 0, "keys": 5000},
+        "duplicates_by_cause": {}, "signature": {"shows": "a cut-off master's acks", "reached": reached,
+                                                 "words": "reproduced" if reached else "NOT reproduced: lost > 0 (lost = 0)"}}))
+    (run.path / "versions.json").write_text(json.dumps({"rocketmq": version}))
+    run.report_txt.write_text(f"{name}: {'reproduced' if reached else 'NOT reproduced'}; lost {lost} acknowledged\n")
+    node = run.path / "cluster" / "broker-a-0"
+    (node / "logs" / "rocketmqlogs").mkdir(parents=True)
+    (node / "stdout.log").write_text("boot success\n")
+    (node / "logs" / "rocketmqlogs" / "broker.log").write_text(
+        "2026-11-29 10:00:00 INFO main - started\n"
+        "2026-11-29 10:00:05 WARN HAService - Change SyncStateSet from [1, 2, 3] to [1]\n")
+    return run.path
+
+
+@pytest.mark.fast
+def test_a_report_has_every_section_filled_or_marked_not_measured(tmp_path: Path, monkeypatch: Any) -> None:
+    from pipeline import upstream
+    m2 = tmp_path / "m2"
+    jar = m2 / "rocketmq-store" / "5.5.0" / "rocketmq-store-5.5.0-sources.jar"
+    jar.parent.mkdir(parents=True)
+    with zipfile.ZipFile(jar, "w") as z:
+        z.writestr("org/apache/rocketmq/store/ha/X.java", "\n".join(f"line {i}" for i in range(1, 21)))
+    monkeypatch.setattr(upstream, "M2", m2)
+    old, new = recorded(tmp_path, "cut-off-acks-533", "5.3.3", 0), recorded(tmp_path, "cut-off-acks-550", "5.5.0", 1921)
+    res = upstream.report_upstream([str(new), str(old)], title="allAckInSyncStateSet does not protect a cut-off master",
+                                   sources=["org/apache/rocketmq/store/ha/X.java:3-5@5.5.0"], out=tmp_path / "r.md")
+    assert (res["affected"], res["not_affected"]) == (["5.5.0"], ["5.3.3"])
+    md = Path(res["report"]).read_text()
+    for section in ("# allAckInSyncStateSet does not protect a cut-off master", "## Versions", "**Affected:** 5.5.0",
+                    "**Not affected:** 5.3.3", "## The scenario", "extends:", "## Broker settings that matter",
+                    "allAckInSyncStateSet: true", "## What was measured", "| 5.5.0 | `run-cut-off-acks-550` | yes |",
+                    "## Logs", "cluster/broker-a-0/logs/rocketmqlogs/broker.log", "2: 2026-11-29 10:00:05 WARN HAService",
+                    "## Source", "   3  line 3", "   5  line 5", "rocketmq-store-5.5.0-sources.jar",
+                    "## Analysis and a proposed fix", "_not measured_"):
+        assert section in md, section
+    assert md.index("| 5.3.3 |") < md.index("| 5.5.0 |")  # versions in order
+    with pytest.raises(UserError, match="in none of the 1 RocketMQ 5.5.0 sources jar"):
+        upstream.source_lines("org/apache/rocketmq/Missing.java:1-2@5.5.0")
+    with pytest.raises(UserError, match="expected PATH.java:FROM-TO@VERSION"):
+        upstream.source_lines("X.java:1-2")
+
+
+@pytest.mark.fast
+def test_the_history_row_names_a_runs_anomalies_and_the_seed_that_drew_it(tmp_path: Path) -> None:
+    from analysis.history import row
+    d = recorded(tmp_path, "explore-41", "5.5.0", 7, explore_seed=41)
+    r = row(json.loads((d / "analysis" / "summary.json").read_text()), d)
+    assert r["anomalies"] == ["lost"] and r["explore_seed"] == 41 and r["explore_base"].endswith("failover-kill-master.yaml")
+    plain = recorded(tmp_path, "plain", "5.5.0", 0)
+    r2 = row(json.loads((plain / "analysis" / "summary.json").read_text()), plain)
+    assert r2["anomalies"] == [] and r2["explore_seed"] is None
