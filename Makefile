@@ -15,7 +15,7 @@ setup:
 	@scripts/setup.sh
 
 run: setup
-	@.venv/bin/rmqchaos airflow test $(DAG) --conf '{"matrix": "$(MATRIX)"}'
+	@.venv/bin/rmqchaos airflow test $(DAG) --conf '{"matrix": "$(MATRIX)", "explore_runs": 0}'
 
 nightly: setup
 	@.venv/bin/rmqchaos airflow test $(DAG) --conf '{"matrix": "scenarios/nightly.yaml"}'

@@ -72,13 +72,15 @@ def schedule(scenario: Scenario, kinds: dict[str, type[FaultKind]], seed: int, m
 
 def words(faults: list[dict[str, Any]]) -> str:
     """A schedule in one line, e.g. 'kill master-of:broker-a at 20s (back 12s); partition (one) at 40s'."""
+    def t(v: Any) -> str:  # as drawn ('20s'), or as a resolved scenario holds it (20.0)
+        return f"{v:g}s" if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
     out = []
     for f in faults:
         what = f["kind"] + (f" {f['target']}" if f.get("target") else "")
         if f["kind"] == "partition":
             what += " " + " | ".join(",".join(g) for g in f["groups"])
         if f["kind"] == "link":
-            what += f" {f['from']}->{f['to']}" + (" blackhole" if f.get("blackhole") else f" {f.get('latency')}")
-        extra = [f"{k.replace('_', ' ')} {f[k]}" for k in ("duration", "restart_after", "back_after") if f.get(k)]
-        out.append(f"{what} at {f['at']}" + (f" ({', '.join(extra)})" if extra else ""))
+            what += f" {f['from']}->{f['to']}" + (" blackhole" if f.get("blackhole") else f" {t(f.get('latency'))}")
+        extra = [f"{k.replace('_', ' ')} {t(f[k])}" for k in ("duration", "restart_after", "back_after") if f.get(k)]
+        out.append(f"{what} at {t(f['at'])}" + (f" ({', '.join(extra)})" if extra else ""))
     return "; ".join(out) or "no fault"

@@ -23,7 +23,9 @@ the task's return value, and the task's *rmqchaos report* link opens it), with e
 over its earlier runs (the run history), and `verdict` fails the DAG run when a run failed, its loss
 could not be verified, a run missed its scenario's signature (NOT reproduced: the Param
 `signature_misses: flag` only names those), or a scenario that never lost in its trailing runs lost
-(a regression). Each
+(a regression). The Param `explore_runs` adds that many fault schedules drawn at random over
+`explore_base` (rmqchaos explore): their anomalies get a section of the report and lines in
+`verdict`'s log, and never fail the DAG run. Each
 figure that left its trailing range is named in the report and in `verdict`'s log; a scenario that
 keeps losing messages is a finding, not a failure.
 """
@@ -35,14 +37,23 @@ keeps losing messages is a finding, not a failure.
                              description="the matrix file: `scenarios:` lists the scenario files"),
              "signature_misses": Param("fail", enum=["fail", "flag"],
                                        description="a run that did not reach its scenario's signature: fail "
-                                                   "the DAG run, or only name it (flag)")})
+                                                   "the DAG run, or only name it (flag)"),
+             "explore_runs": Param(1, type="integer", minimum=0, maximum=20,
+                                   description="fault schedules drawn at random over explore_base and run "
+                                               "after the matrix (rmqchaos explore; 0: none)"),
+             "explore_base": Param("scenarios/explore/controller.yaml", type="string",
+                                   description="the scenario whose cluster and load the drawn schedules run on")})
 def rocketmq_nightly_resilience() -> None:
     @task
     def matrix() -> list[str]:
         from airflow.sdk import get_current_context
 
+        from pipeline.explore import plan_params
         from pipeline.matrix import scenarios
-        return scenarios(get_current_context()["params"]["matrix"])
+        p = get_current_context()["params"]
+        drawn = plan_params({"base": p["explore_base"], "runs": p["explore_runs"], "seed": None}) \
+            if p["explore_runs"] else []
+        return scenarios(p["matrix"]) + drawn
 
     @task
     def prepare(scenario: str) -> str:

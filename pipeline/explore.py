@@ -18,11 +18,12 @@ from typing import Any
 
 import yaml
 
-from analysis.anomalies import anomalies
 from chaos.explore import schedule, words
 from chaos.kinds import registry
-from pipeline.runs import as_run, default_run_dir, load_scenario
+from pipeline.explored import judge, kept, lines
+from pipeline.runs import default_run_dir, load_scenario
 from pipeline.stage import error_line
+from rmqchaos import paths
 from rmqchaos.errors import UserError
 from rmqchaos.progress import say
 
@@ -71,6 +72,14 @@ def plan(base: str | Path, runs: int, seed: int, max_faults: int = 3, only: list
     return [str(write_scenario(d, base, seed + k, draw(base, seed + k, max_faults, only))) for k in range(runs)]
 
 
+def plan_params(params: dict[str, Any]) -> list[str]:
+    """plan() from a DAG run's Params: base, runs, seed (None: from the clock), max_faults."""
+    seed = params.get("seed")
+    base = Path(params["base"])
+    return plan(base if base.is_absolute() else paths.REPO / base, int(params["runs"]), int(time.time()) % 1_000_000 if seed is None else int(seed),
+                int(params.get("max_faults") or 3))
+
+
 def explore_dir(base: str | Path) -> Path:
     return Path(str(default_run_dir("explore-" + Path(base).stem)))
 
@@ -86,26 +95,6 @@ def check_budget(runs: int | None, hours: float | None, seed: int | None, max_fa
         raise UserError(f"--seed {seed} is out of range", "use a non-negative integer below 2^53")
     if not 1 <= max_faults <= 8:
         raise UserError(f"--max-faults {max_faults} is out of range", "use 1..8")
-
-
-def judge(run_dir: str | Path) -> dict[str, Any]:
-    """What the explorer records of one run: {run_dir, seed, schedule, complete, anomalies [{check,
-    condition, seen}], failure}. A run that did not finish is never an anomaly: its reasons instead."""
-    r = as_run(run_dir)
-    doc = yaml.safe_load((r.path / "scenario.yaml").read_text()) or {}
-    s = json.loads(r.summary_file.read_text()) if r.summary_file.is_file() else None
-    failed = [f"{n} {rec.get('status')}" + (f": {rec['error']}" if rec.get("error") else "")
-              for n, rec in r.stages().items() if rec.get("status") not in ("ok", None) and n != "report"]
-    return {"run_dir": str(r.path), "seed": (doc.get("explore") or {}).get("seed"),
-            "schedule": words(doc.get("faults") or []), "complete": bool(s and s.get("complete")),
-            "anomalies": anomalies(s) if s and s.get("counts") else [],
-            "incomplete_reasons": (s or {}).get("incomplete_reasons") or ([] if s else ["not analyzed"]),
-            "failures": failed}
-
-
-def kept(rec: dict[str, Any]) -> bool:
-    """A run worth keeping: an anomaly, or a run that did not finish (its reason may be one)."""
-    return bool(rec["anomalies"]) or not rec["complete"] or bool(rec["failures"])
 
 
 def explore(base: str | Path, runs: int | None = None, hours: float | None = None, seed: int | None = None,
@@ -151,13 +140,31 @@ def explore(base: str | Path, runs: int | None = None, hours: float | None = Non
     return rec
 
 
-def lines(rec: dict[str, Any]) -> list[str]:
-    """The exploration in lines a person reads: one per run, anomalies first."""
-    rows = sorted(rec["runs"], key=lambda x: (not x["anomalies"], x["complete"]))
-    out = [f"explore {rec['base']} from seed {rec['seed']}: {len(rec['runs'])} run(s), "
-           f"{len(rec['anomalies'])} with an anomaly"]
-    for x in rows:
-        what = ("ANOMALY " + "; ".join(a["seen"] for a in x["anomalies"]) if x["anomalies"] else
-                "nothing found" if x["complete"] else "did not finish: " + "; ".join(x["incomplete_reasons"] or x["failures"]))
-        out.append(f"  seed {x['seed']}: {what} | {x['schedule']}" + (f" | {x['run_dir']}" if x["run_dir"] else ""))
-    return out
+def prepare(scenario_file: str | Path) -> str:
+    """A detached run directory for one drawn scenario of a scheduled exploration, beside it."""
+    from pipeline.runs import create_run, reap_orphans
+    reap_orphans()
+    f = Path(scenario_file)
+    return str(create_run(f, f.parent / f"run-{f.stem.removeprefix('explore-')}", mode="detached").path)
+
+
+def collect(run_dirs: list[str], keep_all: bool = False) -> dict[str, Any]:
+    """After a scheduled exploration (the weekly DAG): each run judged, the runs that found nothing
+    removed (unless keep_all), explore.json written beside the drawn scenarios, one line per run
+    printed. Returns the record as explore() does."""
+    recs = []
+    for d in run_dirs:
+        j = judge(d)
+        if not kept(j) and not keep_all:
+            shutil.rmtree(d, ignore_errors=True)
+            j["run_dir"] = None
+        recs.append(j)
+    seeds = [x["seed"] for x in recs if x["seed"] is not None]
+    d = Path(run_dirs[0]).parent if run_dirs else None
+    rec = {"dir": str(d) if d else None, "base": None, "seed": min(seeds, default=None),
+           "runs": recs, "anomalies": [x for x in recs if x["anomalies"]]}
+    if d is not None:
+        (d / RECORD).write_text(json.dumps(rec, indent=1) + "\n")
+    for line in lines(rec):
+        print(line, flush=True)
+    return rec

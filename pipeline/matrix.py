@@ -89,9 +89,18 @@ def verdict(run_dirs: list[str], db: str | Path | None = None, signature_misses:
     if signature_misses not in ("fail", "flag"):
         raise UserError(f"signature_misses must be 'fail' or 'flag', got {signature_misses!r}",
                         "fail: a run that missed its signature fails the verdict; flag: it is only named")
+    from pipeline.explored import is_explored, judge as explored, lines as explore_lines
+    drawn = [d for d in run_dirs if is_explored(d)]
+    run_dirs = [d for d in run_dirs if d not in drawn]
     sigs = signature_lines(run_dirs)
     for line in sigs:
         print(f"verdict: signature: {line}", flush=True)
+    # a drawn schedule's anomaly is a finding and its failure a flag: neither fails the matrix
+    found = [explored(d) for d in drawn]
+    if found:
+        for line in explore_lines({"base": "", "seed": min(x["seed"] or 0 for x in found), "runs": found,
+                                   "anomalies": [x for x in found if x["anomalies"]]}):
+            print(f"verdict: {line.strip()}", flush=True)
     bad = {d: f for d in run_dirs if (f := failures(d, signature_misses))}
     judged = trends.judge(run_dirs, db)
     if judged["note"]:
@@ -106,7 +115,7 @@ def verdict(run_dirs: list[str], db: str | Path | None = None, signature_misses:
     problems += [flag_line(j, f) for j in judged["runs"] for f in j["flags"] if f["fails"]]
     if problems:
         raise UserError(" | ".join(problems), "see the combined report")
-    return {"failed": bad, "flags": lines, "regressions": judged["runs"], "signatures": sigs}
+    return {"failed": bad, "flags": lines, "regressions": judged["runs"], "signatures": sigs, "explored": found}
 
 
 def combined_report(reports: list[dict | None] | None, out: str | Path | None = None) -> dict:

@@ -45,8 +45,12 @@ def combined(run_dirs: list[str | Path | RunDir], out: str | Path, history: bool
     run history's trends of their scenarios and their regression flags (db: the history file, default
     paths.history_db())."""
     from analysis.report import write_report  # matplotlib: only when a report is written
+    from pipeline.explored import is_explored, section
     runs = [as_run(d) for d in run_dirs]
-    html = write_report([r.path for r in runs], Path(out), trends.section(runs, db) if history else "")
+    # a drawn schedule is a scenario of its own with no history to trend against: its own section
+    drawn = [str(r.path) for r in runs if is_explored(r.path)]
+    extra = (trends.section([r for r in runs if str(r.path) not in drawn], db) if history else "") + section(drawn)
+    html = write_report([r.path for r in runs], Path(out), extra)
     return {"html": str(html), "runs": [str(r.path) for r in runs]}
 
 

@@ -145,7 +145,7 @@ def shrink_run(run_dir: str | Path, check: str | None = None, budget: int = 12, 
     import yaml
 
     from analysis.anomalies import CHECKS
-    from pipeline.explore import judge
+    from pipeline.explored import judge
     from pipeline.runs import as_run, default_run_dir, load_scenario
     from pipeline.scenario import run_scenario
     from rmqchaos.errors import UserError

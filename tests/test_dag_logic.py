@@ -32,7 +32,7 @@ def test_dag_files_parse_cleanly_with_what_an_airflow_user_expects(tmp_path: Pat
     rep = json.loads(r.stdout)
     assert rep["import_errors"] == {} and rep["deprecations"] == []
     assert set(rep["dags"]) == {"rocketmq_nightly_resilience", "rocketmq_prerelease_load_test", "rocketmq_loss_report",
-                                "rocketmq_upstream_corpus"}
+                                "rocketmq_upstream_corpus", "rocketmq_weekly_explore"}
     for dag_id, d in rep["dags"].items():
         assert d["owner"] == "rmqchaos" and "rocketmq" in d["tags"] and d["doc_md"], dag_id
         assert d["default_retries"] >= 1, dag_id  # analysis and report tasks retry ...

@@ -118,7 +118,7 @@ def test_nightly_dag_runs_the_matrix_one_cluster_at_a_time_and_tears_down_a_fail
         "faults": [{"id": "kill-a", "kind": "kill", "target": "broker-a", "at": "2s"},
                    {"id": "pause-dead-a", "kind": "pause", "target": "broker-a", "at": "4s", "duration": "1s"}]})
     (tmp_path / "matrix.yaml").write_text(f"scenarios: [{ok.name}, {bad.name}]\n")
-    r, runs = dag_test(env, "rocketmq_nightly_resilience", {"matrix": str(tmp_path / "matrix.yaml")})
+    r, runs = dag_test(env, "rocketmq_nightly_resilience", {"matrix": str(tmp_path / "matrix.yaml"), "explore_runs": 0})
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-3000:]
     assert "failed tasks: scenario_run.load[1], verdict" in r.stdout, r.stdout
     assert "1 of 2 runs failed: n-fails: stage load failed: fault pause-dead-a" in r.stdout + r.stderr
@@ -143,7 +143,7 @@ def test_ctrl_c_stops_the_whole_dag_run_and_every_cluster_it_started(env: dict[s
     second = write_scenario(tmp_path / "second.yaml", {**BASE, "name": "n-never"})
     (tmp_path / "matrix.yaml").write_text(f"scenarios: [{first.name}, {second.name}]\n")
     proc = subprocess.Popen([*RMQCHAOS, "airflow", "test", "rocketmq_nightly_resilience", "--conf",
-                             json.dumps({"matrix": str(tmp_path / "matrix.yaml")})], cwd=REPO, env=env,
+                             json.dumps({"matrix": str(tmp_path / "matrix.yaml"), "explore_runs": 0})], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     runs_dir = Path(env["RMQCHAOS_RUNS"])
 

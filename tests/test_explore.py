@@ -205,3 +205,30 @@ def test_anomalies_are_conditions_on_the_runs_figures() -> None:
     s["duplicates_by_cause"]["unexplained"] = 1  # a resend explains duplicates; nothing explains these
     assert "unexplained_duplicates" in [a["check"] for a in anomalies(s)]
     assert set(CHECKS) >= {"lost", "two_masters", "stale_reads", "reused_queue_offsets", "unexplained_duplicates"}
+
+
+# ---------------------------------------------------------------- in the nightly
+
+@pytest.mark.fast
+def test_a_drawn_runs_anomaly_and_failure_are_named_in_the_nightly_never_failing_it(tmp_path: Path, monkeypatch: Any,
+                                                                                     capsys: Any) -> None:
+    import json
+    from pipeline import matrix
+    from pipeline.explored import section
+    from pipeline.runs import create_run
+    monkeypatch.setenv("RMQCHAOS_HISTORY", str(tmp_path / "history.duckdb"))
+    base = SCENARIOS / "explore" / "small.yaml"
+    faults = [{"id": "pause-1", "kind": "pause", "target": "broker-a", "at": "12s", "duration": "4s"}]
+    f = tmp_path / "explore-77.yaml"
+    f.write_text(yaml.safe_dump(scenario_doc(base, 77, faults)))
+    run = create_run(f, tmp_path / "run-77")
+    run.set_stage("load", {"status": "failed", "start_ms": 1, "end_ms": 2, "error": "fault pause-1 failed"})
+    (run.path / "analysis").mkdir(exist_ok=True)
+    run.summary_file.write_text(json.dumps({"run_id": run.run_id, "scenario": "explore-77", "complete": True,
+                                            "counts": {"lost": 5}, "events": [], "duplicates_by_cause": {}}))
+    res = matrix.verdict([str(run.path)])  # no UserError: a drawn run never fails the matrix
+    assert res["failed"] == {} and res["explored"][0]["anomalies"][0]["seen"] == "lost = 5"
+    out = capsys.readouterr().out
+    assert "verdict: seed 77: ANOMALY lost = 5 | pause broker-a at 12s (duration 4s)" in out
+    html = section([str(run.path)])
+    assert "Explored schedules: new anomalies" in html and "ANOMALY: lost = 5" in html and ">77<" in html

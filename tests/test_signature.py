@@ -35,7 +35,8 @@ def judged(s: dict[str, Any], signature: Signature) -> dict[str, Any]:
 
 
 def test_every_scenario_file_with_a_load_states_what_it_exists_to_show() -> None:
-    files = sorted(f for f in [*SCENARIOS.glob("*.yaml"), *(SCENARIOS / "upstream").glob("*.yaml")]
+    files = sorted(f for f in [*SCENARIOS.glob("*.yaml"), *(SCENARIOS / "upstream").glob("*.yaml"),
+                               *(SCENARIOS / "explore").glob("*.yaml")]
                    if f.name not in ("nightly.yaml", "quick.yaml", "corpus.yaml"))
     missing = [f.name for f in files if (s := load_scenario(f)).load is not None and s.signature is None and s.expect is None]
     assert not missing, f"scenarios without a signature: {missing}"

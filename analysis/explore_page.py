@@ -1,0 +1,27 @@
+"""The combined report's "Explored" section: one row per run `rmqchaos explore` drew (records of
+pipeline/explore.py judge()), runs with an anomaly first, each with its seed, schedule and what it
+found, and the command that draws its schedule again."""
+from __future__ import annotations
+
+import html
+from typing import Any
+
+
+def render(recs: list[dict[str, Any]]) -> str:
+    if not recs:
+        return ""
+    e = html.escape
+    found = [r for r in recs if r["anomalies"]]
+    rows = []
+    for r in sorted(recs, key=lambda x: (not x["anomalies"], x["complete"])):
+        what = ("ANOMALY: " + "; ".join(a["seen"] for a in r["anomalies"]) if r["anomalies"] else
+                "nothing found" if r["complete"] else "did not finish: " + "; ".join(r["incomplete_reasons"] or r["failures"]))
+        cls = " class=warn" if r["anomalies"] else ""
+        rows.append(f"<tr{cls}><td>{e(str(r['seed']))}</td><td>{e(r['schedule'])}</td><td>{e(what)}</td>"
+                    f"<td><code>{e(r['run_dir'] or '(removed: nothing found)')}</code></td></tr>")
+    return ("<section id=explore><h2>Explored schedules: new anomalies</h2>"
+            f"<p>{len(recs)} run(s) drew their faults at random (rmqchaos explore, docs/explore.md); "
+            f"{len(found)} showed an anomaly. <code>rmqchaos shrink RUN</code> makes one smaller; "
+            "the seed draws the same schedule again.</p>"
+            "<table><tr><th>seed</th><th>schedule</th><th>found</th><th>run</th></tr>" + "".join(rows)
+            + "</table></section>")
