@@ -7,9 +7,11 @@ version counts as showing on its first run that shows it, and as not showing onl
 runs that did not (an intermittent signature); a run that could not tell (None) is run again within
 the repeats, and a version no run could tell for stops the search with one line naming it.
 
-Which versions: the released 5.x versions in the range, in order. A version whose components do not
-all resolve from Maven here (RELEASED's notes) is skipped with one line naming what it lacks: the
-platform runs namesrv, brokers, proxy and clients of one version and does not mix them."""
+Which versions: the released 5.x versions in the range, in order. A release Maven does not serve
+whole runs mixed when what it lacks is a client-side program, namesrv or the proxy (an older or the
+pinned release's stands in: rmqchaos/rocketmq_dist.py), and says so in one line; one whose broker,
+store or controller does not resolve, or on which the scenario does not validate, is skipped with
+one line."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -18,14 +20,18 @@ from typing import Any, Callable
 
 from rmqchaos.errors import UserError
 
-# every 5.x release; None: all its components resolve here, else what does not (tried 2026-11-28/29,
-# ../shared/README.md); versions not in rocketmq_dist.KNOWN_TO_RESOLVE are tried once and skipped if Maven refuses
-RELEASED: dict[str, str | None] = {
-    "5.0.0": None, "5.1.0": None, "5.1.1": None, "5.1.2": None, "5.1.3": "rocketmq-namesrv 5.1.3 is not on Maven Central",
-    "5.1.4": "rocketmq-proxy 5.1.4 is not on Maven Central", "5.2.0": None, "5.3.0": None, "5.3.1": None,
-    "5.3.2": None, "5.3.3": None, "5.3.4": None, "5.4.0": None, "5.5.0": None,
-    "5.5.1": "rocketmq-namesrv, rocketmq-proxy and rocketmq-client 5.5.1 are not on Maven Central",
+# every 5.x release and what of it Maven does not serve (empty: all of it) (tried 2026-11-28/29,
+# ../shared/README.md): it runs mixed (rocketmq_dist.py substitutes those), said in one line
+RELEASED: dict[str, tuple[str, ...]] = {
+    "5.0.0": (), "5.1.0": (), "5.1.1": (), "5.1.2": ("rocketmq-namesrv",), "5.1.3": ("rocketmq-namesrv",),
+    "5.1.4": ("rocketmq-proxy",), "5.2.0": (), "5.3.0": (), "5.3.1": (), "5.3.2": (), "5.3.3": (),
+    "5.3.4": ("rocketmq-proxy", "rocketmq-client", "rocketmq-tools"), "5.4.0": (), "5.5.0": (),
+    "5.5.1": ("rocketmq-namesrv", "rocketmq-proxy", "rocketmq-client"),
 }
+
+
+def _and(xs: tuple[str, ...]) -> str:
+    return xs[0] if len(xs) == 1 else ", ".join(xs[:-1]) + " and " + xs[-1]
 
 
 def _key(v: str) -> tuple[int, ...]:
@@ -33,7 +39,7 @@ def _key(v: str) -> tuple[int, ...]:
 
 
 def versions_in(spec: str) -> tuple[list[str], list[str]]:
-    """'5.1.0..5.5.0' (or a comma list) -> (versions to run, in order; one line per version skipped)."""
+    """'5.1.0..5.5.0' (or a comma list) -> (versions to run, in order; one line per version that runs mixed)."""
     if ".." in spec:
         lo, hi = (x.strip() for x in spec.split("..", 1))
         for v in (lo, hi):
@@ -48,11 +54,11 @@ def versions_in(spec: str) -> tuple[list[str], list[str]]:
         for v in asked:
             if v not in RELEASED:
                 raise UserError(f"--versions {spec}: {v} is not a 5.x release", f"releases: {', '.join(RELEASED)}")
-    run = [v for v in asked if RELEASED[v] is None]
-    skipped = [f"{v}: skipped ({RELEASED[v]})" for v in asked if RELEASED[v] is not None]
-    if len(run) < 2:
+    if len(asked) < 2:
         raise UserError(f"--versions {spec}: fewer than two versions to run", "give a range over two or more releases")
-    return run, skipped
+    mixed = [f"{v}: runs mixed ({_and(RELEASED[v])} {v} {'is' if len(RELEASED[v]) == 1 else 'are'} not on Maven "
+             "Central: an older or the pinned release's stand in)" for v in asked if RELEASED[v]]
+    return asked, mixed
 
 
 @dataclass
@@ -184,8 +190,8 @@ def bisect_scenario(scenario: str | Path, versions: str = "5.1.0..5.5.0", repeat
     if s.signature is None and s.expect is None:
         raise UserError(f"{scenario}: no signature or expect block to bisect on",
                         "bisect looks for the versions where what the scenario shows turns (docs/spec.md)")
-    run, skipped = versions_in(versions)
-    for line in skipped:
+    run, mixed = versions_in(versions)
+    for line in mixed:
         say(f"bisect: {line}")
     d = Path(out) if out else Path(str(default_run_dir(f"bisect-{s.name}")))
     d.mkdir(parents=True, exist_ok=True)
@@ -211,7 +217,7 @@ def bisect_scenario(scenario: str | Path, versions: str = "5.1.0..5.5.0", repeat
         runs[v].append({"shows": got, "run_dir": str(o.run.path)})
         return got
     b = bisect(run, shows, repeats, progress=say)
-    res = {"scenario": str(Path(scenario).resolve()), "versions": b.versions, "skipped": skipped + b.skipped,
+    res = {"scenario": str(Path(scenario).resolve()), "versions": b.versions, "mixed": mixed, "skipped": b.skipped,
            "tried": runs, "words": b.words(), "last_good": b.last_good if not b.problem else None,
            "first_bad": b.first_bad if not b.problem else None, "dir": str(d)}
     (d / "bisect.json").write_text(json.dumps(res, indent=1) + "\n")

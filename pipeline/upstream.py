@@ -60,7 +60,7 @@ def run_record(run_dir: str | Path, check: str | None = None) -> dict[str, Any]:
             "counts": s.get("counts") or {}, "verdict": (r.report_txt.read_text().splitlines() or [""])[0]
             if r.report_txt.is_file() else "", "settings": settings(doc),
             "src": src.read_text() if src.is_file() else yaml.safe_dump(doc, sort_keys=False),
-            "complete": s.get("complete")}
+            "complete": s.get("complete"), "mixed": versions.get("rocketmq_substituted") or {}}
 
 
 def settings(doc: dict[str, Any]) -> dict[str, Any]:
@@ -139,6 +139,9 @@ def render(title: str, recs: list[dict[str, Any]], logs: list[dict[str, Any]], s
     md = [f"# {title}", ""]
     md += ["## Versions", "", f"- **Affected:** {', '.join(affected) or 'none measured'}",
            f"- **Not affected:** {', '.join(clean) or NOT_MEASURED}"]
+    mixed = {x["version"]: x["mixed"] for x in recs if x.get("mixed")}
+    md += [f"- {v} ran mixed (Maven Central lacks part of it): " + ", ".join(f"{a} {d}" for a, d in sorted(m.items()))
+           for v, m in mixed.items()]
     if unknown:
         md.append(f"- **Could not tell** (the run did not finish): {', '.join(unknown)}")
     md += ["", "## The scenario", "",

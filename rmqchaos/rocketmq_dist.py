@@ -26,10 +26,17 @@ from rmqchaos.progress import say
 KNOWN_TO_RESOLVE = ("5.1.0", "5.1.1", "5.2.0", "5.3.0", "5.3.1", "5.3.2", "5.3.3", "5.4.0", "5.5.0")
 _VERSION = re.compile(r"^5\.\d{1,3}\.\d{1,3}$")
 MAVEN_TIMEOUT = 1800.0  # a first resolution downloads ~150 MB of jars
-# Client-side programs only (the witness check's benchmark Producer): when a release did not publish
-# them (rocketmq-example 5.3.3 is not on Maven Central), the pinned version's are used, and the
-# version's directory says so in substituted.json. Never a server artifact: those are the version.
-CLIENT_SIDE = ("rocketmq-example",)
+# What a release may lack and still run here, mixed, saying so (the version's substituted.json, each
+# run's versions.json, a line at `up`). Client-side programs (the witness check's benchmark Producer,
+# mqadmin, the Java consumer's client): the pinned version's, as a newer client talks to an older
+# broker in production (rocketmq-example 5.3.3; rocketmq-client and rocketmq-tools 5.3.4 are not on
+# Maven Central). namesrv and proxy: the nearest older release known to resolve (5.5.1 has no
+# rocketmq-namesrv or rocketmq-proxy). Never the broker, store, controller or their common modules:
+# those are the version, pinned as direct dependencies whenever anything is substituted (else
+# Maven's nearest-first mediation could take a substitute's rocketmq-common).
+CLIENT_SIDE = ("rocketmq-example", "rocketmq-client", "rocketmq-tools")
+SERVER_SIDE = ("rocketmq-namesrv", "rocketmq-proxy")
+CORE = ("rocketmq-common", "rocketmq-remoting", "rocketmq-store", "rocketmq-controller")
 
 
 def known() -> str:
@@ -112,14 +119,17 @@ def _build(version: str) -> None:
     while True:
         rc = _maven(mvn, work, version, out / "lib", log)
         missing = re.findall(rf"org\.apache\.rocketmq:(rocketmq-[a-z-]+):jar:{re.escape(version)}", _log_text(log))
-        if rc == 0 or not missing or not set(missing) <= set(CLIENT_SIDE) or set(missing) <= set(substituted):
+        if rc == 0 or not missing or not set(missing) <= {*CLIENT_SIDE, *SERVER_SIDE} or set(missing) <= set(substituted):
             break
-        pinned = paths.pinned_rocketmq_version()
         pom = (work / "pom.xml").read_text()
+        if not substituted:  # the version's own core modules first: they win Maven's mediation
+            core = "".join(f"\n    <dependency><groupId>org.apache.rocketmq</groupId><artifactId>{a}</artifactId>"
+                           f"<version>${{rocketmq.version}}</version></dependency>" for a in CORE)
+            pom = pom.replace("<dependencies>", "<dependencies>" + core, 1)
         for a in set(missing):
-            substituted[a] = pinned
+            substituted[a] = donor(version, a)
             pom = pom.replace(f"<artifactId>{a}</artifactId><version>${{rocketmq.version}}</version>",
-                              f"<artifactId>{a}</artifactId><version>{pinned}</version>")
+                              f"<artifactId>{a}</artifactId><version>{substituted[a]}</version>")
         (work / "pom.xml").write_text(pom)
         shutil.rmtree(out, ignore_errors=True)
     if rc != 0:
@@ -143,6 +153,23 @@ def _build(version: str) -> None:
     out.rename(dest)
     shutil.rmtree(work, ignore_errors=True)
     say(f"RocketMQ {version} resolved into {dest} ({time.monotonic() - t0:.0f} s)")
+
+
+def donor(version: str, artifact: str) -> str:
+    """The version whose `artifact` stands in for `version`'s: the pinned one for a client-side
+    program, else the nearest older release known to resolve (the pinned one when none is older)."""
+    if artifact in CLIENT_SIDE:
+        return paths.pinned_rocketmq_version()
+    key = tuple(int(x) for x in version.split("."))
+    older = [v for v in KNOWN_TO_RESOLVE if tuple(int(x) for x in v.split(".")) < key]
+    return older[-1] if older else paths.pinned_rocketmq_version()
+
+
+def substituted(version: str) -> dict[str, str]:
+    """artifact -> the version standing in for it in `version`'s resolved directory ({}: none)."""
+    import json
+    f = home(version) / "substituted.json"
+    return json.loads(f.read_text()) if f.is_file() else {}
 
 
 def _maven(mvn: str, work: Path, version: str, lib: Path, log: Path) -> int:

@@ -203,7 +203,7 @@ class RunDir:
     def processes(self) -> ProcessLog:
         return ProcessLog(self.path / "processes.jsonl")
 
-    def write_versions(self, rocketmq: str, java: str) -> None:
+    def write_versions(self, rocketmq: str, java: str, substituted: dict[str, str] | None = None) -> None:
         from importlib.metadata import PackageNotFoundError, version
         def v(pkg: str) -> str | None:
             try:
@@ -211,7 +211,8 @@ class RunDir:
             except PackageNotFoundError:
                 return None
         _atomic_write(self.path / "versions.json", json.dumps(
-            {"rocketmq": rocketmq, "java": java, "python": sys.version.split()[0],
+            {"rocketmq": rocketmq, **({"rocketmq_substituted": substituted} if substituted else {}),
+             "java": java, "python": sys.version.split()[0],
              **{p: v(p) for p in ("locust", "pyspark", "apache-airflow", "gevent")},
              "platform_commit": paths.platform_commit()}, indent=2) + "\n")
 

@@ -182,15 +182,27 @@ def test_bisect_skips_a_version_that_cannot_run_and_says_when_both_ends_agree() 
 
 
 @pytest.mark.fast
-def test_the_version_range_skips_partial_releases_in_one_line_each() -> None:
-    run, skipped = versions_in("5.4.0..5.5.1")
-    assert run == ["5.4.0", "5.5.0"]
-    assert skipped == ["5.5.1: skipped (rocketmq-namesrv, rocketmq-proxy and rocketmq-client 5.5.1 are not on Maven Central)"]
+def test_the_version_range_says_which_releases_run_mixed_in_one_line_each() -> None:
+    run, mixed = versions_in("5.4.0..5.5.1")
+    assert run == ["5.4.0", "5.5.0", "5.5.1"]
+    assert mixed == ["5.5.1: runs mixed (rocketmq-namesrv, rocketmq-proxy and rocketmq-client 5.5.1 are not on Maven "
+                     "Central: an older or the pinned release's stand in)"]
+    assert versions_in("5.1.3,5.1.1")[1] == ["5.1.3: runs mixed (rocketmq-namesrv 5.1.3 is not on Maven Central: an "
+                                             "older or the pinned release's stand in)"]
     assert versions_in("5.5.0,5.3.3")[0] == ["5.3.3", "5.5.0"]
     for bad, line in (("5.5.0..5.1.0", "must go from an older version"), ("4.9.8..5.5.0", "4.9.8 is not a 5.x release"),
-                      ("5.5.0..5.5.1", "fewer than two versions")):
+                      ("5.5.0", "fewer than two versions")):
         with pytest.raises(UserError, match=line):
             versions_in(bad)
+
+
+@pytest.mark.fast
+def test_a_release_lacking_a_client_program_or_namesrv_takes_it_from_an_older_or_the_pinned_one() -> None:
+    from rmqchaos import paths, rocketmq_dist
+    assert rocketmq_dist.donor("5.5.1", "rocketmq-namesrv") == "5.5.0"
+    assert rocketmq_dist.donor("5.3.4", "rocketmq-proxy") == "5.3.3"
+    assert rocketmq_dist.donor("5.3.4", "rocketmq-client") == paths.pinned_rocketmq_version()
+    assert "rocketmq-broker" not in {*rocketmq_dist.CLIENT_SIDE, *rocketmq_dist.SERVER_SIDE}  # the version itself
 
 
 # ---------------------------------------------------------------- the checks

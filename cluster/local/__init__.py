@@ -119,7 +119,12 @@ class LocalCluster(ClusterBackend):
     def up(self) -> None:
         t0 = now_ms()
         self._preflight()
-        self.run.write_versions(self.scenario.cluster.rocketmq_version, find_java()[2])
+        v = self.scenario.cluster.rocketmq_version
+        mixed = rocketmq_dist.substituted(v)
+        if mixed:
+            say(f"RocketMQ {v} runs mixed: " + ", ".join(f"{a} {d}" for a, d in sorted(mixed.items()))
+                + f" (not on Maven Central at {v})")
+        self.run.write_versions(v, find_java()[2], mixed)
         self.run.update_state(cluster="starting")
         self.run.register()
         try:
