@@ -61,6 +61,8 @@ def resolve(c: ClusterBackend, target: str, halt: threading.Event | None = None,
     (RESOLVE_WAIT_S) while nobody holds it (or until `halt`, the load's end). FaultError if nobody does."""
     if not is_role(target):
         return target
+    if target.startswith(SLAVE_OF):  # one of the group's slaves: the master resolved first, then the k-th other node
+        return resolve_all(c, target, halt)[0]
     seen = [""]
 
     def held() -> str | None:

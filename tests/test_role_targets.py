@@ -364,9 +364,10 @@ def test_controller_followers_is_a_partition_member_only_and_resolves_to_every_c
                                                                            "controller-2"]
 
 
-def test_slave_of_k_is_one_of_the_group_s_slaves_a_partition_member_only_and_k_is_checked() -> None:
-    assert err(CTL + "  - {kind: kill, target: 'slave-of:broker-a#1', at: 1s}\n") == [
-        "t.yaml:11: faults[0].target: slave-of:<group>#<k> is for a partition's groups; target the node by its name"]
+def test_slave_of_k_is_one_of_the_group_s_slaves_and_k_is_checked() -> None:
+    assert parse(CTL + "  - {kind: kill, target: 'slave-of:broker-a#1', at: 1s}\n").faults[0].target == "slave-of:broker-a#1"
+    assert err(CTL + "  - {kind: kill, target: 'slave-of:broker-a#3', at: 1s}\n") == [
+        "t.yaml:11: faults[0].target: slave-of:broker-a#3: broker-a has 3 node(s), so 2 slave(s) beside its master; k is 1..2"]
     assert err(CTL + "  - {kind: partition, at: 1s, duration: 5s, groups: [['master-of:broker-a', "
                      "'slave-of:broker-a#3'], [controller-followers]]}\n") == [
         "t.yaml:11: faults[0].groups[0][1]: slave-of:broker-a#3: broker-a has 3 node(s), so 2 slave(s) beside its "

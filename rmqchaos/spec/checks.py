@@ -107,9 +107,9 @@ def fault_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec]) -> list[
             if f.target.startswith(MANY):
                 errs.append((("faults", i, "target"), f"{f.target} names several nodes: only a partition's groups "
                                                       f"take it; target one node or {MASTER_OF}<group>"))
-            elif f.target.startswith(SLAVE_OF):
-                errs.append((("faults", i, "target"), f"{SLAVE_OF}<group>#<k> is for a partition's groups; "
-                                                      "target the node by its name"))
+            elif f.target.startswith(SLAVE_OF) and slave_index(f.target) is None:
+                errs.append((("faults", i, "target"), f"{f.target}: name which slave ({SLAVE_OF}<group>#<k>, "
+                                                      "k from 1): a fault's target is one node"))
             elif not kind.roles:
                 takers = ", ".join(sorted(k for k, v in fault_kinds.items() if v.roles))
                 errs.append((("faults", i, "target"), f"a {f.kind} fault takes a node's name, not a role; roles "
