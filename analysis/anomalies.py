@@ -27,7 +27,10 @@ CHECKS: dict[str, str] = {
 
 
 def anomalies(s: dict[str, Any]) -> list[dict[str, Any]]:
-    """[{check, condition, seen}] for each check that holds on the summary `s`, in CHECKS' order."""
+    """[{check, condition, seen}] for each check that holds on the summary `s`, in CHECKS' order; none
+    for a run that did not finish (what it missed may be what it never got to)."""
+    if s.get("complete") is False:
+        return []
     names = list(CHECKS)
     return [{"check": n, "condition": e["what"], "seen": e["seen"]}
             for n, e in zip(names, evidence([CHECKS[n] for n in names], s)) if e["holds"] is True]

@@ -1,4 +1,5 @@
-"""The combined report's "Explored" section: one row per run `rmqchaos explore` drew (records of
+"""The combined report's "Explored schedules" section (every anomaly they found, whether an earlier
+exploration found it too or not: `rmqchaos history anomalies` has those): one row per run `rmqchaos explore` drew (records of
 pipeline/explore.py judge()), runs with an anomaly first, each with its seed, schedule and what it
 found, and the command that draws its schedule again."""
 from __future__ import annotations
@@ -19,7 +20,7 @@ def render(recs: list[dict[str, Any]]) -> str:
         cls = " class=warn" if r["anomalies"] else ""
         rows.append(f"<tr{cls}><td>{e(str(r['seed']))}</td><td>{e(r['schedule'])}</td><td>{e(what)}</td>"
                     f"<td><code>{e(r['run_dir'] or '(removed: nothing found)')}</code></td></tr>")
-    return ("<section id=explore><h2>Explored schedules: new anomalies</h2>"
+    return ("<section id=explore><h2>Explored schedules: the anomalies they found</h2>"
             f"<p>{len(recs)} run(s) drew their faults at random (rmqchaos explore, docs/explore.md); "
             f"{len(found)} showed an anomaly. <code>rmqchaos shrink RUN</code> makes one smaller; "
             "the seed draws the same schedule again.</p>"

@@ -8,11 +8,12 @@ from typing import Any
 
 
 def cmd_explore(a: argparse.Namespace) -> int:
-    from pipeline.explore import draw, explore, lines, plan, words
+    from pipeline.explore import check_budget, draw, explore, lines, plan, words
     kinds = a.kinds.split(",") if a.kinds else None
     if a.dry_run:  # the schedules only: what the seeds draw
         n = a.runs or 1
         seed = 0 if a.seed is None else a.seed
+        check_budget(n, None, seed, a.max_faults)
         if a.out:
             for f in plan(a.base, n, seed, a.max_faults, kinds, a.out):
                 print(f)
@@ -110,7 +111,8 @@ def add_parsers(sub: Any) -> None:
     b = sub.add_parser("bisect", help="the last good and first bad RocketMQ release for a scenario's signature",
                        description="Runs SCENARIO's signature (or its expect:) on the released versions in the range, "
                                    "both ends first, then the middle, and reports where it turns. A release Maven does "
-                                   "not serve whole (5.1.3, 5.1.4, 5.5.1) is skipped with one line. docs/explore.md")
+                                   "not serve whole (5.1.2-5.1.4, 5.3.4, 5.5.1) runs mixed, said in one line; one "
+                                   "whose broker does not resolve is skipped with one line. docs/explore.md")
     b.add_argument("scenario", metavar="SCENARIO")
     b.add_argument("--versions", default="5.1.0..5.5.0", help="a range OLD..NEW or a comma list (default 5.1.0..5.5.0)")
     b.add_argument("--repeats", type=_positive(int), default=1,

@@ -100,6 +100,17 @@ class Bisection:
         return f"a fix: last showing {self.before} ({runs(self.before)}), first without it {self.after} ({runs(self.after)})"
 
 
+def judged(summ: dict[str, Any], signature: Any) -> bool | None:
+    """A run's answer for bisection: its signature reached, or missed on the signature's own
+    conditions; a miss for any other reason (a fault or the load fell short, the run did not finish)
+    could not tell (None), so it never places the boundary."""
+    sig = summ.get("signature") or {}
+    if sig.get("reached") is not False:
+        return sig.get("reached")
+    own = set(signature.conditions) | {fo.words() for fo in signature.failovers}
+    return False if all(m["what"] in own for m in sig.get("misses") or []) else None
+
+
 class Unavailable(Exception):
     """A version that cannot run here (Maven does not serve all of it): skipped, the search goes on."""
 
@@ -211,9 +222,10 @@ def bisect_scenario(scenario: str | Path, versions: str = "5.1.0..5.5.0", repeat
         except UserError as e:
             raise Unavailable(f"the scenario does not validate on {v}: {e.message}") from None
         o = run_scenario(f, d / f"{v}-run{k}")
+        if o.failure is not None and not isinstance(o.failure, UserError):
+            raise o.failure  # interrupted (Ctrl-C, SIGTERM): the search stops, its runs are kept
         summ = json.loads(o.run.summary_file.read_text()) if o.run.summary_file.is_file() else {}
-        got = (summ.get("signature") or {}).get("reached") if s.signature is not None else \
-            (summ.get("expect") or {}).get("reproduced")
+        got = judged(summ, s.signature) if s.signature is not None else (summ.get("expect") or {}).get("reproduced")
         runs[v].append({"shows": got, "run_dir": str(o.run.path)})
         return got
     b = bisect(run, shows, repeats, progress=say)

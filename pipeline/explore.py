@@ -76,7 +76,7 @@ def plan_params(params: dict[str, Any]) -> list[str]:
     """plan() from a DAG run's Params: base, runs, seed (None: from the clock), max_faults."""
     seed = params.get("seed")
     base = Path(params["base"])
-    return plan(base if base.is_absolute() else paths.REPO / base, int(params["runs"]), int(time.time()) % 1_000_000 if seed is None else int(seed),
+    return plan(base if base.is_absolute() else paths.REPO / base, int(params["runs"]), int(time.time()) if seed is None else int(seed),
                 int(params.get("max_faults") or 3))
 
 
@@ -105,7 +105,7 @@ def explore(base: str | Path, runs: int | None = None, hours: float | None = Non
     [judge() each], anomalies (the runs with one)}."""
     from pipeline.scenario import run_scenario
     check_budget(runs, hours, seed, max_faults)
-    seed = int(time.time()) % 1_000_000 if seed is None else seed
+    seed = int(time.time()) if seed is None else seed  # from the clock: never the same twice
     load_scenario(base)
     d = Path(out) if out else explore_dir(base)
     d.mkdir(parents=True, exist_ok=True)
@@ -124,6 +124,9 @@ def explore(base: str | Path, runs: int | None = None, hours: float | None = Non
         f = write_scenario(d, base, seed + k, faults)
         say(f"explore: run {k + 1}{'/' + str(runs) if runs else ''}, seed {seed + k}: {words(faults)}")
         o = run_scenario(f, d / f"run-{seed + k}")
+        if o.failure is not None and not isinstance(o.failure, UserError):
+            (d / RECORD).write_text(json.dumps(rec, indent=1) + "\n")
+            raise o.failure  # interrupted (Ctrl-C, SIGTERM): what was found so far is in explore.json
         j = judge(o.run.path)
         if o.failure is not None:
             j["failures"] = list(dict.fromkeys([*j["failures"], error_line(o.failure)]))

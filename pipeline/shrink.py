@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 from rmqchaos.spec import to_seconds
@@ -181,6 +182,8 @@ def shrink_run(run_dir: str | Path, check: str | None = None, budget: int = 12, 
         f.write_text(yaml.safe_dump({"extends": str(base.resolve()), "name": f"shrink-trial-{n}", "faults": fs,
                                      "signature": None, "expect": None}, sort_keys=False))
         o = run_scenario(f, d / f"trial-{n}")
+        if o.failure is not None and not isinstance(o.failure, UserError):
+            raise o.failure  # interrupted (Ctrl-C, SIGTERM): the search stops, its runs are kept
         got = check in [a["check"] for a in judge(o.run.path)["anomalies"]]
         if not got:
             shutil.rmtree(o.run.path, ignore_errors=True)

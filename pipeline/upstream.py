@@ -118,11 +118,15 @@ def source_lines(spec: str) -> dict[str, Any]:
     v, path = m.group("v"), m.group("path")
     a = int(m.group("a"))
     b = int(m.group("b") or a)
+    if not 1 <= a <= b:
+        raise UserError(f"--source {spec!r}: lines FROM-TO must have 1 <= FROM <= TO", "e.g. ...java:98-154@5.5.0")
     jars = sorted(M2.glob(f"rocketmq-*/{v}/rocketmq-*-{v}-sources.jar"))
     for jar in jars:
         with zipfile.ZipFile(jar) as z:
             if path in z.namelist():
                 text = z.read(path).decode("utf-8", errors="replace").splitlines()
+                if a > len(text):
+                    raise UserError(f"--source {spec}: {path} has {len(text)} lines in {jar.name}", "cite lines it has")
                 return {"spec": spec, "jar": jar.name, "path": path, "version": v,
                         "lines": [(i, text[i - 1]) for i in range(a, min(b, len(text)) + 1)]}
     raise UserError(f"--source {spec}: {path} is in none of the {len(jars)} RocketMQ {v} sources jar(s) under {M2}",
@@ -145,9 +149,10 @@ def render(title: str, recs: list[dict[str, Any]], logs: list[dict[str, Any]], s
     if unknown:
         md.append(f"- **Could not tell** (the run did not finish): {', '.join(unknown)}")
     md += ["", "## The scenario", "",
-           f"Run with [rmqchaos](https://github.com/) on one machine (real JVMs, loopback addresses). The scenario "
-           f"of the run on {first['version']}:", "", "```yaml", first["src"].rstrip(), "```", "",
-           "```sh", command or f"rmqchaos run {first['run_dir']}/scenario.src.yaml", "```", ""]
+           f"Run with rmqchaos on one machine (real JVMs on loopback addresses). The scenario of the run on "
+           f"{first['version']}, as written (its `extends:` chain is in the rmqchaos repository):", "", "```yaml",
+           first["src"].rstrip(), "```", "", "Every setting resolved, as the run used it (runs as is):", "",
+           "```sh", command or f"rmqchaos run {first['run_dir']}/scenario.yaml", "```", ""]
     md += ["## Broker settings that matter", "", "```yaml",
            yaml.safe_dump(first["settings"], sort_keys=False).rstrip() or "{}", "```", ""]
     md += ["## What was measured", "", "| version | run | showed | what | acked | lost | duplicated |",
@@ -186,10 +191,14 @@ def report_upstream(runs: list[str], title: str | None = None, check: str | None
     showing = [x for x in recs if x["showed"] is True]
     logs = excerpts((showing or recs)[0]["run_dir"], grep)
     srcs = [source_lines(s) for s in sources or []]
-    notes = Path(notes_file).read_text() if notes_file else None
+    try:
+        notes = Path(notes_file).read_text() if notes_file else None
+    except OSError as e:
+        raise UserError(f"--notes {notes_file}: cannot read it: {e.strerror}", "pass a Markdown file") from None
     name = title or f"{recs[0]['scenario']}: " + (showing[0]["how"] if showing else "not shown on any version measured")
     target = Path(out) if out else OUT_DIR / f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', str(recs[0]['scenario']))}.md"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(render(name, recs, logs, srcs, notes))
-    return {"report": str(target), "affected": sorted({x["version"] for x in showing}),
-            "not_affected": sorted({x["version"] for x in recs if x["showed"] is False})}
+    affected = {x["version"] for x in showing}
+    return {"report": str(target), "affected": sorted(affected),
+            "not_affected": sorted({x["version"] for x in recs if x["showed"] is False} - affected)}

@@ -36,7 +36,8 @@ MAVEN_TIMEOUT = 1800.0  # a first resolution downloads ~150 MB of jars
 # Maven's nearest-first mediation could take a substitute's rocketmq-common).
 CLIENT_SIDE = ("rocketmq-example", "rocketmq-client", "rocketmq-tools")
 SERVER_SIDE = ("rocketmq-namesrv", "rocketmq-proxy")
-CORE = ("rocketmq-common", "rocketmq-remoting", "rocketmq-store", "rocketmq-controller")
+CORE = ("rocketmq-common", "rocketmq-remoting", "rocketmq-store", "rocketmq-controller", "rocketmq-srvutil",
+        "rocketmq-filter")  # every 5.x release has these (rocketmq-auth only since 5.3.0: left to mediation)
 
 
 def known() -> str:

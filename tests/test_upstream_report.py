@@ -61,13 +61,21 @@ def test_a_report_has_every_section_filled_or_marked_not_measured(tmp_path: Path
                     "allAckInSyncStateSet: true", "## What was measured", "| 5.5.0 | `run-cut-off-acks-550` | yes |",
                     "## Logs", "cluster/broker-a-0/logs/rocketmqlogs/broker.log", "2: 2026-11-29 10:00:05 WARN HAService",
                     "## Source", "   3  line 3", "   5  line 5", "rocketmq-store-5.5.0-sources.jar",
-                    "## Analysis and a proposed fix", "_not measured_"):
+                    "## Analysis and a proposed fix", "_not measured_", f"rmqchaos run {new}/scenario.yaml"):
         assert section in md, section
+    from pipeline.runs import load_scenario
+    assert load_scenario(new / "scenario.yaml").name == "cut-off-acks-550"  # the command's file runs as is
     assert md.index("| 5.3.3 |") < md.index("| 5.5.0 |")  # versions in order
     with pytest.raises(UserError, match="in none of the 1 RocketMQ 5.5.0 sources jar"):
         upstream.source_lines("org/apache/rocketmq/Missing.java:1-2@5.5.0")
     with pytest.raises(UserError, match="expected PATH.java:FROM-TO@VERSION"):
         upstream.source_lines("X.java:1-2")
+    with pytest.raises(UserError, match="1 <= FROM <= TO"):
+        upstream.source_lines("org/apache/rocketmq/store/ha/X.java:9-3@5.5.0")
+    with pytest.raises(UserError, match="has 20 lines"):
+        upstream.source_lines("org/apache/rocketmq/store/ha/X.java:30-40@5.5.0")
+    with pytest.raises(UserError, match="cannot read it"):
+        upstream.report_upstream([str(new)], notes_file=str(tmp_path / "missing.md"), out=tmp_path / "r2.md")
 
 
 @pytest.mark.fast
@@ -79,3 +87,40 @@ def test_the_history_row_names_a_runs_anomalies_and_the_seed_that_drew_it(tmp_pa
     plain = recorded(tmp_path, "plain", "5.5.0", 0)
     r2 = row(json.loads((plain / "analysis" / "summary.json").read_text()), plain)
     assert r2["anomalies"] == [] and r2["explore_seed"] is None
+
+
+@pytest.mark.fast
+def test_shrink_of_a_recorded_run_writes_a_scenario_with_its_expect(tmp_path: Path, monkeypatch: Any) -> None:
+    """The glue of `rmqchaos shrink` on a recorded run; each trial's run is a recorded one whose loss
+    appears iff pause-2 is in its schedule (the search itself: tests/test_explore.py)."""
+    import pipeline.scenario
+    from pipeline.runs import load_scenario
+    from pipeline.shrink import shrink_run
+    faults = [{"id": f"pause-{i}", "kind": "pause", "target": "namesrv", "at": f"{20 + 10 * i}s", "duration": "8s"}
+              for i in range(3)]
+    src = tmp_path / "explore-5.yaml"
+    src.write_text(yaml.safe_dump({"extends": str(SCENARIOS / "failover-kill-master.yaml"), "name": "explore-5",
+                                   "explore": {"seed": 5, "base": str(SCENARIOS / "failover-kill-master.yaml")},
+                                   "faults": faults, "signature": None}))
+    run = create_run(src, tmp_path / "run-5")
+    (run.path / "analysis").mkdir()
+    run.summary_file.write_text(json.dumps({"run_id": run.run_id, "complete": True, "counts": {"lost": 3}, "events": []}))
+
+    def fake_run(f: Path, out: Path) -> Any:
+        r = create_run(f, out)
+        (r.path / "analysis").mkdir()
+        ids = [x["id"] for x in yaml.safe_load(Path(f).read_text())["faults"]]
+        r.summary_file.write_text(json.dumps({"run_id": r.run_id, "complete": True, "events": [],
+                                              "counts": {"lost": 3 if "pause-2" in ids else 0}}))
+        return pipeline.scenario.Outcome(r, None)
+    monkeypatch.setattr(pipeline.scenario, "run_scenario", fake_run)
+    res = shrink_run(run.path, budget=20, out=tmp_path / "shrink")
+    assert res["check"] == "lost" and res["reproduced"] and [f["id"] for f in res["faults"]] == ["pause-2"]
+    assert res["faults"][0]["duration"] == "2s" and res["faults"][0]["at"] == "10s"
+    shrunk = load_scenario(res["scenario"])  # a scenario that validates, judged by its expect
+    assert shrunk.expect is not None and shrunk.expect.issue == "unfiled:explore-5-lost"
+    assert shrunk.expect.conditions == ["lost > 0"] and [f.id for f in shrunk.faults] == ["pause-2"]
+    with pytest.raises(UserError, match="does not show two_masters"):
+        shrink_run(run.path, check="two_masters", out=tmp_path / "s2")
+    with pytest.raises(UserError, match="no such anomaly check"):
+        shrink_run(run.path, check="bogus", out=tmp_path / "s3")
