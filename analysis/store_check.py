@@ -67,16 +67,21 @@ def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str
             "examples": (stored + [a for a in absent if a["class"] == "lost"])[:STORE_EXAMPLES]}
 
 
+ANSWER_MARGIN_MS = 1000  # a producer on a busy host reads an answer this late at most (a later one is another node's)
+
+
 def power_cut_keys(send: DataFrame, keys: DataFrame, events: list[dict[str, Any]],
                    brokers: dict[str, dict[str, str]], limit: int = 50_000) -> list[str]:
     """Delivered keys acknowledged by a broker group before one of its nodes lost power (the
-    power_loss events' `nodes_lost[node].cut_ms`): the store must still hold each (a SYNC_FLUSH
+    power_loss events' `nodes_lost[node]`: up to its freeze, plus ANSWER_MARGIN_MS): the store must still hold each (a SYNC_FLUSH
     broker's did; an ASYNC_FLUSH broker's may be erased once read). At most `limit`, by key."""
     cuts = []
     for _, node, lost in power_cuts(events):
         group = (brokers.get(node) or {}).get("brokerName")
         if group and lost.get("cut_ms"):
-            cuts.append((group, int(lost["cut_ms"])))
+            # up to when the node could last answer (its freeze), and the answer's way to the producer:
+            # an acknowledgement received just after the cut was sent before it
+            cuts.append((group, int(lost.get("frozen_ms") or lost["cut_ms"]) + ANSWER_MARGIN_MS))
     if not cuts:
         return []
     before = reduce(lambda a, b: a | b, [(F.col("broker") == g) & (F.col("end_ms") <= t) for g, t in cuts])

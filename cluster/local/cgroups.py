@@ -173,25 +173,31 @@ class Cgroup:
 
     # ------------------------------------------------------------ freezer
     def freeze(self, frozen: bool, timeout: float = 10.0) -> None:
+        self.freeze_start(frozen)
+        self.wait_frozen(frozen, timeout)
+
+    def freeze_start(self, frozen: bool) -> None:
+        """Ask the kernel to freeze (or thaw) every task, without waiting: a task stops at once unless
+        it is inside a call that must return first (a FUSE request)."""
         if self.v == 1:
-            f = ROOT / "freezer" / self.rel / "freezer.state"
-            want = "FROZEN" if frozen else "THAWED"
-            f.write_text(want)
-            deadline = time.monotonic() + timeout
-            while f.read_text().strip() != want:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"cgroup {self.rel} did not reach {want}")
-                time.sleep(0.01)
+            (ROOT / "freezer" / self.rel / "freezer.state").write_text("FROZEN" if frozen else "THAWED")
         elif self.v == 2:
             (ROOT / self.rel / "cgroup.freeze").write_text("1" if frozen else "0")
-            deadline = time.monotonic() + timeout
-            want = f"frozen {1 if frozen else 0}"
-            while want not in (ROOT / self.rel / "cgroup.events").read_text():
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"cgroup {self.rel} did not reach {want}")
-                time.sleep(0.01)
         else:
             raise OSError("no cgroup hierarchy with a freezer is mounted")
+
+    def wait_frozen(self, frozen: bool, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        if self.v == 1:
+            f, want = ROOT / "freezer" / self.rel / "freezer.state", "FROZEN" if frozen else "THAWED"
+            done = lambda: f.read_text().strip() == want  # noqa: E731
+        else:
+            want = f"frozen {1 if frozen else 0}"
+            done = lambda: want in (ROOT / self.rel / "cgroup.events").read_text()  # noqa: E731
+        while not done():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"cgroup {self.rel} did not reach {want}")
+            time.sleep(0.002)
 
     def frozen(self) -> bool:
         try:

@@ -1,9 +1,9 @@
 """A power loss of local nodes whose stores sit on the powerfs layer (docs/powerfs.md): what the
 machine would keep of their stores is what they had fsynced.
 
-In one step, for every node at once: fence its layer (the cut: from this instant nothing becomes
-durable, an fsync in flight included), freeze it (the freezer: from here on it answers nothing, as a
-machine without power), abort its layer's FUSE connection (the kernel's dirty pages for the mount
+In one step, for every node at once: freeze it (the freezer, asked first: from here on it answers
+nothing, as a machine without power) and fence its layer right after (the cut: from this instant
+nothing becomes durable, an fsync in flight included), abort its layer's FUSE connection (the kernel's dirty pages for the mount
 never reach the layer: tests/test_powerfs.py proves it), SIGKILL it, then let each layer forget what
 was never synced, unmount it and mount a fresh one on the same store. The node stays
 down; a restart finds the store as it was at its last syncs. For a broker, what it knew just before
@@ -45,15 +45,19 @@ def power_loss(c: "LocalCluster", names: list[str]) -> dict[str, dict[str, Any]]
         layers[n.name] = layer
     pids = {n.name: n.pid for n in nodes}
     knew = {n.name: _asked(n) for n in nodes if n.plan.is_broker and pids[n.name] is not None}
-    # the power goes: first the disks, at one instant (from here the layers make nothing durable: an
-    # fsync in flight answers EIO and keeps its undo log), then the machines. Freezing first let an
-    # fsync in flight finish before the node froze (the freezer waits for a task in a FUSE call),
-    # which made that flush durable, as a power cut would not.
+    # the power goes, for the disks and the machines together: the freezer is asked first (every task
+    # stops at once, but one inside a FUSE call only when the call returns), then every layer is
+    # fenced (from here nothing becomes durable: an fsync in flight answers EIO and keeps its undo
+    # log, so its task returns and freezes), then the freeze is waited for. Freezing alone let an
+    # fsync in flight finish and become durable; fencing alone first left ~20 ms in which a broker
+    # still answered, acknowledging writes no longer durable, as a machine without power cannot.
+    live = [n for n in nodes if pids[n.name] is not None]
+    for n in live:
+        n.cgroup.freeze_start(True)
     cut_ms = now_ms()
     fence_ms = {name: layer.fence() for name, layer in layers.items()}
-    for n in nodes:  # nothing leaves these nodes any more
-        if pids[n.name] is not None:
-            n.cgroup.freeze(True)
+    for n in live:  # nothing leaves these nodes any more
+        n.cgroup.wait_frozen(True)
     frozen_ms = now_ms()
     fenced = {name: layer.abort() for name, layer in layers.items()}
     for n in nodes:
