@@ -52,6 +52,20 @@ RECEIVE_FIELDS = (("run_id", "string"), ("key", "string"), ("msg_id", "string"),
 #: compares msgIds inside its numeric per-key aggregations, exactly, instead of joining strings
 SEALED_EXTRA = (("msg_hi", "long"), ("msg_lo", "long"))
 
+#: an ordered load's keys (issue 50): `<sharding key><ORDER_SEP><its sequence number, from 1>`, the one
+#: place a message's sharding key and its place in it are recorded (both ledgers carry the key); the
+#: separator appears in no other key (load.key_prefix and producer ids cannot hold it)
+ORDER_SEP = "~"
+
+
+def shard_of(key: str | None) -> tuple[str, int] | None:
+    """(sharding key, sequence number) of an ordered load's key; None for any other key."""
+    if not key or ORDER_SEP not in key:
+        return None
+    stream, _, seq = key.rpartition(ORDER_SEP)
+    return (stream, int(seq)) if seq.isdigit() and stream else None
+
+
 INTENT_KEYS = tuple(n for n, _ in SEND_INTENT)
 OUTCOME_KEYS = tuple(n for n, _ in SEND_OUTCOME)
 RECEIVE_KEYS = tuple(n for n, _ in RECEIVE_FIELDS)
