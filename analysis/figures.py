@@ -44,6 +44,14 @@ def value(s: dict[str, Any], name: str) -> int | None:
     if name == "two_master_seconds":
         fo = s.get("failover")
         return None if fo is None else len(fo.get("two_master_windows") or [])
+    if name in ("keys_out_of_order", "order_reordered", "order_repeats_out_of_order", "order_gaps"):
+        o = s.get("order")
+        if not o:
+            return None
+        if name == "keys_out_of_order":
+            return int(o["keys"]) - int(o["keys_in_order"])
+        return int(o["messages_by_anomaly"].get({"order_reordered": "reordered", "order_gaps": "gap",
+                                                 "order_repeats_out_of_order": "repeat_out_of_order"}[name], 0))
     if name.startswith("retried_"):
         rb = s.get("retried_keys_by_batch_position")
         return None if rb is None else int(rb.get(name.removeprefix("retried_"), 0))

@@ -45,7 +45,8 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
         events = [e for e in run.timeline()]
         res = analyze_ledgers(spark, send, recv, events, out, receive_complete=comp["receive_complete"],
                               store=store if store is not None and store.nodes() else None,
-                              brokers=brokers, monitor=monitor)
+                              brokers=brokers, monitor=monitor,
+                              ordered=bool(run.scenario().load and run.scenario().load.order))
     finally:
         if store is not None:
             store.close()
@@ -59,7 +60,7 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
                                       "retried_keys_by_batch_position", "errors",
                                       "answers", "busy_series", "latency_ms", "windows", "warnings", "corrupted",
                                       "corrupted_by_kind", "unexpected_examples", "store_check", "failover",
-                                      "reused_queue_offsets", "offset_rollback")},
+                                      "reused_queue_offsets", "offset_rollback", "order")},
                "events": events, "series": res["series"],
                # the host's side of the time axis: disk pressure each second, the brokers' own put latency
                "disk": _jsonl(run.disk_metrics_file),

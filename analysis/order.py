@@ -101,3 +101,22 @@ def order_check(send: DataFrame, recv: DataFrame) -> dict[str, Any] | None:
         return out
     finally:
         d.unpersist()
+
+
+def order_phrase(s: dict[str, Any]) -> str | None:
+    """The verdict's clause on order, e.g. 'order: 12 of 80 sharding keys broke it (reordered: 5 keys, 9
+    messages; repeated out of order: 7 keys, 40 messages; gaps: 1 key, 1 message), in 2 window(s)
+    lasting 3 s and 1 s'; None for an unordered load."""
+    o = s.get("order")
+    if not o:
+        return None
+    bad = o["keys"] - o["keys_in_order"]
+    if not bad:
+        return f"order: all {o['keys']:,} sharding keys in order ({o['messages']:,} deliveries)"
+    k, m = o["keys_by_anomaly"], o["messages_by_anomaly"]
+    parts = [f"{w}: {k[a]:,} key(s), {m[a]:,} message(s)" for a, w in
+             (("reordered", "reordered"), ("repeat_out_of_order", "repeated out of order"), ("gap", "gaps")) if k.get(a)]
+    ws = o.get("windows") or []
+    lasting = " and ".join(f"{(w['end_ms'] - w['start_ms']) // 1000} s" for w in ws[:3]) + (", ..." if len(ws) > 3 else "")
+    return (f"order: {bad:,} of {o['keys']:,} sharding keys broke it ({'; '.join(parts)})"
+            + (f", in {len(ws)} window(s) lasting {lasting}" if ws else ""))

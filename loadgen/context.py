@@ -16,9 +16,9 @@ from loadgen.policies import accepted, run_policy
 from rmqchaos import body as msgbody
 from rmqchaos.journal_write import DRAIN_S, LedgerWriter
 from rmqchaos.ledger_lines import SendLines
-from rmqchaos.ledgers import send_ledger_path
+from rmqchaos.ledgers import ORDER_SEP, send_ledger_path
 from rmqchaos.spec import Load
-from rmqclient.producer import Producer, SendResult
+from rmqclient.producer import MessageQueue, Producer, SendResult
 
 
 class SendFailed(Exception):
@@ -74,6 +74,8 @@ class LoadContext:
         self.filler = os.urandom(self.load.message_size // 2 + 1).hex()[: self.load.message_size].encode()
         self.backup_topic = self.load.backup_topic()
         self.key_base = f"{self.load.key_prefix}{plan.run_id[-6:]}-{self.producer_id}-"
+        self._streams = itertools.count()  # an ordered load's message streams (Locust users), new_stream()
+        self._pinned: dict[str, MessageQueue | None] = {}  # strict order: each sharding key's first queue
         self._closing = gevent.event.Event()
         self._flusher = gevent.spawn(self._flush_loop) if self.writer else None
         self._alternator = (gevent.spawn(self._alternate, plan.ledger_turns)
@@ -93,20 +95,44 @@ class LoadContext:
                                        (self.quota is not None and self.taken >= self.quota))
 
     # ------------------------------------------------------------ one business message
-    def send_message(self, seq: int, intended_s: float) -> list[SendResult]:
-        key = f"{self.key_base}{seq}"
+    def new_stream(self) -> list[str]:
+        """An ordered load's next message stream (one per Locust user): the sharding keys it owns."""
+        u = next(self._streams)
+        return [f"{self.key_base}u{u}k{j}" for j in range(self.load.order.keys_per_user)] if self.load.order else []
+
+    def send_message(self, seq: int, intended_s: float, shard: tuple[str, int] | None = None) -> list[SendResult]:
+        """One business message: any queue; or with `shard` (sharding key, its sequence number) the key's
+        queue, its key `<sharding key>~<number>` (rmqchaos/ledgers.py ORDER_SEP)."""
+        key = f"{shard[0]}{ORDER_SEP}{shard[1]}" if shard else f"{self.key_base}{seq}"
         body = msgbody.encode(key, self.producer_id, seq, self.filler, self.load.message_size)
         intended_ms = int(intended_s * 1000)
         n = itertools.count(1)
         self.inflight += 1
         try:
             return run_policy(self.load.policy, self.load.topic, self.backup_topic, self.load.timeout,
-                              lambda topic, excl, tmo: self._attempt(key, body, next(n), topic, excl, tmo, intended_ms))
+                              lambda topic, excl, tmo: self._attempt(key, body, next(n), topic, excl, tmo, intended_ms,
+                                                                     shard[0] if shard else None))
         finally:
             self.inflight -= 1
 
+    def _shard_queue(self, topic: str, shard_key: str, res: SendResult) -> MessageQueue | None:
+        """The queue of a sharding key for this attempt, or None with `res` completed as an unsent error:
+        the route unknown, or (strict order) the key's first queue no longer in it."""
+        try:
+            mq = self.producer.select_by_hash(topic, shard_key)
+            pinned = self._pinned.setdefault(shard_key, mq) if self.load.order and self.load.order.strict else None
+            if pinned is not None and pinned not in self.producer.route(topic):
+                res.error = f"strict order: queue {pinned.broker}#{pinned.queue_id} of {shard_key} is not in the route"
+                return None
+            if mq is None:
+                res.error = f"topic {topic} has no writable queue"
+            return pinned or mq
+        except Exception as e:  # noqa: BLE001 - namesrv unreachable etc. is a result, as in Producer.send
+            res.error = f"route lookup failed: {e}"
+            return None
+
     def _attempt(self, key: str, body: bytes, attempt: int, topic: str, exclude: str | None, timeout: float,
-                 intended_ms: int) -> SendResult:
+                 intended_ms: int, shard_key: str | None = None) -> SendResult:
         ledger = self.ledger  # the attempt's two lines go to the same place (--alternate turns)
         aid = next(self._attempt_ids)
         # One start time in both records: the analysis counts an attempt's missing outcome per
@@ -116,8 +142,14 @@ class LoadContext:
         if ledger:
             intent = self.lines.intent(aid, key, attempt, topic, intended_ms, start_ms)
             ledger.write_through(intent)
-        r = self.producer.send(topic, body, key=key, tags=self.load.tags, exclude_broker=exclude,
-                               timeout=timeout)
+        if shard_key is None:
+            r = self.producer.send(topic, body, key=key, tags=self.load.tags, exclude_broker=exclude, timeout=timeout)
+        else:  # as SelectMessageQueueByHash: the key's queue every time, never another broker's
+            now = int(time.time() * 1000)
+            r = SendResult(outcome="error", topic=topic, key=key, start_ms=now, end_ms=now)
+            mq = self._shard_queue(topic, shard_key, r)
+            if mq is not None:
+                r = self.producer.send(topic, body, key=key, tags=self.load.tags, queue=mq, timeout=timeout)
         ok = accepted(self.load.policy, r)
         self.attempts += 1
         self.accepted += ok

@@ -161,6 +161,14 @@ class BrokerConnection:
         self._reader.kill(block=False)
 
 
+def java_hash(s: str) -> int:
+    """java.lang.String.hashCode(): 31-polynomial over the UTF-16 code units, as a signed 32-bit int."""
+    b, h = s.encode("utf-16-be"), 0
+    for i in range(0, len(b), 2):
+        h = (31 * h + (b[i] << 8 | b[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
 @dataclass(frozen=True, slots=True)
 class MessageQueue:
     broker: str
@@ -221,6 +229,12 @@ class Producer:
             return None
         n = next(self._rr.setdefault(topic, itertools.count(random.getrandbits(8))))
         return qs[n % len(qs)]
+
+    def select_by_hash(self, topic: str, arg: str) -> MessageQueue | None:
+        """The queue `arg` hashes to over the topic's write queues in the route's order, as the Java
+        client's SelectMessageQueueByHash (`abs(arg.hashCode() % size)`): a route change moves keys."""
+        qs = self.route(topic)
+        return qs[abs(java_hash(arg)) % len(qs)] if qs else None
 
     # ------------------------------------------------------------ connections
     def _conn(self, addr: str) -> BrokerConnection:

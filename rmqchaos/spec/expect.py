@@ -52,6 +52,10 @@ DERIVED = {
     "read_again_after_rollback": "deliveries read again because a power loss rolled a broker's consumer offsets back",
     "not_started_after_power_loss": "nodes that did not start again when their power came back (power_loss back_after)",
     "two_master_seconds": "seconds in which two nodes of one broker group acknowledged sends as master (summary.failover)",
+    "keys_out_of_order": "sharding keys of an ordered load whose deliveries broke its order (summary.order)",
+    "order_reordered": "deliveries of an ordered load that came after a higher number of their key (inversions)",
+    "order_repeats_out_of_order": "redeliveries of an ordered load that came after a higher number of their key",
+    "order_gaps": "acknowledged messages of an ordered load never delivered though a later one of their key was",
 }
 OPS = ("==", "!=", ">=", "<=", ">", "<")
 _CONDITION = re.compile(r"^\s*([a-z_0-9]+(?:\.[A-Za-z0-9_%-]+)?)\s*(==|!=|>=|<=|>|<)\s*(-?\d+)\s*$")
