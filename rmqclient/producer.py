@@ -31,6 +31,7 @@ from gevent.event import AsyncResult
 
 from rmqclient.admin import TOPIC_NOT_EXIST, AdminClient, RemotingError
 from rmqclient.frame import CLIENT_VERSION, FLAG_RESPONSE, Frame, FrameError, FrameReader
+from rmqclient.record import java_hash
 
 SEND_MESSAGE_V2 = 310
 SEND_BATCH_MESSAGE = 320
@@ -159,14 +160,6 @@ class BrokerConnection:
         if not self.closed:
             self._fail_all("closed by the client")
         self._reader.kill(block=False)
-
-
-def java_hash(s: str) -> int:
-    """java.lang.String.hashCode(): 31-polynomial over the UTF-16 code units, as a signed 32-bit int."""
-    b, h = s.encode("utf-16-be"), 0
-    for i in range(0, len(b), 2):
-        h = (31 * h + (b[i] << 8 | b[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
 
 
 @dataclass(frozen=True, slots=True)
