@@ -13,12 +13,14 @@ import gevent
 import gevent.event
 
 from loadgen.policies import accepted, run_policy
+from loadgen.transactions import TransactionApp
 from rmqchaos import body as msgbody
 from rmqchaos.journal_write import DRAIN_S, LedgerWriter
 from rmqchaos.ledger_lines import SendLines
-from rmqchaos.ledgers import ORDER_SEP, send_ledger_path
+from rmqchaos.ledgers import ORDER_SEP, send_ledger_path, txn_ledger_path
 from rmqchaos.spec import Load
 from rmqclient.producer import MessageQueue, Producer, SendResult
+from rmqclient.transaction import TransactionalProducer
 
 
 class SendFailed(Exception):
@@ -55,8 +57,17 @@ class LoadContext:
     def __init__(self, plan: LoadPlan, events: Any) -> None:
         self.plan, self.load, self.events = plan, plan.load, events
         self.producer_id = f"w{plan.worker}-{os.getpid()}"
-        self.producer = Producer(plan.namesrv, group=f"rmqchaos_{plan.run_id[-6:]}", timeout=self.load.timeout,
-                                 route_ttl=self.load.route_refresh, source=plan.source)
+        group = f"rmqchaos_{plan.run_id[-6:]}"
+        # a transactional load: the application's decisions (loadgen/transactions.py), which also answer
+        # the broker's check-backs on every connection of the producer (rmqclient/transaction.py)
+        self.txn = TransactionApp(self.load.transaction, plan.run_id, self.producer_id,
+                                  txn_ledger_path(Path(plan.run_dir), self.producer_id) if plan.ledger else None) \
+            if self.load.transaction else None
+        self.producer = TransactionalProducer(plan.namesrv, group=group, decide=self.txn.decide, timeout=self.load.timeout,
+                                              route_ttl=self.load.route_refresh, source=plan.source) if self.txn else \
+            Producer(plan.namesrv, group=group, timeout=self.load.timeout, route_ttl=self.load.route_refresh,
+                     source=plan.source)
+        self._ends: list[gevent.Greenlet] = []  # a transactional load's ends in flight
         self.writer = LedgerWriter(send_ledger_path(Path(plan.run_dir), self.producer_id)) if plan.ledger else None
         self.ledger = self.writer  # what an attempt writes to: None in the off turns of bench ledger --alternate
         #: bench ledger --alternate: at each turn's start (ledger on, user CPU-s, system CPU-s, accepted so far)
@@ -109,11 +120,15 @@ class LoadContext:
         n = itertools.count(1)
         self.inflight += 1
         try:
-            return run_policy(self.load.policy, self.load.topic, self.backup_topic, self.load.timeout,
-                              lambda topic, excl, tmo: self._attempt(key, body, next(n), topic, excl, tmo, intended_ms,
-                                                                     shard[0] if shard else None))
+            rs = run_policy(self.load.policy, self.load.topic, self.backup_topic, self.load.timeout,
+                            lambda topic, excl, tmo: self._attempt(key, body, next(n), topic, excl, tmo, intended_ms,
+                                                                   shard[0] if shard else None))
         finally:
             self.inflight -= 1
+        if self.txn is not None and rs and rs[-1].outcome == "ok":  # the half message stored: end it, apart
+            self._ends = [g for g in self._ends if not g.dead]
+            self._ends.append(gevent.spawn(self.txn.end, self.producer, rs[-1].topic, rs[-1]))
+        return rs
 
     def _shard_queue(self, topic: str, shard_key: str, res: SendResult) -> MessageQueue | None:
         """The queue of a sharding key for this attempt, or None with `res` completed as an unsent error:
@@ -142,7 +157,9 @@ class LoadContext:
         if ledger:
             intent = self.lines.intent(aid, key, attempt, topic, intended_ms, start_ms)
             ledger.write_through(intent)
-        if shard_key is None:
+        if isinstance(self.producer, TransactionalProducer):
+            r = self.producer.send_half(topic, body, key=key, timeout=timeout, exclude_broker=exclude)
+        elif shard_key is None:
             r = self.producer.send(topic, body, key=key, tags=self.load.tags, exclude_broker=exclude, timeout=timeout)
         else:  # as SelectMessageQueueByHash: the key's queue every time, never another broker's
             now = int(time.time() * 1000)
@@ -166,6 +183,8 @@ class LoadContext:
         pool = gevent.get_hub().threadpool
         while not self._closing.wait(DRAIN_S):
             self.writer.drain()  # in this thread: the spool is only ever touched by it
+            if self.txn is not None:
+                self.txn.drain()
             if self.writer.due():
                 # in a thread: the other greenlets send while the disk works (the sync took
                 # 4-74 ms a second in the load)
@@ -192,6 +211,10 @@ class LoadContext:
         for g in (self._alternator, self._flusher):
             if g is not None:
                 g.join()  # its sync done: the journal's fd is not closed under it
+        if self._ends:  # the last half messages' ends: bounded by end_after
+            gevent.joinall(self._ends, timeout=(self.load.transaction.end_after if self.load.transaction else 0) + 5)
         if self.writer:
             self.writer.close()
+        if self.txn is not None:
+            self.txn.close()
         self.producer.close()

@@ -109,9 +109,10 @@ class TransactionalProducer(Producer):
         super().close()
 
     # ------------------------------------------------------------ a transaction
-    def send_half(self, topic: str, body: bytes, key: str | None = None, timeout: float | None = None) -> SendResult:
+    def send_half(self, topic: str, body: bytes, key: str | None = None, timeout: float | None = None,
+                  exclude_broker: str | None = None) -> SendResult:
         """One attempt to store a half message (any queue: the broker keeps it in its half topic)."""
-        return self.send(topic, body, key=key, timeout=timeout, sys_flag=PREPARED,
+        return self.send(topic, body, key=key, timeout=timeout, sys_flag=PREPARED, exclude_broker=exclude_broker,
                          properties={"TRAN_MSG": "true", "PGROUP": self.group})
 
     def end(self, topic: str, res: SendResult, decision: str) -> str | None:

@@ -70,3 +70,46 @@ def test_a_transactional_half_message_carries_the_prepared_flag_and_properties()
     finally:
         p.close()
     assert captured["sys_flag"] == 4 and captured["properties"] == {"TRAN_MSG": "true", "PGROUP": "g1"}
+
+
+def test_the_applications_decisions_follow_the_mix_and_answer_check_backs(tmp_path: Any) -> None:
+    import json
+    from loadgen.transactions import TransactionApp, drawn
+    from rmqchaos.spec import Transaction
+    spec = Transaction(commit=0.5, rollback=0.3, unknown=0.2, unknown_resolves_to="rollback")
+    keys = [f"k-{i}" for i in range(4000)]
+    share = {d: sum(drawn(spec, k) == d for k in keys) / len(keys) for d in ("commit", "rollback", "unknown")}
+    assert abs(share["commit"] - 0.5) < 0.03 and abs(share["rollback"] - 0.3) < 0.03 and abs(share["unknown"] - 0.2) < 0.03
+    assert [drawn(spec, k) for k in keys[:50]] == [drawn(spec, k) for k in keys[:50]]  # the key decides, not the clock
+    app = TransactionApp(spec, "r1", "w0-1", tmp_path / "txn-w0-1.jsonl")
+    ended: list[tuple[str, str]] = []
+
+    class P:
+        def end(self, topic: str, res: Any, d: str) -> None:
+            ended.append((res.key, d))
+    c = next(k for k in keys if drawn(spec, k) == "commit")
+    u = next(k for k in keys if drawn(spec, k) == "unknown")
+    for k in (c, u):
+        app.end(P(), "T", SendResult("ok", "T", k, 0, 0))
+    assert ended == [(c, "commit"), (u, "unknown")]
+    assert (app.decide(c, None), app.decide(u, None), app.decide("never-seen", None)) == ("commit", "rollback", "unknown")
+    app.close()
+    recs = [json.loads(x) for x in (tmp_path / "txn-w0-1.jsonl").read_text().splitlines()]
+    assert [(r["key"], r["source"], r["decision"], r["answer"]) for r in recs] == [
+        (c, "app", "commit", "commit"), (u, "app", "unknown", "unknown"), (c, "check", "commit", "commit"),
+        (u, "check", "unknown", "rollback"), ("never-seen", "check", None, "unknown")]
+
+
+@pytest.mark.parametrize("load, line", [
+    ({"transaction": {"commit": 0.5, "rollback": 0.2}}, "commit + rollback + unknown must be 1, got 0.7"),
+    ({"transaction": {}, "order": {}}, "a transactional load is not an ordered one here"),
+])
+def test_a_bad_transaction_mix_is_one_line_at_load(tmp_path: Any, load: dict, line: str) -> None:
+    import yaml
+    from pipeline.runs import load_scenario
+    from rmqchaos.spec import SpecError
+    f = tmp_path / "t.yaml"
+    f.write_text(yaml.safe_dump({"name": "t", "load": load, "consumers": {"instances": [{"id": "c0", "listener": "orderly"}]}}))
+    with pytest.raises(SpecError) as e:
+        load_scenario(f)
+    assert line in e.value.line(), e.value.line()

@@ -301,6 +301,12 @@ def order_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
         if c.listener == "orderly" and c.mode != "all":
             errs.append((("consumers", "instances", i, "listener"), f"an orderly consumer acks every message: mode "
                                                                      f"{c.mode} needs listener: concurrently"))
+    if s.load is not None and s.load.transaction is not None:
+        if s.load.order is not None:
+            errs.append((("load", "transaction"), "a transactional load is not an ordered one here: drop load.order"))
+        if s.load.policy.kind == "resend_to_backup_topic":
+            errs.append((("load", "transaction"), "a half message is ended where it was stored: policy "
+                                                  "resend_to_backup_topic would send another to another topic"))
     o = s.load.order if s.load else None
     if s.load is None or o is None:
         return errs

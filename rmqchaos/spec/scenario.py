@@ -54,6 +54,25 @@ class Order(Strict):
     strict: StrictBool = False
 
 
+class Transaction(Strict):
+    """A transactional load (issue 50): every message is a half message, then ended as the mix says:
+    `commit`, `rollback` or `unknown` (the shares sum to 1). `end_after`: the application's time between
+    the half message's answer and its end (a check-back may come first when it exceeds the broker's
+    transactionTimeOut, 6 s). An unknown end waits for the broker's check-back, which the application
+    answers with `unknown_resolves_to`; a commit or rollback, asked again, gets the same answer."""
+    commit: Annotated[float, Field(ge=0, le=1)] = 1.0
+    rollback: Annotated[float, Field(ge=0, le=1)] = 0.0
+    unknown: Annotated[float, Field(ge=0, le=1)] = 0.0
+    end_after: Annotated[float, BeforeValidator(_duration), Field(ge=0, le=600)] = 0.0
+    unknown_resolves_to: Literal["commit", "rollback"] = "commit"
+
+    @model_validator(mode="after")
+    def _mix(self) -> "Transaction":
+        if abs(self.commit + self.rollback + self.unknown - 1) > 1e-9:
+            raise ValueError(f"commit + rollback + unknown must be 1, got {self.commit + self.rollback + self.unknown:g}")
+        return self
+
+
 class Load(Strict):
     """Locust load: `users` producers at `rate` messages/s in total, for `duration` or `messages`."""
     topic: TopicName = "RMQCHAOS_LOAD"
@@ -80,6 +99,8 @@ class Load(Strict):
     # an ordered load (issue 50): each user is a message stream sending its own sharding keys in turn,
     # each message to the queue its key hashes to (rmqclient selector); None: any queue, round robin
     order: "Order | None" = None
+    # a transactional load (issue 50): half messages ended by the mix (rmqclient/transaction.py)
+    transaction: Transaction | None = None
 
     def backup_topic(self) -> str | None:
         if self.policy.kind != "resend_to_backup_topic":
