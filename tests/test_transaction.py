@@ -113,3 +113,4 @@ def test_a_bad_transaction_mix_is_one_line_at_load(tmp_path: Any, load: dict, li
     with pytest.raises(SpecError) as e:
         load_scenario(f)
     assert line in e.value.line(), e.value.line()
+
