@@ -83,4 +83,9 @@ def _family(s: dict[str, Any], fam: str, arg: str) -> int | None:
         sc = s.get("store_check")
         field = {"lost_on": "lost_by_broker", "gone_on": "gone_by_broker", "gone_status": "gone_by_status"}[fam]
         return None if sc is None or field not in sc else int((sc.get(field) or {}).get(arg, 0))
+    if fam == "transactions":
+        t = s.get("transactions")
+        if not t:
+            return None
+        return int(t["checked_after_end"]) if arg == "checked_after_end" else int(t["classes"].get(arg, 0))
     raise AssertionError(f"figure family {fam} validated by the spec but not computed")

@@ -75,3 +75,24 @@ def transaction_check(send: DataFrame, txn: DataFrame, recv: DataFrame, receive_
     return {"keys": int(row["keys"]), "classes": {c: by.get(c, 0) for c in CLASSES},
             "extra_deliveries": int(row["extra"] or 0), "checks": int(row["checks"] or 0),
             "checked_after_end": int(row["after_end"] or 0), "bound_ms": bound, "examples": ex}
+
+
+def transaction_phrase(s: dict[str, Any]) -> str | None:
+    """The verdict's clause on transactions; None for a load without them."""
+    t = s.get("transactions")
+    if not t:
+        return None
+    c = t["classes"]
+    unknown = c["unknown_in_time"] + c["unknown_late"] + c["unknown_never"]
+    parts = [f"{c['committed_delivered']:,} committed and delivered"
+             + (f" ({t['extra_deliveries']:,} extra deliveries)" if t["extra_deliveries"] else ""),
+             f"{c['committed_lost']:,} committed and LOST" if c["committed_lost"] else "",
+             f"{c['committed_undelivered_at_stop']:,} committed, undelivered at stop (not verified)"
+             if c["committed_undelivered_at_stop"] else "",
+             f"{c['rolled_back'] + c['rolled_back_delivered']:,} rolled back"
+             + (f" ({c['rolled_back_delivered']:,} DELIVERED all the same)" if c["rolled_back_delivered"] else ""),
+             f"{unknown:,} ended unknown ({c['unknown_in_time']:,} resolved by a check-back in time, "
+             f"{c['unknown_late']:,} late, {c['unknown_never']:,} never)" if unknown else "",
+             f"{c['undecided']:,} with no decision recorded" if c["undecided"] else "",
+             f"{t['checked_after_end']:,} asked about after their end" if t["checked_after_end"] else ""]
+    return f"transactions: {t['keys']:,} half messages stored: " + ", ".join(x for x in parts if x)

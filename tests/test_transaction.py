@@ -114,3 +114,18 @@ def test_a_bad_transaction_mix_is_one_line_at_load(tmp_path: Any, load: dict, li
         load_scenario(f)
     assert line in e.value.line(), e.value.line()
 
+
+
+def test_the_verdict_and_the_figures_say_what_became_of_the_transactions() -> None:
+    from analysis.figures import value
+    from analysis.transactions import CLASSES, transaction_phrase
+    t = {"keys": 3000, "classes": {**{c: 0 for c in CLASSES}, "committed_delivered": 2100, "rolled_back": 598,
+                                   "rolled_back_delivered": 2, "unknown_in_time": 280, "unknown_late": 20},
+         "extra_deliveries": 12, "checks": 320, "checked_after_end": 5, "bound_ms": 41000, "examples": {}}
+    assert transaction_phrase({"transactions": t}) == (
+        "transactions: 3,000 half messages stored: 2,100 committed and delivered (12 extra deliveries), 600 rolled "
+        "back (2 DELIVERED all the same), 300 ended unknown (280 resolved by a check-back in time, 20 late, 0 never), "
+        "5 asked about after their end")
+    assert value({"transactions": t}, "transactions.rolled_back_delivered") == 2
+    assert value({"transactions": t}, "transactions.checked_after_end") == 5
+    assert value({}, "transactions.undecided") is None and transaction_phrase({}) is None

@@ -42,6 +42,8 @@ FAMILIES = {
     "lost_on": "lost keys acknowledged by this broker group (the store check's keys), e.g. lost_on.broker-a",
     "gone_on": "keys acknowledged by this broker group and in no store now: lost from the store, or delivered and then erased",
     "gone_status": "the same keys (in no store now) by the status they were acknowledged with, e.g. gone_status.FLUSH_DISK_TIMEOUT",
+    "transactions": "half messages of a transactional load in this class (summary.transactions.classes), e.g. "
+                    "transactions.rolled_back_delivered, or transactions.checked_after_end",
 }
 # figures computed from several parts of the summary (analysis/signature.py)
 DERIVED = {
