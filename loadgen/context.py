@@ -18,6 +18,7 @@ from rmqchaos import body as msgbody
 from rmqchaos.journal_write import DRAIN_S, LedgerWriter
 from rmqchaos.ledger_lines import SendLines
 from rmqchaos.ledgers import ORDER_SEP, send_ledger_path, txn_ledger_path
+from rmqchaos.progress import say
 from rmqchaos.spec import Load
 from rmqclient.producer import MessageQueue, Producer, SendResult
 from rmqclient.transaction import TransactionalProducer
@@ -213,6 +214,12 @@ class LoadContext:
                 g.join()  # its sync done: the journal's fd is not closed under it
         if self._ends:  # the last half messages' ends: bounded by end_after
             gevent.joinall(self._ends, timeout=(self.load.transaction.end_after if self.load.transaction else 0) + 5)
+        if self.txn is not None and self.txn.open:  # an application stays up for its check-backs (bounded)
+            say(f"load: waiting up to {self.load.transaction.linger:g}s for the check-backs of "
+                f"{len(self.txn.open)} transaction(s) ended unknown")
+            left = self.txn.linger()
+            if left:
+                say(f"load: {left} transaction(s) ended unknown were never asked about")
         if self.writer:
             self.writer.close()
         if self.txn is not None:

@@ -27,6 +27,7 @@ class TransactionApp:
     def __init__(self, spec: Transaction, run_id: str, producer_id: str, ledger: Path | None) -> None:
         self.spec, self.run_id, self.producer_id = spec, run_id, producer_id
         self.decisions: dict[str, str] = {}
+        self.open: set[str] = set()  # keys ended unknown that no check-back has asked about yet
         self.writer = LedgerWriter(ledger) if ledger is not None else None
 
     def _record(self, key: str | None, source: str, decision: str | None, answer: str, error: str | None) -> None:
@@ -41,6 +42,8 @@ class TransactionApp:
             gevent.sleep(self.spec.end_after)
         d = drawn(self.spec, res.key or "")
         self.decisions[res.key or ""] = d
+        if d == "unknown":
+            self.open.add(res.key or "")
         err = producer.end(topic, res, d)
         self._record(res.key, "app", d, d, err)
         return d
@@ -50,8 +53,17 @@ class TransactionApp:
         a key this process never decided (another producer's, or a restarted one's), unknown."""
         d = self.decisions.get(key or "")
         answer = self.spec.unknown_resolves_to if d == "unknown" else d or "unknown"
+        self.open.discard(key or "")
         self._record(key, "check", d, answer, None)
         return answer
+
+    def linger(self) -> int:
+        """After the load: wait until every key ended unknown was asked about, at most spec.linger.
+        Returns how many were never asked."""
+        t_end = time.monotonic() + self.spec.linger
+        while self.open and time.monotonic() < t_end:
+            gevent.sleep(0.2)
+        return len(self.open)
 
     def drain(self) -> None:
         if self.writer is not None:

@@ -65,6 +65,9 @@ class Transaction(Strict):
     unknown: Annotated[float, Field(ge=0, le=1)] = 0.0
     end_after: Annotated[float, BeforeValidator(_duration), Field(ge=0, le=600)] = 0.0
     unknown_resolves_to: Literal["commit", "rollback"] = "commit"
+    # how long the producers stay after the load for the check-backs of what they ended unknown (an
+    # application stays up; the broker asks after transactionTimeOut, then every transactionCheckInterval)
+    linger: Annotated[float, BeforeValidator(_duration), Field(ge=0, le=600)] = 45.0
 
     @model_validator(mode="after")
     def _mix(self) -> "Transaction":
