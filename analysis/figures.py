@@ -44,6 +44,14 @@ def value(s: dict[str, Any], name: str) -> int | None:
     if name == "two_master_seconds":
         fo = s.get("failover")
         return None if fo is None else len(fo.get("two_master_windows") or [])
+    if name in ("keys_out_of_order", "order_reordered", "order_repeats_out_of_order", "order_gaps"):
+        o = s.get("order")
+        if not o:
+            return None
+        if name == "keys_out_of_order":
+            return int(o["keys"]) - int(o["keys_in_order"])
+        return int(o["messages_by_anomaly"].get({"order_reordered": "reordered", "order_gaps": "gap",
+                                                 "order_repeats_out_of_order": "repeat_out_of_order"}[name], 0))
     if name.startswith("retried_"):
         rb = s.get("retried_keys_by_batch_position")
         return None if rb is None else int(rb.get(name.removeprefix("retried_"), 0))
@@ -75,4 +83,9 @@ def _family(s: dict[str, Any], fam: str, arg: str) -> int | None:
         sc = s.get("store_check")
         field = {"lost_on": "lost_by_broker", "gone_on": "gone_by_broker", "gone_status": "gone_by_status"}[fam]
         return None if sc is None or field not in sc else int((sc.get(field) or {}).get(arg, 0))
+    if fam == "transactions":
+        t = s.get("transactions")
+        if not t:
+            return None
+        return int(t["checked_after_end"]) if arg == "checked_after_end" else int(t["classes"].get(arg, 0))
     raise AssertionError(f"figure family {fam} validated by the spec but not computed")

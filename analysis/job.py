@@ -45,7 +45,10 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
         events = [e for e in run.timeline()]
         res = analyze_ledgers(spark, send, recv, events, out, receive_complete=comp["receive_complete"],
                               store=store if store is not None and store.nodes() else None,
-                              brokers=brokers, monitor=monitor)
+                              brokers=brokers, monitor=monitor,
+                              ordered=bool(run.scenario().load and run.scenario().load.order),
+                              txn_files=ledger_files(run.path, "txn") if run.scenario().load and
+                              run.scenario().load.transaction else None, txn_timing=_txn_timing(brokers))
     finally:
         if store is not None:
             store.close()
@@ -59,7 +62,7 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
                                       "retried_keys_by_batch_position", "errors",
                                       "answers", "busy_series", "latency_ms", "windows", "warnings", "corrupted",
                                       "corrupted_by_kind", "unexpected_examples", "store_check", "failover",
-                                      "reused_queue_offsets", "offset_rollback")},
+                                      "reused_queue_offsets", "offset_rollback", "order", "transactions")},
                "events": events, "series": res["series"],
                # the host's side of the time axis: disk pressure each second, the brokers' own put latency
                "disk": _jsonl(run.disk_metrics_file),
@@ -145,3 +148,12 @@ def _jsonl(f: Path) -> list[dict[str, Any]]:
 
 if __name__ == "__main__":  # spark-submit analysis/job.py RUN_DIR [MASTER]
     analyze(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)
+
+
+def _txn_timing(brokers: dict[str, dict[str, str]]) -> tuple[int, int]:
+    """The brokers' (transactionTimeOut, transactionCheckInterval) in ms, as they ran (5.5.0's defaults
+    6000 and 30000 where a broker.conf does not say): the largest, so the bound is never too short."""
+    t = [int(c.get("transactionTimeOut") or 6000) for c in brokers.values()] or [6000]
+    i = [int(c.get("transactionCheckInterval") or 30000) for c in brokers.values()] or [30000]
+    return max(t), max(i)
+

@@ -26,8 +26,10 @@ from analysis.latency import by_broker, pct_result as _pct_result
 from analysis.pace import lag as send_lag
 from analysis.latency import histogram as _histogram, percentiles as _percentiles
 from analysis.offsets import reused_queue_offsets
+from analysis.order import order_check
+from analysis.transactions import transaction_check
 from analysis.redeliveries import rollback_repeats, rollbacks
-from analysis.sealed import attribute, read_receive, read_send
+from analysis.sealed import attribute, read_receive, read_send, read_txn
 from analysis.store_check import power_cut_keys, store_check
 from rmqchaos.progress import say
 
@@ -45,12 +47,16 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
                     events: list[dict[str, Any]], out_dir: Path | None = None,
                     receive_complete: bool = True, store: Any = None,
                     brokers: dict[str, dict[str, str]] | None = None,
-                    monitor: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                    monitor: list[dict[str, Any]] | None = None, ordered: bool = False,
+                    txn_files: list[Path] | None = None, txn_timing: tuple[int, int] | None = None) -> dict[str, Any]:
     """The reconciliation proper; returns the `counts`, `errors`, `latency_ms`, `series`, `windows`
     parts of summary.json. With out_dir, writes keys.parquet and series.parquet there. With `store`
     (cluster/store.py's, over the run's broker stores), lost and indeterminate keys are looked up in it.
     With `brokers` (node -> broker.conf) and the `monitor` samples, the `failover` part
-    (analysis/failover.py; None without a replicated group).
+    (analysis/failover.py; None without a replicated group). `ordered`: an ordered load, whose keys get
+    the per-key order check (analysis/order.py; `order` is None otherwise). `txn_files`: a transactional
+    load's transaction ledgers, judged with the brokers' (transactionTimeOut, transactionCheckInterval)
+    in ms (analysis/transactions.py; `transactions` is None otherwise).
 
     `send_files`/`recv_files` are the journals (JSON Lines); Spark reads their sealed Parquet copies
     only, sealing first whatever a crashed writer left unsealed. Passes over the data: one job by key
@@ -97,6 +103,14 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
         res["offset_rollback"] = rollback_repeats(recv, rollbacks(events, brokers or {}))
         if res["offset_rollback"]:
             step(f"{res['offset_rollback']['deliveries']} delivery(ies) read again after a power loss rolled offsets back")
+        res["order"] = order_check(send, recv) if ordered else None
+        res["transactions"] = transaction_check(send, read_txn(spark, txn_files, warnings), recv, receive_complete,
+                                                *(txn_timing or (6000, 30000))) if txn_files else None
+        if res["transactions"]:
+            step(f"{res['transactions']['keys']} transaction(s) sorted")
+        if res["order"]:
+            step(f"{res['order']['keys'] - res['order']['keys_in_order']} of {res['order']['keys']} sharding key(s) "
+                 "out of order")
         res["answers"] = answers(send, recv, keys, res["counts"]["duplicated"], answer_totals)
         step("answers matched with the msgIds delivered")
         if res["series"] and not own_tmp:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pyspark.sql.types import BooleanType, IntegerType, LongType, StringType, StructField, StructType
 
-from rmqchaos.ledgers import RECEIVE_FIELDS, SEALED_EXTRA, SEND_FIELDS
+from rmqchaos.ledgers import RECEIVE_FIELDS, SEALED_EXTRA, SEND_FIELDS, TXN_FIELDS
 
 CORRUPT = "_corrupt"
 _SPARK = {"string": StringType(), "int": IntegerType(), "long": LongType(), "bool": BooleanType()}
@@ -17,6 +17,7 @@ def _s(fields: tuple[tuple[str, str], ...]) -> StructType:
 
 SEND = _s(SEND_FIELDS + SEALED_EXTRA)  # the sealed copies' columns
 RECEIVE = _s(RECEIVE_FIELDS + SEALED_EXTRA)
+TXN = _s(TXN_FIELDS)
 
 
 def used(schema: StructType, *names: str) -> StructType:

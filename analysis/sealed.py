@@ -38,6 +38,11 @@ def read_receive(spark: SparkSession, files: list[Path], warnings: list[str]) ->
     return _parquet(spark, seal_all(files, warnings, "receive"), schemas.RECEIVE_USED)
 
 
+def read_txn(spark: SparkSession, files: list[Path], warnings: list[str]) -> DataFrame:
+    """The transaction ledger (rmqchaos/ledgers.py TXN_FIELDS), from the sealed copies of `files`."""
+    return _parquet(spark, seal_all(files, warnings, "transaction"), schemas.TXN)
+
+
 def read_send(spark: SparkSession, files: list[Path], warnings: list[str]) -> DataFrame:
     """The send ledger's columns that the classification and the aggregates use (the remark cut to
     its `[PREFIX]`, the error text to its kind), from the sealed copies of `files` (journals). Nothing

@@ -31,72 +31,16 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from rmqchaos import body as msgbody
+from rmqclient.record import Record, decode, java_hash
 
-MAGIC_V1, MAGIC_V2, BLANK_MAGIC = -626843481, -626843477, -875286124
 INDEX_HEADER, SLOT, ENTRY = 40, 4, 20
 DEFAULT_SLOTS, DEFAULT_INDEX = 5_000_000, 5_000_000 * 4  # MessageStoreConfig.maxHashSlotNum / maxIndexNum
 
 
-def java_hash(s: str) -> int:
-    """Java's String.hashCode (over UTF-16 code units), then IndexFile.indexKeyHashMethod's abs."""
-    h = 0
-    for u in struct.unpack(f"<{len(s.encode('utf-16-le')) // 2}H", s.encode("utf-16-le")):
-        h = (31 * h + u) & 0xFFFFFFFF
-    h = h - (1 << 32) if h & 0x80000000 else h
+def index_hash(s: str) -> int:
+    """A key's hash in the index: Java's String.hashCode made non-negative (IndexFile.indexKeyHashMethod)."""
+    h = java_hash(s)
     return 0 if h == -(1 << 31) else abs(h)
-
-
-def properties(raw: bytes) -> dict[str, str]:
-    out = {}
-    for kv in raw.decode("utf-8", errors="replace").split("\x02"):
-        k, sep, v = kv.partition("\x01")
-        if sep:
-            out[k] = v
-    return out
-
-
-@dataclass
-class Record:
-    size: int
-    queue_id: int
-    queue_offset: int
-    commit_offset: int
-    store_ms: int
-    topic: str
-    props: dict[str, str]
-    body: bytes
-
-    @property
-    def keys(self) -> list[str]:
-        return [k for k in self.props.get("KEYS", "").split(" ") if k]
-
-
-def decode(buf: Any, pos: int) -> Record | None:
-    """The record at `pos` of `buf` (bytes or mmap), or None at a file's end (blank, zeros, torn)."""
-    if pos + 8 > len(buf):
-        return None
-    size, magic = struct.unpack_from(">ii", buf, pos)
-    if magic not in (MAGIC_V1, MAGIC_V2) or size <= 0 or pos + size > len(buf):
-        return None
-    _crc, qid, _flag, qoff, phy, sysflag, _born = struct.unpack_from(">iiiqqiq", buf, pos + 8)
-    p = pos + 48 + (20 if sysflag & 0x10 else 8)
-    (store_ms,) = struct.unpack_from(">q", buf, p)
-    p += 8 + (20 if sysflag & 0x20 else 8) + 4 + 8
-    (blen,) = struct.unpack_from(">i", buf, p)
-    p += 4
-    body = bytes(buf[p:p + blen])
-    p += blen
-    if magic == MAGIC_V2:
-        (tlen,) = struct.unpack_from(">h", buf, p)
-        p += 2
-    else:
-        tlen = buf[p]
-        p += 1
-    topic = bytes(buf[p:p + tlen]).decode("utf-8", errors="replace")
-    p += tlen
-    (plen,) = struct.unpack_from(">h", buf, p)
-    props = properties(bytes(buf[p + 2:p + 2 + plen]))
-    return Record(size, qid, qoff, phy, store_ms, topic, props, body)
 
 
 @dataclass
@@ -156,7 +100,7 @@ class NodeStore:
         return end
 
     def index_candidates(self, query: str) -> Iterator[int]:
-        h = java_hash(query)
+        h = index_hash(query)
         for f in self.index_files:
             m = self._map(f)
             if m is None:

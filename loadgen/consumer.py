@@ -41,6 +41,7 @@ class ConsumerOptions:
     group: str
     topics: list[str]
     mode: str = "all"
+    listener: str = "concurrently"  # orderly: MessageListenerOrderly (an ordered load's consumers)
     batch_size: int = 1  # consumeMessageBatchMaxSize
     delay_ms: int = 0  # processing time per message
     max_reconsume_times: int = -1  # redeliveries before %DLQ%; -1: the client's default (16)
@@ -87,6 +88,7 @@ class JavaConsumer:
     def command(self) -> list[str]:
         o = self.opts
         args = ["--namesrv", self.namesrv, "--group", o.group, "--out", str(self.out), "--mode", o.mode,
+                "--listener", o.listener,
                 "--batch-size", str(o.batch_size), "--delay-ms", str(o.delay_ms), "--threads", str(o.threads),
                 "--max-reconsume-times", str(o.max_reconsume_times), "--poll-namesrv-ms", str(o.route_refresh_ms),
                 "--duration", str(o.duration_s), "--idle", str(o.idle_s), "--consumer-id", o.consumer_id,

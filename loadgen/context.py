@@ -13,12 +13,15 @@ import gevent
 import gevent.event
 
 from loadgen.policies import accepted, run_policy
+from loadgen.transactions import TransactionApp
 from rmqchaos import body as msgbody
 from rmqchaos.journal_write import DRAIN_S, LedgerWriter
 from rmqchaos.ledger_lines import SendLines
-from rmqchaos.ledgers import send_ledger_path
+from rmqchaos.ledgers import ORDER_SEP, send_ledger_path, txn_ledger_path
+from rmqchaos.progress import say
 from rmqchaos.spec import Load
-from rmqclient.producer import Producer, SendResult
+from rmqclient.producer import MessageQueue, Producer, SendResult
+from rmqclient.transaction import TransactionalProducer
 
 
 class SendFailed(Exception):
@@ -55,8 +58,17 @@ class LoadContext:
     def __init__(self, plan: LoadPlan, events: Any) -> None:
         self.plan, self.load, self.events = plan, plan.load, events
         self.producer_id = f"w{plan.worker}-{os.getpid()}"
-        self.producer = Producer(plan.namesrv, group=f"rmqchaos_{plan.run_id[-6:]}", timeout=self.load.timeout,
-                                 route_ttl=self.load.route_refresh, source=plan.source)
+        group = f"rmqchaos_{plan.run_id[-6:]}"
+        # a transactional load: the application's decisions (loadgen/transactions.py), which also answer
+        # the broker's check-backs on every connection of the producer (rmqclient/transaction.py)
+        self.txn = TransactionApp(self.load.transaction, plan.run_id, self.producer_id,
+                                  txn_ledger_path(Path(plan.run_dir), self.producer_id) if plan.ledger else None) \
+            if self.load.transaction else None
+        self.producer = TransactionalProducer(plan.namesrv, group=group, decide=self.txn.decide, timeout=self.load.timeout,
+                                              route_ttl=self.load.route_refresh, source=plan.source) if self.txn else \
+            Producer(plan.namesrv, group=group, timeout=self.load.timeout, route_ttl=self.load.route_refresh,
+                     source=plan.source)
+        self._ends: list[gevent.Greenlet] = []  # a transactional load's ends in flight
         self.writer = LedgerWriter(send_ledger_path(Path(plan.run_dir), self.producer_id)) if plan.ledger else None
         self.ledger = self.writer  # what an attempt writes to: None in the off turns of bench ledger --alternate
         #: bench ledger --alternate: at each turn's start (ledger on, user CPU-s, system CPU-s, accepted so far)
@@ -74,6 +86,8 @@ class LoadContext:
         self.filler = os.urandom(self.load.message_size // 2 + 1).hex()[: self.load.message_size].encode()
         self.backup_topic = self.load.backup_topic()
         self.key_base = f"{self.load.key_prefix}{plan.run_id[-6:]}-{self.producer_id}-"
+        self._streams = itertools.count()  # an ordered load's message streams (Locust users), new_stream()
+        self._pinned: dict[str, MessageQueue | None] = {}  # strict order: each sharding key's first queue
         self._closing = gevent.event.Event()
         self._flusher = gevent.spawn(self._flush_loop) if self.writer else None
         self._alternator = (gevent.spawn(self._alternate, plan.ledger_turns)
@@ -93,20 +107,48 @@ class LoadContext:
                                        (self.quota is not None and self.taken >= self.quota))
 
     # ------------------------------------------------------------ one business message
-    def send_message(self, seq: int, intended_s: float) -> list[SendResult]:
-        key = f"{self.key_base}{seq}"
+    def new_stream(self) -> list[str]:
+        """An ordered load's next message stream (one per Locust user): the sharding keys it owns."""
+        u = next(self._streams)
+        return [f"{self.key_base}u{u}k{j}" for j in range(self.load.order.keys_per_user)] if self.load.order else []
+
+    def send_message(self, seq: int, intended_s: float, shard: tuple[str, int] | None = None) -> list[SendResult]:
+        """One business message: any queue; or with `shard` (sharding key, its sequence number) the key's
+        queue, its key `<sharding key>~<number>` (rmqchaos/ledgers.py ORDER_SEP)."""
+        key = f"{shard[0]}{ORDER_SEP}{shard[1]}" if shard else f"{self.key_base}{seq}"
         body = msgbody.encode(key, self.producer_id, seq, self.filler, self.load.message_size)
         intended_ms = int(intended_s * 1000)
         n = itertools.count(1)
         self.inflight += 1
         try:
-            return run_policy(self.load.policy, self.load.topic, self.backup_topic, self.load.timeout,
-                              lambda topic, excl, tmo: self._attempt(key, body, next(n), topic, excl, tmo, intended_ms))
+            rs = run_policy(self.load.policy, self.load.topic, self.backup_topic, self.load.timeout,
+                            lambda topic, excl, tmo: self._attempt(key, body, next(n), topic, excl, tmo, intended_ms,
+                                                                   shard[0] if shard else None))
         finally:
             self.inflight -= 1
+        if self.txn is not None and rs and rs[-1].outcome == "ok":  # the half message stored: end it, apart
+            self._ends = [g for g in self._ends if not g.dead]
+            self._ends.append(gevent.spawn(self.txn.end, self.producer, rs[-1].topic, rs[-1]))
+        return rs
+
+    def _shard_queue(self, topic: str, shard_key: str, res: SendResult) -> MessageQueue | None:
+        """The queue of a sharding key for this attempt, or None with `res` completed as an unsent error:
+        the route unknown, or (strict order) the key's first queue no longer in it."""
+        try:
+            mq = self.producer.select_by_hash(topic, shard_key)
+            pinned = self._pinned.setdefault(shard_key, mq) if self.load.order and self.load.order.strict else None
+            if pinned is not None and pinned not in self.producer.route(topic):
+                res.error = f"strict order: queue {pinned.broker}#{pinned.queue_id} of {shard_key} is not in the route"
+                return None
+            if mq is None:
+                res.error = f"topic {topic} has no writable queue"
+            return pinned or mq
+        except Exception as e:  # noqa: BLE001 - namesrv unreachable etc. is a result, as in Producer.send
+            res.error = f"route lookup failed: {e}"
+            return None
 
     def _attempt(self, key: str, body: bytes, attempt: int, topic: str, exclude: str | None, timeout: float,
-                 intended_ms: int) -> SendResult:
+                 intended_ms: int, shard_key: str | None = None) -> SendResult:
         ledger = self.ledger  # the attempt's two lines go to the same place (--alternate turns)
         aid = next(self._attempt_ids)
         # One start time in both records: the analysis counts an attempt's missing outcome per
@@ -116,8 +158,16 @@ class LoadContext:
         if ledger:
             intent = self.lines.intent(aid, key, attempt, topic, intended_ms, start_ms)
             ledger.write_through(intent)
-        r = self.producer.send(topic, body, key=key, tags=self.load.tags, exclude_broker=exclude,
-                               timeout=timeout)
+        if isinstance(self.producer, TransactionalProducer):
+            r = self.producer.send_half(topic, body, key=key, timeout=timeout, exclude_broker=exclude)
+        elif shard_key is None:
+            r = self.producer.send(topic, body, key=key, tags=self.load.tags, exclude_broker=exclude, timeout=timeout)
+        else:  # as SelectMessageQueueByHash: the key's queue every time, never another broker's
+            now = int(time.time() * 1000)
+            r = SendResult(outcome="error", topic=topic, key=key, start_ms=now, end_ms=now)
+            mq = self._shard_queue(topic, shard_key, r)
+            if mq is not None:
+                r = self.producer.send(topic, body, key=key, tags=self.load.tags, queue=mq, timeout=timeout)
         ok = accepted(self.load.policy, r)
         self.attempts += 1
         self.accepted += ok
@@ -134,6 +184,8 @@ class LoadContext:
         pool = gevent.get_hub().threadpool
         while not self._closing.wait(DRAIN_S):
             self.writer.drain()  # in this thread: the spool is only ever touched by it
+            if self.txn is not None:
+                self.txn.drain()
             if self.writer.due():
                 # in a thread: the other greenlets send while the disk works (the sync took
                 # 4-74 ms a second in the load)
@@ -160,6 +212,16 @@ class LoadContext:
         for g in (self._alternator, self._flusher):
             if g is not None:
                 g.join()  # its sync done: the journal's fd is not closed under it
+        if self._ends:  # the last half messages' ends: bounded by end_after
+            gevent.joinall(self._ends, timeout=(self.load.transaction.end_after if self.load.transaction else 0) + 5)
+        if self.txn is not None and self.txn.open:  # an application stays up for its check-backs (bounded)
+            say(f"load: waiting up to {self.load.transaction.linger:g}s for the check-backs of "
+                f"{len(self.txn.open)} transaction(s) ended unknown")
+            left = self.txn.linger()
+            if left:
+                say(f"load: {left} transaction(s) ended unknown were never asked about")
         if self.writer:
             self.writer.close()
+        if self.txn is not None:
+            self.txn.close()
         self.producer.close()

@@ -31,7 +31,7 @@ def _consumers(run: RunDir, c: ClusterBackend, s: Scenario) -> list[JavaConsumer
     launcher = functools.partial(c.spawn_client, outlive=run.state().get("mode") == "detached")
     out, at = [], addresses(s)
     for inst in s.consumers.instances:
-        opts = ConsumerOptions(group=inst.group, topics=inst.topics or default_topics, mode=inst.mode,
+        opts = ConsumerOptions(group=inst.group, topics=inst.topics or default_topics, mode=inst.mode, listener=inst.listener,
                                batch_size=inst.batch_size, delay_ms=inst.delay_ms, threads=inst.threads,
                                max_reconsume_times=inst.max_reconsume_times,
                                route_refresh_ms=round(s.consumers.route_refresh * 1000),

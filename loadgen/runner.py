@@ -124,9 +124,10 @@ def run_load(run_dir: str | Path, ledger: bool | None = None, ledger_turns: floa
     if ctx is not None:
         ctx.close()
     else:
+        linger = load.transaction.linger if load.transaction else 0.0  # a worker waits for its check-backs
         for p in procs:
             try:
-                p.wait(timeout=30)
+                p.wait(timeout=30 + linger)
             except subprocess.TimeoutExpired:
                 p.kill()
     gevent.sleep(CSV_STATS_INTERVAL_SEC + 0.3)  # one more pass of the CSV writer, over the final stats

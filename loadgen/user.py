@@ -22,6 +22,11 @@ class ProducerUser(User):
         self.interval = load.users / load.rate
         self.t0 = time.time()
         self.n = 0
+        # an ordered load: this user is one message stream, sending its own sharding keys in turn, each
+        # key's messages numbered from 1 and one after another (a key has one sender, so its send order
+        # is its order); empty otherwise
+        self.keys = self.ctx.new_stream()
+        self.numbers = [0] * len(self.keys)
 
     def wait_time(self) -> float:
         return max(0.0, self.t0 + self.n * self.interval - time.time())
@@ -32,5 +37,10 @@ class ProducerUser(User):
         if seq is None:
             raise StopUser()
         intended = self.t0 + self.n * self.interval
+        shard = None
+        if self.keys:
+            j = self.n % len(self.keys)
+            self.numbers[j] += 1
+            shard = (self.keys[j], self.numbers[j])
         self.n += 1
-        self.ctx.send_message(seq, intended)
+        self.ctx.send_message(seq, intended, shard)

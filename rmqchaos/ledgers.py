@@ -47,10 +47,32 @@ RECEIVE_FIELDS = (("run_id", "string"), ("key", "string"), ("msg_id", "string"),
                   # the node (ip:port) whose pull fetched this delivery; null when the client did not say
                   ("served_by", "string"))
 
+#: a transactional load's decisions (issue 50), one record per decision the application made or
+#: answered: `source` app (its own end of a half message, at `decided_ms`) or check (its answer to the
+#: broker's check-back); `decision` what the application had decided for the key by then (commit,
+#: rollback, unknown; null: nothing, e.g. a producer that restarted), `answer` what it sent, `error`
+#: why the END_TRANSACTION could not be written
+TXN_FIELDS = (("run_id", "string"), ("producer_id", "string"), ("key", "string"), ("source", "string"),
+              ("decision", "string"), ("answer", "string"), ("decided_ms", "long"), ("error", "string"))
+
 #: columns the seal adds to both sealed ledgers (rmqchaos/seal.py, docs/ledgers.md): the msgId as two
 #: numbers when it has RocketMQ's form (32 uppercase hex digits; null otherwise), so that the analysis
 #: compares msgIds inside its numeric per-key aggregations, exactly, instead of joining strings
 SEALED_EXTRA = (("msg_hi", "long"), ("msg_lo", "long"))
+
+#: an ordered load's keys (issue 50): `<sharding key><ORDER_SEP><its sequence number, from 1>`, the one
+#: place a message's sharding key and its place in it are recorded (both ledgers carry the key); the
+#: separator appears in no other key (load.key_prefix and producer ids cannot hold it)
+ORDER_SEP = "~"
+
+
+def shard_of(key: str | None) -> tuple[str, int] | None:
+    """(sharding key, sequence number) of an ordered load's key; None for any other key."""
+    if not key or ORDER_SEP not in key:
+        return None
+    stream, _, seq = key.rpartition(ORDER_SEP)
+    return (stream, int(seq)) if seq.isdigit() and stream else None
+
 
 INTENT_KEYS = tuple(n for n, _ in SEND_INTENT)
 OUTCOME_KEYS = tuple(n for n, _ in SEND_OUTCOME)
@@ -78,6 +100,10 @@ LEDGER_DIR = "ledgers"
 
 def send_ledger_path(run_dir: Path, producer_id: str) -> Path:
     return Path(run_dir) / LEDGER_DIR / f"send-{producer_id}.jsonl"
+
+
+def txn_ledger_path(run_dir: Path, producer_id: str) -> Path:
+    return Path(run_dir) / LEDGER_DIR / f"txn-{producer_id}.jsonl"
 
 
 def receive_ledger_path(run_dir: Path, consumer_id: str) -> Path:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from rmqchaos.errors import UserError
 from rmqchaos.journal_read import journal_tail
 from rmqchaos.journal_write import recover_spool
-from rmqchaos.ledgers import RECEIVE_FIELDS, SEALED_EXTRA, SEND_FIELDS
+from rmqchaos.ledgers import RECEIVE_FIELDS, SEALED_EXTRA, SEND_FIELDS, TXN_FIELDS
 
 if TYPE_CHECKING:  # imported where used: sealing is the only DuckDB user here
     import duckdb
@@ -73,15 +73,15 @@ def sealed_path(journal: Path) -> Path:
 
 
 def kind_of(journal: Path) -> str:
-    """'send' or 'receive', from the journal's name (send-*.jsonl / receive-*.jsonl)."""
+    """'send', 'receive' or 'txn', from the journal's name (send-*.jsonl, receive-*.jsonl, txn-*.jsonl)."""
     k = Path(journal).name.split("-", 1)[0]
-    if k not in ("send", "receive"):
+    if k not in ("send", "receive", "txn"):
         raise ValueError(f"not a ledger journal: {journal}")
     return k
 
 
 def _fields(kind: str) -> tuple[tuple[str, str], ...]:
-    return SEND_FIELDS if kind == "send" else RECEIVE_FIELDS
+    return {"send": SEND_FIELDS, "receive": RECEIVE_FIELDS, "txn": TXN_FIELDS}[kind]
 
 
 def read_seal(journal: Path) -> Sealed | None:
@@ -153,7 +153,7 @@ def _seal(con: duckdb.DuckDBPyConnection, journal: Path, threads: int | None) ->
                 "journal_mtime_ns": str(st.st_mtime_ns), "torn_offset": "" if torn is None else str(torn),
                 "torn_bytes": str(torn_bytes), "unwritten_bytes": str(size - tail.end)}
         # zstd level 1: ~13 % less seal time than the default level 3 here, files ~15 % larger
-        con.execute(f"COPY ({_SEALED_SELECT}) "
+        con.execute(f"COPY ({_SEALED_SELECT if kind != 'txn' else 'SELECT * FROM j'}) "  # a txn record has no msgId
                     f"TO '{_sql_str(tmp)}' (FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL 1, "
                     f"KV_METADATA {_kv(meta)})")
         # the record-level rules JSON types cannot express, checked on the columns just written

@@ -22,7 +22,7 @@ import socket as _stdsocket
 import struct
 import time
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 import gevent
 import gevent.lock
@@ -31,6 +31,7 @@ from gevent.event import AsyncResult
 
 from rmqclient.admin import TOPIC_NOT_EXIST, AdminClient, RemotingError
 from rmqclient.frame import CLIENT_VERSION, FLAG_RESPONSE, Frame, FrameError, FrameReader
+from rmqclient.record import java_hash
 
 SEND_MESSAGE_V2 = 310
 SEND_BATCH_MESSAGE = 320
@@ -103,6 +104,8 @@ class BrokerConnection:
         self.closed: str | None = None
         self._wlock = gevent.lock.Semaphore()
         self._opaque = itertools.count(1)
+        # a request the broker sends us (a transaction check-back): handed over in its own greenlet
+        self.on_request: Callable[[Frame], None] | None = None
         self._reader = gevent.spawn(self._read_loop)
 
     def _read_loop(self) -> None:
@@ -118,6 +121,8 @@ class BrokerConnection:
                         ar = self.pending.pop(f.opaque, None)
                         if ar is not None:
                             ar.set(f)
+                    elif self.on_request is not None:
+                        gevent.spawn(self.on_request, f)
         except FrameError as e:
             reason = f"bad frame from broker: {e}"
         except OSError as e:
@@ -151,6 +156,17 @@ class BrokerConnection:
             self._fail_all(f"connection error: {e.strerror or e}")
             raise ConnectionClosed(self.closed or "closed") from None
         return ar
+
+    def oneway(self, data: bytes) -> None:
+        """Write a request no answer is waited for (its frame carries FLAG_ONEWAY)."""
+        if self.closed:
+            raise ConnectionClosed(self.closed)
+        try:
+            with self._wlock:
+                self.sock.sendall(data)
+        except OSError as e:
+            self._fail_all(f"connection error: {e.strerror or e}")
+            raise ConnectionClosed(self.closed or "closed") from None
 
     def forget(self, opaque: int) -> None:
         self.pending.pop(opaque, None)
@@ -222,6 +238,12 @@ class Producer:
         n = next(self._rr.setdefault(topic, itertools.count(random.getrandbits(8))))
         return qs[n % len(qs)]
 
+    def select_by_hash(self, topic: str, arg: str) -> MessageQueue | None:
+        """The queue `arg` hashes to over the topic's write queues in the route's order, as the Java
+        client's SelectMessageQueueByHash (`abs(arg.hashCode() % size)`): a route change moves keys."""
+        qs = self.route(topic)
+        return qs[abs(java_hash(arg)) % len(qs)] if qs else None
+
     # ------------------------------------------------------------ connections
     def _conn(self, addr: str) -> BrokerConnection:
         c = self._conns.get(addr)
@@ -252,8 +274,8 @@ class Producer:
         return PROP_SEP.join(parts) + PROP_SEP
 
     def _encode(self, code: int, opaque: int, topic: str, mq: MessageQueue, props: str, body: bytes,
-                batch: bool) -> bytes:
-        ext = {"a": self.group, "b": topic, "c": "TBW102", "d": "4", "e": str(mq.queue_id), "f": "0",
+                batch: bool, sys_flag: int = 0) -> bytes:
+        ext = {"a": self.group, "b": topic, "c": "TBW102", "d": "4", "e": str(mq.queue_id), "f": str(sys_flag),
                "g": str(_now_ms()), "h": "0", "i": props, "j": "0", "k": "false", "m": "true" if batch else "false",
                "n": mq.broker, "bname": mq.broker}
         hdr = ('{"code":%d,"language":"PYTHON","version":%d,"opaque":%d,"flag":0,"extFields":%s,'
@@ -264,7 +286,8 @@ class Producer:
     # ------------------------------------------------------------ send
     def send(self, topic: str, body: bytes, key: str | None = None, tags: str | None = None,
              queue: MessageQueue | None = None, exclude_broker: str | None = None,
-             timeout: float | None = None, properties: dict[str, str] | None = None) -> SendResult:
+             timeout: float | None = None, properties: dict[str, str] | None = None,
+             sys_flag: int = 0) -> SendResult:
         """One attempt. Never raises for broker or network trouble: the result says what happened."""
         start = _now_ms()
         uniq = self._uniq.next()
@@ -273,7 +296,7 @@ class Producer:
         if mq is None:
             return res
         props = self._properties(key, uniq, tags, properties)
-        return self._attempt(res, SEND_MESSAGE_V2, topic, mq, props, body, False, timeout)
+        return self._attempt(res, SEND_MESSAGE_V2, topic, mq, props, body, False, timeout, sys_flag)
 
     def send_batch(self, topic: str, bodies: list[tuple[str | None, bytes]], queue: MessageQueue | None = None,
                    timeout: float | None = None) -> SendResult:
@@ -307,7 +330,7 @@ class Producer:
         return mq
 
     def _attempt(self, res: SendResult, code: int, topic: str, mq: MessageQueue, props: str, body: bytes,
-                 batch: bool, timeout: float | None) -> SendResult:
+                 batch: bool, timeout: float | None, sys_flag: int = 0) -> SendResult:
         res.broker, res.addr, res.queue_id = mq.broker, mq.addr, mq.queue_id
         deadline_s = timeout if timeout is not None else self.timeout
         try:
@@ -316,7 +339,7 @@ class Producer:
             res.error, res.end_ms = f"connect to {mq.addr} failed: {e.strerror or e}", _now_ms()
             return res
         opaque = conn.next_opaque()
-        data = self._encode(code, opaque, topic, mq, props, body, batch)
+        data = self._encode(code, opaque, topic, mq, props, body, batch, sys_flag)
         try:
             ar = conn.submit(opaque, data)
         except ConnectionClosed as e:

@@ -16,7 +16,8 @@ from analysis.acks import two_master_windows
 from analysis.topology import Topology, decode_store_host, store_host_prefix
 from analysis.failover import classify_lost, cut_back, failover, log_floor, occurrences, switched_ms, timing
 from analysis.verdict import failover_phrases, hms
-from cluster.store import MAGIC_V1, Store
+from cluster.store import Store
+from rmqclient.record import MAGIC_V1
 from rmqchaos.ledgers import RECEIVE_KEYS, intent_record, outcome_record
 from tests.conftest import REPO
 

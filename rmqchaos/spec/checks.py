@@ -282,13 +282,44 @@ def semantic_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec] | None
     errs += after_errors(s) + powerfs_errors(s)
     if s.load is not None and s.load.backup_topic() == s.load.topic:
         errs.append((("load", "policy", "backup_topic"), "the backup topic must differ from load.topic"))
-    errs += expect_errors(s) + signature_errors(s)
+    errs += expect_errors(s) + signature_errors(s) + order_errors(s)
     if s.cluster.proxy.enabled:
         for field in ("grpc_port", "remoting_port"):
             p = getattr(s.cluster.proxy, field)
             if p in used:
                 errs.append((("cluster", "proxy", field), f"port {p} collides with {_dotted(used[p])}"))
             used[p] = ("cluster", "proxy", field)
+    return errs
+
+
+def order_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
+    """An ordered load needs queues to shard over, one topic, and consumers that consume orderly; an
+    orderly consumer acks every message (its listener has no batch ack index)."""
+    errs: list[tuple[tuple[Any, ...], str]] = []
+    insts = s.consumers.instances if s.consumers else []
+    for i, c in enumerate(insts):
+        if c.listener == "orderly" and c.mode != "all":
+            errs.append((("consumers", "instances", i, "listener"), f"an orderly consumer acks every message: mode "
+                                                                     f"{c.mode} needs listener: concurrently"))
+    if s.load is not None and s.load.transaction is not None:
+        if s.load.order is not None:
+            errs.append((("load", "transaction"), "a transactional load is not an ordered one here: drop load.order"))
+        if s.load.policy.kind == "resend_to_backup_topic":
+            errs.append((("load", "transaction"), "a half message is ended where it was stored: policy "
+                                                  "resend_to_backup_topic would send another to another topic"))
+    o = s.load.order if s.load else None
+    if s.load is None or o is None:
+        return errs
+    if s.load.queues * len(s.cluster.brokers) < 2:
+        errs.append((("load", "order"), "sharding needs at least two queues: the topic has one (load.queues 1 on one "
+                                        "broker group); raise load.queues"))
+    if s.load.policy.kind == "resend_to_backup_topic":
+        errs.append((("load", "order"), "an ordered load sends each key to its own queue: policy "
+                                        "resend_to_backup_topic would move it to another topic"))
+    for i, c in enumerate(insts):
+        if c.listener != "orderly" and s.load.topic in (c.topics or s.load.topics()):
+            errs.append((("consumers", "instances", i, "listener"), f"consumer {c.id} reads the ordered topic "
+                                                                     f"{s.load.topic}: set listener: orderly"))
     return errs
 
 

@@ -42,6 +42,8 @@ FAMILIES = {
     "lost_on": "lost keys acknowledged by this broker group (the store check's keys), e.g. lost_on.broker-a",
     "gone_on": "keys acknowledged by this broker group and in no store now: lost from the store, or delivered and then erased",
     "gone_status": "the same keys (in no store now) by the status they were acknowledged with, e.g. gone_status.FLUSH_DISK_TIMEOUT",
+    "transactions": "half messages of a transactional load in this class (summary.transactions.classes), e.g. "
+                    "transactions.rolled_back_delivered, or transactions.checked_after_end",
 }
 # figures computed from several parts of the summary (analysis/signature.py)
 DERIVED = {
@@ -52,6 +54,10 @@ DERIVED = {
     "read_again_after_rollback": "deliveries read again because a power loss rolled a broker's consumer offsets back",
     "not_started_after_power_loss": "nodes that did not start again when their power came back (power_loss back_after)",
     "two_master_seconds": "seconds in which two nodes of one broker group acknowledged sends as master (summary.failover)",
+    "keys_out_of_order": "sharding keys of an ordered load whose deliveries broke its order (summary.order)",
+    "order_reordered": "deliveries of an ordered load that came after a higher number of their key (inversions)",
+    "order_repeats_out_of_order": "redeliveries of an ordered load that came after a higher number of their key",
+    "order_gaps": "acknowledged messages of an ordered load never delivered though a later one of their key was",
 }
 OPS = ("==", "!=", ">=", "<=", ">", "<")
 _CONDITION = re.compile(r"^\s*([a-z_0-9]+(?:\.[A-Za-z0-9_%-]+)?)\s*(==|!=|>=|<=|>|<)\s*(-?\d+)\s*$")

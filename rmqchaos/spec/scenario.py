@@ -45,6 +45,37 @@ class Policy(Strict):
     send_msg_timeout: Duration = 3.0  # java_default: budget for all attempts (sendMsgTimeout)
 
 
+class Order(Strict):
+    """Per-key order: `keys_per_user` sharding keys per Locust user (the key space is users x that),
+    each key's messages numbered from 1 and sent one after another to the queue the key hashes to
+    over the route's queues (as the Java client's SelectMessageQueueByHash). `strict`: a key stays on
+    the queue it was first sent to; a send fails rather than move while that queue is not in the route."""
+    keys_per_user: Annotated[StrictInt, Field(ge=1, le=10_000)] = 4
+    strict: StrictBool = False
+
+
+class Transaction(Strict):
+    """A transactional load (issue 50): every message is a half message, then ended as the mix says:
+    `commit`, `rollback` or `unknown` (the shares sum to 1). `end_after`: the application's time between
+    the half message's answer and its end (a check-back may come first when it exceeds the broker's
+    transactionTimeOut, 6 s). An unknown end waits for the broker's check-back, which the application
+    answers with `unknown_resolves_to`; a commit or rollback, asked again, gets the same answer."""
+    commit: Annotated[float, Field(ge=0, le=1)] = 1.0
+    rollback: Annotated[float, Field(ge=0, le=1)] = 0.0
+    unknown: Annotated[float, Field(ge=0, le=1)] = 0.0
+    end_after: Annotated[float, BeforeValidator(_duration), Field(ge=0, le=600)] = 0.0
+    unknown_resolves_to: Literal["commit", "rollback"] = "commit"
+    # how long the producers stay after the load for the check-backs of what they ended unknown (an
+    # application stays up; the broker asks after transactionTimeOut, then every transactionCheckInterval)
+    linger: Annotated[float, BeforeValidator(_duration), Field(ge=0, le=600)] = 45.0
+
+    @model_validator(mode="after")
+    def _mix(self) -> "Transaction":
+        if abs(self.commit + self.rollback + self.unknown - 1) > 1e-9:
+            raise ValueError(f"commit + rollback + unknown must be 1, got {self.commit + self.rollback + self.unknown:g}")
+        return self
+
+
 class Load(Strict):
     """Locust load: `users` producers at `rate` messages/s in total, for `duration` or `messages`."""
     topic: TopicName = "RMQCHAOS_LOAD"
@@ -68,6 +99,11 @@ class Load(Strict):
     policy: Policy = Policy()
     workers: Annotated[StrictInt, Field(ge=0, le=16)] = 0  # 0: one process; N: Locust master + N workers
     ledger: StrictBool = True  # off only to measure the ledger's cost
+    # an ordered load (issue 50): each user is a message stream sending its own sharding keys in turn,
+    # each message to the queue its key hashes to (rmqclient selector); None: any queue, round robin
+    order: "Order | None" = None
+    # a transactional load (issue 50): half messages ended by the mix (rmqclient/transaction.py)
+    transaction: Transaction | None = None
 
     def backup_topic(self) -> str | None:
         if self.policy.kind != "resend_to_backup_topic":
@@ -83,6 +119,9 @@ class ConsumerInstance(Strict):
     group: GroupName = "rmqchaos_consumer"
     topics: list[TopicName] | None = None  # default: every topic of the load (incl. the backup topic)
     mode: Literal["all", "ack_first_of_batch"] = "all"
+    # orderly: MessageListenerOrderly (each queue consumed by one thread under the broker's queue lock),
+    # what an ordered load's consumers use (load.order); with mode `all` only
+    listener: Literal["concurrently", "orderly"] = "concurrently"
     batch_size: Annotated[StrictInt, Field(ge=1, le=1024)] = 1
     delay_ms: Annotated[StrictInt, Field(ge=0, le=60_000)] = 0
     threads: Annotated[StrictInt, Field(ge=1, le=256)] = 8

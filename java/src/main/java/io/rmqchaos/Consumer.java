@@ -13,13 +13,16 @@ import java.util.Map;
 import java.util.WeakHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.Function;
 import java.util.zip.CRC32;
 
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.rebalance.AllocateMessageQueueAveragely;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyContext;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
 import org.apache.rocketmq.client.hook.FilterMessageContext;
 import org.apache.rocketmq.client.hook.FilterMessageHook;
 import org.apache.rocketmq.common.MixAll;
@@ -220,7 +223,7 @@ public final class Consumer {
     public static void main(String[] a) throws Exception {
         if (a.length == 0 || a[0].equals("--help")) {
             System.out.println("usage: Consumer --namesrv H:P --group G --topic T [--topic T2 ...] --out FILE "
-                + "[--mode all|ack_first_of_batch] [--batch-size N] [--delay-ms MS] [--threads N] [--max-reconsume-times N] "
+                + "[--mode all|ack_first_of_batch] [--listener concurrently|orderly] [--batch-size N] [--delay-ms MS] [--threads N] [--max-reconsume-times N] "
                 + "[--poll-namesrv-ms MS] [--duration S] [--idle S] [--consumer-id ID] [--run-id ID] [--serving FILE]");
             return;
         }
@@ -229,6 +232,8 @@ public final class Consumer {
         final List<String> topics = args(a, "--topic");
         final String out = arg(a, "--out", null);
         final String mode = arg(a, "--mode", "all");
+        // orderly: MessageListenerOrderly, each queue consumed by one thread under the broker's queue lock
+        final String listener = arg(a, "--listener", "concurrently");
         final int batch = Integer.parseInt(arg(a, "--batch-size", "1"));
         final long delayMs = Long.parseLong(arg(a, "--delay-ms", "0"));
         final int threads = Integer.parseInt(arg(a, "--threads", "8"));
@@ -249,6 +254,10 @@ public final class Consumer {
         }
         if (!mode.equals("all") && !mode.equals("ack_first_of_batch")) {
             System.err.println("error: --mode must be all or ack_first_of_batch, not " + mode);
+            System.exit(2);
+        }
+        if (!listener.equals("concurrently") && !(listener.equals("orderly") && mode.equals("all"))) {
+            System.err.println("error: --listener must be concurrently, or orderly with --mode all, not " + listener);
             System.exit(2);
         }
         final String retryTopic = MixAll.getRetryTopic(group);
@@ -279,7 +288,8 @@ public final class Consumer {
         for (String t : topics) {
             c.subscribe(t, "*");
         }
-        c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+        // one ledger line per delivery, the same for both listeners
+        final Function<List<MessageExt>, String> lines = msgs -> {
             long now = System.currentTimeMillis();
             StringBuilder sb = new StringBuilder(256 * msgs.size());
             for (int idx = 0; idx < msgs.size(); idx++) {
@@ -309,9 +319,34 @@ public final class Consumer {
                     .append(",\"served_by\":").append(esc(servedBy.of(m)))
                     .append("}\n");
             }
+            return sb.toString();
+        };
+        if (listener.equals("orderly")) {
+            c.registerMessageListener((MessageListenerOrderly) (msgs, ctx) -> {
+                String text = lines.apply(msgs);
+                synchronized (lock) {
+                    try {
+                        w.write(text);
+                    } catch (IOException e) {
+                        return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT; // not recorded: read again
+                    }
+                }
+                deliveries.addAndGet(msgs.size());
+                lastDelivery.set(System.currentTimeMillis());
+                if (delayMs > 0) {
+                    try {
+                        Thread.sleep(delayMs * msgs.size());
+                    } catch (InterruptedException ignored) {
+                        Thread.currentThread().interrupt();
+                    }
+                }
+                return ConsumeOrderlyStatus.SUCCESS;
+            });
+        } else c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+            String text = lines.apply(msgs);
             synchronized (lock) {
                 try {
-                    w.write(sb.toString());
+                    w.write(text);
                 } catch (IOException e) {
                     return ConsumeConcurrentlyStatus.RECONSUME_LATER; // not recorded: not acked
                 }
@@ -362,7 +397,8 @@ public final class Consumer {
             serving.started(c);
             serving.write();
         }
-        System.err.println("consumer " + consumerId + " started: group " + group + " topics " + topics + " mode " + mode);
+        System.err.println("consumer " + consumerId + " started: group " + group + " topics " + topics + " mode " + mode
+            + " listener " + listener);
 
         long lastSync = System.currentTimeMillis();
         while (true) {

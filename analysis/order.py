@@ -1,0 +1,122 @@
+"""Per-key order (issue 50): for an ordered load (each message's key names its sharding key and its
+sequence in it: rmqchaos/ledgers.py `shard_of`), whether each sharding key's messages were delivered
+in the order they were sent, in Jepsen's and OpenChaos's terms.
+
+Deliveries of one sharding key are taken in the order they were received (receive time, then queue
+offset, then consumer). Each delivery is one of:
+- `in_order`: the first delivery of its sequence number, above every number delivered before it;
+- `reordered`: the first delivery of its number, below one delivered before it (an inversion);
+- `repeat_out_of_order`: a number delivered again after a higher one (a redelivery that breaks order,
+  e.g. a queue re-read from an older offset after a rebalance);
+- `repeat_in_order`: delivered again, not after a higher one (at-least-once, order kept).
+A `gap` is an acknowledged number never delivered although a higher one of its key was (a loss inside
+the stream; a loss after the last delivered number is the reconciliation's plain loss). A key is
+judged by every anomaly it shows; the windows are the seconds in which order broke, merged."""
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from analysis import sends
+from rmqchaos.ledgers import ORDER_SEP
+
+KINDS = ("reordered", "repeat_out_of_order", "gap")
+WINDOW_JOIN_S = 2  # anomalous seconds closer than this form one window
+EXAMPLES = 5
+
+
+def with_shard(df: DataFrame) -> DataFrame:
+    """`shard_key` and `shard_seq` from the key (null for a key of an unordered load)."""
+    pat = f"^(.*){ORDER_SEP}([0-9]+)$"
+    return (df.withColumn("shard_key", F.when(F.col("key").rlike(pat), F.regexp_extract("key", pat, 1)))
+              .withColumn("shard_seq", F.when(F.col("key").rlike(pat), F.regexp_extract("key", pat, 2).cast("long"))))
+
+
+def deliveries(recv: DataFrame) -> DataFrame:
+    """Every delivery of an ordered key with its class (module docstring)."""
+    d = with_shard(recv.select("key", "receive_ms", "queue_offset", "consumer_id")).where(F.col("shard_key").isNotNull())
+    order = ["receive_ms", "queue_offset", "consumer_id"]
+    before = Window.partitionBy("shard_key").orderBy(*order).rowsBetween(Window.unboundedPreceding, -1)
+    nth = Window.partitionBy("shard_key", "shard_seq").orderBy(*order)
+    d = d.withColumn("prev_max", F.max("shard_seq").over(before)).withColumn("nth", F.row_number().over(nth))
+    first, higher_before = F.col("nth") == 1, F.col("prev_max").isNotNull() & (F.col("shard_seq") < F.col("prev_max"))
+    return d.withColumn("order", F.when(first & higher_before, "reordered").when(first, "in_order")
+                        .when(higher_before, "repeat_out_of_order").otherwise("repeat_in_order"))
+
+
+def gaps(send: DataFrame, delivered: DataFrame) -> DataFrame:
+    """(shard_key, shard_seq, key) acknowledged, never delivered, below the key's highest delivered number."""
+    acked = with_shard(send.where(sends.acked()).select("key").distinct()).where(F.col("shard_key").isNotNull())
+    top = delivered.groupBy("shard_key").agg(F.max("shard_seq").alias("top"))
+    seen = delivered.select("shard_key", "shard_seq").distinct()
+    return (acked.join(seen, ["shard_key", "shard_seq"], "left_anti").join(top, "shard_key")
+            .where(F.col("shard_seq") < F.col("top")).select("shard_key", "shard_seq", "key"))
+
+
+def windows(seconds: list[int]) -> list[dict[str, int]]:
+    """Sorted anomalous seconds -> [{start_ms, end_ms}] (merged when closer than WINDOW_JOIN_S)."""
+    out: list[dict[str, int]] = []
+    for s in seconds:
+        if out and s - out[-1]["end_ms"] // 1000 <= WINDOW_JOIN_S:
+            out[-1]["end_ms"] = (s + 1) * 1000
+        else:
+            out.append({"start_ms": s * 1000, "end_ms": (s + 1) * 1000})
+    return out
+
+
+def order_check(send: DataFrame, recv: DataFrame) -> dict[str, Any] | None:
+    """{keys, messages, keys_in_order, keys_by_anomaly {kind: n}, messages_by_anomaly {kind: n},
+    windows [{start_ms, end_ms}], examples [{shard_key, anomaly, seqs}]}; None when no key of the run
+    is an ordered one."""
+    d = deliveries(recv).persist()
+    try:
+        if d.limit(1).count() == 0:
+            return None
+        g = gaps(send, d).persist()
+        per = d.groupBy("order").agg(F.count("*").alias("n"), F.countDistinct("shard_key").alias("keys")).collect()
+        msgs = {r["order"]: int(r["n"]) for r in per}
+        keys_by = {r["order"]: int(r["keys"]) for r in per}
+        grow = g.agg(F.count("*").alias("n"), F.countDistinct("shard_key").alias("keys")).collect()[0]
+        bad_keys = (d.where(F.col("order").isin("reordered", "repeat_out_of_order")).select("shard_key")
+                    .union(g.select("shard_key")).distinct())
+        n_keys = d.select("shard_key").distinct().count()
+        secs = sorted(int(r["s"]) for r in d.where(F.col("order").isin("reordered", "repeat_out_of_order"))
+                      .select((F.col("receive_ms") / 1000).cast("long").alias("s")).distinct().collect())
+        ex_keys = [r["shard_key"] for r in bad_keys.orderBy("shard_key").limit(EXAMPLES).collect()]
+        ex = {k: [int(r["shard_seq"]) for r in d.where(F.col("shard_key") == k).orderBy("receive_ms", "queue_offset",
+                                                                                          "consumer_id").collect()]
+              for k in ex_keys}
+        out = {"keys": n_keys, "messages": sum(msgs.values()),
+               "keys_in_order": n_keys - bad_keys.count(),
+               "keys_by_anomaly": {"reordered": keys_by.get("reordered", 0),
+                                   "repeat_out_of_order": keys_by.get("repeat_out_of_order", 0),
+                                   "gap": int(grow["keys"])},
+               "messages_by_anomaly": {"reordered": msgs.get("reordered", 0),
+                                       "repeat_out_of_order": msgs.get("repeat_out_of_order", 0),
+                                       "gap": int(grow["n"]), "repeat_in_order": msgs.get("repeat_in_order", 0)},
+               "windows": windows(secs), "examples": [{"shard_key": k, "seqs": ex[k]} for k in ex_keys]}
+        g.unpersist()
+        return out
+    finally:
+        d.unpersist()
+
+
+def order_phrase(s: dict[str, Any]) -> str | None:
+    """The verdict's clause on order, e.g. 'order: 12 of 80 sharding keys broke it (reordered: 5 keys, 9
+    messages; repeated out of order: 7 keys, 40 messages; gaps: 1 key, 1 message), in 2 window(s)
+    lasting 3 s and 1 s'; None for an unordered load."""
+    o = s.get("order")
+    if not o:
+        return None
+    bad = o["keys"] - o["keys_in_order"]
+    if not bad:
+        return f"order: all {o['keys']:,} sharding keys in order ({o['messages']:,} deliveries)"
+    k, m = o["keys_by_anomaly"], o["messages_by_anomaly"]
+    parts = [f"{w}: {k[a]:,} key(s), {m[a]:,} message(s)" for a, w in
+             (("reordered", "reordered"), ("repeat_out_of_order", "repeated out of order"), ("gap", "gaps")) if k.get(a)]
+    ws = o.get("windows") or []
+    lasting = " and ".join(f"{(w['end_ms'] - w['start_ms']) // 1000} s" for w in ws[:3]) + (", ..." if len(ws) > 3 else "")
+    return (f"order: {bad:,} of {o['keys']:,} sharding keys broke it ({'; '.join(parts)})"
+            + (f", in {len(ws)} window(s) lasting {lasting}" if ws else ""))

@@ -1,0 +1,98 @@
+"""Transactions (issue 50): what became of every half message a transactional load stored, from the
+send ledger (the half's answer), the transaction ledger (the application's decision and its answers
+to check-backs: rmqchaos/ledgers.py TXN_FIELDS) and the receive ledger. Each key is one of:
+
+- `committed_delivered`: committed (the application's own end, or its answer to a check-back) and
+  delivered, once or more (the extra deliveries counted apart);
+- `committed_lost`: committed, never delivered (only where the receive side finished; else
+  `committed_undelivered_at_stop`);
+- `rolled_back_delivered`: rolled back and delivered all the same (a violation);
+- `rolled_back`: rolled back, not delivered;
+- `unknown_in_time` / `unknown_late`: ended unknown and resolved by a check-back within
+  `bound_ms` of the half message's answer (the broker's transactionTimeOut plus one
+  transactionCheckInterval, plus 5 s) or after it;
+- `unknown_never`: ended unknown, no check-back answered before the run ended;
+- `undecided`: stored, but the application recorded no decision (a producer that died between the
+  half message and its end) and no check-back resolved it.
+
+Also the keys the broker asked about after the application had already committed or rolled them
+back (`checked_after_end`: its END_TRANSACTION did not take, e.g. apache/rocketmq#8313, or a master
+that died before it). A half message discarded after transactionCheckMax is not measured here."""
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from analysis import sends
+
+SLACK_MS = 5000
+CLASSES = ("committed_delivered", "committed_lost", "committed_undelivered_at_stop", "rolled_back_delivered",
+           "rolled_back", "unknown_in_time", "unknown_late", "unknown_never", "undecided")
+
+
+def transaction_check(send: DataFrame, txn: DataFrame, recv: DataFrame, receive_complete: bool,
+                      timeout_ms: int = 6000, interval_ms: int = 30000) -> dict[str, Any]:
+    """{keys, classes {class: keys}, extra_deliveries, checks, checked_after_end, bound_ms, examples}."""
+    bound = timeout_ms + interval_ms + SLACK_MS
+    half = (send.where(sends.acked()).groupBy("key").agg(F.min("end_ms").alias("half_ms")))
+    app = F.col("source") == "app"
+    t = txn.groupBy("key").agg(
+        F.first(F.when(app, F.col("decision")), ignorenulls=True).alias("decided"),
+        F.min(F.when(app, F.col("decided_ms"))).alias("ended_ms"),
+        F.max(F.when(app & F.col("error").isNotNull(), 1).otherwise(0)).alias("end_failed"),
+        F.sum(F.when(~app, 1).otherwise(0)).alias("checks"),
+        F.min(F.when(~app & F.col("answer").isin("commit", "rollback"), F.col("decided_ms"))).alias("resolved_ms"),
+        F.max(F.when(~app & (F.col("answer") == "commit"), 1).otherwise(0)).alias("check_commit"),
+        F.max(F.when(~app & (F.col("answer") == "rollback"), 1).otherwise(0)).alias("check_rollback"),
+        F.min(F.when(~app, F.col("decided_ms"))).alias("first_check_ms"))
+    d = recv.groupBy("key").agg(F.count("*").alias("deliveries"))
+    k = half.join(t, "key", "left").join(d, "key", "left").fillna({"deliveries": 0, "checks": 0})
+    committed = ((F.col("decided") == "commit") & (F.col("end_failed") == 0)) | (F.col("check_commit") == 1)
+    rolled = ((F.col("decided") == "rollback") & (F.col("end_failed") == 0)) | (F.col("check_rollback") == 1)
+    got = F.col("deliveries") > 0
+    unknown = F.col("decided") == "unknown"
+    cls = (F.when(F.col("decided").isNull() & F.col("resolved_ms").isNull(), "undecided")
+           .when(unknown & F.col("resolved_ms").isNull(), "unknown_never")
+           .when(unknown & (F.col("resolved_ms") - F.col("half_ms") <= bound), "unknown_in_time")
+           .when(unknown, "unknown_late")
+           .when(committed & got, "committed_delivered")
+           .when(committed, "committed_lost" if receive_complete else "committed_undelivered_at_stop")
+           .when(rolled & got, "rolled_back_delivered")
+           .otherwise("rolled_back"))
+    k = k.withColumn("class", cls).persist()
+    try:
+        by = {r["class"]: int(r["n"]) for r in k.groupBy("class").agg(F.count("*").alias("n")).collect()}
+        row = k.agg(F.count("*").alias("keys"), F.sum(F.greatest(F.col("deliveries") - 1, F.lit(0))).alias("extra"),
+                    F.sum("checks").alias("checks"),
+                    F.sum(F.when(F.col("decided").isin("commit", "rollback") & (F.col("first_check_ms") > F.col("ended_ms")),
+                                 1).otherwise(0)).alias("after_end")).collect()[0]
+        ex = {c: [r["key"] for r in k.where(F.col("class") == c).orderBy("key").limit(3).collect()]
+              for c in ("rolled_back_delivered", "committed_lost", "unknown_late", "unknown_never") if by.get(c)}
+    finally:
+        k.unpersist()
+    return {"keys": int(row["keys"]), "classes": {c: by.get(c, 0) for c in CLASSES},
+            "extra_deliveries": int(row["extra"] or 0), "checks": int(row["checks"] or 0),
+            "checked_after_end": int(row["after_end"] or 0), "bound_ms": bound, "examples": ex}
+
+
+def transaction_phrase(s: dict[str, Any]) -> str | None:
+    """The verdict's clause on transactions; None for a load without them."""
+    t = s.get("transactions")
+    if not t:
+        return None
+    c = t["classes"]
+    unknown = c["unknown_in_time"] + c["unknown_late"] + c["unknown_never"]
+    parts = [f"{c['committed_delivered']:,} committed and delivered"
+             + (f" ({t['extra_deliveries']:,} extra deliveries)" if t["extra_deliveries"] else ""),
+             f"{c['committed_lost']:,} committed and LOST" if c["committed_lost"] else "",
+             f"{c['committed_undelivered_at_stop']:,} committed, undelivered at stop (not verified)"
+             if c["committed_undelivered_at_stop"] else "",
+             f"{c['rolled_back'] + c['rolled_back_delivered']:,} rolled back"
+             + (f" ({c['rolled_back_delivered']:,} DELIVERED all the same)" if c["rolled_back_delivered"] else ""),
+             f"{unknown:,} ended unknown ({c['unknown_in_time']:,} resolved by a check-back in time, "
+             f"{c['unknown_late']:,} late, {c['unknown_never']:,} never)" if unknown else "",
+             f"{c['undecided']:,} with no decision recorded" if c["undecided"] else "",
+             f"{t['checked_after_end']:,} asked about after their end" if t["checked_after_end"] else ""]
+    return f"transactions: {t['keys']:,} half messages stored: " + ", ".join(x for x in parts if x)

@@ -1,0 +1,74 @@
+"""The application side of a transactional load (load.transaction, issue 50): what it decides for each
+half message, when, and what it answers the broker's check-backs, each decision recorded in the
+transaction ledger (rmqchaos/ledgers.py TXN_FIELDS) as it is made.
+
+The decision for a key is drawn from the mix by the key's own hash, so a run's mix does not depend
+on timing, and the same key gets the same decision in a re-run."""
+from __future__ import annotations
+
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import gevent
+
+from rmqchaos.journal_write import LedgerWriter
+from rmqchaos.spec import Transaction
+
+
+def drawn(spec: Transaction, key: str) -> str:
+    """commit, rollback or unknown for `key`, in the mix's shares (the key's CRC-32 as the draw)."""
+    x = zlib.crc32(key.encode()) / 2 ** 32
+    return "commit" if x < spec.commit else "rollback" if x < spec.commit + spec.rollback else "unknown"
+
+
+class TransactionApp:
+    def __init__(self, spec: Transaction, run_id: str, producer_id: str, ledger: Path | None) -> None:
+        self.spec, self.run_id, self.producer_id = spec, run_id, producer_id
+        self.decisions: dict[str, str] = {}
+        self.open: set[str] = set()  # keys ended unknown that no check-back has asked about yet
+        self.writer = LedgerWriter(ledger) if ledger is not None else None
+
+    def _record(self, key: str | None, source: str, decision: str | None, answer: str, error: str | None) -> None:
+        if self.writer is not None:
+            self.writer.write_record({"run_id": self.run_id, "producer_id": self.producer_id, "key": key,
+                                      "source": source, "decision": decision, "answer": answer,
+                                      "decided_ms": int(time.time() * 1000), "error": error})
+
+    def end(self, producer: Any, topic: str, res: Any) -> str:
+        """After a stored half message `res`: wait `end_after`, decide, end it (oneway). Returns the decision."""
+        if self.spec.end_after > 0:
+            gevent.sleep(self.spec.end_after)
+        d = drawn(self.spec, res.key or "")
+        self.decisions[res.key or ""] = d
+        if d == "unknown":
+            self.open.add(res.key or "")
+        err = producer.end(topic, res, d)
+        self._record(res.key, "app", d, d, err)
+        return d
+
+    def decide(self, key: str | None, uniq_key: str | None) -> str:
+        """The answer to a check-back for `key`: its decision; an unknown one resolved as the spec says;
+        a key this process never decided (another producer's, or a restarted one's), unknown."""
+        d = self.decisions.get(key or "")
+        answer = self.spec.unknown_resolves_to if d == "unknown" else d or "unknown"
+        self.open.discard(key or "")
+        self._record(key, "check", d, answer, None)
+        return answer
+
+    def linger(self) -> int:
+        """After the load: wait until every key ended unknown was asked about, at most spec.linger.
+        Returns how many were never asked."""
+        t_end = time.monotonic() + self.spec.linger
+        while self.open and time.monotonic() < t_end:
+            gevent.sleep(0.2)
+        return len(self.open)
+
+    def drain(self) -> None:
+        if self.writer is not None:
+            self.writer.drain()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
