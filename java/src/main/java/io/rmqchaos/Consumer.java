@@ -14,6 +14,7 @@ import java.util.WeakHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.Function;
+import java.util.function.Predicate;
 import java.util.zip.CRC32;
 
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
@@ -321,34 +322,14 @@ public final class Consumer {
             }
             return sb.toString();
         };
-        if (listener.equals("orderly")) {
-            c.registerMessageListener((MessageListenerOrderly) (msgs, ctx) -> {
-                String text = lines.apply(msgs);
-                synchronized (lock) {
-                    try {
-                        w.write(text);
-                    } catch (IOException e) {
-                        return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT; // not recorded: read again
-                    }
-                }
-                deliveries.addAndGet(msgs.size());
-                lastDelivery.set(System.currentTimeMillis());
-                if (delayMs > 0) {
-                    try {
-                        Thread.sleep(delayMs * msgs.size());
-                    } catch (InterruptedException ignored) {
-                        Thread.currentThread().interrupt();
-                    }
-                }
-                return ConsumeOrderlyStatus.SUCCESS;
-            });
-        } else c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+        // a batch recorded: its lines written, counted, then its processing time; false: not written
+        final Predicate<List<MessageExt>> record = msgs -> {
             String text = lines.apply(msgs);
             synchronized (lock) {
                 try {
                     w.write(text);
                 } catch (IOException e) {
-                    return ConsumeConcurrentlyStatus.RECONSUME_LATER; // not recorded: not acked
+                    return false;
                 }
             }
             deliveries.addAndGet(msgs.size());
@@ -359,6 +340,15 @@ public final class Consumer {
                 } catch (InterruptedException ignored) {
                     Thread.currentThread().interrupt();
                 }
+            }
+            return true;
+        };
+        if (listener.equals("orderly")) {  // not recorded: the queue is suspended and read again
+            c.registerMessageListener((MessageListenerOrderly) (msgs, ctx) -> record.test(msgs)
+                ? ConsumeOrderlyStatus.SUCCESS : ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT);
+        } else c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+            if (!record.test(msgs)) {
+                return ConsumeConcurrentlyStatus.RECONSUME_LATER; // not recorded: not acked
             }
             if (mode.equals("ack_first_of_batch")) {
                 ctx.setAckIndex(0);
