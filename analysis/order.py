@@ -36,8 +36,10 @@ def with_shard(df: DataFrame) -> DataFrame:
 
 def deliveries(recv: DataFrame) -> DataFrame:
     """Every delivery of an ordered key with its class (module docstring)."""
-    d = with_shard(recv.select("key", "receive_ms", "queue_offset", "consumer_id")).where(F.col("shard_key").isNotNull())
-    order = ["receive_ms", "queue_offset", "consumer_id"]
+    # the receive ledger's used columns (analysis/schemas.py RECEIVE_USED): no consumer id; a tie in
+    # time on one queue goes by its offset
+    d = with_shard(recv.select("key", "receive_ms", "queue_offset", "broker")).where(F.col("shard_key").isNotNull())
+    order = ["receive_ms", "queue_offset", "broker"]
     before = Window.partitionBy("shard_key").orderBy(*order).rowsBetween(Window.unboundedPreceding, -1)
     nth = Window.partitionBy("shard_key", "shard_seq").orderBy(*order)
     d = d.withColumn("prev_max", F.max("shard_seq").over(before)).withColumn("nth", F.row_number().over(nth))
@@ -86,7 +88,7 @@ def order_check(send: DataFrame, recv: DataFrame) -> dict[str, Any] | None:
                       .select((F.col("receive_ms") / 1000).cast("long").alias("s")).distinct().collect())
         ex_keys = [r["shard_key"] for r in bad_keys.orderBy("shard_key").limit(EXAMPLES).collect()]
         ex = {k: [int(r["shard_seq"]) for r in d.where(F.col("shard_key") == k).orderBy("receive_ms", "queue_offset",
-                                                                                          "consumer_id").collect()]
+                                                                                          "broker").collect()]
               for k in ex_keys}
         out = {"keys": n_keys, "messages": sum(msgs.values()),
                "keys_in_order": n_keys - bad_keys.count(),

@@ -8,7 +8,7 @@ import pytest
 from analysis.order import order_check, windows
 from rmqchaos.ledgers import shard_of
 
-RECV = "key string, receive_ms long, queue_offset long, consumer_id string"
+RECV = "key string, receive_ms long, queue_offset long, broker string"
 SEND = "rec string, key string, outcome string"
 
 
