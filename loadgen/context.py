@@ -87,7 +87,7 @@ class LoadContext:
         self.backup_topic = self.load.backup_topic()
         self.key_base = f"{self.load.key_prefix}{plan.run_id[-6:]}-{self.producer_id}-"
         self._streams = itertools.count()  # an ordered load's message streams (Locust users), new_stream()
-        self._pinned: dict[str, MessageQueue | None] = {}  # strict order: each sharding key's first queue
+        self._pinned: dict[str, MessageQueue] = {}  # strict order: each sharding key's first queue
         self._closing = gevent.event.Event()
         self._flusher = gevent.spawn(self._flush_loop) if self.writer else None
         self._alternator = (gevent.spawn(self._alternate, plan.ledger_turns)
@@ -131,21 +131,23 @@ class LoadContext:
             self._ends.append(gevent.spawn(self.txn.end, self.producer, rs[-1].topic, rs[-1]))
         return rs
 
-    def _shard_queue(self, topic: str, shard_key: str, res: SendResult) -> MessageQueue | None:
-        """The queue of a sharding key for this attempt, or None with `res` completed as an unsent error:
-        the route unknown, or (strict order) the key's first queue no longer in it."""
-        try:
-            mq = self.producer.select_by_hash(topic, shard_key)
-            pinned = self._pinned.setdefault(shard_key, mq) if self.load.order and self.load.order.strict else None
-            if pinned is not None and pinned not in self.producer.route(topic):
-                res.error = f"strict order: queue {pinned.broker}#{pinned.queue_id} of {shard_key} is not in the route"
+    def _pinned_queue(self, topic: str, shard_key: str, res: SendResult) -> MessageQueue | None:
+        """Strict order: the queue a sharding key was first sent to, or None with `res` completed as an
+        unsent error while that queue is not in the route (the first time: the queue its key hashes to)."""
+        pinned = self._pinned.get(shard_key)
+        if pinned is None:
+            pinned = self.producer._queue_or_fail(res, topic, None, shard_key)
+            if pinned is None:
                 return None
-            if mq is None:
-                res.error = f"topic {topic} has no writable queue"
-            return pinned or mq
+            self._pinned[shard_key] = pinned
+        try:
+            in_route = pinned in self.producer.route(topic)
         except Exception as e:  # noqa: BLE001 - namesrv unreachable etc. is a result, as in Producer.send
             res.error = f"route lookup failed: {e}"
             return None
+        if not in_route:
+            res.error = f"strict order: queue {pinned.broker}#{pinned.queue_id} of {shard_key} is not in the route"
+        return pinned if in_route else None
 
     def _attempt(self, key: str, body: bytes, attempt: int, topic: str, exclude: str | None, timeout: float,
                  intended_ms: int, shard_key: str | None = None) -> SendResult:
@@ -162,10 +164,12 @@ class LoadContext:
             r = self.producer.send_half(topic, body, key=key, timeout=timeout, exclude_broker=exclude)
         elif shard_key is None:
             r = self.producer.send(topic, body, key=key, tags=self.load.tags, exclude_broker=exclude, timeout=timeout)
-        else:  # as SelectMessageQueueByHash: the key's queue every time, never another broker's
+        elif not (self.load.order and self.load.order.strict):  # SelectMessageQueueByHash, never another broker
+            r = self.producer.send(topic, body, key=key, tags=self.load.tags, by_hash=shard_key, timeout=timeout)
+        else:
             now = int(time.time() * 1000)
             r = SendResult(outcome="error", topic=topic, key=key, start_ms=now, end_ms=now)
-            mq = self._shard_queue(topic, shard_key, r)
+            mq = self._pinned_queue(topic, shard_key, r)
             if mq is not None:
                 r = self.producer.send(topic, body, key=key, tags=self.load.tags, queue=mq, timeout=timeout)
         ok = accepted(self.load.policy, r)

@@ -225,10 +225,14 @@ class Producer:
         return self._routes[topic][1]
 
     def select_queue(self, topic: str, exclude_broker: str | None = None,
-                     broker: str | None = None) -> MessageQueue | None:
+                     broker: str | None = None, by_hash: str | None = None) -> MessageQueue | None:
         """Round robin over the topic's write queues (as DefaultMQProducer without latency fault
-        tolerance), optionally avoiding one broker or pinning one."""
+        tolerance), optionally avoiding one broker or pinning one; or with `by_hash` the queue that
+        argument hashes to in the route's order, as the Java client's SelectMessageQueueByHash
+        (`abs(arg.hashCode() % size)`): a route change moves keys."""
         qs = self.route(topic)
+        if by_hash is not None:
+            return qs[abs(java_hash(by_hash)) % len(qs)] if qs else None
         if broker is not None:
             qs = [q for q in qs if q.broker == broker]
         elif exclude_broker is not None:
@@ -237,12 +241,6 @@ class Producer:
             return None
         n = next(self._rr.setdefault(topic, itertools.count(random.getrandbits(8))))
         return qs[n % len(qs)]
-
-    def select_by_hash(self, topic: str, arg: str) -> MessageQueue | None:
-        """The queue `arg` hashes to over the topic's write queues in the route's order, as the Java
-        client's SelectMessageQueueByHash (`abs(arg.hashCode() % size)`): a route change moves keys."""
-        qs = self.route(topic)
-        return qs[abs(java_hash(arg)) % len(qs)] if qs else None
 
     # ------------------------------------------------------------ connections
     def _conn(self, addr: str) -> BrokerConnection:
@@ -287,12 +285,12 @@ class Producer:
     def send(self, topic: str, body: bytes, key: str | None = None, tags: str | None = None,
              queue: MessageQueue | None = None, exclude_broker: str | None = None,
              timeout: float | None = None, properties: dict[str, str] | None = None,
-             sys_flag: int = 0) -> SendResult:
+             sys_flag: int = 0, by_hash: str | None = None) -> SendResult:
         """One attempt. Never raises for broker or network trouble: the result says what happened."""
         start = _now_ms()
         uniq = self._uniq.next()
         res = SendResult(outcome="error", topic=topic, key=key, start_ms=start, end_ms=start, uniq_key=uniq)
-        mq = queue or self._queue_or_fail(res, topic, exclude_broker)
+        mq = queue or self._queue_or_fail(res, topic, exclude_broker, by_hash)
         if mq is None:
             return res
         props = self._properties(key, uniq, tags, properties)
@@ -313,10 +311,11 @@ class Producer:
         body = b"".join(_encode_batch_item(b, self._properties(k, u, None, None)) for (k, b), u in zip(bodies, uniqs))
         return self._attempt(res, SEND_BATCH_MESSAGE, topic, mq, "", body, True, timeout)
 
-    def _queue_or_fail(self, res: SendResult, topic: str, exclude_broker: str | None) -> MessageQueue | None:
+    def _queue_or_fail(self, res: SendResult, topic: str, exclude_broker: str | None,
+                       by_hash: str | None = None) -> MessageQueue | None:
         """The queue for this attempt, or None with `res` completed as an error that was never sent."""
         try:
-            mq = self.select_queue(topic, exclude_broker=exclude_broker)
+            mq = self.select_queue(topic, exclude_broker=exclude_broker, by_hash=by_hash)
         except RemotingError as e:  # namesrv's own answer (e.g. 17: no route) is kept verbatim
             res.code, res.remark, res.error = e.code, e.remark, str(e)
             mq = None

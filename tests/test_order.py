@@ -71,8 +71,8 @@ def test_a_sharding_key_goes_to_the_queue_the_java_selector_picks() -> None:
     p = Producer("127.0.0.1:1")
     qs = [MessageQueue(b, "127.0.0.1:1", i) for b in ("broker-a", "broker-b") for i in range(4)]
     p._routes["T"] = (float("inf"), qs)  # a route as namesrv gave it, brokers in name order
-    assert p.select_by_hash("T", "hello") == qs[99162322 % 8]
-    assert p.select_by_hash("T", "polygenelubricants") == qs[0]  # Integer.MIN_VALUE % 8 is 0 in Java too
+    assert p.select_queue("T", by_hash="hello") == qs[99162322 % 8]
+    assert p.select_queue("T", by_hash="polygenelubricants") == qs[0]  # Integer.MIN_VALUE % 8 is 0 in Java too
 
 
 @pytest.mark.fast
