@@ -27,9 +27,11 @@ from cluster.groups import ask_max_offset
 from cluster.node import ClusterStartError
 from rmqchaos.spec import Duration, Fault, FaultTarget, Scenario, Strict, is_role, role_error
 from rmqchaos.progress import say
+from rmqchaos.wait import poll_until
 from rmqclient.admin import RemotingError
 
 OFFSET_TIMEOUT_S = 2.0
+AFTER_TIMEOUT_S = 15.0
 
 
 class PowerLossParams(Strict):
@@ -129,17 +131,25 @@ class PowerLoss(FaultKind):
         back = {n.name: n.pid for n in nodes}
         self.evidence["restarted"] = back
         self.evidence["not_started"] = not_started
-        self.evidence["max_offset_after"] = self._offsets(self.names)
+        # a broker just restarted beside others on a busy host may be slow to answer its first request:
+        # ask again for AFTER_TIMEOUT_S (CI once saw None from a broker that was up)
+        self.evidence["max_offset_after"] = self._offsets(self.names, AFTER_TIMEOUT_S)
         self.evidence["intent"] = power_intent(self.evidence["nodes_lost"], back, not_started)
         return self.evidence
 
-    def _offsets(self, names: list[str]) -> dict[str, int | None]:
-        """Each broker's commit-log max offset (None: it did not answer within OFFSET_TIMEOUT_S)."""
+    def _offsets(self, names: list[str], within: float = 0.0) -> dict[str, int | None]:
+        """Each broker's commit-log max offset (None: it did not answer, asked again for `within` s)."""
         plans, out = self.ctx.cluster.plans, {}
+
+        def ask(addr: str) -> tuple[int] | None:  # boxed: an offset of 0 is an answer
+            try:
+                return (ask_max_offset(addr, OFFSET_TIMEOUT_S),)
+            except RemotingError:
+                return None
         for n in names:
             if plans[n].is_broker:
-                try:
-                    out[n] = ask_max_offset(plans[n].addr, OFFSET_TIMEOUT_S)
-                except RemotingError:
-                    out[n] = None
+                up = self.ctx.cluster.node(n).pid is not None  # a node that did not start is not waited for
+                got = poll_until(lambda: ask(plans[n].addr), within if up else 0.0, f"{n}'s max offset", interval=0.5,
+                                 raise_on_timeout=False)
+                out[n] = got[0] if got else None
         return out
