@@ -148,16 +148,17 @@ def probe(link: Probed, timeout: float = PROBE_TIMEOUT_S) -> float | None:
     return round(r.samples_ms[0], 2)
 
 
-def probe_all(pool: ThreadPoolExecutor, links: list[Probed]) -> Callable[[], dict[str, float | None]]:
+def probe_all(pool: ThreadPoolExecutor, links: list[Probed],
+              timeout: float = PROBE_TIMEOUT_S) -> Callable[[], dict[str, float | None]]:
     """Start every link's probe at once; the returned callable waits for them and returns
     {link key: rtt_ms or None}."""
-    futs = {ln.key: pool.submit(probe, ln) for ln in links}
+    futs = {ln.key: pool.submit(probe, ln, timeout) for ln in links}
     return lambda: {k: f.result() for k, f in futs.items()}
 
 
-def probe_now(links: list[Probed]) -> dict[str, float | None]:
-    """Every link probed once, all at once, on a pool of its own: at most PROBE_TIMEOUT_S twice."""
+def probe_now(links: list[Probed], timeout: float = PROBE_TIMEOUT_S) -> dict[str, float | None]:
+    """Every link probed once, all at once, on a pool of its own: at most `timeout` twice."""
     if not links:
         return {}
     with ThreadPoolExecutor(min(16, len(links)), "probe-now") as pool:
-        return probe_all(pool, links)()
+        return probe_all(pool, links, timeout)()
