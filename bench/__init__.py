@@ -68,6 +68,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--size", type=int, default=1024, help="message body bytes (default 1024)")
     p.add_argument("--concurrency", type=int, default=32, help="sends in flight / Java threads (default 32)")
     p.add_argument("--timeout", type=float, default=300.0, help="bound per process run (default 300 s)")
+    p.add_argument("--mode", choices=producer.MODES, default="normal",
+                   help="normal (against RocketMQ's benchmark Producer), ordered (sharding keys hashed over the "
+                        "queues) or transactional (half message, then commit), the last two against the Java "
+                        "client's own API (io.rmqchaos.SendBench); default normal")
     _cluster_args(p).add_argument("--namesrv", help="use the running cluster with this namesrv (loopback) instead")
     p.set_defaults(fn=producer.cmd_bench_producer)
     pf = bsub.add_parser("powerfs", help="a broker with its store on the powerfs layer vs one on a plain directory",

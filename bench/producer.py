@@ -5,6 +5,12 @@ so drift of this noisy machine falls on both sides), with the same concurrency, 
 count. For each process: acked messages, wall time from spawn to exit, and CPU-seconds (user + sys,
 from wait4's rusage) — whole-process numbers, JVM/interpreter start-up included on both sides.
 Only ratios measured side by side are meant to be compared across machines.
+
+--mode ordered / transactional (issue 50): the platform's ordered send (a sharding key hashed over the
+route's queues) and transactional send (half message, then its commit), against the Java client's
+own API for the same (io.rmqchaos.SendBench: send with SelectMessageQueueByHash;
+TransactionMQProducer.sendMessageInTransaction committing at once), each thread or greenlet owning 4
+sharding keys.
 """
 from __future__ import annotations
 
@@ -27,9 +33,13 @@ from rmqchaos.errors import UserError
 from rmqchaos.progress import say
 
 
-def run_python(ns: str, count: int, size: int, conc: int, timeout: float, workdir: Path) -> Sample:
+MODES = ("normal", "ordered", "transactional")
+SEND_BENCH = "io.rmqchaos.SendBench"
+
+
+def run_python(ns: str, count: int, size: int, conc: int, timeout: float, workdir: Path, mode: str = "normal") -> Sample:
     cmd = [sys.executable, "-m", "rmqclient.bench_worker", "--namesrv", ns, "--topic", TOPIC, "--count", str(count),
-           "--size", str(size), "--concurrency", str(conc)]
+           "--size", str(size), "--concurrency", str(conc), "--mode", mode]
     out, wall, ru, rc = measure(cmd, dict(os.environ), timeout, workdir)
     res = next((json.loads(x) for x in reversed(out.splitlines()) if x.startswith("{")), None)
     if rc != 0 or res is None:
@@ -37,8 +47,18 @@ def run_python(ns: str, count: int, size: int, conc: int, timeout: float, workdi
     return Sample("python", res["acked"], res["attempts"], wall, ru.ru_utime + ru.ru_stime)
 
 
-def run_java(ns: str, count: int, size: int, conc: int, timeout: float, workdir: Path, heap_mb: int) -> Sample:
+def run_java(ns: str, count: int, size: int, conc: int, timeout: float, workdir: Path, heap_mb: int,
+             mode: str = "normal") -> Sample:
     rocketmq_dist.rocketmq_home(paths.pinned_rocketmq_version())  # installs the pinned jars when missing
+    if mode != "normal":  # the client's own ordered / transactional API
+        cmd = jvm_command(SEND_BENCH, ["--namesrv", ns, "--topic", TOPIC, "--count", str(count), "--size", str(size),
+                                       "--concurrency", str(conc), "--mode", mode], heap_mb=heap_mb,
+                          cp=classpath(paths.pinned_rocketmq_version(), platform_jar=True), user_home=workdir)
+        out, wall, ru, rc = measure(cmd, dict(os.environ), timeout, workdir)
+        res = next((json.loads(x) for x in reversed(out.splitlines()) if x.startswith("{")), None)
+        if rc != 0 or res is None:
+            raise UserError(f"{SEND_BENCH} failed (exit {rc})", out.strip()[-300:])
+        return Sample("java", res["acked"], res["attempts"], wall, ru.ru_utime + ru.ru_stime)
     cmd = jvm_command(BENCH_PRODUCER, bench_args(ns, TOPIC, count, size, conc), heap_mb=heap_mb,
                       cp=classpath(paths.pinned_rocketmq_version()), user_home=workdir)
     out, wall, ru, rc = measure(cmd, dict(os.environ, ROCKETMQ_HOME=str(workdir)), timeout, workdir)
@@ -60,20 +80,20 @@ def compare(samples: list[Sample]) -> dict[str, float]:
 
 
 def bench_producer(ns: str, rounds: int, count: int, size: int, conc: int, timeout: float,
-                   java_heap_mb: int = 256) -> list[Sample]:
+                   java_heap_mb: int = 256, mode: str = "normal") -> list[Sample]:
     bench_topic(ns)
     samples: list[Sample] = []
     with tempfile.TemporaryDirectory(prefix="rmqchaos-bench-") as td:
         wd = Path(td)
         warm = max(1000, count // 10)
         say(f"warm-up: {warm} messages each (not counted)")
-        run_python(ns, warm, size, conc, timeout, wd)
-        run_java(ns, warm, size, conc, timeout, wd, java_heap_mb)
+        run_python(ns, warm, size, conc, timeout, wd, mode)
+        run_java(ns, warm, size, conc, timeout, wd, java_heap_mb, mode)
         for i in range(rounds):
             order = ("python", "java") if i % 2 == 0 else ("java", "python")
             for who in order:
-                s = (run_python(ns, count, size, conc, timeout, wd) if who == "python"
-                     else run_java(ns, count, size, conc, timeout, wd, java_heap_mb))
+                s = (run_python(ns, count, size, conc, timeout, wd, mode) if who == "python"
+                     else run_java(ns, count, size, conc, timeout, wd, java_heap_mb, mode))
                 samples.append(s)
                 say(f"round {i + 1}/{rounds} {who:6s}: {s.acked}/{s.attempts} acked in {s.wall_s:.1f}s "
                     f"({s.rate:.0f} msg/s), {s.cpu_s:.2f} CPU-s ({s.cpu_per_10k:.2f} per 10k acked)")
@@ -90,18 +110,19 @@ def cmd_bench_producer(a: argparse.Namespace) -> int:
         say(f"starting a cluster for the benchmark from {a.scenario} (run directory {run.path})")
         ns = up.run(run)["namesrv"]
     try:
-        samples = bench_producer(ns, a.rounds, a.messages, a.size, a.concurrency, a.timeout)
+        samples = bench_producer(ns, a.rounds, a.messages, a.size, a.concurrency, a.timeout, mode=a.mode)
     finally:
         if run is not None:
             down.run(run)
     r = compare(samples)
     per_round = [(p.cpu_per_10k and j.cpu_per_10k / p.cpu_per_10k, p.rate / j.rate)
                  for p, j in zip([s for s in samples if s.who == "python"], [s for s in samples if s.who == "java"])]
-    print(f"producer benchmark: {a.rounds} interleaved rounds x {a.messages} messages of {a.size} B, "
+    print(f"producer benchmark ({a.mode}): {a.rounds} interleaved rounds x {a.messages} messages of {a.size} B, "
           f"{a.concurrency} concurrent sends, topic {TOPIC} on every broker")
     print(f"{'':8s} {'acked msg/s':>12s} {'CPU-s per 10k acked':>20s}")
+    java_side = BENCH_PRODUCER if a.mode == "normal" else SEND_BENCH
     print(f"{'python':8s} {r['python_rate']:12.0f} {r['python_cpu_per_10k']:20.3f}   (rmqclient.Producer, gevent)")
-    print(f"{'java':8s} {r['java_rate']:12.0f} {r['java_cpu_per_10k']:20.3f}   ({BENCH_PRODUCER})")
+    print(f"{'java':8s} {r['java_rate']:12.0f} {r['java_cpu_per_10k']:20.3f}   ({java_side})")
     print("per-round ratios (python/java) acked_per_cpu: "
           + ", ".join(f"{x:.2f}" for x, _ in per_round) + "; acked_rate: " + ", ".join(f"{y:.2f}" for _, y in per_round)
           + f" (median {statistics.median(x for x, _ in per_round):.2f} / {statistics.median(y for _, y in per_round):.2f})")

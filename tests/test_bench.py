@@ -17,6 +17,12 @@ def test_producer_and_ledger_benchmarks_print_their_ratios(cluster) -> None:
     assert r.returncode == 0, r.stderr[-2000:]
     m = re.search(r"^ratio acked_per_cpu=(\d+\.\d+) acked_rate=(\d+\.\d+)$", r.stdout, re.M)
     assert m and float(m.group(1)) > 0 and float(m.group(2)) > 0, r.stdout
+    for mode in ("ordered", "transactional"):  # the client's own API on the Java side (io.rmqchaos.SendBench)
+        r = cli("bench", "producer", "--mode", mode, "--rounds", "1", "--messages", "1000", "--concurrency", "8",
+                "--run-dir", rd, timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert f"producer benchmark ({mode})" in r.stdout and "io.rmqchaos.SendBench" in r.stdout, r.stdout
+        assert re.search(r"^ratio acked_per_cpu=(\d+\.\d+) acked_rate=(\d+\.\d+)$", r.stdout, re.M), r.stdout
     r = cli("bench", "ledger", "--rounds", "1", "--messages", "1000", "--users", "4", "--run-dir", rd, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert re.search(r"^ledger_overhead=-?\d+\.\d+$", r.stdout.strip().splitlines()[-1]), r.stdout
