@@ -44,12 +44,16 @@ def value(s: dict[str, Any], name: str) -> int | None:
     if name == "two_master_seconds":
         fo = s.get("failover")
         return None if fo is None else len(fo.get("two_master_windows") or [])
-    if name in ("keys_out_of_order", "order_reordered", "order_repeats_out_of_order", "order_gaps"):
+    if name in ("keys_out_of_order", "order_reordered", "order_repeats_out_of_order", "order_gaps",
+                "order_keys_moved", "order_keys_stayed"):
         o = s.get("order")
         if not o:
             return None
         if name == "keys_out_of_order":
             return int(o["keys"]) - int(o["keys_in_order"])
+        if name in ("order_keys_moved", "order_keys_stayed"):
+            c = o.get("causes")
+            return None if c is None else int(c[name.removeprefix("order_keys_")])
         return int(o["messages_by_anomaly"].get({"order_reordered": "reordered", "order_gaps": "gap",
                                                  "order_repeats_out_of_order": "repeat_out_of_order"}[name], 0))
     if name.startswith("retried_"):
@@ -87,5 +91,11 @@ def _family(s: dict[str, Any], fam: str, arg: str) -> int | None:
         t = s.get("transactions")
         if not t:
             return None
-        return int(t["checked_after_end"]) if arg == "checked_after_end" else int(t["classes"].get(arg, 0))
+        if arg in ("checked_after_end", "abandoned"):
+            return int(t.get(arg, 0))
+        return int(t["classes"].get(arg, 0))
+    if fam == "order_broken_on":
+        o = s.get("order")
+        c = (o or {}).get("causes")
+        return None if c is None else int(c["by_home_broker"].get(arg, 0))
     raise AssertionError(f"figure family {fam} validated by the spec but not computed")

@@ -57,6 +57,33 @@ def gaps(send: DataFrame, delivered: DataFrame) -> DataFrame:
             .where(F.col("shard_seq") < F.col("top")).select("shard_key", "shard_seq", "key"))
 
 
+def homes(send: DataFrame) -> DataFrame:
+    """Per sharding key: `home`, the broker its first acknowledged message went to, and `queues`, how
+    many queues its acknowledged messages went to (more than one: the key moved, a route or queue-count
+    change)."""
+    acked = with_shard(send.where(sends.acked()).select("key", "end_ms", "broker", "queue_id")).where(
+        F.col("shard_key").isNotNull())
+    return acked.groupBy("shard_key").agg(F.min_by("broker", "end_ms").alias("home"),
+                                          F.countDistinct("broker", "queue_id").alias("queues"))
+
+
+def causes(bad_keys: DataFrame, send: DataFrame) -> dict[str, Any]:
+    """The keys that broke order by cause: `moved` (sent to more than one queue: the order a key had on
+    its old queue is not the order on its new one) or `stayed` (one queue all along: a redelivery or a
+    rebalance broke it), and by home broker."""
+    h = bad_keys.join(homes(send), "shard_key", "left")
+    rows = h.groupBy("home", (F.col("queues") > 1).alias("moved")).agg(F.count("*").alias("n")).collect()
+    by_home: dict[str, int] = {}
+    moved = stayed = 0
+    for r in rows:
+        by_home[r["home"] or "unknown"] = by_home.get(r["home"] or "unknown", 0) + int(r["n"])
+        if r["moved"]:
+            moved += int(r["n"])
+        else:
+            stayed += int(r["n"])
+    return {"moved": moved, "stayed": stayed, "by_home_broker": dict(sorted(by_home.items()))}
+
+
 def windows(seconds: list[int]) -> list[dict[str, int]]:
     """Sorted anomalous seconds -> [{start_ms, end_ms}] (merged when closer than WINDOW_JOIN_S)."""
     out: list[dict[str, int]] = []
@@ -70,8 +97,8 @@ def windows(seconds: list[int]) -> list[dict[str, int]]:
 
 def order_check(send: DataFrame, recv: DataFrame) -> dict[str, Any] | None:
     """{keys, messages, keys_in_order, keys_by_anomaly {kind: n}, messages_by_anomaly {kind: n},
-    windows [{start_ms, end_ms}], examples [{shard_key, anomaly, seqs}]}; None when no key of the run
-    is an ordered one."""
+    windows [{start_ms, end_ms}], examples [{shard_key, anomaly, seqs}], causes {moved, stayed,
+    by_home_broker}, keys_by_home_broker}; None when no key of the run is an ordered one."""
     d = deliveries(recv).persist()
     try:
         if d.limit(1).count() == 0:
@@ -98,7 +125,10 @@ def order_check(send: DataFrame, recv: DataFrame) -> dict[str, Any] | None:
                "messages_by_anomaly": {"reordered": msgs.get("reordered", 0),
                                        "repeat_out_of_order": msgs.get("repeat_out_of_order", 0),
                                        "gap": int(grow["n"]), "repeat_in_order": msgs.get("repeat_in_order", 0)},
-               "windows": windows(secs), "examples": [{"shard_key": k, "seqs": ex[k]} for k in ex_keys]}
+               "windows": windows(secs), "examples": [{"shard_key": k, "seqs": ex[k]} for k in ex_keys],
+               "causes": causes(bad_keys, send),
+               "keys_by_home_broker": {r["home"] or "unknown": int(r["n"]) for r in
+                                       homes(send).groupBy("home").agg(F.count("*").alias("n")).collect()}}
         g.unpersist()
         return out
     finally:
@@ -120,5 +150,11 @@ def order_phrase(s: dict[str, Any]) -> str | None:
              (("reordered", "reordered"), ("repeat_out_of_order", "repeated out of order"), ("gap", "gaps")) if k.get(a)]
     ws = o.get("windows") or []
     lasting = " and ".join(f"{(w['end_ms'] - w['start_ms']) // 1000} s" for w in ws[:3]) + (", ..." if len(ws) > 3 else "")
+    c = o.get("causes") or {}
+    why = ""
+    if c:
+        homes_ = ", ".join(f"{n:,} on {b}" for b, n in c["by_home_broker"].items())
+        why = (f"; {c['moved']:,} had moved to another queue, {c['stayed']:,} stayed on theirs"
+               + (f" (first sent to: {homes_})" if homes_ else ""))
     return (f"order: {bad:,} of {o['keys']:,} sharding keys broke it ({'; '.join(parts)})"
-            + (f", in {len(ws)} window(s) lasting {lasting}" if ws else ""))
+            + (f", in {len(ws)} window(s) lasting {lasting}" if ws else "") + why)

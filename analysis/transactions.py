@@ -8,12 +8,16 @@ to check-backs: rmqchaos/ledgers.py TXN_FIELDS) and the receive ledger. Each key
   `committed_undelivered_at_stop`);
 - `rolled_back_delivered`: rolled back and delivered all the same (a violation);
 - `rolled_back`: rolled back, not delivered;
-- `unknown_in_time` / `unknown_late`: ended unknown and resolved by a check-back within
-  `bound_ms` of the half message's answer (the broker's transactionTimeOut plus one
-  transactionCheckInterval, plus 5 s) or after it;
+- `unknown_in_time` / `unknown_late`: ended unknown, or never ended (`abandoned`: the producer
+  crashed between the half message and its end), and resolved by a check-back within `bound_ms` of
+  the half message's answer (the broker's transactionTimeOut plus one transactionCheckInterval,
+  plus 5 s) or after it;
 - `unknown_never`: ended unknown, no check-back answered before the run ended;
 - `undecided`: stored, but the application recorded no decision (a producer that died between the
   half message and its end) and no check-back resolved it.
+
+A violation outranks timeliness: a key resolved by a check-back is `rolled_back_delivered` or
+`committed_lost` before it is in time or late.
 
 Also the keys the broker asked about after the application had already committed or rolled them
 back (`checked_after_end`: its END_TRANSACTION did not take, e.g. apache/rocketmq#8313, or a master
@@ -53,19 +57,23 @@ def transaction_check(send: DataFrame, txn: DataFrame, recv: DataFrame, receive_
     rolled = ((F.col("decided") == "rollback") & (F.col("end_failed") == 0)) | (F.col("check_rollback") == 1)
     got = F.col("deliveries") > 0
     unknown = F.col("decided") == "unknown"
-    cls = (F.when(F.col("decided").isNull() & F.col("resolved_ms").isNull(), "undecided")
+    # no end from the application (it crashed first): to the broker as unknown as an unknown end
+    left = unknown | F.col("decided").isNull()
+    # the violations first: what became of a key outranks how soon it was resolved
+    cls = (F.when(rolled & got, "rolled_back_delivered")
+           .when(committed & ~got, "committed_lost" if receive_complete else "committed_undelivered_at_stop")
+           .when(F.col("decided").isNull() & F.col("resolved_ms").isNull(), "undecided")
            .when(unknown & F.col("resolved_ms").isNull(), "unknown_never")
-           .when(unknown & (F.col("resolved_ms") - F.col("half_ms") <= bound), "unknown_in_time")
-           .when(unknown, "unknown_late")
-           .when(committed & got, "committed_delivered")
-           .when(committed, "committed_lost" if receive_complete else "committed_undelivered_at_stop")
-           .when(rolled & got, "rolled_back_delivered")
+           .when(left & (F.col("resolved_ms") - F.col("half_ms") <= bound), "unknown_in_time")
+           .when(left, "unknown_late")
+           .when(committed, "committed_delivered")
            .otherwise("rolled_back"))
     k = k.withColumn("class", cls).persist()
     try:
         by = {r["class"]: int(r["n"]) for r in k.groupBy("class").agg(F.count("*").alias("n")).collect()}
         row = k.agg(F.count("*").alias("keys"), F.sum(F.greatest(F.col("deliveries") - 1, F.lit(0))).alias("extra"),
                     F.sum("checks").alias("checks"),
+                    F.sum(F.when(F.col("decided").isNull(), 1).otherwise(0)).alias("abandoned"),
                     F.sum(F.when(F.col("decided").isin("commit", "rollback") & (F.col("first_check_ms") > F.col("ended_ms")),
                                  1).otherwise(0)).alias("after_end")).collect()[0]
         ex = {c: [r["key"] for r in k.where(F.col("class") == c).orderBy("key").limit(3).collect()]
@@ -74,6 +82,7 @@ def transaction_check(send: DataFrame, txn: DataFrame, recv: DataFrame, receive_
         k.unpersist()
     return {"keys": int(row["keys"]), "classes": {c: by.get(c, 0) for c in CLASSES},
             "extra_deliveries": int(row["extra"] or 0), "checks": int(row["checks"] or 0),
+            "abandoned": int(row["abandoned"] or 0),
             "checked_after_end": int(row["after_end"] or 0), "bound_ms": bound, "examples": ex}
 
 
@@ -93,6 +102,7 @@ def transaction_phrase(s: dict[str, Any]) -> str | None:
              + (f" ({c['rolled_back_delivered']:,} DELIVERED all the same)" if c["rolled_back_delivered"] else ""),
              f"{unknown:,} ended unknown ({c['unknown_in_time']:,} resolved by a check-back in time, "
              f"{c['unknown_late']:,} late, {c['unknown_never']:,} never)" if unknown else "",
+             f"{t.get('abandoned', 0):,} left without an end by a producer crash" if t.get("abandoned") else "",
              f"{c['undecided']:,} with no decision recorded" if c["undecided"] else "",
              f"{t['checked_after_end']:,} asked about after their end" if t["checked_after_end"] else ""]
     return f"transactions: {t['keys']:,} half messages stored: " + ", ".join(x for x in parts if x)

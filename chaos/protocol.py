@@ -17,7 +17,7 @@ import random
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel
 
@@ -46,11 +46,25 @@ def lasting_span(params: Lasting) -> float:
     return math.inf if params.duration is None else float(params.duration)
 
 
+class Clients(Protocol):
+    """The run's consumer processes, for the faults that end and start them again (consumer_kill).
+    The stage that started them supplies it (pipeline/load.py, with loadgen/consumers.py's)."""
+
+    def kill_consumer(self, consumer_id: str, sig: int) -> dict[str, Any]:
+        """Signal the instance's process; {pid, signal, gone_after_ms (None: still alive), deliveries}."""
+        ...
+
+    def restart_consumer(self, consumer_id: str) -> dict[str, Any]:
+        """Start the instance again, a new process of the same group; {pid, ledger, started_ms}."""
+        ...
+
+
 @dataclass
 class FaultContext:
     run: RunDir
     cluster: ClusterBackend
     halt: threading.Event = field(default_factory=threading.Event)  # set when the load has ended
+    clients: Clients | None = None  # None: no consumer this run started (a fault on one fails)
 
 
 class FaultKind(ABC):
@@ -110,6 +124,20 @@ class FaultKind(ABC):
         if pid is None:
             raise FaultError(f"{self.name} {self.node.name}: the node is not running", "check the fault schedule")
         return pid
+
+
+class BackAfter(Strict):
+    """Parameters of a kind that ends something and, with `back_after`, brings it back."""
+    back_after: Duration | None = None  # back this long after (else it stays down)
+
+
+class ComingBackKind(FaultKind):
+    """A kind whose occurrence ends something at start and, with `back_after`, brings it back at stop
+    (Params extend BackAfter)."""
+
+    @classmethod
+    def span(cls, params: Any) -> float:
+        return 0.0 if params.back_after is None else float(params.back_after)
 
 
 class LastingKind(FaultKind):

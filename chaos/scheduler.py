@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 from chaos.kinds import registry
-from chaos.protocol import FaultContext, FaultError, FaultKind
+from chaos.protocol import Clients, FaultContext, FaultError, FaultKind
 from chaos import targets
 from chaos.targets import resolve
 from cluster.backend import ClusterBackend
@@ -102,10 +102,11 @@ INSTANT_WAIT_S = targets.RESOLVE_WAIT_S + 5.0
 
 class FaultScheduler(threading.Thread):
     def __init__(self, run: RunDir, c: ClusterBackend, faults: list[Fault], wait_start_s: float = 120,
-                 delay_s: float = 0.0) -> None:
-        """delay_s: the faults' clock starts this long after the load's (the serving gate held them back)."""
+                 delay_s: float = 0.0, clients: Clients | None = None) -> None:
+        """delay_s: the faults' clock starts this long after the load's (the serving gate held them back);
+        clients: the consumers the load stage started (consumer_kill)."""
         super().__init__(name="rmqchaos-faults", daemon=True)
-        self.ctx = FaultContext(run, c)
+        self.ctx = FaultContext(run, c, clients=clients)
         self.rd, self.plan, self.wait_start_s, self.delay_s = run, occurrences(faults), wait_start_s, delay_s
         self.errors: list[str] = []
         self.results: list[dict[str, Any]] = []

@@ -75,10 +75,14 @@ class JavaConsumer:
         # which brokers serve its pulls, rewritten by the Java side (rmqchaos/serving.py reads it)
         self.serving_file = serving.status_path(self.workdir, opts.consumer_id)
         self.summary: dict | None = None
+        self._log_from = 0  # where in its (appended) log this process's lines begin
 
     def attach(self, rec: ProcRecord) -> "JavaConsumer":
-        """This consumer as started earlier, maybe by another process (its processes.jsonl record)."""
+        """This consumer as started earlier, maybe by another process (its processes.jsonl record),
+        writing the ledger its command names (a restarted instance's is its own)."""
         self.pid = (rec.pid, rec.starttime)
+        if "--out" in rec.cmd[:-1]:
+            self.out = Path(rec.cmd[rec.cmd.index("--out") + 1])
         return self
 
     @property
@@ -133,6 +137,8 @@ class JavaConsumer:
         env = None
         if self.opts.address:
             env = {**os.environ, "LD_PRELOAD": str(paths.loopback_shim()), "RMQCHAOS_NODE_ADDR": self.opts.address}
+        # the log is appended to: a consumer started again (consumer_kill) waits for its own start line
+        self._log_from = self.log_file.stat().st_size if self.log_file.exists() else 0
         log, out = open(self.log_file, "ab"), open(self.out_file, "ab")
         try:
             if self.launcher is not None:
@@ -151,7 +157,11 @@ class JavaConsumer:
         marker = f"consumer {self.opts.consumer_id} started".encode()
 
         def started() -> bool:
-            return self.log_file.exists() and marker in self.log_file.read_bytes()
+            if not self.log_file.exists():
+                return False
+            with open(self.log_file, "rb") as f:
+                f.seek(self._log_from)
+                return marker in f.read()
 
         def exited() -> None:
             if self.proc is not None and self.proc.poll() is not None:

@@ -15,6 +15,7 @@ import gevent.event
 from loadgen.policies import accepted, run_policy
 from loadgen.transactions import TransactionApp
 from rmqchaos import body as msgbody
+from rmqchaos import producer_control as pc
 from rmqchaos.journal_write import DRAIN_S, LedgerWriter
 from rmqchaos.ledger_lines import SendLines
 from rmqchaos.ledgers import ORDER_SEP, send_ledger_path, txn_ledger_path
@@ -22,6 +23,9 @@ from rmqchaos.progress import say
 from rmqchaos.spec import Load
 from rmqclient.producer import MessageQueue, Producer, SendResult
 from rmqclient.transaction import TransactionalProducer
+
+
+CRASHED = "the producer application crashed (producer_crash): it never learned this attempt's outcome"
 
 
 class SendFailed(Exception):
@@ -61,13 +65,17 @@ class LoadContext:
         group = f"rmqchaos_{plan.run_id[-6:]}"
         # a transactional load: the application's decisions (loadgen/transactions.py), which also answer
         # the broker's check-backs on every connection of the producer (rmqclient/transaction.py)
+        self.key_base = f"{self.load.key_prefix}{plan.run_id[-6:]}-{self.producer_id}-"
         self.txn = TransactionApp(self.load.transaction, plan.run_id, self.producer_id,
-                                  txn_ledger_path(Path(plan.run_dir), self.producer_id) if plan.ledger else None) \
-            if self.load.transaction else None
-        self.producer = TransactionalProducer(plan.namesrv, group=group, decide=self.txn.decide, timeout=self.load.timeout,
-                                              route_ttl=self.load.route_refresh, source=plan.source) if self.txn else \
-            Producer(plan.namesrv, group=group, timeout=self.load.timeout, route_ttl=self.load.route_refresh,
-                     source=plan.source)
+                                  txn_ledger_path(Path(plan.run_dir), self.producer_id) if plan.ledger else None,
+                                  key_prefix=self.key_base) if self.load.transaction else None
+        self.group = group
+        self.producer = self._new_producer()
+        # the producer_crash fault (rmqchaos/producer_control.py): crashes so far, and whether it is up
+        self.generation = 0
+        self._up = gevent.event.Event()
+        self._up.set()
+        self._done_requests: set[str] = set()
         self._ends: list[gevent.Greenlet] = []  # a transactional load's ends in flight
         self.writer = LedgerWriter(send_ledger_path(Path(plan.run_dir), self.producer_id)) if plan.ledger else None
         self.ledger = self.writer  # what an attempt writes to: None in the off turns of bench ledger --alternate
@@ -85,13 +93,52 @@ class LoadContext:
         # the payload that fills each self-verifying body (rmqchaos/body.py) up to message_size
         self.filler = os.urandom(self.load.message_size // 2 + 1).hex()[: self.load.message_size].encode()
         self.backup_topic = self.load.backup_topic()
-        self.key_base = f"{self.load.key_prefix}{plan.run_id[-6:]}-{self.producer_id}-"
         self._streams = itertools.count()  # an ordered load's message streams (Locust users), new_stream()
         self._pinned: dict[str, MessageQueue] = {}  # strict order: each sharding key's first queue
         self._closing = gevent.event.Event()
+        self._control = gevent.spawn(self._control_loop)
         self._flusher = gevent.spawn(self._flush_loop) if self.writer else None
         self._alternator = (gevent.spawn(self._alternate, plan.ledger_turns)
                             if self.writer and plan.ledger_turns > 0 else None)
+
+    def _new_producer(self) -> Producer:
+        p, load = self.plan, self.load
+        if self.txn is not None:
+            return TransactionalProducer(p.namesrv, group=self.group, decide=self.txn.decide, timeout=load.timeout,
+                                         route_ttl=load.route_refresh, source=p.source)
+        return Producer(p.namesrv, group=self.group, timeout=load.timeout, route_ttl=load.route_refresh, source=p.source)
+
+    # ------------------------------------------------------------ the producer_crash fault
+    def _control_loop(self) -> None:
+        while not self._closing.is_set():
+            for req in pc.pending(self.plan.run_dir, self._done_requests):
+                self._done_requests.add(req["file"])
+                ev = self.crash() if req["action"] == "down" else self.restart()
+                pc.ack(self.plan.run_dir, req["file"], self.producer_id, ev)
+            gevent.sleep(0.1)
+
+    def crash(self) -> dict[str, Any]:
+        """The application dies: no more sends; the attempts in flight get no outcome; the halves not
+        yet ended are abandoned; its connections close (the broker cannot ask it any more)."""
+        if not self._up.is_set():
+            return {"at_ms": int(time.time() * 1000), "already_down": True}
+        self.generation += 1
+        self._up.clear()
+        inflight = self.inflight
+        abandoned = self.txn.crash() if self.txn is not None else 0
+        self.producer.close()
+        say(f"load: producer crashed ({inflight} send(s) in flight, {abandoned} half message(s) left without an end)")
+        return {"at_ms": int(time.time() * 1000), "inflight_sends": inflight, "abandoned_ends": abandoned,
+                "decisions_kept": len(self.txn.decisions) if self.txn is not None else 0}
+
+    def restart(self) -> dict[str, Any]:
+        """A new producer instance of the same group; the sends go on."""
+        if self._up.is_set():
+            return {"at_ms": int(time.time() * 1000), "already_up": True}
+        self.producer = self._new_producer()
+        self._up.set()
+        say("load: producer started again")
+        return {"at_ms": int(time.time() * 1000), "client_id": getattr(self.producer, "client_id", None)}
 
     # ------------------------------------------------------------ quota and deadline
     def take(self) -> int | None:
@@ -115,6 +162,8 @@ class LoadContext:
     def send_message(self, seq: int, intended_s: float, shard: tuple[str, int] | None = None) -> list[SendResult]:
         """One business message: any queue; or with `shard` (sharding key, its sequence number) the key's
         queue, its key `<sharding key>~<number>` (rmqchaos/ledgers.py ORDER_SEP)."""
+        self._up.wait()  # a crashed application sends nothing until it is back
+        gen = self.generation
         key = f"{shard[0]}{ORDER_SEP}{shard[1]}" if shard else f"{self.key_base}{seq}"
         body = msgbody.encode(key, self.producer_id, seq, self.filler, self.load.message_size)
         intended_ms = int(intended_s * 1000)
@@ -123,10 +172,10 @@ class LoadContext:
         try:
             rs = run_policy(self.load.policy, self.load.topic, self.backup_topic, self.load.timeout,
                             lambda topic, excl, tmo: self._attempt(key, body, next(n), topic, excl, tmo, intended_ms,
-                                                                   shard[0] if shard else None))
+                                                                   shard[0] if shard else None, gen))
         finally:
             self.inflight -= 1
-        if self.txn is not None and rs and rs[-1].outcome == "ok":  # the half message stored: end it, apart
+        if self.txn is not None and rs and rs[-1].outcome == "ok" and gen == self.generation:  # stored: end it, apart
             self._ends = [g for g in self._ends if not g.dead]
             self._ends.append(gevent.spawn(self.txn.end, self.producer, rs[-1].topic, rs[-1]))
         return rs
@@ -150,7 +199,10 @@ class LoadContext:
         return pinned if in_route else None
 
     def _attempt(self, key: str, body: bytes, attempt: int, topic: str, exclude: str | None, timeout: float,
-                 intended_ms: int, shard_key: str | None = None) -> SendResult:
+                 intended_ms: int, shard_key: str | None = None, gen: int = 0) -> SendResult:
+        if gen != self.generation:  # the application crashed since this message began: no more attempts
+            now = int(time.time() * 1000)
+            return SendResult(outcome="error", topic=topic, key=key, start_ms=now, end_ms=now, error=CRASHED)
         ledger = self.ledger  # the attempt's two lines go to the same place (--alternate turns)
         aid = next(self._attempt_ids)
         # One start time in both records: the analysis counts an attempt's missing outcome per
@@ -172,6 +224,9 @@ class LoadContext:
             mq = self._pinned_queue(topic, shard_key, r)
             if mq is not None:
                 r = self.producer.send(topic, body, key=key, tags=self.load.tags, queue=mq, timeout=timeout)
+        if gen != self.generation:  # it crashed while this attempt was in flight: it never learns the outcome
+            r.outcome, r.error = "error", CRASHED
+            return r
         ok = accepted(self.load.policy, r)
         self.attempts += 1
         self.accepted += ok
@@ -212,7 +267,10 @@ class LoadContext:
             self.ledger = None if self.ledger is not None else self.writer
 
     def close(self) -> None:
+        if not self._up.is_set():  # the load ended while it was down: back, for the check-backs' sake
+            self.restart()
         self._closing.set()
+        self._control.join()
         for g in (self._alternator, self._flusher):
             if g is not None:
                 g.join()  # its sync done: the journal's fd is not closed under it

@@ -24,10 +24,17 @@ def drawn(spec: Transaction, key: str) -> str:
 
 
 class TransactionApp:
-    def __init__(self, spec: Transaction, run_id: str, producer_id: str, ledger: Path | None) -> None:
+    """`decisions` is the application's database: it survives a crash (`crash`), as the local
+    transactions it records do; `pending` (halves answered, not yet ended) does not."""
+
+    def __init__(self, spec: Transaction, run_id: str, producer_id: str, ledger: Path | None,
+                 key_prefix: str = "") -> None:
         self.spec, self.run_id, self.producer_id = spec, run_id, producer_id
+        self.key_prefix = key_prefix  # this process's keys start with it (loadgen/context.py key_base)
         self.decisions: dict[str, str] = {}
-        self.open: set[str] = set()  # keys ended unknown that no check-back has asked about yet
+        self.pending: set[str] = set()  # halves stored and answered, their end not made yet
+        self.open: set[str] = set()  # keys left to a check-back (ended unknown, or abandoned) not asked about yet
+        self.generation = 0  # crashes so far: an end begun before one is abandoned
         self.writer = LedgerWriter(ledger) if ledger is not None else None
 
     def _record(self, key: str | None, source: str, decision: str | None, answer: str, error: str | None) -> None:
@@ -36,24 +43,50 @@ class TransactionApp:
                                       "source": source, "decision": decision, "answer": answer,
                                       "decided_ms": int(time.time() * 1000), "error": error})
 
-    def end(self, producer: Any, topic: str, res: Any) -> str:
-        """After a stored half message `res`: wait `end_after`, decide, end it (oneway). Returns the decision."""
+    def end(self, producer: Any, topic: str, res: Any) -> str | None:
+        """After a stored half message `res`: wait `end_after`, decide, end it (oneway). Returns the
+        decision; None when the application crashed meanwhile (no decision, no end: abandoned)."""
+        key, gen = res.key or "", self.generation
+        self.pending.add(key)
         if self.spec.end_after > 0:
             gevent.sleep(self.spec.end_after)
-        d = drawn(self.spec, res.key or "")
-        self.decisions[res.key or ""] = d
+        if gen != self.generation:
+            return None
+        self.pending.discard(key)
+        d = drawn(self.spec, key)
+        self.decisions[key] = d
         if d == "unknown":
-            self.open.add(res.key or "")
+            self.open.add(key)
         err = producer.end(topic, res, d)
         self._record(res.key, "app", d, d, err)
         return d
 
+    def crash(self) -> int:
+        """The application died: every half not yet ended is abandoned, left to the broker's check-back.
+        Returns how many."""
+        self.generation += 1
+        abandoned = len(self.pending)
+        self.open |= self.pending
+        self.pending.clear()
+        return abandoned
+
     def decide(self, key: str | None, uniq_key: str | None) -> str:
-        """The answer to a check-back for `key`: its decision; an unknown one resolved as the spec says;
-        a key this process never decided (another producer's, or a restarted one's), unknown."""
-        d = self.decisions.get(key or "")
-        answer = self.spec.unknown_resolves_to if d == "unknown" else d or "unknown"
-        self.open.discard(key or "")
+        """The answer to a check-back for `key`: its decision, an unknown one resolved as the spec says;
+        a key of this process still being decided, unknown; one it has no decision for (its half
+        message failed, or the application died before deciding), rollback, as an application whose
+        database holds no such transaction answers; another process's key, unknown."""
+        if self.spec.check_after > 0:  # each check-back is answered in its own greenlet
+            gevent.sleep(self.spec.check_after)
+        k = key or ""
+        d = self.decisions.get(k)
+        if d is not None:
+            answer = self.spec.unknown_resolves_to if d == "unknown" else d
+        elif k in self.pending or not (self.key_prefix and k.startswith(self.key_prefix)):
+            answer = "unknown"
+        else:
+            answer = "rollback"
+        if answer != "unknown":
+            self.open.discard(k)
         self._record(key, "check", d, answer, None)
         return answer
 

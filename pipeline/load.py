@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 from chaos.scheduler import FaultScheduler, occurrences
 from cluster import get_backend
+from loadgen.consumer_control import ConsumerControl
 from loadgen.drain import run_loadgen, start_consumers, stop_consumers
 from loadgen.serving import gate
 from pipeline.runs import as_run
@@ -45,7 +46,7 @@ def _load(run: RunDir, ledger: bool | None) -> dict[str, Any]:
         if consumers:
             first = min((o.at for o in occurrences(s.faults) if getattr(o, "after", None) is None), default=0.0)
             delay = gate(run, c, s, consumers, consumers_ms, load_running, first)
-        faults = FaultScheduler(run, c, s.faults, delay_s=delay)
+        faults = FaultScheduler(run, c, s.faults, delay_s=delay, clients=ConsumerControl(run, consumers))
         faults.start()
     disk = diskstats.sampler(run.path, run.disk_metrics_file)
     try:

@@ -9,7 +9,7 @@ from analysis.order import order_check, windows
 from rmqchaos.ledgers import shard_of
 
 RECV = "key string, receive_ms long, queue_offset long, broker string"
-SEND = "rec string, key string, outcome string"
+SEND = "rec string, key string, outcome string, end_ms long, broker string, queue_id int"
 
 
 @pytest.mark.fast
@@ -33,9 +33,13 @@ def test_every_order_anomaly_is_counted_exactly(kept_spark: Any) -> None:
                   ("C~1", 3000, 1, "c0"), ("C~2", 3001, 2, "c0"), ("C~1", 7000, 1, "c1"), ("C~3", 7001, 3, "c1"),
                   ("D~1", 4000, 1, "c0"), ("D~3", 4002, 3, "c0"),
                   ("E~1", 4000, 1, "c0"), ("plain-1", 4000, 9, "c0")]
-    sends = [("outcome", k, "ok") for k in ("A~1", "A~2", "A~3", "B~1", "B~2", "B~3", "C~1", "C~2", "C~3",
-                                               "D~1", "D~2", "D~3", "E~1", "E~2", "plain-1")]
-    sends.append(("outcome", "D~4", "timeout"))  # never acknowledged: no gap
+    # B moved: its third message went to broker-b's queue 0 (a route change); every other key stayed
+    # on its one queue, C's and D's on broker-b
+    home = {"A": ("broker-a", 1), "B": ("broker-a", 2), "C": ("broker-b", 1), "D": ("broker-b", 3), "E": ("broker-a", 0)}
+    sends = [("outcome", k, "ok", 100 + i, *(("broker-b", 0) if k == "B~3" else home.get(k[0], ("broker-a", 0))))
+             for i, k in enumerate(("A~1", "A~2", "A~3", "B~1", "B~2", "B~3", "C~1", "C~2", "C~3",
+                                    "D~1", "D~2", "D~3", "E~1", "E~2", "plain-1"))]
+    sends.append(("outcome", "D~4", "timeout", 999, None, None))  # never acknowledged: no gap
     r = order_check(kept_spark.createDataFrame(sends, SEND), kept_spark.createDataFrame(deliveries, RECV))
     assert r is not None
     assert (r["keys"], r["messages"], r["keys_in_order"]) == (5, 14, 2)  # A and E; E~2's loss is the tail's
@@ -43,6 +47,8 @@ def test_every_order_anomaly_is_counted_exactly(kept_spark: Any) -> None:
     assert r["messages_by_anomaly"] == {"reordered": 1, "repeat_out_of_order": 1, "gap": 1, "repeat_in_order": 1}
     assert r["windows"] == [{"start_ms": 5000, "end_ms": 8000}]  # seconds 5 and 7: one window
     assert {e["shard_key"]: e["seqs"] for e in r["examples"]} == {"B": [1, 3, 2], "C": [1, 2, 1, 3], "D": [1, 3]}
+    assert r["causes"] == {"moved": 1, "stayed": 2, "by_home_broker": {"broker-a": 1, "broker-b": 2}}
+    assert r["keys_by_home_broker"] == {"broker-a": 3, "broker-b": 2}
     none = order_check(kept_spark.createDataFrame(sends[-2:], SEND),
                        kept_spark.createDataFrame([("plain-1", 1, 1, "c0")], RECV))
     assert none is None  # an unordered load: no order verdict
@@ -62,6 +68,9 @@ def test_the_verdict_and_the_figures_say_which_keys_broke_order() -> None:
     assert (value({"order": o}, "keys_out_of_order"), value({"order": o}, "order_repeats_out_of_order")) == (12, 40)
     assert value({"order": None}, "order_gaps") is None and order_phrase({}) is None
     assert order_phrase({"order": {**o, "keys_in_order": 80}}) == "order: all 80 sharding keys in order (4,000 deliveries)"
+    caused = {**o, "causes": {"moved": 9, "stayed": 3, "by_home_broker": {"broker-a": 12}}}
+    assert order_phrase({"order": caused}).endswith(
+        "lasting 3 s and 1 s; 9 had moved to another queue, 3 stayed on theirs (first sent to: 12 on broker-a)")
 
 
 @pytest.mark.fast

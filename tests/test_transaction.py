@@ -93,11 +93,36 @@ def test_the_applications_decisions_follow_the_mix_and_answer_check_backs(tmp_pa
         app.end(P(), "T", SendResult("ok", "T", k, 0, 0))
     assert ended == [(c, "commit"), (u, "unknown")]
     assert (app.decide(c, None), app.decide(u, None), app.decide("never-seen", None)) == ("commit", "rollback", "unknown")
+    assert app.decide("", None) == "unknown"  # no key: not this process's to answer
     app.close()
     recs = [json.loads(x) for x in (tmp_path / "txn-w0-1.jsonl").read_text().splitlines()]
     assert [(r["key"], r["source"], r["decision"], r["answer"]) for r in recs] == [
         (c, "app", "commit", "commit"), (u, "app", "unknown", "unknown"), (c, "check", "commit", "commit"),
-        (u, "check", "unknown", "rollback"), ("never-seen", "check", None, "unknown")]
+        (u, "check", "unknown", "rollback"), ("never-seen", "check", None, "unknown"), ("", "check", None, "unknown")]
+
+
+def test_a_crashed_application_abandons_its_pending_ends_and_answers_them_rollback_after(tmp_path: Any) -> None:
+    import gevent
+    from loadgen.transactions import TransactionApp, drawn
+    from rmqchaos.spec import Transaction
+    spec = Transaction(commit=1.0, end_after="1s")
+    app = TransactionApp(spec, "r1", "w0-1", None, key_prefix="run-w0-1-")
+    ended: list[str] = []
+
+    class P:
+        def end(self, topic: str, res: Any, d: str) -> None:
+            ended.append(res.key)
+    done = app.end(P(), "T", SendResult("ok", "T", "run-w0-1-1", 0, 0))  # decided before the crash
+    pending = [gevent.spawn(app.end, P(), "T", SendResult("ok", "T", f"run-w0-1-{i}", 0, 0)) for i in (2, 3)]
+    gevent.sleep(0.1)
+    assert app.decide("run-w0-1-2", None) == "unknown"  # still deciding: not rollback yet
+    assert app.crash() == 2 and app.open == {"run-w0-1-2", "run-w0-1-3"}
+    gevent.joinall(pending)
+    assert done == "commit" and [g.value for g in pending] == [None, None] and ended == ["run-w0-1-1"]
+    # after the crash: its database kept the first decision; the abandoned keys were never decided
+    assert [app.decide(k, None) for k in ("run-w0-1-1", "run-w0-1-2", "run-w0-1-3", "other-w1-9-1")] == \
+        ["commit", "rollback", "rollback", "unknown"]
+    assert app.open == set() and drawn(spec, "run-w0-1-2") == "commit"  # the mix alone would have committed
 
 
 @pytest.mark.parametrize("load, line", [

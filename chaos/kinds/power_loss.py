@@ -21,11 +21,11 @@ from typing import Any
 
 from chaos.draw import Draw, Topology, dur, seconds
 from chaos.intent import happened, intent
-from chaos.protocol import FaultKind, register
+from chaos.protocol import BackAfter, ComingBackKind, register
 from chaos.targets import resolve_all
 from cluster.groups import ask_max_offset
 from cluster.node import ClusterStartError
-from rmqchaos.spec import Duration, Fault, FaultTarget, Scenario, Strict, is_role, role_error
+from rmqchaos.spec import Fault, FaultTarget, Scenario, is_role, role_error
 from rmqchaos.progress import say
 from rmqchaos.wait import poll_until
 from rmqclient.admin import RemotingError
@@ -34,9 +34,8 @@ OFFSET_TIMEOUT_S = 2.0
 AFTER_TIMEOUT_S = 15.0
 
 
-class PowerLossParams(Strict):
-    nodes: list[FaultTarget] = []
-    back_after: Duration | None = None  # restart every node this long after the loss (else they stay down)
+class PowerLossParams(BackAfter):
+    nodes: list[FaultTarget] = []  # back_after: every node restarted this long after the loss (else they stay down)
 
 
 def power_intent(lost: dict[str, dict[str, Any]], back: dict[str, int | None] | None = None,
@@ -64,7 +63,7 @@ def power_intent(lost: dict[str, dict[str, Any]], back: dict[str, int | None] | 
 
 
 @register
-class PowerLoss(FaultKind):
+class PowerLoss(ComingBackKind):
     name = "power_loss"
     Params = PowerLossParams
     roles = True
@@ -83,10 +82,6 @@ class PowerLoss(FaultKind):
             f["nodes"] = list(topo.groups[g])
             hit = frozenset(topo.groups[g])
         return Draw(f, back + 25, hit, tags=("group",) if whole else ())
-
-    @classmethod
-    def span(cls, params: Any) -> float:
-        return 0.0 if params.back_after is None else float(params.back_after)
 
     @classmethod
     def check(cls, params: Any, fault: Fault, scenario: Scenario) -> list[tuple[tuple[Any, ...], str]]:

@@ -358,7 +358,7 @@ def signature_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
     brokers = s.cluster.node_names()
     for i, c in enumerate(s.signature.conditions):
         fam, _, arg = c.split()[0].partition(".")
-        if fam in ("route_absent_samples", "link_p50_added_ms") and arg not in brokers:
+        if fam in ("route_absent_samples", "link_p50_added_ms", "order_broken_on") and arg not in brokers:
             errs.append((("signature", "conditions", i), f"no node {arg!r} in this cluster; nodes: {', '.join(brokers)}"))
     return errs
 

@@ -42,8 +42,10 @@ FAMILIES = {
     "lost_on": "lost keys acknowledged by this broker group (the store check's keys), e.g. lost_on.broker-a",
     "gone_on": "keys acknowledged by this broker group and in no store now: lost from the store, or delivered and then erased",
     "gone_status": "the same keys (in no store now) by the status they were acknowledged with, e.g. gone_status.FLUSH_DISK_TIMEOUT",
+    "order_broken_on": "sharding keys that broke order, by the broker their first acknowledged message went to, "
+                       "e.g. order_broken_on.broker-b",
     "transactions": "half messages of a transactional load in this class (summary.transactions.classes), e.g. "
-                    "transactions.rolled_back_delivered, or transactions.checked_after_end",
+                    "transactions.rolled_back_delivered, or transactions.checked_after_end / transactions.abandoned",
 }
 # figures computed from several parts of the summary (analysis/signature.py)
 DERIVED = {
@@ -58,6 +60,8 @@ DERIVED = {
     "order_reordered": "deliveries of an ordered load that came after a higher number of their key (inversions)",
     "order_repeats_out_of_order": "redeliveries of an ordered load that came after a higher number of their key",
     "order_gaps": "acknowledged messages of an ordered load never delivered though a later one of their key was",
+    "order_keys_moved": "sharding keys that broke order and had moved to another queue (a route or queue-count change)",
+    "order_keys_stayed": "sharding keys that broke order on the one queue they were sent to (a redelivery, a rebalance)",
 }
 OPS = ("==", "!=", ">=", "<=", ">", "<")
 _CONDITION = re.compile(r"^\s*([a-z_0-9]+(?:\.[A-Za-z0-9_%-]+)?)\s*(==|!=|>=|<=|>|<)\s*(-?\d+)\s*$")

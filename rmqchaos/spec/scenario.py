@@ -59,12 +59,16 @@ class Transaction(Strict):
     `commit`, `rollback` or `unknown` (the shares sum to 1). `end_after`: the application's time between
     the half message's answer and its end (a check-back may come first when it exceeds the broker's
     transactionTimeOut, 6 s). An unknown end waits for the broker's check-back, which the application
-    answers with `unknown_resolves_to`; a commit or rollback, asked again, gets the same answer."""
+    answers with `unknown_resolves_to`; a commit or rollback, asked again, gets the same answer; a
+    half message it has no decision for (the application died before deciding: the producer_crash
+    fault), rollback. `check_after`: the time it takes to answer a check-back."""
     commit: Annotated[float, Field(ge=0, le=1)] = 1.0
     rollback: Annotated[float, Field(ge=0, le=1)] = 0.0
     unknown: Annotated[float, Field(ge=0, le=1)] = 0.0
     end_after: Annotated[float, BeforeValidator(_duration), Field(ge=0, le=600)] = 0.0
     unknown_resolves_to: Literal["commit", "rollback"] = "commit"
+    # a slow check-back: the application takes this long to answer each (a slow local-transaction lookup)
+    check_after: Annotated[float, BeforeValidator(_duration), Field(ge=0, le=600)] = 0.0
     # how long the producers stay after the load for the check-backs of what they ended unknown (an
     # application stays up; the broker asks after transactionTimeOut, then every transactionCheckInterval)
     linger: Annotated[float, BeforeValidator(_duration), Field(ge=0, le=600)] = 45.0

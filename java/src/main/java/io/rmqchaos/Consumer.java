@@ -50,7 +50,7 @@ import org.apache.rocketmq.remoting.protocol.header.PullMessageRequestHeader;
  * shuts the consumer down (persisting offsets) and fsyncs the output. Prints a JSON summary on stdout.
  */
 public final class Consumer {
-    private static String arg(String[] a, String name, String def) {
+    static String arg(String[] a, String name, String def) { // also SendBench's
         for (int i = 0; i < a.length - 1; i++) {
             if (a[i].equals(name)) {
                 return a[i + 1];
@@ -322,12 +322,15 @@ public final class Consumer {
             }
             return sb.toString();
         };
-        // a batch recorded: its lines written, counted, then its processing time; false: not written
+        // a batch recorded: its lines written, counted, then its processing time; false: not written.
+        // Flushed to the OS before the listener acknowledges the batch: a SIGKILLed consumer's ledger
+        // (the consumer_kill fault) holds every delivery it acknowledged (the page cache outlives it).
         final Predicate<List<MessageExt>> record = msgs -> {
             String text = lines.apply(msgs);
             synchronized (lock) {
                 try {
                     w.write(text);
+                    w.flush();
                 } catch (IOException e) {
                     return false;
                 }

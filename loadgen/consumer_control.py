@@ -1,0 +1,61 @@
+"""The consumers a load stage started, as the consumer_kill fault ends and starts them (it sees them
+through chaos/protocol.py's Clients). A restarted instance is a new process of the same group and
+id, writing a ledger of its own (receive-<id>.r<n>.jsonl): the killed one's stays as it was left,
+and the list it was started in now holds the new process, so the drain stops it."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any
+
+from loadgen.consumer import JavaConsumer
+from rmqchaos.ledgers import receive_ledger_path
+from rmqchaos.procs import alive, now_ms
+from rmqchaos.progress import say
+from rmqchaos.rundir import RunDir
+from rmqchaos.wait import poll_until
+
+GONE_WAIT_S = 10.0  # a SIGKILLed JVM is gone in well under a second; SIGTERM runs its shutdown hook
+
+
+class ConsumerControl:
+    def __init__(self, run: RunDir, consumers: list[JavaConsumer]) -> None:
+        self.run, self.consumers = run, consumers  # the load stage's list: a restart replaces its entry
+        self.restarts: dict[str, int] = {}
+
+    def _find(self, cid: str) -> int:
+        for i, jc in enumerate(self.consumers):
+            if jc.opts.consumer_id == cid:
+                return i
+        raise KeyError(f"no consumer {cid!r} was started in this run")
+
+    def kill_consumer(self, consumer_id: str, sig: int) -> dict[str, Any]:
+        jc = self.consumers[self._find(consumer_id)]
+        if jc.pid is None or not alive(*jc.pid):
+            raise RuntimeError(f"consumer {consumer_id} is not running")
+        pid, t0 = jc.pid, time.monotonic()
+        os.killpg(pid[0], sig)  # its own session (spawned with new_session): the JVM and nothing else
+        gone = poll_until(lambda: not alive(*pid), GONE_WAIT_S, f"consumer {consumer_id} to end", interval=0.05,
+                          raise_on_timeout=False)
+        gone_ms = round((time.monotonic() - t0) * 1000) if gone else None
+        if jc.proc is not None and gone:
+            jc.proc.wait()
+        if gone and jc.proc_log is not None:
+            jc.proc_log.record_exit(jc.node, pid[0], f"killed by a fault (signal {sig})")
+        return {"pid": pid[0], "signal": sig, "gone_after_ms": gone_ms, "deliveries": jc.deliveries(),
+                "ledger": jc.out.name}
+
+    def restart_consumer(self, consumer_id: str) -> dict[str, Any]:
+        i = self._find(consumer_id)
+        old = self.consumers[i]
+        n = self.restarts[consumer_id] = self.restarts.get(consumer_id, 0) + 1
+        jc = JavaConsumer(old.namesrv, dataclasses.replace(old.opts), receive_ledger_path(self.run.path, f"{consumer_id}.r{n}"),
+                          old.workdir, run_id=old.run_id, rocketmq_version=old.version, launcher=old.launcher,
+                          proc_log=old.proc_log)
+        t0 = now_ms()
+        say(f"consumer {consumer_id}: starting again (ledger {jc.out.name})")
+        jc.start()
+        self.consumers[i] = jc
+        assert jc.pid is not None
+        return {"pid": jc.pid[0], "ledger": jc.out.name, "started_ms": now_ms() - t0}
