@@ -61,3 +61,39 @@ def test_client_fault_settings_are_one_line_at_load(tmp_path: Path, doc: dict[st
     with pytest.raises(SpecError) as e:
         load_scenario(f)
     assert line in e.value.line() and len(e.value.line().splitlines()) == 1, e.value.line()
+
+
+def test_a_power_loss_whose_nodes_exit_or_never_get_ready_is_the_clusters_answer_not_a_failed_fault() -> None:
+    # broker-a-0 exits on its store; broker-a-1 runs but never registers (a whole controller-mode group
+    # back at once whose controllers refused every election); broker-a-2 comes back
+    from types import SimpleNamespace
+    from chaos.kinds.power_loss import PowerLoss, PowerLossParams
+    from cluster.node import ClusterStartError
+
+    class Node:
+        def __init__(self, name: str, fails: str | None, runs: bool) -> None:
+            self.name, self.fails, self.runs = name, fails, runs
+            self.pid: int | None = None
+
+        def restart(self) -> None:
+            if self.fails:
+                self.pid = 7 if self.runs else None
+                raise ClusterStartError(f"{self.name} did not become ready",
+                                        cause="java.lang.NumberFormatException" if not self.runs else None)
+            self.pid = 42
+
+        def running(self) -> bool:
+            return self.runs
+
+    nodes = {"broker-a-0": Node("broker-a-0", "exits", False), "broker-a-1": Node("broker-a-1", "never ready", True),
+             "broker-a-2": Node("broker-a-2", None, True)}
+    k = PowerLoss.__new__(PowerLoss)
+    k.params = PowerLossParams(back_after="10s")
+    k.names = list(nodes)
+    k.ctx = SimpleNamespace(cluster=SimpleNamespace(node=nodes.__getitem__, plans={n: SimpleNamespace(is_broker=False)
+                                                                                     for n in nodes}))
+    k.evidence = {"nodes_lost": {n: {"was_running": True, "dead": True, "fenced_ms": 1, "remounted": True} for n in nodes}}
+    ev = k.stop()
+    assert ev["not_started"] == {"broker-a-0": "java.lang.NumberFormatException",
+                                 "broker-a-1": "running, never ready: broker-a-1 did not become ready"}
+    assert ev["intent"]["short"] is False, ev["intent"]  # the power came back as asked for all three
