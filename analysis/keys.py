@@ -10,10 +10,13 @@ from analysis import sends
 RECV_KEYED = ("key", "origin_topic", "broker", "queue_id", "queue_offset", "receive_ms", "batch_index")
 
 
-def key_table(send: DataFrame, recv: DataFrame, receive_complete: bool = True) -> DataFrame:
+def key_table(send: DataFrame, recv: DataFrame, receive_complete: bool = True, txn: DataFrame | None = None) -> DataFrame:
     """One row per key (attempted or received) with its class and duplicate causes. With the
     receive side incomplete, an acknowledged key never delivered is `undelivered_at_stop`, not
-    `lost` (analysis/completeness.py)."""
+    `lost` (analysis/completeness.py). `txn` (a transactional load: analysis/transactions.py txn_keys):
+    an acknowledged half message the application did not commit and that was never delivered is
+    `not_committed`, never lost; an extra copy of a key the broker asked about after its end is the
+    check-back's (`transaction_check_after_end`)."""
     # Per (key, topic), then per key: only numeric aggregation buffers, so Spark hash-aggregates;
     # one shuffle by key on each side serves every aggregation and the join (measured: ~1.5x
     # faster than letting Spark shuffle by (key, topic) first, then by key). Each send record is
@@ -64,11 +67,16 @@ def key_table(send: DataFrame, recv: DataFrame, receive_complete: bool = True) -
         F.max(F.when(F.col("nr"), F.col("bi"))).alias("first_batch_index"))
     k = sent.join(got, "key", "full_outer").fillna(0, subset=["deliveries", "retry_deliveries", "first_deliveries",
                                                               "topics_received", "copies"])
+    if txn is not None:
+        k = k.join(txn, "key", "left")
+    committed = F.coalesce(F.col("committed"), F.lit(False)) if txn is not None else F.lit(True)
+    rechecked = F.coalesce(F.col("rechecked"), F.lit(False)) if txn is not None else F.lit(False)
     d = F.col("deliveries")
     cls = (F.when(F.col("attempts").isNull(), "unexpected")
            .when(d > 1, "duplicated")
            .when((d == 1) & (F.col("acked") == 1), "ok")
            .when(d == 1, "recovered")
+           .when((F.col("acked") == 1) & ~committed, "not_committed")
            .when(F.col("acked") == 1, "lost" if receive_complete else "undelivered_at_stop")
            .when(F.col("all_rejected") == 1, "failed")
            .otherwise("indeterminate"))
@@ -77,6 +85,9 @@ def key_table(send: DataFrame, recv: DataFrame, receive_complete: bool = True) -
            & (F.col("l0") == F.col("s_l")) & (F.col("l1") == F.col("s_l")))
     k = k.withColumn("class", cls).withColumn("own_msgid_delivered", F.coalesce(own, F.lit(False)).cast("int")).drop(
         "s_outcomes", "s_canonical", "s_h", "s_l", "r_canonical", "h0", "h1", "l0", "l1")
+    k = k.withColumn("rechecked", rechecked)
+    if txn is not None:
+        k = k.drop("committed")
     dup = F.col("class") == "duplicated"
     has_first = F.col("first_deliveries") > 0
     extra_copies = F.col("copies") - F.col("topics_received")
@@ -85,9 +96,10 @@ def key_table(send: DataFrame, recv: DataFrame, receive_complete: bool = True) -
         "consumer_retry": F.when(has_first, F.col("retry_deliveries")).otherwise(d - 1),
         "backup_topic": F.when(has_first, F.col("topics_received") - 1).otherwise(0),
         "producer_resend": F.when(has_first & resent_same_topic, extra_copies).otherwise(0),
-        "unexplained": F.when(has_first & ~resent_same_topic, extra_copies).otherwise(0),
+        "transaction_check_after_end": F.when(has_first & ~resent_same_topic & F.col("rechecked"), extra_copies).otherwise(0),
+        "unexplained": F.when(has_first & ~resent_same_topic & ~F.col("rechecked"), extra_copies).otherwise(0),
         "consumer_repull": F.when(has_first, F.col("first_deliveries") - F.col("copies")).otherwise(0),
     }
     for name, expr in causes.items():
         k = k.withColumn(f"dup_{name}", F.when(dup, expr).otherwise(0))
-    return k.withColumn("extra_deliveries", F.when(dup, d - 1).otherwise(0))
+    return k.withColumn("extra_deliveries", F.when(dup, d - 1).otherwise(0)).drop("rechecked")

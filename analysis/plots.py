@@ -16,7 +16,8 @@ from analysis.links import SLOW_MS, STATES, state  # noqa: E402
 from analysis.rules import CLASSES  # noqa: E402
 
 COLORS = {"ok": "#4caf50", "lost": "#d32f2f", "duplicated": "#ff9800", "recovered": "#2196f3",
-          "failed": "#9e9e9e", "indeterminate": "#9c27b0", "undelivered_at_stop": "#ffeb3b"}
+          "failed": "#9e9e9e", "indeterminate": "#9c27b0", "undelivered_at_stop": "#ffeb3b",
+          "not_committed": "#bdbdbd"}
 BUSY_COLORS = ("#c62828", "#1565c0", "#ef6c00", "#2e7d32", "#6a1b9a")
 SHADE = {"fault": "#ffcdd2", "load": "#e3f2fd", "drain": "#f1f8e9"}
 

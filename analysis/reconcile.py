@@ -27,7 +27,7 @@ from analysis.pace import lag as send_lag
 from analysis.latency import histogram as _histogram, percentiles as _percentiles
 from analysis.offsets import reused_queue_offsets
 from analysis.order import order_check
-from analysis.transactions import transaction_check
+from analysis.transactions import transaction_check, txn_keys
 from analysis.redeliveries import rollback_repeats, rollbacks
 from analysis.sealed import attribute, read_receive, read_send, read_txn
 from analysis.store_check import power_cut_keys, store_check
@@ -74,8 +74,9 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
     try:
         send = read_send(spark, send_files, warnings)
         recv = attribute(read_receive(spark, recv_files, warnings))
+        txn = read_txn(spark, txn_files, warnings) if txn_files else None
         step("ledgers sealed")
-        w = key_table(send, recv, receive_complete).write.mode("overwrite")
+        w = key_table(send, recv, receive_complete, txn_keys(txn) if txn is not None else None).write.mode("overwrite")
         for c in KEYS_NO_DICTIONARY:
             w = w.option(f"parquet.enable.dictionary#{c}", "false")
         w.parquet(str(work / "keys.parquet"))
@@ -104,8 +105,8 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
         if res["offset_rollback"]:
             step(f"{res['offset_rollback']['deliveries']} delivery(ies) read again after a power loss rolled offsets back")
         res["order"] = order_check(send, recv) if ordered else None
-        res["transactions"] = transaction_check(send, read_txn(spark, txn_files, warnings), recv, receive_complete,
-                                                *(txn_timing or (6000, 30000))) if txn_files else None
+        res["transactions"] = transaction_check(send, txn, recv, receive_complete,
+                                                *(txn_timing or (6000, 30000))) if txn is not None else None
         if res["transactions"]:
             step(f"{res['transactions']['keys']} transaction(s) sorted")
         if res["order"]:

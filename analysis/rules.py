@@ -11,10 +11,13 @@ Per business key, exactly one class, in this precedence:
   undelivered_at_stop  what would be `lost`, in a run whose receive side is not complete (the drain
                did not reach lag 0, or a consumer did not stop cleanly): not verified, never lost
                (analysis/completeness.py has the rule)
+  not_committed  a transactional load's half message, acknowledged, that the application did not
+               commit (rolled back, or never resolved) and that was never delivered: never meant to be
+               delivered, never lost (analysis/transactions.py says which)
 """
 from __future__ import annotations
 
-CLASSES = ("ok", "lost", "duplicated", "recovered", "failed", "indeterminate", "undelivered_at_stop")
+CLASSES = ("ok", "lost", "duplicated", "recovered", "failed", "indeterminate", "undelivered_at_stop", "not_committed")
 
 # Stored answers (MQClientAPIImpl.processSendResponse, 5.5.0). Everything but SEND_OK is "weak".
 STORED_STATUSES = ("SEND_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")
@@ -42,5 +45,8 @@ REMARK_PREFIX_REGEX = r"^(\[[A-Z_]+\])"
 #  producer_resend  another stored copy in the same topic, and the key had several attempts there
 #  consumer_repull  the same stored copy delivered again (offsets not committed before a
 #                   rebalance or restart)
+#  transaction_check_after_end  another stored copy of a transactional key the broker asked about
+#                   after the application's own end: the check-back's commit stored it again
 #  unexplained      another stored copy in the same topic with one attempt only
-DUPLICATE_CAUSES = ("consumer_retry", "backup_topic", "producer_resend", "consumer_repull", "unexplained")
+DUPLICATE_CAUSES = ("consumer_retry", "backup_topic", "producer_resend", "consumer_repull", "transaction_check_after_end",
+                    "unexplained")

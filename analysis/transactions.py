@@ -36,6 +36,21 @@ CLASSES = ("committed_delivered", "committed_lost", "committed_undelivered_at_st
            "rolled_back", "unknown_in_time", "unknown_late", "unknown_never", "undecided")
 
 
+def txn_keys(txn: DataFrame) -> DataFrame:
+    """Per key of a transactional load, for the key table: `committed` (the application's own end
+    committed it without an error, or it answered a check-back commit) and `rechecked` (the broker asked
+    about it after the application's own commit or rollback: a second copy it then stores is the
+    check-back's, not the producer's)."""
+    app = F.col("source") == "app"
+    return txn.groupBy("key").agg(
+        F.max(F.when((app & (F.col("decision") == "commit") & F.col("error").isNull())
+                     | (~app & (F.col("answer") == "commit")), 1).otherwise(0)).alias("committed"),
+        F.min(F.when(app & F.col("decision").isin("commit", "rollback"), F.col("decided_ms"))).alias("ended_ms"),
+        F.max(F.when(~app, F.col("decided_ms"))).alias("last_check_ms")).select(
+        "key", (F.col("committed") == 1).alias("committed"),
+        F.coalesce(F.col("last_check_ms") > F.col("ended_ms"), F.lit(False)).alias("rechecked"))
+
+
 def transaction_check(send: DataFrame, txn: DataFrame, recv: DataFrame, receive_complete: bool,
                       timeout_ms: int = 6000, interval_ms: int = 30000) -> dict[str, Any]:
     """{keys, classes {class: keys}, extra_deliveries, checks, checked_after_end, bound_ms, examples}."""

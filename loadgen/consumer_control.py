@@ -5,6 +5,7 @@ and the list it was started in now holds the new process, so the drain stops it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from typing import Any
@@ -50,8 +51,12 @@ class ConsumerControl:
         i = self._find(consumer_id)
         old = self.consumers[i]
         n = self.restarts[consumer_id] = self.restarts.get(consumer_id, 0) + 1
+        # not tied to its parent: a fault's worker thread starts it and ends right after, and a child's
+        # parent-death signal follows the thread that forked it (the first restart died so, silently).
+        # `down` reaps it by its record like a detached run's consumers.
+        launcher = functools.partial(old.launcher, outlive=True) if old.launcher is not None else None
         jc = JavaConsumer(old.namesrv, dataclasses.replace(old.opts), receive_ledger_path(self.run.path, f"{consumer_id}.r{n}"),
-                          old.workdir, run_id=old.run_id, rocketmq_version=old.version, launcher=old.launcher,
+                          old.workdir, run_id=old.run_id, rocketmq_version=old.version, launcher=launcher,
                           proc_log=old.proc_log)
         t0 = now_ms()
         say(f"consumer {consumer_id}: starting again (ledger {jc.out.name})")

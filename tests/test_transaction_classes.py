@@ -31,3 +31,42 @@ def test_every_transaction_class_is_counted_exactly(kept_spark: Any) -> None:
                             "unknown_never": 1, "undecided": 1}
     assert r["extra_deliveries"] == 1 and r["checks"] == 6 and r["checked_after_end"] == 2 and r["abandoned"] == 3
     assert r["examples"]["rolled_back_delivered"] == ["a2", "r2"] and r["examples"]["committed_lost"] == ["c2"]
+
+
+def test_a_transactional_loads_uncommitted_halves_are_never_lost_and_its_rechecked_copies_have_their_cause(
+        kept_spark: Any, tmp_path: Any) -> None:
+    # t1 committed and delivered once; t2 rolled back, not delivered; t3 abandoned, never resolved, not
+    # delivered; t4 committed, asked about after its commit and stored again (two copies delivered);
+    # t5 committed and never delivered: the one loss
+    import json
+    from analysis.reconcile import analyze_ledgers
+    from rmqchaos.ledgers import intent_record, outcome_record
+
+    def attempt(key: str, start: int, msg: str) -> list[dict]:
+        return [intent_record("intent", "r", "p0", start, key, 1, "T", "no_retry", start, start),
+                outcome_record("outcome", "r", "p0", start, key, 1, "T", "no_retry", start, start, start + 5, "ok",
+                               "SEND_OK", None, None, None, True, msg, None, "broker-a", 0, start, True)]
+
+    def delivery(key: str, msg: str, offset: int) -> dict:
+        return {"run_id": "r", "key": key, "msg_id": msg, "topic": "T", "origin_topic": "T", "broker": "broker-a",
+                "queue_id": 0, "queue_offset": offset, "reconsume_times": 0, "consumer_id": "c0", "batch_size": 1,
+                "batch_index": 0, "store_ms": 1, "receive_ms": 2000 + offset}
+
+    def txn(key: str, source: str, decision: str | None, answer: str, ms: int) -> dict:
+        return {"run_id": "r", "producer_id": "p0", "key": key, "source": source, "decision": decision,
+                "answer": answer, "decided_ms": ms, "error": None}
+    send = [r for i, k in enumerate(("t1", "t2", "t3", "t4", "t5")) for r in attempt(k, 1000 + i, f"M{i}")]
+    recv = [delivery("t1", "M0", 1), delivery("t4", "M3", 2), delivery("t4", "M3x", 3)]  # t4's second copy
+    txns = [txn("t1", "app", "commit", "commit", 1100), txn("t2", "app", "rollback", "rollback", 1100),
+            txn("t4", "app", "commit", "commit", 1100), txn("t4", "check", "commit", "commit", 5000),
+            txn("t5", "app", "commit", "commit", 1100)]
+    for name, rows in (("send-p0", send), ("receive-c0", recv), ("txn-p0", txns)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+    res = analyze_ledgers(kept_spark, [tmp_path / "send-p0.jsonl"], [tmp_path / "receive-c0.jsonl"], [],
+                          txn_files=[tmp_path / "txn-p0.jsonl"])
+    c = res["counts"]
+    assert (c["ok"], c["not_committed"], c["lost"], c["duplicated"]) == (1, 2, 1, 1), c
+    assert res["duplicates_by_cause"]["transaction_check_after_end"] == 1, res["duplicates_by_cause"]
+    assert res["duplicates_by_cause"]["unexplained"] == 0
+    t = res["transactions"]
+    assert t["classes"]["committed_lost"] == 1 and t["classes"]["undecided"] == 1 and t["checked_after_end"] == 1, t
