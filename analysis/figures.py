@@ -45,15 +45,17 @@ def value(s: dict[str, Any], name: str) -> int | None:
         fo = s.get("failover")
         return None if fo is None else len(fo.get("two_master_windows") or [])
     if name in ("keys_out_of_order", "order_reordered", "order_repeats_out_of_order", "order_gaps",
-                "order_keys_moved", "order_keys_stayed"):
+                "order_keys_moved", "order_broken_moved", "order_broken_stayed"):
         o = s.get("order")
         if not o:
             return None
         if name == "keys_out_of_order":
             return int(o["keys"]) - int(o["keys_in_order"])
-        if name in ("order_keys_moved", "order_keys_stayed"):
+        if name == "order_keys_moved":
+            return None if "keys_moved" not in o else int(o["keys_moved"])
+        if name in ("order_broken_moved", "order_broken_stayed"):
             c = o.get("causes")
-            return None if c is None else int(c[name.removeprefix("order_keys_")])
+            return None if c is None else int(c[name.removeprefix("order_broken_")])
         return int(o["messages_by_anomaly"].get({"order_reordered": "reordered", "order_gaps": "gap",
                                                  "order_repeats_out_of_order": "repeat_out_of_order"}[name], 0))
     if name.startswith("retried_"):

@@ -98,7 +98,8 @@ def windows(seconds: list[int]) -> list[dict[str, int]]:
 def order_check(send: DataFrame, recv: DataFrame) -> dict[str, Any] | None:
     """{keys, messages, keys_in_order, keys_by_anomaly {kind: n}, messages_by_anomaly {kind: n},
     windows [{start_ms, end_ms}], examples [{shard_key, anomaly, seqs}], causes {moved, stayed,
-    by_home_broker}, keys_by_home_broker}; None when no key of the run is an ordered one."""
+    by_home_broker} (of the keys that broke order), keys_by_home_broker, keys_moved (of every key)};
+    None when no key of the run is an ordered one."""
     d = deliveries(recv).persist()
     try:
         if d.limit(1).count() == 0:
@@ -126,9 +127,11 @@ def order_check(send: DataFrame, recv: DataFrame) -> dict[str, Any] | None:
                                        "repeat_out_of_order": msgs.get("repeat_out_of_order", 0),
                                        "gap": int(grow["n"]), "repeat_in_order": msgs.get("repeat_in_order", 0)},
                "windows": windows(secs), "examples": [{"shard_key": k, "seqs": ex[k]} for k in ex_keys],
-               "causes": causes(bad_keys, send),
-               "keys_by_home_broker": {r["home"] or "unknown": int(r["n"]) for r in
-                                       homes(send).groupBy("home").agg(F.count("*").alias("n")).collect()}}
+               "causes": causes(bad_keys, send)}
+        h = homes(send).groupBy("home").agg(F.count("*").alias("n"), F.sum((F.col("queues") > 1).cast("int")).alias("m"))
+        rows = h.collect()
+        out["keys_by_home_broker"] = {r["home"] or "unknown": int(r["n"]) for r in rows}
+        out["keys_moved"] = sum(int(r["m"] or 0) for r in rows)  # every key sent to more than one queue
         g.unpersist()
         return out
     finally:
@@ -143,8 +146,9 @@ def order_phrase(s: dict[str, Any]) -> str | None:
     if not o:
         return None
     bad = o["keys"] - o["keys_in_order"]
+    moved = f"; {o['keys_moved']:,} of them moved to another queue" if o.get("keys_moved") else ""
     if not bad:
-        return f"order: all {o['keys']:,} sharding keys in order ({o['messages']:,} deliveries)"
+        return f"order: all {o['keys']:,} sharding keys in order ({o['messages']:,} deliveries){moved}"
     k, m = o["keys_by_anomaly"], o["messages_by_anomaly"]
     parts = [f"{w}: {k[a]:,} key(s), {m[a]:,} message(s)" for a, w in
              (("reordered", "reordered"), ("repeat_out_of_order", "repeated out of order"), ("gap", "gaps")) if k.get(a)]
@@ -152,7 +156,7 @@ def order_phrase(s: dict[str, Any]) -> str | None:
     lasting = " and ".join(f"{(w['end_ms'] - w['start_ms']) // 1000} s" for w in ws[:3]) + (", ..." if len(ws) > 3 else "")
     c = o.get("causes") or {}
     why = ""
-    if c:
+    if c and bad:
         homes_ = ", ".join(f"{n:,} on {b}" for b, n in c["by_home_broker"].items())
         why = (f"; {c['moved']:,} had moved to another queue, {c['stayed']:,} stayed on theirs"
                + (f" (first sent to: {homes_})" if homes_ else ""))

@@ -48,7 +48,7 @@ def test_every_order_anomaly_is_counted_exactly(kept_spark: Any) -> None:
     assert r["windows"] == [{"start_ms": 5000, "end_ms": 8000}]  # seconds 5 and 7: one window
     assert {e["shard_key"]: e["seqs"] for e in r["examples"]} == {"B": [1, 3, 2], "C": [1, 2, 1, 3], "D": [1, 3]}
     assert r["causes"] == {"moved": 1, "stayed": 2, "by_home_broker": {"broker-a": 1, "broker-b": 2}}
-    assert r["keys_by_home_broker"] == {"broker-a": 3, "broker-b": 2}
+    assert r["keys_by_home_broker"] == {"broker-a": 3, "broker-b": 2} and r["keys_moved"] == 1
     none = order_check(kept_spark.createDataFrame(sends[-2:], SEND),
                        kept_spark.createDataFrame([("plain-1", 1, 1, "c0")], RECV))
     assert none is None  # an unordered load: no order verdict
@@ -68,7 +68,11 @@ def test_the_verdict_and_the_figures_say_which_keys_broke_order() -> None:
     assert (value({"order": o}, "keys_out_of_order"), value({"order": o}, "order_repeats_out_of_order")) == (12, 40)
     assert value({"order": None}, "order_gaps") is None and order_phrase({}) is None
     assert order_phrase({"order": {**o, "keys_in_order": 80}}) == "order: all 80 sharding keys in order (4,000 deliveries)"
-    caused = {**o, "causes": {"moved": 9, "stayed": 3, "by_home_broker": {"broker-a": 12}}}
+    caused = {**o, "causes": {"moved": 9, "stayed": 3, "by_home_broker": {"broker-a": 12}}, "keys_moved": 30}
+    assert order_phrase({"order": {**o, "keys_in_order": 80, "keys_moved": 30}}) == (
+        "order: all 80 sharding keys in order (4,000 deliveries); 30 of them moved to another queue")
+    assert [value({"order": caused}, f) for f in ("order_keys_moved", "order_broken_moved", "order_broken_stayed",
+                                                  "order_broken_on.broker-a", "order_broken_on.broker-b")] == [30, 9, 3, 12, 0]
     assert order_phrase({"order": caused}).endswith(
         "lasting 3 s and 1 s; 9 had moved to another queue, 3 stayed on theirs (first sent to: 12 on broker-a)")
 

@@ -60,8 +60,9 @@ DERIVED = {
     "order_reordered": "deliveries of an ordered load that came after a higher number of their key (inversions)",
     "order_repeats_out_of_order": "redeliveries of an ordered load that came after a higher number of their key",
     "order_gaps": "acknowledged messages of an ordered load never delivered though a later one of their key was",
-    "order_keys_moved": "sharding keys that broke order and had moved to another queue (a route or queue-count change)",
-    "order_keys_stayed": "sharding keys that broke order on the one queue they were sent to (a redelivery, a rebalance)",
+    "order_keys_moved": "sharding keys sent to more than one queue (a route or queue-count change moved them)",
+    "order_broken_moved": "sharding keys that broke order and had moved to another queue",
+    "order_broken_stayed": "sharding keys that broke order on the one queue they were sent to (a redelivery, a rebalance)",
 }
 OPS = ("==", "!=", ">=", "<=", ">", "<")
 _CONDITION = re.compile(r"^\s*([a-z_0-9]+(?:\.[A-Za-z0-9_%-]+)?)\s*(==|!=|>=|<=|>|<)\s*(-?\d+)\s*$")
