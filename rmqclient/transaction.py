@@ -98,11 +98,27 @@ class TransactionalProducer(Producer):
             c.forget(opaque)  # the next beat, or the send on this connection, says what is wrong
 
     def _heartbeats(self) -> None:
+        """As MQClientInstance's scheduled tasks: the routes of the topics in use refreshed, then a
+        heartbeat to every master they name, connecting again where needed, whether or not anything
+        was sent there since: a master back from a restart must have a channel of the group to ask
+        its check-backs on (without it, a half whose END was lost with the old master is never asked)."""
         while True:
             gevent.sleep(self.heartbeat_s)
-            for c in list(self._conns.values()):
-                if c.closed is None:
-                    self._heartbeat(c)
+            addrs: set[str] = set()
+            for topic in list(self._routes):
+                try:
+                    addrs |= {q.addr for q in self.route(topic)}
+                except Exception:  # noqa: BLE001 - namesrv unreachable: the masters known so far
+                    addrs |= {q.addr for q in self._routes[topic][1]}
+            for addr in addrs | {a for a, c in self._conns.items() if c.closed is None}:
+                try:
+                    c, fresh = self._conns.get(addr), False
+                    if c is None or c.closed is not None:
+                        c, fresh = self._conn(addr), True  # a fresh connection heartbeats in _conn
+                    if not fresh:
+                        self._heartbeat(c)
+                except (OSError, ConnectionClosed):
+                    continue  # a master down now: the next round tries again
 
     def close(self) -> None:
         self._beats.kill(block=False)

@@ -61,6 +61,34 @@ def test_a_check_back_is_answered_from_the_applications_decision_with_the_checks
     assert [(c["key"], c["uniq_key"], c["answer"]) for c in p.checks] == [("k-1", "U1", "commit"), ("k-2", "U2", "unknown")]
 
 
+def test_the_group_heartbeats_every_master_of_its_routes_connecting_again_to_one_back_from_a_restart() -> None:
+    # as MQClientInstance: a master the producer has not sent to since it came back still gets a channel
+    # of the group, so its check-backs can reach the application
+    import gevent
+    from rmqclient.producer import MessageQueue
+    p = TransactionalProducer("127.0.0.1:1", group="g1", decide=lambda key, uniq: "commit", heartbeat_s=0.05)
+    qs = [MessageQueue("broker-a", "A:1", 0), MessageQueue("broker-b", "B:1", 0)]
+    p._routes["T"] = (0.0, qs)
+    p.route = lambda topic, refresh=False: qs  # type: ignore[method-assign]
+    opened: list[str] = []
+    beats: list[str] = []
+
+    class Conn:
+        closed = None
+
+        def __init__(self, addr: str) -> None:
+            self.addr = addr
+    p._conn = lambda addr: (opened.append(addr), p._conns.setdefault(addr, Conn(addr)))[1]  # type: ignore[method-assign]
+    p._heartbeat = lambda c: beats.append(c.addr)  # type: ignore[method-assign]
+    p._conns["B:1"] = Conn("B:1")  # connected to broker-b only; broker-a came back and was never sent to
+    try:
+        gevent.sleep(0.18)
+    finally:
+        p._beats.kill()
+    assert opened[0] == "A:1" and "B:1" not in opened, opened  # connected again to broker-a, once
+    assert opened.count("A:1") == 1 and beats.count("B:1") >= 2 and beats.count("A:1") >= 1, (opened, beats)
+
+
 def test_a_transactional_half_message_carries_the_prepared_flag_and_properties() -> None:
     captured: dict[str, Any] = {}
     p = TransactionalProducer("127.0.0.1:1", group="g1", decide=lambda k, u: "commit")
