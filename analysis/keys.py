@@ -15,8 +15,8 @@ def key_table(send: DataFrame, recv: DataFrame, receive_complete: bool = True, t
     receive side incomplete, an acknowledged key never delivered is `undelivered_at_stop`, not
     `lost` (analysis/completeness.py). `txn` (a transactional load: analysis/transactions.py txn_keys):
     an acknowledged half message the application did not commit and that was never delivered is
-    `not_committed`, never lost; an extra copy of a key the broker asked about after its end is the
-    check-back's (`transaction_check_after_end`)."""
+    `not_committed`, never lost; an extra copy of a key committed more than once (checked after its
+    end, or answered commit to several check-backs) is a re-commit (`transaction_recommit`)."""
     # Per (key, topic), then per key: only numeric aggregation buffers, so Spark hash-aggregates;
     # one shuffle by key on each side serves every aggregation and the join (measured: ~1.5x
     # faster than letting Spark shuffle by (key, topic) first, then by key). Each send record is
@@ -96,7 +96,7 @@ def key_table(send: DataFrame, recv: DataFrame, receive_complete: bool = True, t
         "consumer_retry": F.when(has_first, F.col("retry_deliveries")).otherwise(d - 1),
         "backup_topic": F.when(has_first, F.col("topics_received") - 1).otherwise(0),
         "producer_resend": F.when(has_first & resent_same_topic, extra_copies).otherwise(0),
-        "transaction_check_after_end": F.when(has_first & ~resent_same_topic & F.col("rechecked"), extra_copies).otherwise(0),
+        "transaction_recommit": F.when(has_first & ~resent_same_topic & F.col("rechecked"), extra_copies).otherwise(0),
         "unexplained": F.when(has_first & ~resent_same_topic & ~F.col("rechecked"), extra_copies).otherwise(0),
         "consumer_repull": F.when(has_first, F.col("first_deliveries") - F.col("copies")).otherwise(0),
     }

@@ -45,8 +45,9 @@ REMARK_PREFIX_REGEX = r"^(\[[A-Z_]+\])"
 #  producer_resend  another stored copy in the same topic, and the key had several attempts there
 #  consumer_repull  the same stored copy delivered again (offsets not committed before a
 #                   rebalance or restart)
-#  transaction_check_after_end  another stored copy of a transactional key the broker asked about
-#                   after the application's own end: the check-back's commit stored it again
+#  transaction_recommit  another stored copy of a transactional key committed more than once (the
+#                   broker asked about it after the application's own end, or it answered commit to
+#                   several check-backs, each about another re-appended copy of the half)
 #  unexplained      another stored copy in the same topic with one attempt only
-DUPLICATE_CAUSES = ("consumer_retry", "backup_topic", "producer_resend", "consumer_repull", "transaction_check_after_end",
+DUPLICATE_CAUSES = ("consumer_retry", "backup_topic", "producer_resend", "consumer_repull", "transaction_recommit",
                     "unexplained")

@@ -38,17 +38,20 @@ CLASSES = ("committed_delivered", "committed_lost", "committed_undelivered_at_st
 
 def txn_keys(txn: DataFrame) -> DataFrame:
     """Per key of a transactional load, for the key table: `committed` (the application's own end
-    committed it without an error, or it answered a check-back commit) and `rechecked` (the broker asked
-    about it after the application's own commit or rollback: a second copy it then stores is the
-    check-back's, not the producer's)."""
+    committed it without an error, or it answered a check-back commit) and `rechecked` (committed more
+    than once: the broker asked about it after the application's own end, or it answered commit to
+    several check-backs, each about another re-appended copy of the half: a second copy the broker then
+    stores is a re-commit, not a producer's resend)."""
     app = F.col("source") == "app"
     return txn.groupBy("key").agg(
         F.max(F.when((app & (F.col("decision") == "commit") & F.col("error").isNull())
                      | (~app & (F.col("answer") == "commit")), 1).otherwise(0)).alias("committed"),
         F.min(F.when(app & F.col("decision").isin("commit", "rollback"), F.col("decided_ms"))).alias("ended_ms"),
-        F.max(F.when(~app, F.col("decided_ms"))).alias("last_check_ms")).select(
+        F.max(F.when(~app, F.col("decided_ms"))).alias("last_check_ms"),
+        F.sum(F.when(~app & (F.col("answer") == "commit"), 1).otherwise(0)).alias("check_commits")).select(
         "key", (F.col("committed") == 1).alias("committed"),
-        F.coalesce(F.col("last_check_ms") > F.col("ended_ms"), F.lit(False)).alias("rechecked"))
+        (F.coalesce(F.col("last_check_ms") > F.col("ended_ms"), F.lit(False)) | (F.col("check_commits") > 1))
+        .alias("rechecked"))
 
 
 def transaction_check(send: DataFrame, txn: DataFrame, recv: DataFrame, receive_complete: bool,
