@@ -185,7 +185,7 @@ class LoadContext:
         unsent error while that queue is not in the route (the first time: the queue its key hashes to)."""
         pinned = self._pinned.get(shard_key)
         if pinned is None:
-            pinned = self.producer._queue_or_fail(res, topic, None, shard_key)
+            pinned = self.producer.queue_or_fail(res, topic, None, shard_key)
             if pinned is None:
                 return None
             self._pinned[shard_key] = pinned

@@ -290,7 +290,7 @@ class Producer:
         start = _now_ms()
         uniq = self._uniq.next()
         res = SendResult(outcome="error", topic=topic, key=key, start_ms=start, end_ms=start, uniq_key=uniq)
-        mq = queue or self._queue_or_fail(res, topic, exclude_broker, by_hash)
+        mq = queue or self.queue_or_fail(res, topic, exclude_broker, by_hash)
         if mq is None:
             return res
         props = self._properties(key, uniq, tags, properties)
@@ -303,7 +303,7 @@ class Producer:
         start = _now_ms()
         res = SendResult(outcome="error", topic=topic, key=",".join(k or "" for k, _ in bodies), start_ms=start,
                          end_ms=start)
-        mq = queue or self._queue_or_fail(res, topic, None)
+        mq = queue or self.queue_or_fail(res, topic, None)
         if mq is None:
             return res
         uniqs = [self._uniq.next() for _ in bodies]
@@ -311,9 +311,10 @@ class Producer:
         body = b"".join(_encode_batch_item(b, self._properties(k, u, None, None)) for (k, b), u in zip(bodies, uniqs))
         return self._attempt(res, SEND_BATCH_MESSAGE, topic, mq, "", body, True, timeout)
 
-    def _queue_or_fail(self, res: SendResult, topic: str, exclude_broker: str | None,
-                       by_hash: str | None = None) -> MessageQueue | None:
-        """The queue for this attempt, or None with `res` completed as an error that was never sent."""
+    def queue_or_fail(self, res: SendResult, topic: str, exclude_broker: str | None,
+                      by_hash: str | None = None) -> MessageQueue | None:
+        """The queue for this attempt (as `select_queue`), or None with `res` completed as an error that
+        was never sent: namesrv's code and remark verbatim, or the lookup's failure."""
         try:
             mq = self.select_queue(topic, exclude_broker=exclude_broker, by_hash=by_hash)
         except RemotingError as e:  # namesrv's own answer (e.g. 17: no route) is kept verbatim
