@@ -55,11 +55,16 @@ def run_record(run_dir: str | Path, check: str | None = None) -> dict[str, Any]:
         showed = bool(found_) if s.get("complete") else None
         how = "; ".join(a["seen"] for a in found_) or "no anomaly"
     src = r.path / "scenario.src.yaml"
-    return {"run_dir": str(r.path), "scenario": s.get("scenario"), "version": versions.get("rocketmq")
-            or str((doc.get("cluster") or {}).get("rocketmq_version") or ""), "showed": showed, "how": how,
+    version = versions.get("rocketmq") or str((doc.get("cluster") or {}).get("rocketmq_version") or "")
+    # a bisect's (or explore's) overlay names the scenario after its version: the report names the base
+    scenario = re.sub(rf"-{re.escape(version.replace('.', '_'))}(-\d+)?$", "", str(s.get("scenario"))) if version \
+        else s.get("scenario")
+    return {"run_dir": str(r.path), "scenario": scenario, "version": version, "showed": showed, "how": how,
             "counts": s.get("counts") or {}, "verdict": (r.report_txt.read_text().splitlines() or [""])[0]
             if r.report_txt.is_file() else "", "settings": settings(doc),
-            "src": src.read_text() if src.is_file() else yaml.safe_dump(doc, sort_keys=False),
+            "src": (src.read_text() if src.is_file() else yaml.safe_dump(doc, sort_keys=False))
+            .replace(f"{paths.REPO}/", ""),  # `extends:` as the rmqchaos repository names it
+            "resolved": (r.path / "scenario.yaml").read_text().replace(f"{paths.REPO}/", ""),
             "complete": s.get("complete"), "mixed": versions.get("rocketmq_substituted") or {}}
 
 
@@ -151,8 +156,10 @@ def render(title: str, recs: list[dict[str, Any]], logs: list[dict[str, Any]], s
     md += ["", "## The scenario", "",
            f"Run with rmqchaos on one machine (real JVMs on loopback addresses). The scenario of the run on "
            f"{first['version']}, as written (its `extends:` chain is in the rmqchaos repository):", "", "```yaml",
-           first["src"].rstrip(), "```", "", "Every setting resolved, as the run used it (runs as is):", "",
-           "```sh", command or f"rmqchaos run {first['run_dir']}/scenario.yaml", "```", ""]
+           first["src"].rstrip(), "```", "",
+           "<details><summary>Every setting resolved, as the run used it: save as <code>scenario.yaml</code> and "
+           "run <code>" + (command or "rmqchaos run scenario.yaml") + "</code></summary>", "", "```yaml",
+           first["resolved"].rstrip(), "```", "", "</details>", ""]
     md += ["## Broker settings that matter", "", "```yaml",
            yaml.safe_dump(first["settings"], sort_keys=False).rstrip() or "{}", "```", ""]
     md += ["## What was measured", "", "| version | run | showed | what | acked | lost | duplicated |",

@@ -61,10 +61,16 @@ def test_a_report_has_every_section_filled_or_marked_not_measured(tmp_path: Path
                     "allAckInSyncStateSet: true", "## What was measured", "| 5.5.0 | `run-cut-off-acks-550` | yes |",
                     "## Logs", "cluster/broker-a-0/logs/rocketmqlogs/broker.log", "2: 2026-11-29 10:00:05 WARN HAService",
                     "## Source", "   3  line 3", "   5  line 5", "rocketmq-store-5.5.0-sources.jar",
-                    "## Analysis and a proposed fix", "_not measured_", f"rmqchaos run {new}/scenario.yaml"):
+                    "## Analysis and a proposed fix", "_not measured_", "run <code>rmqchaos run scenario.yaml</code>"):
         assert section in md, section
+    # the resolved scenario is in the report itself, and runs as is
+    resolved = md.split("<summary>", 1)[1].split("```yaml\n", 1)[1].split("\n```", 1)[0]
     from pipeline.runs import load_scenario
-    assert load_scenario(new / "scenario.yaml").name == "cut-off-acks-550"  # the command's file runs as is
+    (tmp_path / "saved.yaml").write_text(resolved)
+    assert load_scenario(tmp_path / "saved.yaml").name == "cut-off-acks-550"
+    # a bisect's overlay is named after its version: the report names the scenario it bisected
+    bisected = recorded(tmp_path, "cut-off-acks-5_4_0", "5.4.0", 12)
+    assert upstream.run_record(bisected)["scenario"] == "cut-off-acks"
     assert md.index("| 5.3.3 |") < md.index("| 5.5.0 |")  # versions in order
     with pytest.raises(UserError, match="in none of the 1 RocketMQ 5.5.0 sources jar"):
         upstream.source_lines("org/apache/rocketmq/Missing.java:1-2@5.5.0")
