@@ -73,6 +73,7 @@ class NodePlan:
     broker_id: int | None = None  # a replica's is -1: the controllers (or DLedger) assign it
     replication: str | None = None  # a replica's group: controller | dledger (Broker.replication)
     powerfs: bool = False  # its store sits on the powerfs layer (cluster.powerfs; docs/powerfs.md)
+    powerfs_expire_s: float | None = None  # the layer's durable-by-age (cluster.powerfs_expire)
 
     @property
     def addr(self) -> str:
@@ -150,6 +151,7 @@ def plan(s: Scenario) -> list[NodePlan]:
     layered = set(c.powerfs_nodes())
     for n in nodes:
         n.powerfs = n.name in layered
+        n.powerfs_expire_s = c.powerfs_expire if n.powerfs else None
     return nodes
 
 

@@ -114,10 +114,12 @@ class PowerFS:
     @classmethod
     def mount(cls, real_dir: Path, mount_point: Path, control_sock: Path, log: ProcessLog, *,
               name: str = "powerfs", log_file: Path | None = None, writeback: bool = True,
-              auto_da_alloc: bool = True, timeout: float = 10, binary: Path = BINARY) -> "PowerFS":
+              auto_da_alloc: bool = True, expire_s: float | None = None, timeout: float = 10,
+              binary: Path = BINARY) -> "PowerFS":
         """Start a server that mounts `real_dir` at `mount_point`, recorded in `log` (the run's
         processes.jsonl) as `name`; return once the mount is in mountinfo. The mount point must lie
-        inside the run directory (the directory holding `log`) and must not be a mount point already."""
+        inside the run directory (the directory holding `log`) and must not be a mount point already.
+        `expire_s`: durable by age, the kernel's dirty_expire (docs/powerfs.md); None: only a sync."""
         real_dir, mount_point, control_sock = (Path(p).resolve() for p in (real_dir, mount_point, control_sock))
         run_dir = log.path.parent.resolve()
         if not binary.is_file():
@@ -142,6 +144,8 @@ class PowerFS:
         log_file = log_file or control_sock.with_suffix(".log")
         cmd = [str(binary), "-root", str(real_dir), "-mount", str(mount_point), "-control", str(control_sock),
                f"-writeback={str(writeback).lower()}", f"-auto-da-alloc={str(auto_da_alloc).lower()}"]
+        if expire_s:
+            cmd.append(f"-expire={int(expire_s * 1000)}ms")
         # its own session and no death signal: the mount outlives the CLI that made it (`cluster up`),
         # and `down` or orphan reaping ends it by PID
         proc = spawn(cmd, log_file=log_file, new_session=True)

@@ -213,7 +213,9 @@ class LoadContext:
             intent = self.lines.intent(aid, key, attempt, topic, intended_ms, start_ms)
             ledger.write_through(intent)
         if isinstance(self.producer, TransactionalProducer):
-            r = self.producer.send_half(topic, body, key=key, timeout=timeout, exclude_broker=exclude)
+            txn = self.load.transaction
+            r = self.producer.send_half(topic, body, key=key, timeout=timeout, exclude_broker=exclude,
+                                        check_immunity_s=txn.check_immunity if txn is not None else None)
         elif shard_key is None:
             r = self.producer.send(topic, body, key=key, tags=self.load.tags, exclude_broker=exclude, timeout=timeout)
         elif not (self.load.order and self.load.order.strict):  # SelectMessageQueueByHash, never another broker

@@ -33,7 +33,9 @@ class TransactionApp:
         self.key_prefix = key_prefix  # this process's keys start with it (loadgen/context.py key_base)
         self.decisions: dict[str, str] = {}
         self.pending: set[str] = set()  # halves stored and answered, their end not made yet
-        self.open: set[str] = set()  # keys left to a check-back (ended unknown, or abandoned) not asked about yet
+        # keys left to a check-back not answered commit or rollback yet: ended unknown, abandoned, or
+        # answered unknown while still being decided
+        self.open: set[str] = set()
         self.generation = 0  # crashes so far: an end begun before one is abandoned
         self.writer = LedgerWriter(ledger) if ledger is not None else None
 
@@ -81,7 +83,12 @@ class TransactionApp:
         d = self.decisions.get(k)
         if d is not None:
             answer = self.spec.unknown_resolves_to if d == "unknown" else d
-        elif k in self.pending or not (self.key_prefix and k.startswith(self.key_prefix)):
+        elif k in self.pending:
+            # still being decided: the broker re-appended the half to ask and will ask about that copy
+            # again, whatever the application's own end does (the copy is another half): stay for it
+            answer = "unknown"
+            self.open.add(k)
+        elif not (self.key_prefix and k.startswith(self.key_prefix)):
             answer = "unknown"
         else:
             answer = "rollback"

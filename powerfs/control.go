@@ -148,16 +148,17 @@ func (l *layer) snapshot() []*fileState {
 
 func (l *layer) stats() reply {
 	files := []reply{}
-	var writes, written, syncs, auto, unsynced, undo int64
+	var writes, written, syncs, auto, aged, unsynced, undo int64
 	for _, s := range l.snapshot() {
 		s.mu.Lock()
 		f := reply{"path": l.rel(s.inode), "ino": s.ino, "writes": s.writes, "bytes_written": s.written,
-			"syncs": s.syncs, "auto_syncs": s.autoSyncs, "last_sync_ms": s.lastSyncMs,
+			"syncs": s.syncs, "auto_syncs": s.autoSyncs, "writebacks": s.writebacks, "last_sync_ms": s.lastSyncMs,
 			"unsynced_bytes": s.unsynced(), "undo_bytes": s.undoBytes(), "synced_size": nil}
 		if s.tracked {
 			f["synced_size"] = s.syncedSize
 		}
 		writes, written, syncs, auto = writes+s.writes, written+s.written, syncs+s.syncs, auto+s.autoSyncs
+		aged += s.writebacks
 		unsynced, undo = unsynced+s.unsynced(), undo+s.undoBytes()
 		s.mu.Unlock()
 		files = append(files, f)
@@ -169,7 +170,7 @@ func (l *layer) stats() reply {
 		"ops_after_fence": l.afterFence, "rules": len(l.rules), "failures": sorted(l.failures),
 		"delays": sorted(l.delays), "files": files,
 		"totals": reply{"writes": writes, "bytes_written": written, "syncs": syncs, "auto_syncs": auto,
-			"unsynced_bytes": unsynced, "undo_bytes": undo}}
+			"writebacks": aged, "unsynced_bytes": unsynced, "undo_bytes": undo}}
 }
 
 // drop: only once the kernel no longer serves the mount. While it does, its page cache would go on

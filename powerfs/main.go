@@ -2,7 +2,7 @@
 // never made durable by fsync, fdatasync or msync: a machine's power loss, on command.
 // docs/powerfs.md describes it; cluster/powerfs.py starts and drives it.
 //
-//	powerfs -root <real dir> -mount <mount point> -control <unix socket> [-writeback=true] [-auto-da-alloc=true]
+//	powerfs -root <real dir> -mount <mount point> -control <unix socket> [-writeback=true] [-auto-da-alloc=true] [-expire=0]
 package main
 
 import (
@@ -57,6 +57,7 @@ func main() {
 	// of the real directory goes through this mount, and `drop` runs only after the connection is
 	// aborted (a new mount starts with a cold cache). Speed: docs/powerfs.md.
 	writeback := flag.Bool("writeback", true, "ask the kernel for the FUSE writeback cache")
+	expire := flag.Duration("expire", 0, "durable by age: a file changed at least this long ago is written back at the next 5 s tick (the kernel's dirty_expire; 0: only a sync makes data durable)")
 	autoDa := flag.Bool("auto-da-alloc", true, "model ext4's auto_da_alloc: a rename over a file, and a file truncated to 0 and closed, commit its data")
 	flag.Parse()
 	if *root == "" || *mnt == "" || *ctl == "" {
@@ -143,8 +144,12 @@ func main() {
 	l.serving = true
 	l.mu.Unlock()
 	close(ready) // after our own last request on the mount (the stat above)
+	if *expire > 0 {
+		go l.writebackLoop(*expire)
+	}
 	line, _ := json.Marshal(map[string]any{"event": "mounted", "pid": os.Getpid(), "conn": l.conn,
-		"root": rootAbs, "mount": *mnt, "writeback": *writeback, "auto_da_alloc": *autoDa})
+		"root": rootAbs, "mount": *mnt, "writeback": *writeback, "auto_da_alloc": *autoDa,
+		"expire_ms": expire.Milliseconds()})
 	fmt.Println(string(line))
 
 	go func() {

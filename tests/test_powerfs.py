@@ -3,7 +3,8 @@ control socket. After `abort` and `drop` a file reads exactly its synced bytes; 
 sync; the kernel's dirty pages never reach the layer after the abort; renames and files never synced
 follow docs/powerfs.md; injected fsync/write errors hit matching files only; refusals are one line;
 a mount whose maker was SIGKILLed is reaped. No JVM; needs root, /dev/fuse and the binary
-scripts/setup.sh builds when Go is installed. Each test takes well under a second."""
+scripts/setup.sh builds when Go is installed. Each test takes well under a second but the writeback
+one (its 5 s tick)."""
 from __future__ import annotations
 
 import errno
@@ -78,6 +79,24 @@ def test_fsync_then_drop_restores_synced_bytes(run: Path) -> None:
     p = mount(run)  # and through a new mount, as a restarted broker reads it
     assert (p.mount_point / "commitlog").read_bytes() == b"A" * 10000
     p.unmount()
+
+
+def test_with_an_expire_a_file_changed_long_enough_ago_is_written_back_and_a_newer_one_is_not(run: Path) -> None:
+    """cluster.powerfs_expire: durable by age on the flusher's 5 s tick, as a kernel's writeback; 6 s."""
+    p = mount(run, expire_s=1)
+    old, new = p.mount_point / "brokerIdentity", p.mount_point / "config.json"
+    old.write_bytes(b"brokerId=1")  # closed: the kernel sent its pages to the layer; never fsynced
+    deadline = time.monotonic() + 12
+    while p.stats()["totals"]["writebacks"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    new.write_bytes(b"{}")  # changed after the last tick: not durable yet
+    st = p.stats()
+    by = {f["path"]: f for f in st["files"]}
+    assert by["brokerIdentity"]["writebacks"] == 1 and by["brokerIdentity"]["syncs"] == 0, by
+    assert by["config.json"]["writebacks"] == 0 and by["config.json"]["unsynced_bytes"] == 2, by
+    power_loss(p)
+    assert (run / "real" / "brokerIdentity").read_bytes() == b"brokerId=1"
+    assert (run / "real" / "config.json").read_bytes() == b""  # a file never synced drops to size 0
 
 
 def test_mmap_msync_is_a_sync_and_unflushed_pages_drop(run: Path) -> None:

@@ -100,6 +100,37 @@ def test_a_transactional_half_message_carries_the_prepared_flag_and_properties()
     assert captured["sys_flag"] == 4 and captured["properties"] == {"TRAN_MSG": "true", "PGROUP": "g1"}
 
 
+def test_a_half_message_carries_its_check_immunity_when_the_load_asks() -> None:
+    captured: dict[str, Any] = {}
+    p = TransactionalProducer("127.0.0.1:1", group="g1", decide=lambda k, u: "commit")
+    p.send = lambda *a, **kw: captured.update(kw) or HALF  # type: ignore[method-assign]
+    try:
+        p.send_half("T", b"x", key="k-1", check_immunity_s=6)
+    finally:
+        p.close()
+    assert captured["properties"] == {"TRAN_MSG": "true", "PGROUP": "g1", "CHECK_IMMUNITY_TIME_IN_SECONDS": "6"}
+
+
+def test_a_key_asked_about_while_being_decided_stays_open_until_a_check_back_gets_its_end() -> None:
+    """The broker re-appended the half to ask: that copy is asked about again after the application's
+    own end (apache/rocketmq#6402), so the producers linger for it."""
+    import gevent
+    from loadgen.transactions import TransactionApp
+    from rmqchaos.spec import Transaction
+    app = TransactionApp(Transaction(commit=1.0, end_after="0.2s", linger="5s"), "r1", "w0-1", None, key_prefix="run-")
+
+    class P:
+        def end(self, topic: str, res: Any, d: str) -> None:
+            pass
+    g = gevent.spawn(app.end, P(), "T", SendResult("ok", "T", "run-1", 0, 0))
+    gevent.sleep(0.05)
+    assert app.decide("run-1", None) == "unknown" and app.open == {"run-1"}
+    g.join()
+    assert g.value == "commit" and app.open == {"run-1"}  # its own end does not close the re-appended copy
+    gevent.spawn_later(0.1, app.decide, "run-1", None)
+    assert app.linger() == 0 and app.open == set()  # the next check-back, answered commit, did
+
+
 def test_the_applications_decisions_follow_the_mix_and_answer_check_backs(tmp_path: Any) -> None:
     import json
     from loadgen.transactions import TransactionApp, drawn

@@ -98,7 +98,8 @@ class LocalNode(Node):
         if not mount:
             return None
         real.mkdir(parents=True, exist_ok=True)
-        return PowerFS.mount(real, mp, sock, self.c.run.processes, name=name, log_file=self.dir / "powerfs.log")
+        return PowerFS.mount(real, mp, sock, self.c.run.processes, name=name, log_file=self.dir / "powerfs.log",
+                             expire_s=self.plan.powerfs_expire_s)
 
     # ------------------------------------------------------------ start
     def command(self, java: str, home: Path) -> list[str]:

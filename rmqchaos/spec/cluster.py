@@ -132,6 +132,11 @@ class Cluster(Strict):
     # (every node of the group) or `controllers`. A power_loss, disk_error or disk_slow fault adds the
     # nodes it may hit when the scenario loads; a scenario without one pays nothing for the layer.
     powerfs: list[str] = []
+    # durable by age on the layer: a file changed at least this long ago (the kernel's
+    # vm.dirty_expire_centisecs, 30 s by default) is written back at the next 5 s tick, as a real
+    # kernel and ext4's journal would, fsynced or not. None: only a sync makes data durable (the
+    # worst case, as LazyFS models it; the default)
+    powerfs_expire: Duration | None = None
 
     @model_validator(mode="after")
     def _assign_ports(self) -> "Cluster":

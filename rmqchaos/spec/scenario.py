@@ -72,6 +72,10 @@ class Transaction(Strict):
     # how long the producers stay after the load for the check-backs of what they ended unknown (an
     # application stays up; the broker asks after transactionTimeOut, then every transactionCheckInterval)
     linger: Annotated[float, BeforeValidator(_duration), Field(ge=0, le=600)] = 45.0
+    # the half message's CHECK_IMMUNITY_TIME_IN_SECONDS property, whole seconds (None: not set). The
+    # broker checks such a half no sooner than this (or transactionTimeOut, the longer); since 5.1.1
+    # (apache/rocketmq#6402) it refuses the application's own end once the half is older than that
+    check_immunity: Annotated[StrictInt, Field(ge=1, le=3600)] | None = None
 
     @model_validator(mode="after")
     def _mix(self) -> "Transaction":
