@@ -105,8 +105,8 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
         if res["offset_rollback"]:
             step(f"{res['offset_rollback']['deliveries']} delivery(ies) read again after a power loss rolled offsets back")
         res["order"] = order_check(send, recv) if ordered else None
-        res["transactions"] = transaction_check(send, txn, recv, receive_complete,
-                                                *(txn_timing or (6000, 30000))) if txn is not None else None
+        res["transactions"] = transaction_check(send, txn, recv, receive_complete, *(txn_timing or (6000, 30000)),
+                                                store=store) if txn is not None else None
         if res["transactions"]:
             step(f"{res['transactions']['keys']} transaction(s) sorted")
         if res["order"]:

@@ -14,14 +14,17 @@ to check-backs: rmqchaos/ledgers.py TXN_FIELDS) and the receive ledger. Each key
   plus 5 s) or after it;
 - `unknown_never`: ended unknown, no check-back answered before the run ended;
 - `undecided`: stored, but the application recorded no decision (a producer that died between the
-  half message and its end) and no check-back resolved it.
+  half message and its end) and no check-back resolved it;
+- `discarded`: of those two (never resolved), the ones the broker gave up on after transactionCheckMax
+  check-backs: their half is in its TRANS_CHECK_MAX_TIME_TOPIC (looked up in the brokers' stores,
+  cluster/store.py; without a store, or past STORE_LOOKUP_MAX keys, they stay where they were).
 
 A violation outranks timeliness: a key resolved by a check-back is `rolled_back_delivered` or
 `committed_lost` before it is in time or late.
 
 Also the keys the broker asked about after the application had already committed or rolled them
 back (`checked_after_end`: its END_TRANSACTION did not take, e.g. apache/rocketmq#8313, or a master
-that died before it). A half message discarded after transactionCheckMax is not measured here."""
+that died before it)."""
 from __future__ import annotations
 
 from typing import Any
@@ -30,10 +33,15 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from analysis import sends
+from analysis.store_check import STORE_LOOKUP_MAX
 
 SLACK_MS = 5000
 CLASSES = ("committed_delivered", "committed_lost", "committed_undelivered_at_stop", "rolled_back_delivered",
-           "rolled_back", "unknown_in_time", "unknown_late", "unknown_never", "undecided")
+           "rolled_back", "unknown_in_time", "unknown_late", "unknown_never", "undecided", "discarded")
+# where a broker puts a half message it has checked transactionCheckMax times (TopicValidator
+# .RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC; DefaultTransactionalMessageCheckListener.resolveDiscardMsg keeps
+# its properties, KEYS among them)
+DISCARD_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 
 
 def txn_keys(txn: DataFrame) -> DataFrame:
@@ -55,8 +63,9 @@ def txn_keys(txn: DataFrame) -> DataFrame:
 
 
 def transaction_check(send: DataFrame, txn: DataFrame, recv: DataFrame, receive_complete: bool,
-                      timeout_ms: int = 6000, interval_ms: int = 30000) -> dict[str, Any]:
-    """{keys, classes {class: keys}, extra_deliveries, checks, checked_after_end, bound_ms, examples}."""
+                      timeout_ms: int = 6000, interval_ms: int = 30000, store: Any = None) -> dict[str, Any]:
+    """{keys, classes {class: keys}, extra_deliveries, checks, checked_after_end, bound_ms, examples}.
+    With `store` (cluster/store.py's), the keys never resolved are looked up in its discard topic."""
     bound = timeout_ms + interval_ms + SLACK_MS
     half = (send.where(sends.acked()).groupBy("key").agg(F.min("end_ms").alias("half_ms")))
     app = F.col("source") == "app"
@@ -68,7 +77,7 @@ def transaction_check(send: DataFrame, txn: DataFrame, recv: DataFrame, receive_
         F.min(F.when(~app & F.col("answer").isin("commit", "rollback"), F.col("decided_ms"))).alias("resolved_ms"),
         F.max(F.when(~app & (F.col("answer") == "commit"), 1).otherwise(0)).alias("check_commit"),
         F.max(F.when(~app & (F.col("answer") == "rollback"), 1).otherwise(0)).alias("check_rollback"),
-        F.min(F.when(~app, F.col("decided_ms"))).alias("first_check_ms"))
+        F.max(F.when(~app, F.col("decided_ms"))).alias("last_check_ms"))
     d = recv.groupBy("key").agg(F.count("*").alias("deliveries"))
     k = half.join(t, "key", "left").join(d, "key", "left").fillna({"deliveries": 0, "checks": 0})
     committed = ((F.col("decided") == "commit") & (F.col("end_failed") == 0)) | (F.col("check_commit") == 1)
@@ -92,10 +101,21 @@ def transaction_check(send: DataFrame, txn: DataFrame, recv: DataFrame, receive_
         row = k.agg(F.count("*").alias("keys"), F.sum(F.greatest(F.col("deliveries") - 1, F.lit(0))).alias("extra"),
                     F.sum("checks").alias("checks"),
                     F.sum(F.when(F.col("decided").isNull(), 1).otherwise(0)).alias("abandoned"),
-                    F.sum(F.when(F.col("decided").isin("commit", "rollback") & (F.col("first_check_ms") > F.col("ended_ms")),
+                    F.sum(F.when(F.col("decided").isin("commit", "rollback") & (F.col("last_check_ms") > F.col("ended_ms")),
                                  1).otherwise(0)).alias("after_end")).collect()[0]
         ex = {c: [r["key"] for r in k.where(F.col("class") == c).orderBy("key").limit(3).collect()]
               for c in ("rolled_back_delivered", "committed_lost", "unknown_late", "unknown_never") if by.get(c)}
+        if store is not None:
+            never = [(r["key"], r["class"]) for r in k.where(F.col("class").isin("unknown_never", "undecided"))
+                     .select("key", "class").orderBy("key").limit(STORE_LOOKUP_MAX).collect()]
+            gone = [(key, c) for key, c in never if store.find(DISCARD_TOPIC, key)]
+            for key, c in gone:
+                by[c] -= 1
+            by["discarded"] = len(gone)
+            if gone:
+                ex["discarded"] = [key for key, _ in gone[:3]]
+                if "unknown_never" in ex:
+                    ex["unknown_never"] = [key for key, c in never if c == "unknown_never" and (key, c) not in gone][:3]
     finally:
         k.unpersist()
     return {"keys": int(row["keys"]), "classes": {c: by.get(c, 0) for c in CLASSES},
@@ -122,5 +142,7 @@ def transaction_phrase(s: dict[str, Any]) -> str | None:
              f"{c['unknown_late']:,} late, {c['unknown_never']:,} never)" if unknown else "",
              f"{t.get('abandoned', 0):,} left without an end by a producer crash" if t.get("abandoned") else "",
              f"{c['undecided']:,} with no decision recorded" if c["undecided"] else "",
+             f"{c['discarded']:,} discarded by the broker after transactionCheckMax check-backs"
+             if c.get("discarded") else "",
              f"{t['checked_after_end']:,} asked about after their end" if t["checked_after_end"] else ""]
     return f"transactions: {t['keys']:,} half messages stored: " + ", ".join(x for x in parts if x)

@@ -28,9 +28,36 @@ def test_every_transaction_class_is_counted_exactly(kept_spark: Any) -> None:
     # a2: resolved in time, but delivered after its rollback: the violation is its class
     assert r["classes"] == {"committed_delivered": 2, "committed_lost": 1, "committed_undelivered_at_stop": 0,
                             "rolled_back_delivered": 2, "rolled_back": 1, "unknown_in_time": 2, "unknown_late": 1,
-                            "unknown_never": 1, "undecided": 1}
+                            "unknown_never": 1, "undecided": 1, "discarded": 0}
     assert r["extra_deliveries"] == 1 and r["checks"] == 6 and r["checked_after_end"] == 2 and r["abandoned"] == 3
     assert r["examples"]["rolled_back_delivered"] == ["a2", "r2"] and r["examples"]["committed_lost"] == ["c2"]
+
+
+def test_a_never_resolved_half_the_broker_discarded_after_transaction_check_max_is_its_own_class(kept_spark: Any) -> None:
+    """The store holds u1's half in TRANS_CHECK_MAX_TIME_TOPIC; u2 and x1 are nowhere there."""
+    from analysis.transactions import DISCARD_TOPIC, transaction_check
+    S = "rec string, key string, outcome string, end_ms long"
+    T = "key string, source string, decision string, answer string, decided_ms long, error string"
+    R = "key string, receive_ms long"
+    sends = [("outcome", k, "ok", 1000) for k in ("c1", "u1", "u2", "x1", "x2")]
+    txn = [("c1", "app", "commit", "commit", 1100, None)] + [
+        (k, src, "unknown", "unknown", ms, None) for k in ("u1", "u2") for src, ms in
+        (("app", 1100), ("check", 8000), ("check", 13_000), ("check", 18_000))]
+    recv = [("c1", 2000)]
+    asked: list[tuple[str, str]] = []
+
+    class Store:
+        def find(self, topic: str, key: str) -> list[dict[str, Any]]:
+            asked.append((topic, key))
+            return [{"node": "broker-a", "topic": topic}] if key in ("u1", "x2") else []
+    r = transaction_check(kept_spark.createDataFrame(sends, S), kept_spark.createDataFrame(txn, T),
+                          kept_spark.createDataFrame(recv, R), receive_complete=True, store=Store())
+    c = r["classes"]
+    assert (c["committed_delivered"], c["unknown_never"], c["undecided"], c["discarded"]) == (1, 1, 1, 2), c
+    assert sorted(asked) == [(DISCARD_TOPIC, k) for k in ("u1", "u2", "x1", "x2")]  # only the never resolved
+    assert r["examples"]["discarded"] == ["u1", "x2"] and r["examples"]["unknown_never"] == ["u2"]
+    # x1: no decision, nothing resolved it, not discarded (its producer died, the broker not done yet)
+    assert sum(c.values()) == r["keys"] == 5
 
 
 def test_a_transactional_loads_uncommitted_halves_are_never_lost_and_its_rechecked_copies_have_their_cause(

@@ -66,7 +66,9 @@ class Transaction(Strict):
     rollback: Annotated[float, Field(ge=0, le=1)] = 0.0
     unknown: Annotated[float, Field(ge=0, le=1)] = 0.0
     end_after: Annotated[float, BeforeValidator(_duration), Field(ge=0, le=600)] = 0.0
-    unknown_resolves_to: Literal["commit", "rollback"] = "commit"
+    # `unknown`: an application that never learns the outcome; the broker gives up after
+    # transactionCheckMax check-backs (the `discarded` class)
+    unknown_resolves_to: Literal["commit", "rollback", "unknown"] = "commit"
     # a slow check-back: the application takes this long to answer each (a slow local-transaction lookup)
     check_after: Annotated[float, BeforeValidator(_duration), Field(ge=0, le=600)] = 0.0
     # how long the producers stay after the load for the check-backs of what they ended unknown (an
