@@ -19,6 +19,12 @@ The index answers with candidate commit-log offsets (hash collisions included); 
 decoded and kept only if its topic and KEYS match. Records past the newest index entry (dispatched
 after the last index write, or never: a broker killed before its reput) are found by decoding that
 tail of the commit log. So a lookup costs a few reads per key, not a pass over the store.
+
+The index can also miss records below its end: a broker that cut its log back (a deposed master made
+a slave of its successor) and was sent the log again does not index what it now holds below its
+index's old end (5.5.0 IndexService.buildIndex skips a record whose offset is below endPhyOffset).
+So a key found on a node neither way is looked for in that node's whole log, read once (offsets
+only) and kept for the session: an absence is never the index's word alone.
 """
 from __future__ import annotations
 
@@ -151,6 +157,7 @@ class Store:
                                          int(conf.get("maxHashSlotNum", DEFAULT_SLOTS)),
                                          int(conf.get("maxIndexNum", DEFAULT_INDEX))))
         self._tails: dict[str, dict[tuple[str, str], list[Record]]] = {}
+        self._whole: dict[str, dict[tuple[str, str], list[int]]] = {}
 
     def nodes(self) -> list[str]:
         return [s.node for s in self.stores if s.commit_files]
@@ -168,6 +175,16 @@ class Store:
             self._tails[s.node] = t
         return self._tails[s.node]
 
+    def _whole_log(self, s: NodeStore) -> dict[tuple[str, str], list[int]]:
+        """(topic, key) -> the commit-log offset of every record of the node's log (read once)."""
+        if s.node not in self._whole:
+            w: dict[tuple[str, str], list[int]] = {}
+            for r in s.scan(0):
+                for k in r.keys:
+                    w.setdefault((r.topic, k), []).append(r.commit_offset)
+            self._whole[s.node] = w
+        return self._whole[s.node]
+
     def find(self, topic: str, key: str) -> list[dict[str, Any]]:
         """Every stored copy of `key` sent to `topic`, on every node, with where it is."""
         out = []
@@ -179,6 +196,11 @@ class Store:
                     found[r.commit_offset] = r
             for r in self._tail(s).get((topic, key), []):
                 found[r.commit_offset] = r
+            if not found:  # neither the index nor the tail: the whole log (see the module's note)
+                for off in self._whole_log(s).get((topic, key), []):
+                    r = s.record_at(off)
+                    if r is not None:
+                        found[off] = r
             for r in sorted(found.values(), key=lambda r: r.commit_offset):
                 checked = msgbody.check(r.body)
                 out.append({"node": s.node, "broker": s.broker, "topic": r.topic, "queue_id": r.queue_id,
