@@ -106,8 +106,9 @@ def settings(s: dict[str, Any]) -> dict[str, str]:
     # the controllers or DLedger decide the roles: the settings that decide replication instead
     nodes = s["cluster"]["brokers"].values()
     if any(str(c.get("enableControllerMode")).lower() == "true" for c in nodes):
+        named = [(k, "/".join(sorted({str(c.get(k, d)) for c in nodes}))) for k, d in REPLICATION + ASKED_ONLY]
         out["brokerRole"] = "controller mode (" + ", ".join(
-            f"{k}=" + "/".join(sorted({str(c.get(k, d)) for c in nodes})) for k, d in REPLICATION) + ")"
+            f"{k}={v}" for k, v in named if (k, v) not in ASKED_ONLY) + ")"
     elif any(str(c.get("enableDLegerCommitLog")).lower() == "true" for c in nodes):
         out["brokerRole"] = "DLedger (a majority acknowledges)"
     if s["cluster"].get("powerfs"):  # a power loss forgets what these never synced (docs/powerfs.md)
@@ -117,6 +118,9 @@ def settings(s: dict[str, Any]) -> dict[str, str]:
 
 # what decides a controller-mode group's replication, with RocketMQ's defaults (MessageStoreConfig)
 REPLICATION = (("allAckInSyncStateSet", "false"), ("inSyncReplicas", "1"))
+# named only when a run sets them otherwise: minInSyncReplicas refuses a send (IN_SYNC_REPLICAS_NOT_ENOUGH)
+# while the SyncStateSet is smaller (CommitLog.asyncPutMessage)
+ASKED_ONLY = (("minInSyncReplicas", "1"),)
 
 
 def _settings_words(st: dict[str, str]) -> str:

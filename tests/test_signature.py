@@ -177,6 +177,10 @@ def test_a_controller_mode_verdict_names_what_decides_replication_not_a_broker_r
     assert v.startswith("failover-kill-master: with controller mode (allAckInSyncStateSet=true, inSyncReplicas=1), "
                         "ASYNC_FLUSH"), v
     assert "SYNC_MASTER" not in v
+    for c in s["cluster"]["brokers"].values():  # minInSyncReplicas: named when a run sets it
+        c["minInSyncReplicas"] = "2"
+    assert verdict(s).startswith("failover-kill-master: with controller mode (allAckInSyncStateSet=true, "
+                                 "inSyncReplicas=1, minInSyncReplicas=2), ASYNC_FLUSH")
 
 
 def test_the_combined_report_lists_misses_first() -> None:
