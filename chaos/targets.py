@@ -4,8 +4,9 @@ for its groups' members); a kind then acts on that node, and a `restart_after` r
 kill resolved to, whoever is master by then.
 
 A controller-mode group's master is the replica the controllers' SyncStateSet data names (the
-leader's view, which the brokers obey); any other group's is the node namesrv lists as brokerId 0
-for it (a classic group's one master, or whichever node a replicated group put there). The
+leader's view, which the brokers obey), or while no controller answers (all paused or cut off: the
+brokers keep their roles meanwhile) the node namesrv lists as brokerId 0; any other group's is that
+node of namesrv's (a classic group's one master, or whichever node a replicated group put there). The
 controller leader is the standalone controller that answers CONTROLLER_GET_METADATA_INFO as the
 Raft leader itself; `controller-followers` (a partition's groups only) the other standalone
 controllers. Mid-election there is none: wait up to RESOLVE_WAIT_S, then fail with one line."""
@@ -42,13 +43,19 @@ def holder(c: ClusterBackend, role: str) -> tuple[str | None, str]:
             addr = c.controller_leader()
             return node_at(c.plans.values(), addr), "no controller answers as the Raft leader"
         g = group_plans(c.plans.values()).get(group)
+        silent = None
         if g is not None and g.mode == "controller":  # the monitor's mode of a group, from its keys
-            st = c.sync_state().get(group)
-            addr = st.master_addr if st else None
-            seen = f"the controllers name no master of {group}" + (f" (epoch {st.master_epoch})" if st else "")
-        else:
+            try:
+                st = c.sync_state().get(group)
+            except RemotingError as e:
+                silent = e  # controllers paused or cut off: the brokers keep their roles, as namesrv lists them
+            else:
+                addr = st.master_addr if st else None
+                seen = f"the controllers name no master of {group}" + (f" (epoch {st.master_epoch})" if st else "")
+        if g is None or g.mode != "controller" or silent is not None:
             addr = ((c.registered() or {}).get(group) or {}).get(0)
-            seen = f"namesrv lists no master (brokerId 0) of {group}"
+            seen = (f"the controllers did not answer ({silent}); " if silent is not None else "") + \
+                f"namesrv lists no master (brokerId 0) of {group}"
     except RemotingError as e:
         return None, f"no answer: {e}"
     node = node_at(c.plans.values(), addr, group)

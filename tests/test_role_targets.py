@@ -172,6 +172,15 @@ def test_a_controller_mode_master_is_the_controllers_a_classic_one_namesrvs_id_0
     assert targets.resolve(c, "broker-a-0") == "broker-a-0"  # a name is itself, nothing asked
 
 
+def test_with_every_controller_silent_a_controller_mode_master_is_namesrvs_id_0() -> None:
+    """All controllers paused (all-ack-crash.yaml): the brokers keep their roles; namesrv lists them."""
+    c = Answers(parse(BARE))
+    c.state = RemotingError("timeout waiting for 127.0.61.5:27080 (request code 1006)")
+    c.reg = {"broker-a": {0: A[2], 1: A[0]}}
+    assert targets.resolve(c, "master-of:broker-a") == "broker-a-2"
+    assert targets.resolve_all(c, "slave-of:broker-a#1") == ["broker-a-0"]
+
+
 def test_mid_election_the_resolution_waits_for_a_master_then_takes_it() -> None:
     c = Answers(parse(BARE))
     t0 = time.monotonic()
@@ -185,8 +194,8 @@ def test_mid_election_the_resolution_waits_for_a_master_then_takes_it() -> None:
      "master-of:broker-a resolves to no node: no master of broker-a after waiting 0.5s (the controllers name no "
      "master of broker-a (epoch 3))"),
     ("master-of:broker-a", {"state": RemotingError("cannot connect to 127.0.61.5:27080")},
-     "master-of:broker-a resolves to no node: no master of broker-a after waiting 0.5s (no answer: cannot connect "
-     "to 127.0.61.5:27080)"),
+     "master-of:broker-a resolves to no node: no master of broker-a after waiting 0.5s (the controllers did not "
+     "answer (cannot connect to 127.0.61.5:27080); namesrv lists no master (brokerId 0) of broker-a)"),
     ("master-of:broker-b", {"reg": {"broker-b": {1: "127.0.61.22:27136"}}},
      "master-of:broker-b resolves to no node: no master of broker-b after waiting 0.5s (namesrv lists no master "
      "(brokerId 0) of broker-b)"),
