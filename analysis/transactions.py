@@ -115,7 +115,8 @@ def transaction_check(send: DataFrame, txn: DataFrame, recv: DataFrame, receive_
             if gone:
                 ex["discarded"] = [key for key, _ in gone[:3]]
                 if "unknown_never" in ex:
-                    ex["unknown_never"] = [key for key, c in never if c == "unknown_never" and (key, c) not in gone][:3]
+                    out = {key for key, _ in gone}
+                    ex["unknown_never"] = [key for key, c in never if c == "unknown_never" and key not in out][:3]
     finally:
         k.unpersist()
     return {"keys": int(row["keys"]), "classes": {c: by.get(c, 0) for c in CLASSES},
