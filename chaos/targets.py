@@ -35,6 +35,11 @@ def node_at(plans: Iterable[NodePlan], addr: str | None, group: str | None = Non
     return None
 
 
+def _namesrv_master(c: ClusterBackend, group: str, why: str = "") -> tuple[str | None, str]:
+    """(the address namesrv lists as `group`'s brokerId 0 or None, the failure line's words)."""
+    return ((c.registered() or {}).get(group) or {}).get(0), f"{why}namesrv lists no master (brokerId 0) of {group}"
+
+
 def holder(c: ClusterBackend, role: str) -> tuple[str | None, str]:
     """(the node that holds `role` now or None, what was seen: the failure line's words)."""
     group = role_group(role)
@@ -43,19 +48,16 @@ def holder(c: ClusterBackend, role: str) -> tuple[str | None, str]:
             addr = c.controller_leader()
             return node_at(c.plans.values(), addr), "no controller answers as the Raft leader"
         g = group_plans(c.plans.values()).get(group)
-        silent = None
         if g is not None and g.mode == "controller":  # the monitor's mode of a group, from its keys
             try:
                 st = c.sync_state().get(group)
-            except RemotingError as e:
-                silent = e  # controllers paused or cut off: the brokers keep their roles, as namesrv lists them
+            except RemotingError as e:  # paused or cut off: the brokers keep their roles, as namesrv lists them
+                addr, seen = _namesrv_master(c, group, f"the controllers did not answer ({e}); ")
             else:
                 addr = st.master_addr if st else None
                 seen = f"the controllers name no master of {group}" + (f" (epoch {st.master_epoch})" if st else "")
-        if g is None or g.mode != "controller" or silent is not None:
-            addr = ((c.registered() or {}).get(group) or {}).get(0)
-            seen = (f"the controllers did not answer ({silent}); " if silent is not None else "") + \
-                f"namesrv lists no master (brokerId 0) of {group}"
+        else:
+            addr, seen = _namesrv_master(c, group)
     except RemotingError as e:
         return None, f"no answer: {e}"
     node = node_at(c.plans.values(), addr, group)

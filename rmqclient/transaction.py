@@ -128,8 +128,8 @@ class TransactionalProducer(Producer):
     def send_half(self, topic: str, body: bytes, key: str | None = None, timeout: float | None = None,
                   exclude_broker: str | None = None, check_immunity_s: int | None = None) -> SendResult:
         """One attempt to store a half message (any queue: the broker keeps it in its half topic).
-        `check_immunity_s`: its CHECK_IMMUNITY_TIME_IN_SECONDS (Message.setTransactionCheckImmunityTime
-        ... the Java client sets it as a user property, MessageConst.PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS)."""
+        `check_immunity_s`: its CHECK_IMMUNITY_TIME_IN_SECONDS, a user property as the Java client's
+        MessageConst.PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS."""
         props = {"TRAN_MSG": "true", "PGROUP": self.group}
         if check_immunity_s is not None:
             props["CHECK_IMMUNITY_TIME_IN_SECONDS"] = str(check_immunity_s)
