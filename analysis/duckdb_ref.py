@@ -81,7 +81,7 @@ def classify(send_files: list[Path], recv_files: list[Path], threads: int | None
     out["attempts"] = int(con.execute("SELECT count(*) FROM att").fetchone()[0])
     out["duplicates_by_cause"] = {"consumer_retry": int(row[4]), "backup_topic": int(row[5]),
                                   "producer_resend": int(row[6]), "consumer_repull": int(row[7]),
-                                  "transaction_recommit": 0,  # no transactional load here
+                                  "transaction_recommit": 0, "timer_reput": 0,  # no transactional or timer load here
                                   "unexplained": int(row[8])}
     con.close()
     return out

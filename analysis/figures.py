@@ -58,6 +58,12 @@ def value(s: dict[str, Any], name: str) -> int | None:
             return None if c is None else int(c[name.removeprefix("order_broken_")])
         return int(o["messages_by_anomaly"].get({"order_reordered": "reordered", "order_gaps": "gap",
                                                  "order_repeats_out_of_order": "repeat_out_of_order"}[name], 0))
+    if name.startswith("timers_"):
+        t = s.get("timers")
+        if not t:
+            return None
+        return {"timers_early": t["early"]["keys"], "timers_lost": t["lost"], "timers_late_over_5s": t["late_over"]["keys"],
+                "timers_late_max_ms": t["late_ms"].get("max")}[name]
     if name.startswith("retried_"):
         rb = s.get("retried_keys_by_batch_position")
         return None if rb is None else int(rb.get(name.removeprefix("retried_"), 0))

@@ -20,6 +20,7 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
     from analysis.pace import pace
     from analysis.signature import evaluate as signature
     from analysis.reconcile import analyze_ledgers
+    from analysis.timers import timer_slack_ms
     from analysis.session import spark_session
     from cluster.store import Store
     from rmqchaos.ledgers import ledger_files
@@ -48,7 +49,8 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
                               brokers=brokers, monitor=monitor,
                               ordered=bool(run.scenario().load and run.scenario().load.order),
                               txn_files=ledger_files(run.path, "txn") if run.scenario().load and
-                              run.scenario().load.transaction else None, txn_timing=_txn_timing(brokers))
+                              run.scenario().load.transaction else None, txn_timing=_txn_timing(brokers),
+                              timer_slack_ms=timer_slack_ms(run.scenario(), brokers))
     finally:
         if store is not None:
             store.close()
@@ -62,7 +64,7 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
                                       "retried_keys_by_batch_position", "errors",
                                       "answers", "busy_series", "latency_ms", "windows", "warnings", "corrupted",
                                       "corrupted_by_kind", "unexpected_examples", "store_check", "failover",
-                                      "reused_queue_offsets", "offset_rollback", "order", "transactions")},
+                                      "reused_queue_offsets", "offset_rollback", "order", "transactions", "timers")},
                "events": events, "series": res["series"],
                # the host's side of the time axis: disk pressure each second, the brokers' own put latency
                "disk": _jsonl(run.disk_metrics_file),

@@ -6,6 +6,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from analysis import sends
+from rmqchaos.ledgers import DUE_SEP
 
 RECV_KEYED = ("key", "origin_topic", "broker", "queue_id", "queue_offset", "receive_ms", "batch_index")
 
@@ -16,7 +17,8 @@ def key_table(send: DataFrame, recv: DataFrame, receive_complete: bool = True, t
     `lost` (analysis/completeness.py). `txn` (a transactional load: analysis/transactions.py txn_keys):
     an acknowledged half message the application did not commit and that was never delivered is
     `not_committed`, never lost; an extra copy of a key committed more than once (checked after its
-    end, or answered commit to several check-backs) is a re-commit (`transaction_recommit`)."""
+    end, or answered commit to several check-backs) is a re-commit (`transaction_recommit`); one of a timer
+    message sent once, a re-put by the broker's wheel (`timer_reput`)."""
     # Per (key, topic), then per key: only numeric aggregation buffers, so Spark hash-aggregates;
     # one shuffle by key on each side serves every aggregation and the join (measured: ~1.5x
     # faster than letting Spark shuffle by (key, topic) first, then by key). Each send record is
@@ -89,6 +91,7 @@ def key_table(send: DataFrame, recv: DataFrame, receive_complete: bool = True, t
     if txn is not None:
         k = k.drop("committed")
     dup = F.col("class") == "duplicated"
+    timer = F.col("key").rlike(f"{DUE_SEP}[0-9]+$")  # a timer load's key (rmqchaos/ledgers.py due_of)
     has_first = F.col("first_deliveries") > 0
     extra_copies = F.col("copies") - F.col("topics_received")
     resent_same_topic = F.coalesce(F.col("max_attempts_per_topic"), F.lit(0)) > 1
@@ -97,7 +100,8 @@ def key_table(send: DataFrame, recv: DataFrame, receive_complete: bool = True, t
         "backup_topic": F.when(has_first, F.col("topics_received") - 1).otherwise(0),
         "producer_resend": F.when(has_first & resent_same_topic, extra_copies).otherwise(0),
         "transaction_recommit": F.when(has_first & ~resent_same_topic & F.col("rechecked"), extra_copies).otherwise(0),
-        "unexplained": F.when(has_first & ~resent_same_topic & ~F.col("rechecked"), extra_copies).otherwise(0),
+        "timer_reput": F.when(has_first & ~resent_same_topic & ~F.col("rechecked") & timer, extra_copies).otherwise(0),
+        "unexplained": F.when(has_first & ~resent_same_topic & ~F.col("rechecked") & ~timer, extra_copies).otherwise(0),
         "consumer_repull": F.when(has_first, F.col("first_deliveries") - F.col("copies")).otherwise(0),
     }
     for name, expr in causes.items():

@@ -27,6 +27,7 @@ from analysis.pace import lag as send_lag
 from analysis.latency import histogram as _histogram, percentiles as _percentiles
 from analysis.offsets import reused_queue_offsets
 from analysis.order import order_check
+from analysis.timers import timer_check
 from analysis.transactions import transaction_check, txn_keys
 from analysis.redeliveries import rollback_repeats, rollbacks
 from analysis.sealed import attribute, read_receive, read_send, read_txn
@@ -48,7 +49,8 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
                     receive_complete: bool = True, store: Any = None,
                     brokers: dict[str, dict[str, str]] | None = None,
                     monitor: list[dict[str, Any]] | None = None, ordered: bool = False,
-                    txn_files: list[Path] | None = None, txn_timing: tuple[int, int] | None = None) -> dict[str, Any]:
+                    txn_files: list[Path] | None = None, txn_timing: tuple[int, int] | None = None,
+                    timer_slack_ms: int | None = None) -> dict[str, Any]:
     """The reconciliation proper; returns the `counts`, `errors`, `latency_ms`, `series`, `windows`
     parts of summary.json. With out_dir, writes keys.parquet and series.parquet there. With `store`
     (cluster/store.py's, over the run's broker stores), lost and indeterminate keys are looked up in it.
@@ -56,7 +58,8 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
     (analysis/failover.py; None without a replicated group). `ordered`: an ordered load, whose keys get
     the per-key order check (analysis/order.py; `order` is None otherwise). `txn_files`: a transactional
     load's transaction ledgers, judged with the brokers' (transactionTimeOut, transactionCheckInterval)
-    in ms (analysis/transactions.py; `transactions` is None otherwise).
+    in ms (analysis/transactions.py; `transactions` is None otherwise). `timer_slack_ms`: a timer load,
+    whose keys are judged early, late or lost with that slack (analysis/timers.py; `timers` is None otherwise).
 
     `send_files`/`recv_files` are the journals (JSON Lines); Spark reads their sealed Parquet copies
     only, sealing first whatever a crashed writer left unsealed. Passes over the data: one job by key
@@ -105,6 +108,9 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
         if res["offset_rollback"]:
             step(f"{res['offset_rollback']['deliveries']} delivery(ies) read again after a power loss rolled offsets back")
         res["order"] = order_check(send, recv) if ordered else None
+        res["timers"] = timer_check(keys, events, timer_slack_ms, send) if timer_slack_ms is not None else None
+        if res["timers"]:
+            step(f"{res['timers']['keys']} timer message(s) judged against their due times")
         res["transactions"] = transaction_check(send, txn, recv, receive_complete, *(txn_timing or (6000, 30000)),
                                                 store=store) if txn is not None else None
         if res["transactions"]:

@@ -48,6 +48,8 @@ REMARK_PREFIX_REGEX = r"^(\[[A-Z_]+\])"
 #  transaction_recommit  another stored copy of a transactional key committed more than once (the
 #                   broker asked about it after the application's own end, or it answered commit to
 #                   several check-backs, each about another re-appended copy of the half)
+#  timer_reput      another stored copy of a timer message after a single attempt: the broker's wheel
+#                   put it into its topic more than once (seen after a kill -9 and restart)
 #  unexplained      another stored copy in the same topic with one attempt only
 DUPLICATE_CAUSES = ("consumer_retry", "backup_topic", "producer_resend", "consumer_repull", "transaction_recommit",
-                    "unexplained")
+                    "timer_reput", "unexplained")

@@ -58,7 +58,8 @@ def truth(n: int) -> dict[str, Any]:
             "corrupted_by_kind": {"properties_damaged": len(range(0, n, 1000)), "body_damaged": len(range(1, n, 1000)),
                                   "msgid_only": len(range(0, n // 1000, 2))},
             "duplicates_by_cause": {"consumer_retry": per[94], "backup_topic": per[93], "producer_resend": per[92],
-                                    "consumer_repull": per[95], "transaction_recommit": 0, "unexplained": 0},
+                                    "consumer_repull": per[95], "transaction_recommit": 0, "timer_reput": 0,
+                                    "unexplained": 0},
             "answers": answers(n)}
 
 

@@ -231,7 +231,7 @@ class FaultScheduler(threading.Thread):
         try:
             h.start()  # a start that fails undoes its own partial work (e.g. oom_kill lifts the limit)
             try:
-                self._hold(h, start / 1000 + k.span(params), k.tick_s)
+                self._hold(h, start / 1000 + k.span(params), h.tick_s)  # per occurrence: a strobe ticks at its own period
             finally:  # a fault that started is undone even when a tick failed
                 ev = h.stop()
         except Exception as e:  # noqa: BLE001 - recorded, then fails the stage

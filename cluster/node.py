@@ -141,6 +141,16 @@ class Node(ABC):
     def make_oom_victim(self) -> None:
         """Make the node's process the kernel's first choice when its domain runs out of memory."""
 
+    def set_clock(self, offset_s: float, rate: float | None = None) -> str:
+        """Move the node's own clock to the host's plus `offset_s` (running `rate` times as fast, if
+        given); returns the control line written. Only a node started under libfaketime (cluster.faketime)."""
+        raise UserError(f"{self.name}: a clock of its own needs the local backend", "use cluster.backend: local")
+
+    def clock_now(self) -> tuple[float, float] | None:
+        """(the node's own time, the host's time then) in epoch seconds, read from the node itself; None
+        when it did not answer."""
+        return None
+
     @abstractmethod
     def wait_exit(self, pid: int, timeout: float) -> bool:
         """Wait until the process `pid` of this node has exited; True if it did within `timeout`."""

@@ -74,6 +74,8 @@ class NodePlan:
     replication: str | None = None  # a replica's group: controller | dledger (Broker.replication)
     powerfs: bool = False  # its store sits on the powerfs layer (cluster.powerfs; docs/powerfs.md)
     powerfs_expire_s: float | None = None  # the layer's durable-by-age (cluster.powerfs_expire)
+    faketime: bool = False  # started under libfaketime: its own clock (cluster.faketime; cluster/clock.py)
+    faketime_monotonic: bool = False  # its monotonic clock moves too (cluster.faketime_monotonic)
 
     @property
     def addr(self) -> str:
@@ -152,6 +154,10 @@ def plan(s: Scenario) -> list[NodePlan]:
     for n in nodes:
         n.powerfs = n.name in layered
         n.powerfs_expire_s = c.powerfs_expire if n.powerfs else None
+    faked = set(c.faketime_nodes())
+    for n in nodes:
+        n.faketime = n.name in faked
+        n.faketime_monotonic = n.faketime and c.faketime_monotonic
     return nodes
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from rmqchaos import body as msgbody
 from rmqchaos import producer_control as pc
 from rmqchaos.journal_write import DRAIN_S, LedgerWriter
 from rmqchaos.ledger_lines import SendLines
-from rmqchaos.ledgers import ORDER_SEP, send_ledger_path, txn_ledger_path
+from rmqchaos.ledgers import DUE_SEP, ORDER_SEP, send_ledger_path, txn_ledger_path
 from rmqchaos.progress import say
 from rmqchaos.spec import Load
 from rmqclient.producer import MessageQueue, Producer, SendResult
@@ -56,6 +57,8 @@ class LoadPlan:
     ledger: bool
     # bench ledger --alternate: the ledger on and off in turns of this many seconds (0: always as `ledger`)
     ledger_turns: float = 0.0
+    # a timer load by delay level: that level's delay on the brokers (rmqchaos/spec/timing.py)
+    level_delay_ms: int = 0
 
 
 class LoadContext:
@@ -165,6 +168,9 @@ class LoadContext:
         self._up.wait()  # a crashed application sends nothing until it is back
         gen = self.generation
         key = f"{shard[0]}{ORDER_SEP}{shard[1]}" if shard else f"{self.key_base}{seq}"
+        props = None
+        if self.load.timer is not None:  # scheduled: due at a time the key records (rmqchaos/ledgers.py DUE_SEP)
+            key, props = self._timer(key)
         body = msgbody.encode(key, self.producer_id, seq, self.filler, self.load.message_size)
         intended_ms = int(intended_s * 1000)
         n = itertools.count(1)
@@ -172,13 +178,27 @@ class LoadContext:
         try:
             rs = run_policy(self.load.policy, self.load.topic, self.backup_topic, self.load.timeout,
                             lambda topic, excl, tmo: self._attempt(key, body, next(n), topic, excl, tmo, intended_ms,
-                                                                   shard[0] if shard else None, gen))
+                                                                   shard[0] if shard else None, gen, props))
         finally:
             self.inflight -= 1
         if self.txn is not None and rs and rs[-1].outcome == "ok" and gen == self.generation:  # stored: end it, apart
             self._ends = [g for g in self._ends if not g.dead]
             self._ends.append(gevent.spawn(self.txn.end, self.producer, rs[-1].topic, rs[-1]))
         return rs
+
+    def _timer(self, key: str) -> tuple[str, dict[str, str]]:
+        """A timer load's message: its key with the time it is due at, and the property that schedules it.
+        A delay level is due its delay after now (the broker counts from the message's store time, a
+        little later: never earlier); a deliver time is now + delay + the key's share of the spread
+        (by its hash, so a re-run draws the same)."""
+        t = self.load.timer
+        assert t is not None
+        now = int(time.time() * 1000)
+        if t.delay_level is not None:
+            return f"{key}{DUE_SEP}{now + self.plan.level_delay_ms}", {"DELAY": str(t.delay_level)}
+        share = zlib.crc32(key.encode()) / 2 ** 32
+        due = now + int(round(((t.delay or 0.0) + share * t.spread) * 1000))
+        return f"{key}{DUE_SEP}{due}", {"TIMER_DELIVER_MS": str(due)}
 
     def _pinned_queue(self, topic: str, shard_key: str, res: SendResult) -> MessageQueue | None:
         """Strict order: the queue a sharding key was first sent to, or None with `res` completed as an
@@ -199,7 +219,8 @@ class LoadContext:
         return pinned if in_route else None
 
     def _attempt(self, key: str, body: bytes, attempt: int, topic: str, exclude: str | None, timeout: float,
-                 intended_ms: int, shard_key: str | None = None, gen: int = 0) -> SendResult:
+                 intended_ms: int, shard_key: str | None = None, gen: int = 0,
+                 props: dict[str, str] | None = None) -> SendResult:
         if gen != self.generation:  # the application crashed since this message began: no more attempts
             now = int(time.time() * 1000)
             return SendResult(outcome="error", topic=topic, key=key, start_ms=now, end_ms=now, error=CRASHED)
@@ -217,7 +238,8 @@ class LoadContext:
             r = self.producer.send_half(topic, body, key=key, timeout=timeout, exclude_broker=exclude,
                                         check_immunity_s=txn.check_immunity if txn is not None else None)
         elif shard_key is None:
-            r = self.producer.send(topic, body, key=key, tags=self.load.tags, exclude_broker=exclude, timeout=timeout)
+            r = self.producer.send(topic, body, key=key, tags=self.load.tags, exclude_broker=exclude, timeout=timeout,
+                                   properties=props)
         elif not (self.load.order and self.load.order.strict):  # SelectMessageQueueByHash, never another broker
             r = self.producer.send(topic, body, key=key, tags=self.load.tags, by_hash=shard_key, timeout=timeout)
         else:

@@ -78,20 +78,30 @@ def started_consumers(run: RunDir, c: ClusterBackend, s: Scenario) -> list[JavaC
 
 def drain(consumers: list[JavaConsumer], settle: float, timeout: float,
           lag: Callable[..., int | None] | None = None,
-          out_of_reach: Callable[[], list[str]] | None = None) -> tuple[int, bool, list[str]]:
+          out_of_reach: Callable[[], list[str]] | None = None,
+          not_before: float | None = None) -> tuple[int, bool, list[str]]:
     """Wait until every consumer group has consumed everything the brokers hold (lag 0: a restarted
     broker's queues come back to a consumer only after its next route poll and rebalance, up to
     ~50 s) and no new delivery was recorded for `settle` seconds; at most `timeout`. Stops early,
     not drained, when broker groups have no running node (`out_of_reach`: after the load nothing
     restarts them, so their stored messages stay out of reach) and the other groups' lag
-    (`lag(skip)`) is 0. Returns (deliveries, drained, the groups out of reach)."""
-    t0 = time.monotonic()
-    last, last_change, last_say, left = -1, t0, t0, None
+    (`lag(skip)`) is 0. `not_before` (wall clock): a timer load's last due time plus its wait; lag
+    cannot see a message still in the brokers' timer wheel or delay queues, so the drain does not stop
+    before then, and `timeout` counts from then. Returns (deliveries, drained, the groups out of reach)."""
+    hold = max(0.0, (not_before or 0.0) - time.time())
+    t0 = time.monotonic() + hold
+    last, last_change, last_say, left = -1, t0, time.monotonic(), None
     while True:
         n = sum(c.deliveries() for c in consumers)
         now = time.monotonic()
         if n != last:
             last, last_change = n, now
+        if now < t0:  # a timer load: messages may still be due
+            if now - last_say >= 5:
+                say(f"drain: {n} deliveries so far; waiting {t0 - now:.0f}s more for scheduled messages to be due")
+                last_say = now
+            time.sleep(0.25)
+            continue
         if now - last_change >= settle:
             left = lag() if lag else 0
             if left == 0:

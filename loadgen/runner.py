@@ -32,6 +32,7 @@ from rmqchaos.errors import UserError
 from rmqchaos.progress import say
 from rmqchaos.procs import spawn
 from rmqchaos.rundir import RunDir
+from rmqchaos.spec.timing import level_ms
 from rmqchaos.wait import poll_until
 
 STOP_GRACE_S = 30.0  # after the deadline: in-flight attempts end within their timeouts
@@ -45,7 +46,9 @@ def plan_for(run: RunDir, worker: int, workers: int, deadline: float, ledger: bo
     return LoadPlan(run_dir=str(run.path), run_id=run.run_id, namesrv=get_backend(run).namesrv_addr,
                     source=addresses(s)["producers"], load=s.load,
                     worker=worker, workers=workers, deadline=deadline,
-                    ledger=s.load.ledger if ledger is None else ledger, ledger_turns=ledger_turns)
+                    ledger=s.load.ledger if ledger is None else ledger, ledger_turns=ledger_turns,
+                    level_delay_ms=level_ms(s, s.load.timer.delay_level) if s.load.timer and s.load.timer.delay_level
+                    else 0)
 
 
 def _env(ctx_plan: LoadPlan | None) -> Environment:

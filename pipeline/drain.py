@@ -4,6 +4,7 @@ cleanly (offsets persisted, receive ledgers fsync'd). Runs in any process: the c
 by their records in processes.jsonl."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from pipeline.stage import stage
 from rmqchaos.procs import now_ms
 from rmqchaos.progress import say
 from rmqchaos.rundir import RunDir
+from rmqchaos.spec.timing import max_due_after_s
 
 
 def run(run_dir: str | Path | RunDir) -> dict[str, Any]:
@@ -27,8 +29,12 @@ def run(run_dir: str | Path | RunDir) -> dict[str, Any]:
             return {"deliveries": None, "drained": None}
         try:
             t1 = now_ms()
+            # a timer load: the last message made before now is due at most max_due_after_s from now
+            wait = max_due_after_s(s) + s.load.timer.wait if s.load and s.load.timer else 0.0
+            if wait:
+                say(f"drain: a timer load: waiting at least {wait:g}s (the longest delay and load.timer.wait)")
             n, drained, gone = drain(consumers, s.consumers.settle, s.consumers.drain_timeout,  # type: ignore[union-attr]
-                                     group_lag(c, s), dead_groups(c))
+                                     group_lag(c, s), dead_groups(c), not_before=time.time() + wait if wait else None)
             r.event("drain", "consumers", t1, now_ms(), "done" if drained else "out_of_reach" if gone else "timeout",
                     deliveries=n, drained=drained, **({"out_of_reach": gone} if gone else {}))
         finally:

@@ -74,6 +74,20 @@ def shard_of(key: str | None) -> tuple[str, int] | None:
     return (stream, int(seq)) if seq.isdigit() and stream else None
 
 
+#: a timer load's keys (issue 51): `<key><DUE_SEP><the ms since the epoch it is due at>`, the one place
+#: a message's intended delivery time is recorded (both ledgers carry the key, so a delivery is judged
+#: early or late without a join); the separator appears in no other key
+DUE_SEP = "@"
+
+
+def due_of(key: str | None) -> int | None:
+    """The time (ms) a timer load's message is due at; None for any other key."""
+    if not key or DUE_SEP not in key:
+        return None
+    _, _, due = key.rpartition(DUE_SEP)
+    return int(due) if due.isdigit() else None
+
+
 INTENT_KEYS = tuple(n for n, _ in SEND_INTENT)
 OUTCOME_KEYS = tuple(n for n, _ in SEND_OUTCOME)
 RECEIVE_KEYS = tuple(n for n, _ in RECEIVE_FIELDS)

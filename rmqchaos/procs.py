@@ -76,6 +76,7 @@ class ProcessLog:
 
     def record_exit(self, node: str, pid: int, how: str) -> None:
         self._append({"event": "exit", "node": node, "pid": pid, "how": how, "ts_ms": now_ms()})
+        forget_faketime(pid)
 
     def entries(self) -> list[dict[str, object]]:
         if not self.path.exists():
@@ -229,3 +230,13 @@ def parse_signal(name: str) -> signal.Signals:
         return signal.Signals[n if n.startswith("SIG") else "SIG" + n]
     except KeyError:
         raise ValueError(f"unknown signal {name!r}; e.g. SIGKILL, SIGTERM, SIGSTOP") from None
+
+
+def forget_faketime(pid: int) -> None:
+    """Remove what libfaketime left in /dev/shm for our process `pid`, now ended (cluster/clock.py): a
+    later process given the same pid would fail on it ("shm_open failed: File exists")."""
+    for f in (Path(f"/dev/shm/faketime_shm_{pid}"), Path(f"/dev/shm/sem.faketime_sem_{pid}")):
+        try:
+            f.unlink()
+        except OSError:
+            pass

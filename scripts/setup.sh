@@ -10,11 +10,11 @@ die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
 stamp_ok() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }
 
 # --- Debian tools the platform uses (cluster: java, mvn, gcc; noise: fio, redis; netns: ip; link faults: conntrack; report test: chromium;
-#     docker backend: Debian's engine and debootstrap for the offline image) ---
+#     docker backend: Debian's engine and debootstrap for the offline image; per-node clocks: faketime) ---
 apt_updated=0
 need_pkgs=()
 PATH=$PATH:/usr/sbin:/sbin  # dockerd and debootstrap live there, off a normal user's PATH
-for pair in fio:fio redis-server:redis-server ip:iproute2 gcc:gcc mvn:maven java:openjdk-17-jdk-headless javac:openjdk-17-jdk-headless ss:iproute2 conntrack:conntrack tcpdump:tcpdump pgrep:procps chromium:chromium dockerd:docker.io debootstrap:debootstrap; do
+for pair in fio:fio redis-server:redis-server ip:iproute2 gcc:gcc mvn:maven java:openjdk-17-jdk-headless javac:openjdk-17-jdk-headless ss:iproute2 conntrack:conntrack tcpdump:tcpdump pgrep:procps chromium:chromium dockerd:docker.io debootstrap:debootstrap faketime:faketime; do
   cmd=${pair%%:*}; pkg=${pair#*:}
   command -v "$cmd" >/dev/null 2>&1 || need_pkgs+=("$pkg")
 done

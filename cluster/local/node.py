@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from cluster import powerfs
+from cluster import clock, powerfs
 from cluster.node import Node, NodeMemory
 from cluster.jvm import find_java, jvm_command
 from cluster.local.cgroups import Cgroup
@@ -129,7 +129,10 @@ class LocalNode(Node):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS"))}
         # the shim binds the node's listeners and outgoing connections to its own address
         env.update({"ROCKETMQ_HOME": str(self.dir), "LD_PRELOAD": str(shim), "RMQCHAOS_NODE_ADDR": self.plan.host})
-        cmd = self.command(java, home)
+        cmd = self.command(java, home)  # makes the node's directory
+        if self.plan.faketime:  # a clock of its own, at the offset its control file says (kept across restarts)
+            env.update(clock.env(self.dir, self.plan.faketime_monotonic))
+            env["LD_PRELOAD"] = f"{shim}:{clock.lib()}"
         self.layer()
         proc = spawn(cmd, cwd=self.dir, env=env, log_file=self.stdout_file, join=self.cgroup.procs_files(),
                      new_session=True)
@@ -204,6 +207,16 @@ class LocalNode(Node):
         if pid is None:
             raise UserError(f"{self.name} is not running", "cannot make it the OOM victim")
         Path(f"/proc/{pid}/oom_score_adj").write_text("1000")
+
+    def set_clock(self, offset_s: float, rate: float | None = None) -> str:
+        if not self.plan.faketime:
+            raise UserError(f"{self.name} was not started under libfaketime, so its clock cannot move",
+                            f"add {self.name} to cluster.faketime")
+        return clock.write(self.dir, offset_s, rate)
+
+    def clock_now(self) -> tuple[float, float] | None:
+        pid = self.pid
+        return None if pid is None else clock.node_time(str(Path(find_java()[0]).parent / "jcmd"), pid)
 
     def wait_exit(self, pid: int, timeout: float) -> bool:
         r = self.record

@@ -20,7 +20,7 @@ from rmqchaos.spec.types import (CONTROLLER_FOLLOWERS, CONTROLLER_LEADER, MANY, 
                                  to_seconds)
 from rmqchaos.spec.cluster import Broker, BrokerDefaults, Cluster, Controllers, Jvm, Namesrv, Proxy, Slave
 from rmqchaos.spec.scenario import (Checks, ConsumerInstance, Consumers, Fault, FaultKindSpec, Load, Policy, Repeat,
-                                    RetryOn, Scenario, Transaction, WitnessCheck)
+                                    RetryOn, Scenario, Timer, Transaction, WitnessCheck)
 from rmqchaos.spec.messages import SpecError
 from rmqchaos.spec.confkeys import PLATFORM_BROKER_KEYS, PLATFORM_NAMESRV_KEYS, config_keys
 from rmqchaos.spec.checks import fault_errors, role_error, semantic_errors
@@ -31,6 +31,6 @@ __all__ = ["CONTROLLER_FOLLOWERS", "CONTROLLER_LEADER", "MANY", "MASTER_OF", "SL
            "NonNegDuration", "Port", "Strict", "TopicName", "is_role", "role_group", "slave_index",
            "Broker", "BrokerDefaults", "Cluster", "Controllers", "Jvm", "Namesrv", "Proxy", "Slave",
            "Checks", "ConsumerInstance", "Consumers", "Fault", "FaultKindSpec", "Load", "Policy", "Repeat", "RetryOn",
-           "Scenario", "Transaction", "WitnessCheck", "SpecError", "PLATFORM_BROKER_KEYS", "PLATFORM_NAMESRV_KEYS", "config_keys",
+           "Scenario", "Timer", "Transaction", "WitnessCheck", "SpecError", "PLATFORM_BROKER_KEYS", "PLATFORM_NAMESRV_KEYS", "config_keys",
            "fault_errors", "role_error", "semantic_errors", "MAX_DEPTH", "MAX_EXTENDS", "MAX_NODES", "dump_scenario",
            "load_scenario", "parse_scenario", "read_text"]

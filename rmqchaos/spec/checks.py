@@ -11,6 +11,7 @@ from rmqchaos.spec.confkeys import PLATFORM_BROKER_KEYS, PLATFORM_NAMESRV_KEYS, 
 from rmqchaos.spec.messages import _dotted, _pydantic_message
 from rmqchaos.spec.modes import controller_errors, controller_ports, dledger_errors
 from rmqchaos.spec.scenario import Fault, FaultKindSpec, Scenario
+from rmqchaos.spec.timing import timer_errors
 from rmqchaos.spec.types import (CONTROLLER_FOLLOWERS, CONTROLLER_LEADER, MANY, MASTER_OF, SLAVE_OF, is_role, role_group,
                                  slave_index)
 
@@ -56,19 +57,20 @@ def reach(s: Scenario, members: list[str]) -> list[str]:
 
 
 def powerfs_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
-    """cluster.powerfs: each member a node, a broker group or `controllers`; the local backend only."""
+    """cluster.powerfs and cluster.faketime: each member a node, a broker group or `controllers`; the
+    local backend only."""
     errs: list[tuple[tuple[Any, ...], str]] = []
-    if not s.cluster.powerfs:
-        return errs
     known = set(s.cluster.node_names()) | {b.name for b in s.cluster.brokers} | \
         ({"controllers"} if s.cluster.controllers is not None else set())
-    for i, m in enumerate(s.cluster.powerfs):
-        if m not in known:
-            errs.append((("cluster", "powerfs", i), f"{m!r} is no node, broker group or `controllers` of this cluster; "
+    for field, what in (("powerfs", "stores on the powerfs layer (power_loss, disk_error, disk_slow)"),
+                        ("faketime", "nodes under libfaketime (clock faults)")):
+        members = getattr(s.cluster, field)
+        for i, m in enumerate(members):
+            if m not in known:
+                errs.append((("cluster", field, i), f"{m!r} is no node, broker group or `controllers` of this cluster; "
                                                     f"nodes: {', '.join(s.cluster.node_names())}"))
-    if s.cluster.backend != "local":
-        errs.append((("cluster", "powerfs"), f"stores on the powerfs layer (power_loss, disk_error, disk_slow) need the local "
-                                             f"backend, not {s.cluster.backend}: use backend: local"))
+        if members and s.cluster.backend != "local":
+            errs.append((("cluster", field), f"{what} need the local backend, not {s.cluster.backend}: use backend: local"))
     return errs
 
 
@@ -282,7 +284,7 @@ def semantic_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec] | None
     errs += after_errors(s) + powerfs_errors(s)
     if s.load is not None and s.load.backup_topic() == s.load.topic:
         errs.append((("load", "policy", "backup_topic"), "the backup topic must differ from load.topic"))
-    errs += expect_errors(s) + signature_errors(s) + order_errors(s)
+    errs += expect_errors(s) + signature_errors(s) + order_errors(s) + timer_errors(s)
     if s.cluster.proxy.enabled:
         for field in ("grpc_port", "remoting_port"):
             p = getattr(s.cluster.proxy, field)

@@ -137,6 +137,13 @@ class Cluster(Strict):
     # kernel and ext4's journal would, fsynced or not. None: only a sync makes data durable (the
     # worst case, as LazyFS models it; the default)
     powerfs_expire: Duration | None = None
+    # Nodes started under libfaketime, each with its own clock a `clock` fault moves (docs/faults.md):
+    # node names, broker group names (every node of the group), `controllers` or `namesrv`. Only
+    # these nodes take a clock fault; the rest keep the host's clock.
+    faketime: list[str] = []
+    # whether their CLOCK_MONOTONIC moves with the wall clock (System.nanoTime, the JVM's scheduled
+    # executors): needed for a drift rate; off, only the wall clock moves, as an NTP step moves it
+    faketime_monotonic: bool = False
 
     @model_validator(mode="after")
     def _assign_ports(self) -> "Cluster":
@@ -164,9 +171,17 @@ class Cluster(Strict):
 
     def powerfs_nodes(self) -> list[str]:
         """`powerfs` as node names, in node order (unknown members are the checks' to report)."""
+        return self.member_nodes(self.powerfs)
+
+    def faketime_nodes(self) -> list[str]:
+        """`faketime` as node names, in node order."""
+        return self.member_nodes(self.faketime)
+
+    def member_nodes(self, members: list[str]) -> list[str]:
+        """Node names, broker group names and `controllers` as node names, in node order."""
         want: set[str] = set()
         groups = {b.name for b in self.brokers}
-        for m in self.powerfs:
+        for m in members:
             if m in groups:
                 want |= set(self.group_node_names(m))
             elif m == "controllers" and self.controllers is not None:

@@ -63,6 +63,10 @@ DERIVED = {
     "order_keys_moved": "sharding keys sent to more than one queue (a route or queue-count change moved them)",
     "order_broken_moved": "sharding keys that broke order and had moved to another queue",
     "order_broken_stayed": "sharding keys that broke order on the one queue they were sent to (a redelivery, a rebalance)",
+    "timers_early": "acknowledged timer messages first delivered before they were due (summary.timers)",
+    "timers_lost": "acknowledged timer messages never delivered, the drain having waited load.timer.wait past the last due time",
+    "timers_late_over_5s": "timer messages first delivered more than 5 s after they were due",
+    "timers_late_max_ms": "the most a timer message's first delivery came after its due time (ms)",
 }
 OPS = ("==", "!=", ">=", "<=", ">", "<")
 _CONDITION = re.compile(r"^\s*([a-z_0-9]+(?:\.[A-Za-z0-9_%-]+)?)\s*(==|!=|>=|<=|>|<)\s*(-?\d+)\s*$")

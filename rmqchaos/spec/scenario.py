@@ -86,6 +86,27 @@ class Transaction(Strict):
         return self
 
 
+class Timer(Strict):
+    """A timer load (issue 51): every message is a scheduled one, due at a time the producer records in
+    its key (rmqchaos/ledgers.py DUE_SEP). `delay_level`: a 4.x delay level (the DELAY property; level 1
+    is the first delay of the brokers' messageDelayLevel), due its delay after the message was made;
+    or `delay` (+ `spread`): the TIMER_DELIVER_MS property, due at the time the message was made plus
+    `delay` plus a share of `spread` drawn by the key's hash. `wait`: how long the drain waits past
+    the last due time (a timer delivered later is counted lost, its copy looked up in the store)."""
+    delay_level: Annotated[StrictInt, Field(ge=1, le=64)] | None = None
+    delay: Annotated[float, BeforeValidator(_duration), Field(gt=0, le=7 * 24 * 3600)] | None = None
+    spread: Annotated[float, BeforeValidator(_duration), Field(ge=0, le=7 * 24 * 3600)] = 0.0
+    wait: Annotated[float, BeforeValidator(_duration), Field(ge=0, le=24 * 3600)] = 60.0
+
+    @model_validator(mode="after")
+    def _one(self) -> "Timer":
+        if (self.delay_level is None) == (self.delay is None):
+            raise ValueError("give one of delay_level (a 4.x delay level) or delay (a timer: TIMER_DELIVER_MS)")
+        if self.spread and self.delay is None:
+            raise ValueError("spread goes with delay (a delay level's delay is the broker's)")
+        return self
+
+
 class Load(Strict):
     """Locust load: `users` producers at `rate` messages/s in total, for `duration` or `messages`."""
     topic: TopicName = "RMQCHAOS_LOAD"
@@ -114,6 +135,8 @@ class Load(Strict):
     order: "Order | None" = None
     # a transactional load (issue 50): half messages ended by the mix (rmqclient/transaction.py)
     transaction: Transaction | None = None
+    # a timer load (issue 51): every message scheduled by delay level or deliver time
+    timer: Timer | None = None
 
     def backup_topic(self) -> str | None:
         if self.policy.kind != "resend_to_backup_topic":

@@ -1,0 +1,149 @@
+"""clock: move one node's own clock (a node under libfaketime: cluster.faketime; cluster/clock.py), in
+Jepsen's clock nemesis terms:
+- a jump: `offset` (± seconds) from `at` on, kept (no `duration`);
+- an offset held for `duration`, then reset to the host's time;
+- a strobe: with `strobe`, the clock flips between `offset` and the host's time every `strobe`
+  seconds, for `duration`;
+- a drift: with `rate`, the clock runs `rate` times as fast from `at` for `duration` (it needs
+  cluster.faketime_monotonic: libfaketime scales time from the process's start, so the line written
+  carries the offset that makes the rate start now), then is reset.
+
+Its intent is the node's own clock read back from the node (the JVM's Thread.print header, whole
+seconds) against the host's, right after it was moved: the offset asked against the offset read. The
+evidence also keeps the reading before, and at the end."""
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, model_validator
+
+from chaos.intent import intent, measure
+from chaos.protocol import FaultKind, register
+from rmqchaos.spec import Duration, Fault, Scenario, Strict
+from rmqchaos.spec.checks import reach
+from rmqchaos.spec.types import _duration
+
+SHOW_S = 1.6  # libfaketime re-reads its control file once a wall-clock second; then the JVM answers
+
+
+def _signed(v: Any) -> Any:
+    """'-30s', '+2m', 15 -> seconds, signed."""
+    if isinstance(v, str) and v.strip()[:1] in "+-":
+        sign = -1.0 if v.strip()[0] == "-" else 1.0
+        return sign * float(_duration(v.strip()[1:]))
+    return v
+
+
+class ClockParams(Strict):
+    offset: Annotated[float, BeforeValidator(_signed), Field(ge=-30 * 86400, le=30 * 86400)] = 0.0
+    duration: Duration | None = None  # hold for this long, then back to the host's time (None: a jump, kept)
+    strobe: Duration | None = None  # flip between offset and the host's time this often (with duration)
+    rate: Annotated[float, Field(gt=0, le=100)] | None = None  # run this many times as fast (with duration)
+
+    @model_validator(mode="after")
+    def _shape(self) -> "ClockParams":
+        if self.rate is None and self.offset == 0:
+            raise ValueError("give an offset (e.g. offset: -30s) or a rate (e.g. rate: 1.5)")
+        if (self.strobe is not None or self.rate is not None) and self.duration is None:
+            raise ValueError("a strobe or a rate lasts for a duration: give duration")
+        if self.strobe is not None and self.rate is not None:
+            raise ValueError("give a strobe or a rate, not both")
+        return self
+
+
+def clock_intent(node: str, asked_s: float, read_s: float | None) -> dict[str, Any]:
+    """The offset asked against the offset read from the node (None: the node did not answer)."""
+    if read_s is None:
+        return intent([measure("s offset", node, abs(asked_s), 0.0, f"{node}'s clock could not be read back")],
+                      f"clock of {node}")
+    toward = read_s * (1 if asked_s >= 0 else -1)  # a clock moved the wrong way achieved less than nothing
+    return intent([measure("s offset", node, abs(asked_s), max(0.0, toward),
+                           f"{node}'s clock read {read_s:+.0f} s off the host's (asked {asked_s:+g} s; read to 1 s)")],
+                  f"clock of {node}")
+
+
+@register
+class Clock(FaultKind):
+    name = "clock"
+    Params = ClockParams
+    roles = True
+
+    @classmethod
+    def span(cls, params: Any) -> float:
+        return float(params.duration or 0.0)
+
+    @property
+    def tick_s(self) -> float | None:  # type: ignore[override]
+        return float(self.params.strobe) if self.params.strobe else None  # type: ignore[attr-defined]
+
+    @classmethod
+    def check(cls, params: Any, fault: Fault, scenario: Scenario) -> list[tuple[tuple[Any, ...], str]]:
+        faked = set(scenario.cluster.faketime_nodes())
+        out = [n for n in reach(scenario, [fault.target] if fault.target else []) if n not in faked]
+        errs: list[tuple[tuple[Any, ...], str]] = []
+        if out:
+            errs.append((("target",), f"{', '.join(out)} {'is' if len(out) == 1 else 'are'} not started under "
+                                      f"libfaketime, so a clock fault cannot move {'its' if len(out) == 1 else 'their'}"
+                                      f" clock: add {'it' if len(out) == 1 else 'them'} to cluster.faketime"))
+        if params.rate is not None and not scenario.cluster.faketime_monotonic:
+            errs.append((("rate",), "a drift rate needs the monotonic clock faked too (libfaketime scales both): set "
+                                    "cluster.faketime_monotonic: true"))
+        return errs
+
+    def _read(self) -> float | None:
+        r = self.node.clock_now()
+        return None if r is None else round(r[0] + 0.5 - r[1], 1)  # the header floors the node's second
+
+    def _others(self) -> dict[str, float | None]:
+        """Every other running node's clock against the host's, read from each node: unmoved."""
+        out: dict[str, float | None] = {}
+        for n in self.ctx.cluster.nodes():
+            if n.name != self.node.name and n.pid is not None:
+                r = n.clock_now()
+                out[n.name] = None if r is None else round(r[0] + 0.5 - r[1], 1)
+        return out
+
+    def _set(self, offset: float, rate: float | None = None) -> str:
+        return self.node.set_clock(offset, rate)
+
+    def start(self) -> None:
+        p: ClockParams = self.params  # type: ignore[assignment]
+        pid = self.running_pid()
+        before = self._read()
+        if p.rate is not None:  # libfaketime: fake = start + offset + rate * (now - start), start = its load
+            up = time.time() - _started(pid)
+            line = self._set(p.offset + (1 - p.rate) * up, p.rate)
+        else:
+            line = self._set(p.offset)
+        self.flipped, self.on = 0, True
+        time.sleep(SHOW_S)
+        after = self._read()
+        asked = p.offset if p.rate is None else p.offset + (p.rate - 1) * SHOW_S
+        self.evidence = {"intent": clock_intent(self.node.name, asked, None if after is None else after - (before or 0.0)),
+                         "pid": pid, "line": line, "offset_before_s": before, "offset_after_s": after,
+                         "others_offset_s": self._others()}
+
+    def tick(self) -> None:  # a strobe
+        p: ClockParams = self.params  # type: ignore[assignment]
+        self.on = not self.on
+        self._set(p.offset if self.on else 0.0)
+        self.flipped += 1
+
+    def stop(self) -> dict[str, Any]:
+        p: ClockParams = self.params  # type: ignore[assignment]
+        if p.duration is not None:  # back to the host's time (a jump stays)
+            self.evidence["reset"] = self._set(0.0, 1.0 if p.rate is not None else None)
+            time.sleep(SHOW_S)
+        self.evidence["offset_at_end_s"] = self._read()
+        if p.strobe is not None:
+            self.evidence["flips"] = self.flipped
+        return self.evidence
+
+
+def _started(pid: int) -> float:
+    """When process `pid` started, epoch seconds (/proc: clock ticks after boot)."""
+    import os
+    ticks = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19])
+    btime = next(int(x.split()[1]) for x in open("/proc/stat") if x.startswith("btime"))
+    return btime + ticks / os.sysconf("SC_CLK_TCK")

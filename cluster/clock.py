@@ -1,0 +1,86 @@
+"""A node's own clock: libfaketime preloaded into its JVM (cluster.faketime), driven by a control file
+the platform rewrites at run time (the `clock` fault). Measured here (docs/faults.md, clock):
+
+- the file is re-read once a wall-clock second (FAKETIME_CACHE_DURATION=0: ~75 ns a call, where
+  FAKETIME_NO_CACHE parses the file on every call, ~2.3 us), so a change shows within 1 s;
+- a malformed line makes libfaketime exit(1), killing the node: lines are only written by `line()`,
+  and replaced atomically;
+- by default only the wall clock moves (as an NTP step does): FAKETIME_DONT_FAKE_MONOTONIC=1 with
+  FAKETIME_FORCE_MONOTONIC_FIX=0 (without the latter, Debian's 0.9.10 on glibc >= 2.30 returns every
+  timed wait at once and the JVM spins); System.nanoTime and the scheduled executors stay real.
+  With `monotonic`, CLOCK_MONOTONIC moves too (needed for a drift rate): nanoTime follows the faked
+  clock, a backward step stops nanoTime-based schedulers until it catches up, a forward one bursts them;
+- each preloaded process leaves /dev/shm/faketime_shm_<pid> and sem.faketime_sem_<pid> when it is
+  killed, which would fail a later process given the same pid: rmqchaos.procs removes a node's own
+  when it records its end.
+The node's time is read back from the node itself: the first line of `jcmd <pid> Thread.print` is
+the JVM's own local time (whole seconds)."""
+from __future__ import annotations
+
+import calendar
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+from rmqchaos.errors import UserError
+
+LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+CONTROL = "clock.rc"  # in the node's directory
+
+
+def lib() -> Path:
+    if not LIB.exists():
+        raise UserError(f"libfaketime is not installed ({LIB} is missing), so no node can have a clock of its own",
+                        "run scripts/setup.sh, or apt-get install faketime libfaketime")
+    return LIB
+
+
+def env(node_dir: Path, monotonic: bool) -> dict[str, str]:
+    """The environment that starts a JVM under its own clock (LD_PRELOAD is the caller's to join)."""
+    control = node_dir / CONTROL
+    if not control.exists():
+        write(node_dir, 0.0)
+    e = {"FAKETIME_TIMESTAMP_FILE": str(control), "FAKETIME_CACHE_DURATION": "0", "FAKETIME_DONT_RESET": "1",
+         "LANG": "C.UTF-8", "TZ": "UTC"}  # C locale: the rate's decimal point; UTC: the read-back's time zone
+    if not monotonic:
+        e.update({"FAKETIME_DONT_FAKE_MONOTONIC": "1", "FAKETIME_FORCE_MONOTONIC_FIX": "0"})
+    return e
+
+
+def line(offset_s: float, rate: float | None = None) -> str:
+    """The control line: an offset in seconds (sub-second as a decimal), and a rate (x) if asked."""
+    if not (abs(offset_s) < 10 * 365 * 86400) or (rate is not None and not 0 < rate <= 100):
+        raise ValueError(f"clock offset {offset_s} / rate {rate} out of range")
+    out = f"{'+' if offset_s >= 0 else '-'}{abs(offset_s):.3f}"
+    return out + (f" x{rate:.6f}" if rate is not None else "")
+
+
+def write(node_dir: Path, offset_s: float, rate: float | None = None) -> str:
+    """Set the node's clock to the host's plus `offset_s` (atomically: a torn line would kill it)."""
+    text = line(offset_s, rate)
+    tmp = node_dir / (CONTROL + ".tmp")
+    tmp.write_text(text + "\n")
+    os.replace(tmp, node_dir / CONTROL)
+    return text
+
+
+_STAMP = re.compile(r"^(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)$", re.M)
+
+
+def node_time(jcmd: str, pid: int, timeout: float = 20.0) -> tuple[float, float] | None:
+    """(the node's own time, the host's time at the middle of the read) in epoch seconds, from the
+    JVM's Thread.print header (whole seconds, in the node's TZ=UTC); None if the JVM did not answer."""
+    t0 = time.time()
+    try:
+        out = subprocess.run([jcmd, str(pid), "Thread.print"], capture_output=True, text=True, timeout=timeout,
+                             env={k: v for k, v in os.environ.items() if not k.startswith(("FAKETIME", "LD_PRELOAD"))})
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    t1 = time.time()
+    m = _STAMP.search(out.stdout[:400])
+    if out.returncode != 0 or not m:
+        return None
+    node = calendar.timegm(tuple(int(x) for x in m.groups()) + (0, 0, 0))  # type: ignore[arg-type]
+    return float(node), (t0 + t1) / 2

@@ -1,0 +1,49 @@
+"""A node's own clock on real RocketMQ (issue 51): a broker under libfaketime moved +120 s by a `clock`
+fault reads the shifted time from itself (the JVM's own clock) and stamps what it stores with it
+(System.currentTimeMillis: the commit log's store time), while the host's clock and every other
+node's stay where they were; reset, it reads the host's time again."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from conftest import run_here, write_scenario
+
+CLUSTER = {"subnet": "127.0.75.0/24", "namesrv": {"port": 27776}, "ready_timeout": "90s", "stop_timeout": "10s",
+           "faketime": ["broker-a"],
+           "broker_defaults": {"jvm": {"heap_mb": 384, "max_direct_memory_mb": 256},
+                               "config": {"brokerRole": "ASYNC_MASTER", "flushDiskType": "ASYNC_FLUSH"}},
+           "brokers": [{"name": "broker-a", "port": 27711}, {"name": "broker-b", "port": 27721}]}
+
+
+def test_a_broker_under_a_faked_clock_reads_and_stamps_the_shifted_time_alone(tmp_path: Path, kept_spark: Any) -> None:
+    f = write_scenario(tmp_path / "c.yaml", {
+        "name": "clock-smoke", "cluster": CLUSTER,
+        "load": {"topic": "T_CLOCK", "users": 4, "rate": 40, "duration": "25s"},
+        "consumers": {"settle": "2s", "drain_timeout": "60s"},
+        "faults": [{"id": "ahead", "kind": "clock", "target": "broker-a", "at": "2s", "offset": "+120s",
+                    "duration": "12s"}]})
+    run, s = run_here(f, tmp_path / "run")
+    ev = next(e for e in _lines(run / "timeline.jsonl") if e["kind"] == "fault")
+    p = ev["params"]["evidence"]
+    assert abs(p["offset_before_s"]) <= 1.5 and abs(p["offset_after_s"] - 120) <= 1.5, p
+    assert p["line"] == "+120.000" and p["intent"]["short"] is False, p
+    assert set(p["others_offset_s"]) == {"namesrv", "broker-b"}, p  # the other nodes: unmoved
+    assert all(v is not None and abs(v) <= 1.5 for v in p["others_offset_s"].values()), p
+    assert abs(p["offset_at_end_s"]) <= 1.5, p  # reset to the host's time
+    # what broker-a stored inside the window carries its shifted clock; broker-b's never does
+    lo, hi = ev["start_ms"] + 2_000, ev["end_ms"] - 3_000
+    skew = {b: [r["store_ms"] - r["receive_ms"] for r in _received(run) if r["broker"] == b and lo <= r["receive_ms"] <= hi]
+            for b in ("broker-a", "broker-b")}
+    assert skew["broker-a"] and all(110_000 <= x <= 121_000 for x in skew["broker-a"]), skew
+    assert skew["broker-b"] and all(x <= 0 for x in skew["broker-b"]), skew
+    assert s["counts"]["lost"] == 0
+
+
+def _lines(f: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+
+
+def _received(run: Path) -> list[dict[str, Any]]:
+    return [r for f in sorted((run / "ledgers").glob("receive-*.jsonl")) for r in _lines(f)]
