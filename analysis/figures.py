@@ -63,6 +63,7 @@ def value(s: dict[str, Any], name: str) -> int | None:
         if not t:
             return None
         return {"timers_early": t["early"]["keys"], "timers_lost": t["lost"], "timers_late_over_5s": t["late_over"]["keys"],
+                "timers_lost_no_fault": t["no_fault"]["lost"],
                 "timers_late_max_ms": t["late_ms"].get("max")}[name]
     if name.startswith("retried_"):
         rb = s.get("retried_keys_by_batch_position")

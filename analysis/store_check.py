@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 from analysis import sends
 from analysis.powercuts import power_cuts
 from analysis.session import BROADCAST_MAX
+from rmqchaos.ledgers import due_of
 
 STORE_LOOKUP_MAX = 100_000  # keys looked up in the brokers' stores per run
 STORE_EXAMPLES = 50
@@ -45,7 +46,9 @@ def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str
     for r in sorted(rows, key=lambda r: r["key"]):
         if r["class"] == "lost":
             by_broker.update(r["acked_on"])
-        locs = [loc for t in sorted(r["topics"]) for loc in store.find(t, r["key"])]
+        # a timer or delay message may still wait in the broker's own topics (stored, not delivered)
+        topics = sorted(r["topics"]) + (list(SCHEDULED_TOPICS) if due_of(r["key"]) is not None else [])
+        locs = [loc for t in topics for loc in store.find(t, r["key"])]
         verdict = {("lost", True): "lost_in_delivery", ("lost", False): "lost_from_store",
                    ("indeterminate", True): "indeterminate_stored",
                    ("indeterminate", False): "indeterminate_not_stored"}[(r["class"], bool(locs))]
@@ -67,6 +70,9 @@ def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str
             "examples": (stored + [a for a in absent if a["class"] == "lost"])[:STORE_EXAMPLES]}
 
 
+#: where a broker keeps a scheduled message until it is due: the timer wheel's topic and the delay levels'
+#: (TimerMessageStore.TIMER_TOPIC, TopicValidator.RMQ_SYS_SCHEDULE_TOPIC)
+SCHEDULED_TOPICS = ("rmq_sys_wheel_timer", "SCHEDULE_TOPIC_XXXX")
 ANSWER_MARGIN_MS = 1000  # a producer on a busy host reads an answer this late at most (a later one is another node's)
 
 

@@ -28,6 +28,7 @@ LATE_MS = 5_000  # late enough to count against a fault (the wheel's usual laten
 #: lateness buckets, upper bounds in ms (the last is open)
 BUCKETS = ((1_000, "<= 1 s"), (5_000, "1-5 s"), (30_000, "5-30 s"), (120_000, "30 s-2 min"), (None, "> 2 min"))
 EXAMPLES = 5
+FOREVER = 2 ** 62  # the end of a fault window that never closes (ms)
 
 
 def with_due(df: DataFrame) -> DataFrame:
@@ -43,8 +44,10 @@ def fault_windows(events: list[dict[str, Any]]) -> list[tuple[str, str, str | No
         if e.get("kind") != "fault":
             continue
         p = e.get("params") or {}
+        # a fault whose effect outlasts it (a clock jump that stays) counts to the end of the run
+        end = FOREVER if (p.get("evidence") or {}).get("persists") else int(e.get("end_ms") or e["start_ms"])
         out.append((str(p.get("fault_id") or e.get("target")), str(p.get("fault_kind") or "fault"), e.get("target"),
-                    int(e["start_ms"]), int(e.get("end_ms") or e["start_ms"])))
+                    int(e["start_ms"]), end))
     return sorted(out, key=lambda w: (w[3], w[0]))
 
 

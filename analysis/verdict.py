@@ -20,7 +20,7 @@ FAULT_WORDS = {"oom_kill": ("kernel OOM kill", "kernel OOM kills"), "jvm_oom": (
                "cleanup_retry_topics": ("%RETRY% topic cleanup", "%RETRY% topic cleanups"),
                "partition": ("network partition", "network partitions"), "link": ("link fault", "link faults"),
                "power_loss": ("power loss", "power losses"), "disk_error": ("disk error window", "disk error windows"),
-               "disk_slow": ("slow disk window", "slow disk windows")}
+               "disk_slow": ("slow disk window", "slow disk windows"), "clock": ("clock fault", "clock faults")}
 _NUM = {1: "one", 2: "two", 3: "three"}
 SETTINGS = ("brokerRole", "flushDiskType", "transientStorePoolEnable")  # named in every verdict
 
@@ -69,6 +69,8 @@ def faults_phrase(s: dict[str, Any], intent: bool = True) -> str:
             return words + f" ({t})" if " | " in t else words
         if k == "link":
             return words + f" ({t})" if " -> " in t else words
+        if k == "clock":  # the node's own clock, not the node
+            return words + f" on {t}"
         return words + ("" if t in ("cluster", "None") else f" of {t}")  # noise has no target of its own
     # the restart after a kill is its recovery, not a fault of its own (unless it fell short)
     parts = [part(k, t, n) for (k, t), n in seen.items() if not (k == "restart" and t in killed and (k, t) not in short)]

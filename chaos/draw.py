@@ -20,6 +20,7 @@ class Topology:
     groups: dict[str, tuple[str, ...]]
     replicated: tuple[str, ...]
     local: bool  # the local backend: the powerfs layer (power_loss, disk_error, disk_slow) is there
+    faketime: tuple[str, ...] = ()  # nodes with a clock of their own (cluster.faketime): `clock` faults
 
     @classmethod
     def of(cls, s: Scenario) -> "Topology":
@@ -30,7 +31,7 @@ class Topology:
                 (b.name, *([f"{b.name}-s"] if b.slave is not None else []))
         return cls(namesrv="namesrv", controllers=tuple(c.controllers.node_names() if c.controllers else ()),
                    groups=groups, replicated=tuple(b.name for b in c.brokers if b.replicated),
-                   local=c.backend == "local")
+                   local=c.backend == "local", faketime=tuple(c.faketime_nodes()))
 
     @property
     def cluster_nodes(self) -> tuple[str, ...]:

@@ -66,6 +66,20 @@ def write(node_dir: Path, offset_s: float, rate: float | None = None) -> str:
     return text
 
 
+def uptime(jcmd: str, pid: int, timeout: float = 20.0) -> tuple[float, float] | None:
+    """(the JVM's uptime by its own monotonic clock, `jcmd VM.uptime`, and the host's monotonic time at
+    the middle of the read) in seconds; None if it did not answer. A jump in the first that the second
+    does not show is the node's monotonic clock moved (cluster.faketime_monotonic)."""
+    t0 = time.monotonic()
+    try:
+        out = subprocess.run([jcmd, str(pid), "VM.uptime"], capture_output=True, text=True, timeout=timeout,
+                             env={k: v for k, v in os.environ.items() if not k.startswith(("FAKETIME", "LD_PRELOAD"))})
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"^(-?\d+(?:\.\d+)?) s$", out.stdout, re.M)
+    return None if out.returncode != 0 or not m else (float(m.group(1)), (t0 + time.monotonic()) / 2)
+
+
 _STAMP = re.compile(r"^(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)$", re.M)
 
 

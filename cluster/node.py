@@ -151,6 +151,11 @@ class Node(ABC):
         when it did not answer."""
         return None
 
+    def uptime(self) -> tuple[float, float] | None:
+        """(the node's uptime by its own monotonic clock, the host's monotonic time then) in seconds; None
+        when it did not answer."""
+        return None
+
     @abstractmethod
     def wait_exit(self, pid: int, timeout: float) -> bool:
         """Wait until the process `pid` of this node has exited; True if it did within `timeout`."""

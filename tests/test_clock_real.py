@@ -1,7 +1,8 @@
 """A node's own clock on real RocketMQ (issue 51): a broker under libfaketime moved +120 s by a `clock`
 fault reads the shifted time from itself (the JVM's own clock) and stamps what it stores with it
 (System.currentTimeMillis: the commit log's store time), while the host's clock and every other
-node's stay where they were; reset, it reads the host's time again."""
+node's stay where they were, and so does its own monotonic clock (System.nanoTime, what its scheduled
+executors wait by: VM.uptime); reset, it reads the host's time again."""
 from __future__ import annotations
 
 import json
@@ -32,6 +33,8 @@ def test_a_broker_under_a_faked_clock_reads_and_stamps_the_shifted_time_alone(tm
     assert set(p["others_offset_s"]) == {"namesrv", "broker-b"}, p  # the other nodes: unmoved
     assert all(v is not None and abs(v) <= 1.5 for v in p["others_offset_s"].values()), p
     assert abs(p["offset_at_end_s"]) <= 1.5, p  # reset to the host's time
+    # only the wall clock moved: the JVM's monotonic clock (nanoTime, its scheduled executors) did not
+    assert p["monotonic_moved_s"] is not None and abs(p["monotonic_moved_s"]) <= 1.0, p
     # what broker-a stored inside the window carries its shifted clock; broker-b's never does
     lo, hi = ev["start_ms"] + 2_000, ev["end_ms"] - 3_000
     skew = {b: [r["store_ms"] - r["receive_ms"] for r in _received(run) if r["broker"] == b and lo <= r["receive_ms"] <= hi]

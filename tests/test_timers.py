@@ -76,14 +76,17 @@ def test_a_delay_level_has_no_slack(kept_spark: Any) -> None:
 def test_fault_windows_are_the_timelines_faults_by_start() -> None:
     ev = [_kill("b", 20, 30), {"kind": "restart", "target": "broker-a", "start_ms": 1, "end_ms": 2}, _kill("a", 10, 11)]
     assert fault_windows(ev) == [("a", "kill", "broker-a", 10, 11), ("b", "kill", "broker-a", 20, 30)]
+    jump = {**_kill("j", 40, 45), "params": {"fault_id": "j", "fault_kind": "clock", "evidence": {"persists": True}}}
+    assert fault_windows([jump]) == [("j", "clock", "broker-a", 40, 2 ** 62)]  # a jump that stays
 
 
 @pytest.mark.fast
 def test_timer_figures() -> None:
     from analysis.figures import value
-    t = {"early": {"keys": 3}, "lost": 2, "late_over": {"ms": 5000, "keys": 7}, "late_ms": {"max": 61_000}}
+    t = {"early": {"keys": 3}, "lost": 2, "late_over": {"ms": 5000, "keys": 7}, "late_ms": {"max": 61_000},
+         "no_fault": {"lost": 1}}
     assert [value({"timers": t}, f) for f in ("timers_early", "timers_lost", "timers_late_over_5s",
-                                              "timers_late_max_ms")] == [3, 2, 7, 61_000]
+                                              "timers_late_max_ms", "timers_lost_no_fault")] == [3, 2, 7, 61_000, 1]
     assert value({"timers": None}, "timers_early") is None
 
 
@@ -162,3 +165,20 @@ def test_the_clock_control_line_is_one_libfaketime_reads() -> None:
     assert (line(120), line(-40), line(0.25), line(-3.5, 1.5)) == ("+120.000", "-40.000", "+0.250", "-3.500 x1.500000")
     with pytest.raises(ValueError):
         line(0, 0)
+
+
+@pytest.mark.fast
+def test_explore_draws_valid_clock_faults_only_on_nodes_with_their_own_clock() -> None:
+    import random
+    from chaos.draw import Topology
+    from chaos.kinds.clock import Clock, ClockParams
+    topo = Topology(namesrv="namesrv", controllers=(), groups={"broker-a": ("broker-a",)}, replicated=(), local=True)
+    assert Clock.explore(random.Random(1), topo) is None
+    topo = Topology(**{**topo.__dict__, "faketime": ("broker-a",)})
+    draws = [Clock.explore(random.Random(i), topo) for i in range(30)]
+    assert all(d is not None and d.fault["target"] == "broker-a" for d in draws)
+    shapes = {("strobe" in d.fault, "duration" in d.fault) for d in draws if d}
+    assert shapes == {(False, False), (False, True), (True, True)}  # a jump, an offset held, a strobe
+    for d in draws:
+        assert d is not None
+        ClockParams(**{k: v for k, v in d.fault.items() if k != "target"})

@@ -13,11 +13,13 @@ seconds) against the host's, right after it was moved: the offset asked against 
 evidence also keeps the reading before, and at the end."""
 from __future__ import annotations
 
+import random
 import time
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, model_validator
 
+from chaos.draw import Draw, Topology, dur, seconds
 from chaos.intent import intent, measure
 from chaos.protocol import FaultKind, register
 from rmqchaos.spec import Duration, Fault, Scenario, Strict
@@ -78,6 +80,22 @@ class Clock(FaultKind):
         return float(self.params.strobe) if self.params.strobe else None  # type: ignore[attr-defined]
 
     @classmethod
+    def explore(cls, rng: random.Random, topo: Topology) -> Draw | None:
+        """A jump, an offset held, or a strobe on a node with a clock of its own (none without one)."""
+        if not topo.faketime:
+            return None
+        n = rng.choice(sorted(topo.faketime))
+        off = rng.choice((-1, 1)) * seconds(rng, 10, 150)
+        shape = rng.choice(("jump", "offset", "strobe"))
+        p: dict[str, Any] = {"target": n, "offset": f"{off:+g}s"}
+        d = seconds(rng, 10, 40)
+        if shape != "jump":
+            p["duration"] = dur(d)
+        if shape == "strobe":
+            p["strobe"] = dur(rng.choice((1, 2, 5)))
+        return Draw(p, (d if shape != "jump" else 0) + 10, frozenset({n}))
+
+    @classmethod
     def check(cls, params: Any, fault: Fault, scenario: Scenario) -> list[tuple[tuple[Any, ...], str]]:
         faked = set(scenario.cluster.faketime_nodes())
         out = [n for n in reach(scenario, [fault.target] if fault.target else []) if n not in faked]
@@ -111,6 +129,7 @@ class Clock(FaultKind):
         p: ClockParams = self.params  # type: ignore[assignment]
         pid = self.running_pid()
         before = self._read()
+        up0 = self.node.uptime()
         if p.rate is not None:  # libfaketime: fake = start + offset + rate * (now - start), start = its load
             up = time.time() - _started(pid)
             line = self._set(p.offset + (1 - p.rate) * up, p.rate)
@@ -119,10 +138,17 @@ class Clock(FaultKind):
         self.flipped, self.on = 0, True
         time.sleep(SHOW_S)
         after = self._read()
+        up1 = self.node.uptime()
         asked = p.offset if p.rate is None else p.offset + (p.rate - 1) * SHOW_S
         self.evidence = {"intent": clock_intent(self.node.name, asked, None if after is None else after - (before or 0.0)),
                          "pid": pid, "line": line, "offset_before_s": before, "offset_after_s": after,
-                         "others_offset_s": self._others()}
+                         "others_offset_s": self._others(),
+                         # how far its monotonic clock (nanoTime: scheduled executors, timed waits) moved
+                         # beyond the host's: ~0 unless cluster.faketime_monotonic
+                         "monotonic_moved_s": None if up0 is None or up1 is None else
+                         round((up1[0] - up0[0]) - (up1[1] - up0[1]), 1),
+                         # a jump stays: its effect outlasts the occurrence (analysis/timers.py windows)
+                         **({"persists": True} if p.duration is None else {})}
 
     def tick(self) -> None:  # a strobe
         p: ClockParams = self.params  # type: ignore[assignment]

@@ -218,6 +218,10 @@ class LocalNode(Node):
         pid = self.pid
         return None if pid is None else clock.node_time(str(Path(find_java()[0]).parent / "jcmd"), pid)
 
+    def uptime(self) -> tuple[float, float] | None:
+        pid = self.pid
+        return None if pid is None else clock.uptime(str(Path(find_java()[0]).parent / "jcmd"), pid)
+
     def wait_exit(self, pid: int, timeout: float) -> bool:
         r = self.record
         return wait_gone([(pid, r.starttime if r and r.pid == pid else None)], timeout)

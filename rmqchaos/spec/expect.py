@@ -66,6 +66,7 @@ DERIVED = {
     "timers_early": "acknowledged timer messages first delivered before they were due (summary.timers)",
     "timers_lost": "acknowledged timer messages never delivered, the drain having waited load.timer.wait past the last due time",
     "timers_late_over_5s": "timer messages first delivered more than 5 s after they were due",
+    "timers_lost_no_fault": "acknowledged timer messages lost that waited through no fault (e.g. sent after a restart)",
     "timers_late_max_ms": "the most a timer message's first delivery came after its due time (ms)",
 }
 OPS = ("==", "!=", ">=", "<=", ">", "<")
