@@ -23,6 +23,7 @@ from analysis.topology import Topology, decode_store_host
 from analysis.redeliveries import repeats
 from analysis.session import BROADCAST_MAX
 from analysis.store_check import STORE_EXAMPLES, STORE_LOOKUP_MAX
+from rmqchaos.ledgers import DUE_SEP
 from rmqchaos.spec.types import MASTER_OF
 
 CONTROLLER_NODE = re.compile(r"controller-\d+")  # a standalone controller's node name (the plan's)
@@ -252,14 +253,18 @@ def stale_reads(recv: DataFrame, topo: Topology, fos: list[dict[str, Any]]) -> l
     had no confirmed majority for it (apache/rocketmq#6662: its confirmOffset went on advancing).
     The storing node is the delivery's offsetMsgId store host; elected_ms is the first monitor sample
     naming the new master, so a key stored in the second before it is not counted. None when no new
-    master was elected. One aggregation for all failovers."""
+    master was elected. One aggregation for all failovers. A timer message's delivered copy is not
+    counted: the broker that puts it into its topic when it is due keeps the store host of the one that
+    first stored it (TimerMessageStore.convertMessage), so its offsetMsgId does not name the storing node."""
     asks = [(i, f["old_master"], f["elected_ms"], switched_ms(f)) for i, f in enumerate(fos)
             if f.get("new_master") and f.get("elected_ms") is not None]
     out: list[int | None] = [None] * len(fos)
     if not asks:
         return out
     node = store_node(topo)
-    cols = [F.countDistinct(F.when((node == old) & (F.col("store_ms") >= a) & (F.col("store_ms") < b), F.col("key")))
+    timer = F.col("key").rlike(f"{DUE_SEP}[0-9]+$")
+    cols = [F.countDistinct(F.when((node == old) & (F.col("store_ms") >= a) & (F.col("store_ms") < b) & ~timer,
+                                   F.col("key")))
             .alias(f"s{i}") for i, old, a, b in asks]
     row = recv.agg(*cols).collect()[0].asDict()
     for i, *_ in asks:

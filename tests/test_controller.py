@@ -133,8 +133,9 @@ def test_every_scenario_file_still_loads_and_plans_without_controllers() -> None
         if f.name in ("quick.yaml", "nightly.yaml"):  # matrices, not scenarios
             continue
         s = load_scenario(f)
-        if any(b.replicas for b in s.cluster.brokers):  # the replicated-failover scenarios (issues 36, 48, 50)
-            assert f.name.startswith(("failover-", "power-loss-controller-", "order-failover", "txn-failover")), f
+        if any(b.replicas for b in s.cluster.brokers):  # the replicated-failover scenarios (issues 36, 48, 50, 51)
+            assert f.name.startswith(("failover-", "power-loss-controller-", "order-failover", "txn-failover",
+                                      "timer-failover", "clock-controller-")), f
             continue
         assert s.cluster.controllers is None, f
         assert {p.role for p in plan(s)} <= {"namesrv", "master", "slave", "proxy"}, f

@@ -339,7 +339,9 @@ def test_deliveries_a_deposed_master_stored_after_the_election_are_stale_reads(s
             ("k3", msg_id("broker-a-0", 3), heal + 500),       # before its demotion was seen: still stale
             ("k4", msg_id("broker-a-2", 4), elected + 20),     # by the new master: not stale
             ("k5", msg_id("broker-a-0", 5), heal + 2000),      # after the switch ended
-            ("k6", "not-an-offset-msg-id", elected + 30)]
+            ("k6", "not-an-offset-msg-id", elected + 30),
+            # a due timer put into its topic by the new master keeps the old master's store host: not stale
+            ("k7@1795000000000", msg_id("broker-a-0", 7), elected + 40)]
     recv = spark.createDataFrame(rows, "key string, offset_msg_id string, store_ms long")
     no_election = {**fo, "new_master": None, "elected_ms": None}
     assert stale_reads(recv, topo, [fo, no_election]) == [2, None]

@@ -9,8 +9,8 @@ Jepsen's clock nemesis terms:
   carries the offset that makes the rate start now), then is reset.
 
 Its intent is the node's own clock read back from the node (the JVM's Thread.print header, whole
-seconds) against the host's, right after it was moved: the offset asked against the offset read. The
-evidence also keeps the reading before, and at the end."""
+seconds) against the host's, right after it was moved (a drift: at its end, before the reset): the
+offset asked against the offset read. The evidence also keeps the reading before, and at the end."""
 from __future__ import annotations
 
 import random
@@ -135,7 +135,7 @@ class Clock(FaultKind):
             line = self._set(p.offset + (1 - p.rate) * up, p.rate)
         else:
             line = self._set(p.offset)
-        self.flipped, self.on = 0, True
+        self.flipped, self.on, self.t0, self.before = 0, True, time.monotonic(), before
         time.sleep(SHOW_S)
         after = self._read()
         up1 = self.node.uptime()
@@ -158,6 +158,12 @@ class Clock(FaultKind):
 
     def stop(self) -> dict[str, Any]:
         p: ClockParams = self.params  # type: ignore[assignment]
+        if p.rate is not None:  # a drift is judged by what it gained over its whole length, not its first second
+            gained = self._read()
+            asked = p.offset + (p.rate - 1) * (time.monotonic() - self.t0)
+            self.evidence["offset_before_reset_s"] = gained
+            self.evidence["intent"] = clock_intent(self.node.name, asked,
+                                                   None if gained is None else gained - (self.before or 0.0))
         if p.duration is not None:  # back to the host's time (a jump stays)
             self.evidence["reset"] = self._set(0.0, 1.0 if p.rate is not None else None)
             time.sleep(SHOW_S)
