@@ -23,6 +23,7 @@ import re
 import subprocess
 import time
 from pathlib import Path
+from typing import Callable
 
 from rmqchaos.errors import UserError
 
@@ -66,18 +67,25 @@ def write(node_dir: Path, offset_s: float, rate: float | None = None) -> str:
     return text
 
 
+def _jcmd(jcmd: str, pid: int, command: str, clock: Callable[[], float], timeout: float) -> tuple[str, float] | None:
+    """`jcmd <pid> <command>`'s output and `clock` at the middle of the call; None if the JVM did not
+    answer. jcmd runs without the node's preload: its own clock is the host's."""
+    t0 = clock()
+    try:
+        out = subprocess.run([jcmd, str(pid), command], capture_output=True, text=True, timeout=timeout,
+                             env={k: v for k, v in os.environ.items() if not k.startswith(("FAKETIME", "LD_PRELOAD"))})
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (out.stdout, (t0 + clock()) / 2) if out.returncode == 0 else None
+
+
 def uptime(jcmd: str, pid: int, timeout: float = 20.0) -> tuple[float, float] | None:
     """(the JVM's uptime by its own monotonic clock, `jcmd VM.uptime`, and the host's monotonic time at
     the middle of the read) in seconds; None if it did not answer. A jump in the first that the second
     does not show is the node's monotonic clock moved (cluster.faketime_monotonic)."""
-    t0 = time.monotonic()
-    try:
-        out = subprocess.run([jcmd, str(pid), "VM.uptime"], capture_output=True, text=True, timeout=timeout,
-                             env={k: v for k, v in os.environ.items() if not k.startswith(("FAKETIME", "LD_PRELOAD"))})
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    m = re.search(r"^(-?\d+(?:\.\d+)?) s$", out.stdout, re.M)
-    return None if out.returncode != 0 or not m else (float(m.group(1)), (t0 + time.monotonic()) / 2)
+    r = _jcmd(jcmd, pid, "VM.uptime", time.monotonic, timeout)
+    m = re.search(r"^(-?\d+(?:\.\d+)?) s$", r[0], re.M) if r else None
+    return None if r is None or m is None else (float(m.group(1)), r[1])
 
 
 _STAMP = re.compile(r"^(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)$", re.M)
@@ -86,15 +94,9 @@ _STAMP = re.compile(r"^(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)$", re.M)
 def node_time(jcmd: str, pid: int, timeout: float = 20.0) -> tuple[float, float] | None:
     """(the node's own time, the host's time at the middle of the read) in epoch seconds, from the
     JVM's Thread.print header (whole seconds, in the node's TZ=UTC); None if the JVM did not answer."""
-    t0 = time.time()
-    try:
-        out = subprocess.run([jcmd, str(pid), "Thread.print"], capture_output=True, text=True, timeout=timeout,
-                             env={k: v for k, v in os.environ.items() if not k.startswith(("FAKETIME", "LD_PRELOAD"))})
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    t1 = time.time()
-    m = _STAMP.search(out.stdout[:400])
-    if out.returncode != 0 or not m:
+    r = _jcmd(jcmd, pid, "Thread.print", time.time, timeout)
+    m = _STAMP.search(r[0][:400]) if r else None
+    if r is None or m is None:
         return None
     node = calendar.timegm(tuple(int(x) for x in m.groups()) + (0, 0, 0))  # type: ignore[arg-type]
-    return float(node), (t0 + t1) / 2
+    return float(node), r[1]
