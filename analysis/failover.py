@@ -23,7 +23,7 @@ from analysis.topology import Topology, decode_store_host
 from analysis.redeliveries import repeats
 from analysis.session import BROADCAST_MAX
 from analysis.store_check import STORE_EXAMPLES, STORE_LOOKUP_MAX
-from rmqchaos.ledgers import DUE_SEP
+from analysis.timers import is_timer_key
 from rmqchaos.spec.types import MASTER_OF
 
 CONTROLLER_NODE = re.compile(r"controller-\d+")  # a standalone controller's node name (the plan's)
@@ -262,7 +262,7 @@ def stale_reads(recv: DataFrame, topo: Topology, fos: list[dict[str, Any]]) -> l
     if not asks:
         return out
     node = store_node(topo)
-    timer = F.col("key").rlike(f"{DUE_SEP}[0-9]+$")
+    timer = is_timer_key()
     cols = [F.countDistinct(F.when((node == old) & (F.col("store_ms") >= a) & (F.col("store_ms") < b) & ~timer,
                                    F.col("key")))
             .alias(f"s{i}") for i, old, a, b in asks]

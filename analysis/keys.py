@@ -6,7 +6,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from analysis import sends
-from rmqchaos.ledgers import DUE_SEP
+from analysis.timers import is_timer_key
 
 RECV_KEYED = ("key", "origin_topic", "broker", "queue_id", "queue_offset", "receive_ms", "batch_index")
 
@@ -91,7 +91,7 @@ def key_table(send: DataFrame, recv: DataFrame, receive_complete: bool = True, t
     if txn is not None:
         k = k.drop("committed")
     dup = F.col("class") == "duplicated"
-    timer = F.col("key").rlike(f"{DUE_SEP}[0-9]+$")  # a timer load's key (rmqchaos/ledgers.py due_of)
+    timer = is_timer_key()
     has_first = F.col("first_deliveries") > 0
     extra_copies = F.col("copies") - F.col("topics_received")
     resent_same_topic = F.coalesce(F.col("max_attempts_per_topic"), F.lit(0)) > 1

@@ -31,6 +31,11 @@ EXAMPLES = 5
 FOREVER = 2 ** 62  # the end of a fault window that never closes (ms)
 
 
+def is_timer_key() -> Any:
+    """A timer load's key (rmqchaos/ledgers.py due_of), as a column expression."""
+    return F.col("key").rlike(f"{DUE_SEP}[0-9]+$")
+
+
 def with_due(df: DataFrame) -> DataFrame:
     """`due_ms` from the key (null for a key of another load)."""
     pat = f"^.*{DUE_SEP}([0-9]+)$"

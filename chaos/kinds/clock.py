@@ -22,6 +22,7 @@ from pydantic import BeforeValidator, Field, model_validator
 from chaos.draw import Draw, Topology, dur, seconds
 from chaos.intent import intent, measure
 from chaos.protocol import FaultKind, register
+from rmqchaos.procs import starttime
 from rmqchaos.spec import Duration, Fault, Scenario, Strict
 from rmqchaos.spec.checks import reach
 from rmqchaos.spec.types import _duration
@@ -110,16 +111,14 @@ class Clock(FaultKind):
         return errs
 
     def _read(self) -> float | None:
-        r = self.node.clock_now()
-        return None if r is None else round(r[0] + 0.5 - r[1], 1)  # the header floors the node's second
+        return _offset(self.node.clock_now())
 
     def _others(self) -> dict[str, float | None]:
         """Every other running node's clock against the host's, read from each node: unmoved."""
         out: dict[str, float | None] = {}
         for n in self.ctx.cluster.nodes():
             if n.name != self.node.name and n.pid is not None:
-                r = n.clock_now()
-                out[n.name] = None if r is None else round(r[0] + 0.5 - r[1], 1)
+                out[n.name] = _offset(n.clock_now())
         return out
 
     def _set(self, offset: float, rate: float | None = None) -> str:
@@ -173,9 +172,14 @@ class Clock(FaultKind):
         return self.evidence
 
 
+def _offset(r: tuple[float, float] | None) -> float | None:
+    """A node's clock against the host's from a `clock_now` reading (its header floors the node's second)."""
+    return None if r is None else round(r[0] + 0.5 - r[1], 1)
+
+
 def _started(pid: int) -> float:
-    """When process `pid` started, epoch seconds (/proc: clock ticks after boot)."""
+    """When process `pid` started, epoch seconds (its kernel start time, in clock ticks after boot)."""
     import os
-    ticks = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19])
+    ticks = starttime(pid) or 0
     btime = next(int(x.split()[1]) for x in open("/proc/stat") if x.startswith("btime"))
     return btime + ticks / os.sysconf("SC_CLK_TCK")
