@@ -17,6 +17,7 @@ import random
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel
@@ -57,6 +58,28 @@ class Clients(Protocol):
     def restart_consumer(self, consumer_id: str) -> dict[str, Any]:
         """Start the instance again, a new process of the same group; {pid, ledger, started_ms}."""
         ...
+
+    def consumer_clock(self, consumer_id: str) -> "Clocked":
+        """The instance's own clock (started under libfaketime: consumers.instances[].faketime)."""
+        ...
+
+    def consumer_log(self, consumer_id: str, name: str) -> Path:
+        """One of the instance's RocketMQ client logs (e.g. remoting.log)."""
+        ...
+
+
+class Clocked(Protocol):
+    """A process with a clock of its own (libfaketime), as the clock faults move and read it: a node
+    (cluster/node.py) or a consumer (loadgen/consumer.py)."""
+
+    @property
+    def pid(self) -> int | None: ...
+
+    def set_clock(self, offset_s: float, rate: float | None = None) -> str: ...
+
+    def clock_now(self) -> tuple[float, float] | None: ...
+
+    def uptime(self) -> tuple[float, float] | None: ...
 
 
 @dataclass

@@ -38,11 +38,11 @@ def lib() -> Path:
     return LIB
 
 
-def env(node_dir: Path, monotonic: bool) -> dict[str, str]:
-    """The environment that starts a JVM under its own clock (LD_PRELOAD is the caller's to join)."""
-    control = node_dir / CONTROL
+def env(control: Path, monotonic: bool) -> dict[str, str]:
+    """The environment that starts a JVM under its own clock, driven by the file `control` (a node's:
+    <node dir>/clock.rc); LD_PRELOAD is the caller's to join."""
     if not control.exists():
-        write(node_dir, 0.0)
+        write(control, 0.0)
     e = {"FAKETIME_TIMESTAMP_FILE": str(control), "FAKETIME_CACHE_DURATION": "0", "FAKETIME_DONT_RESET": "1",
          "LANG": "C.UTF-8", "TZ": "UTC"}  # C locale: the rate's decimal point; UTC: the read-back's time zone
     if not monotonic:
@@ -58,13 +58,23 @@ def line(offset_s: float, rate: float | None = None) -> str:
     return out + (f" x{rate:.6f}" if rate is not None else "")
 
 
-def write(node_dir: Path, offset_s: float, rate: float | None = None) -> str:
-    """Set the node's clock to the host's plus `offset_s` (atomically: a torn line would kill it)."""
+def write(control: Path, offset_s: float, rate: float | None = None) -> str:
+    """Set the clock `control` drives to the host's plus `offset_s` (atomically: a torn line would kill
+    the process)."""
     text = line(offset_s, rate)
-    tmp = node_dir / (CONTROL + ".tmp")
+    tmp = control.with_name(control.name + ".tmp")
     tmp.write_text(text + "\n")
-    os.replace(tmp, node_dir / CONTROL)
+    os.replace(tmp, control)
     return text
+
+
+def offset_of(control: Path) -> float:
+    """The offset (s) the control file sets now; 0 when there is none. A process started under it
+    begins at this offset (a node or consumer started again keeps its clock)."""
+    try:
+        return float(control.read_text().split()[0])
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def _jcmd(jcmd: str, pid: int, command: str, clock: Callable[[], float], timeout: float) -> tuple[str, float] | None:

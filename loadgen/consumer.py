@@ -21,7 +21,8 @@ from pathlib import Path
 
 from typing import Callable
 
-from cluster.jvm import classpath, jvm_command
+from cluster import clock
+from cluster.jvm import classpath, find_java, jvm_command
 from rmqchaos import paths, serving
 from rmqchaos.errors import UserError
 from rmqchaos.progress import say
@@ -55,6 +56,9 @@ class ConsumerOptions:
     # its own loopback address (cluster/plan.py addresses): the loopback shim binds its connections
     # to it, so a network rule can name the consumer's links; None: the kernel's choice (127.0.0.1)
     address: str | None = None
+    # its JVM under libfaketime, with a clock of its own the consumer_clock fault moves (wall clock only:
+    # its scheduled executors keep the host's monotonic time); its ledger's times stay the host's
+    faketime: bool = False
 
 
 class JavaConsumer:
@@ -74,6 +78,7 @@ class JavaConsumer:
         self.out_file = self.workdir / f"consumer-{opts.consumer_id}.out"  # stdout: the stop summary
         # which brokers serve its pulls, rewritten by the Java side (rmqchaos/serving.py reads it)
         self.serving_file = serving.status_path(self.workdir, opts.consumer_id)
+        self.clock_file = self.workdir / f"consumer-{opts.consumer_id}.{clock.CONTROL}"  # opts.faketime
         self.summary: dict | None = None
         self._log_from = 0  # where in its (appended) log this process's lines begin
 
@@ -97,10 +102,21 @@ class JavaConsumer:
                 "--max-reconsume-times", str(o.max_reconsume_times), "--poll-namesrv-ms", str(o.route_refresh_ms),
                 "--duration", str(o.duration_s), "--idle", str(o.idle_s), "--consumer-id", o.consumer_id,
                 "--run-id", self.run_id, "--serving", str(self.serving_file)]
+        if o.faketime:  # the offset it starts at, so its ledger's times are the host's (io.rmqchaos.Consumer)
+            args += ["--clock-offset-ms", str(round(clock.offset_of(self.clock_file) * 1000))]
         for t in o.topics:
             args += ["--topic", t]
         return jvm_command(MAIN, args, cp=classpath(self.version, platform_jar=True), heap_mb=o.heap_mb,
-                           xms_mb=min(64, o.heap_mb), user_home=self.workdir, options=o.extra_jvm)
+                           xms_mb=min(64, o.heap_mb), user_home=self.home, options=o.extra_jvm)
+
+    @property
+    def home(self) -> Path:
+        """Its own user.home: the client writes its logs under it (one set per instance, not shared)."""
+        return self.workdir / self.node
+
+    def client_log(self, name: str = "remoting.log") -> Path:
+        """One of the RocketMQ client's own logs of this instance."""
+        return self.home / "logs" / "rocketmqlogs" / name
 
     def start(self, timeout: float = 60.0, attempts: int = 3) -> "JavaConsumer":
         """Start the consumer and wait until its Java client has started (`wait_started`)."""
@@ -131,12 +147,19 @@ class JavaConsumer:
 
     def spawn(self) -> "JavaConsumer":
         """Start the JVM, not waiting for it (`wait_started`): the consumers of a run start side by side."""
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.home.mkdir(parents=True, exist_ok=True)
         self.out.parent.mkdir(parents=True, exist_ok=True)
         cmd = self.command()
-        env = None
+        env: dict[str, str] | None = None
+        preload: list[str] = []
         if self.opts.address:
-            env = {**os.environ, "LD_PRELOAD": str(paths.loopback_shim()), "RMQCHAOS_NODE_ADDR": self.opts.address}
+            env = {**os.environ, "RMQCHAOS_NODE_ADDR": self.opts.address}
+            preload.append(str(paths.loopback_shim()))
+        if self.opts.faketime:
+            env = {**(env or os.environ), **clock.env(self.clock_file, monotonic=False)}
+            preload.append(str(clock.lib()))
+        if env is not None:
+            env["LD_PRELOAD"] = ":".join(preload)
         # the log is appended to: a consumer started again (consumer_kill) waits for its own start line
         self._log_from = self.log_file.stat().st_size if self.log_file.exists() else 0
         log, out = open(self.log_file, "ab"), open(self.out_file, "ab")
@@ -152,6 +175,26 @@ class JavaConsumer:
             out.close()
         self.pid = (self.proc.pid, starttime(self.proc.pid))
         return self
+
+    # ------------------------------------------------------------ its own clock (opts.faketime)
+    def set_clock(self, offset_s: float, rate: float | None = None) -> str:
+        """Move this consumer's clock to the host's plus `offset_s` (kept if it is started again)."""
+        if not self.opts.faketime:
+            raise UserError(f"{self.node} was not started under libfaketime, so its clock cannot move",
+                            f"set faketime: true on consumer {self.opts.consumer_id}")
+        if rate is not None and rate != 1.0:
+            raise UserError(f"{self.node}: a consumer's clock takes an offset, not a rate", "drop rate")
+        return clock.write(self.clock_file, offset_s)
+
+    def _jcmd(self) -> str:
+        return str(Path(find_java()[0]).parent / "jcmd")
+
+    def clock_now(self) -> tuple[float, float] | None:
+        """(its own time, the host's then), read from its JVM (cluster/clock.py node_time)."""
+        return None if self.pid is None else clock.node_time(self._jcmd(), self.pid[0])
+
+    def uptime(self) -> tuple[float, float] | None:
+        return None if self.pid is None else clock.uptime(self._jcmd(), self.pid[0])
 
     def _wait_started(self, timeout: float) -> "JavaConsumer":
         marker = f"consumer {self.opts.consumer_id} started".encode()

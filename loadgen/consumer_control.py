@@ -8,6 +8,7 @@ import dataclasses
 import functools
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from loadgen.consumer import JavaConsumer
@@ -47,6 +48,12 @@ class ConsumerControl:
         return {"pid": pid[0], "signal": sig, "gone_after_ms": gone_ms, "deliveries": jc.deliveries(),
                 "ledger": jc.out.name}
 
+    def consumer_clock(self, consumer_id: str) -> "ConsumerClock":
+        return ConsumerClock(self, consumer_id)
+
+    def consumer_log(self, consumer_id: str, name: str) -> Path:
+        return self.consumers[self._find(consumer_id)].client_log(name)
+
     def restart_consumer(self, consumer_id: str) -> dict[str, Any]:
         i = self._find(consumer_id)
         old = self.consumers[i]
@@ -64,3 +71,29 @@ class ConsumerControl:
         self.consumers[i] = jc
         assert jc.pid is not None
         return {"pid": jc.pid[0], "ledger": jc.out.name, "started_ms": now_ms() - t0}
+
+
+class ConsumerClock:
+    """An instance's own clock, followed across restarts (a restart replaces the process, not the
+    control file): chaos/protocol.py's Clocked."""
+
+    def __init__(self, control: ConsumerControl, consumer_id: str) -> None:
+        self.control, self.consumer_id = control, consumer_id
+
+    @property
+    def _jc(self) -> JavaConsumer:
+        return self.control.consumers[self.control._find(self.consumer_id)]
+
+    @property
+    def pid(self) -> int | None:
+        jc = self._jc
+        return jc.pid[0] if jc.pid is not None and alive(*jc.pid) else None
+
+    def set_clock(self, offset_s: float, rate: float | None = None) -> str:
+        return self._jc.set_clock(offset_s, rate)
+
+    def clock_now(self) -> tuple[float, float] | None:
+        return self._jc.clock_now()
+
+    def uptime(self) -> tuple[float, float] | None:
+        return self._jc.uptime()

@@ -36,6 +36,7 @@ def _consumers(run: RunDir, c: ClusterBackend, s: Scenario) -> list[JavaConsumer
                                max_reconsume_times=inst.max_reconsume_times,
                                route_refresh_ms=round(s.consumers.route_refresh * 1000),
                                consumer_id=inst.id, heap_mb=inst.heap_mb, address=at[f"consumer-{inst.id}"],
+                               faketime=inst.faketime,
                                duration_s=(s.load.duration if s.load else 0) + s.consumers.drain_timeout + 600)
         out.append(JavaConsumer(c.namesrv_addr, opts, receive_ledger_path(run.path, inst.id), run.consumers_dir,
                                 run_id=run.run_id, rocketmq_version=s.cluster.rocketmq_version,
@@ -64,13 +65,14 @@ def started_consumers(run: RunDir, c: ClusterBackend, s: Scenario) -> list[JavaC
     """The consumers an earlier stage started and nothing has stopped yet. Their records are where
     the backend's spawn helper writes them: the cluster's run, which for a run attached to another
     run's cluster is that run, shared with other attached runs, so a record is this run's when its
-    JVM's user.home is this run's consumers directory."""
+    JVM's user.home is in this run's consumers directory (JavaConsumer.home)."""
     log = c.run.processes
     exited = log.exited()
     mine = f"-Duser.home={run.consumers_dir}"
     out = []
     for jc in _consumers(run, c, s):
-        recs = [r for r in log.starts() if r.node == jc.node and mine in r.cmd]
+        recs = [r for r in log.starts() if r.node == jc.node
+                and any(a == mine or a.startswith(mine + "/") for a in r.cmd)]
         if recs and (recs[-1].node, recs[-1].pid) not in exited:
             out.append(jc.attach(recs[-1]))
     return out

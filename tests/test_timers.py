@@ -182,3 +182,45 @@ def test_explore_draws_valid_clock_faults_only_on_nodes_with_their_own_clock() -
     for d in draws:
         assert d is not None
         ClockParams(**{k: v for k, v in d.fault.items() if k != "target"})
+
+
+@pytest.mark.fast
+def test_a_consumer_clock_fault_needs_a_consumer_under_faketime_and_takes_no_rate() -> None:
+    from chaos.kinds import registry
+    from rmqchaos.spec import SpecError, parse_scenario
+    base = "name: c\nload: {}\nconsumers:\n  instances: [{id: c0, faketime: true}, {id: c1}]\nfaults:\n"
+
+    def lines(fault: str) -> list[str]:
+        with pytest.raises(SpecError) as e:
+            parse_scenario(base + f"  - {fault}\n", "t.yaml", fault_kinds=registry())
+        return e.value.lines
+    assert lines("{kind: consumer_clock, consumer: c1, at: 1s, offset: +30s}") == [
+        "t.yaml:6: faults[0].consumer: consumer c1 is not started under libfaketime, so a clock fault cannot move "
+        "its clock: set faketime: true on it"]
+    assert lines("{kind: consumer_clock, consumer: c9, at: 1s, offset: +30s}") == [
+        "t.yaml:6: faults[0].consumer: no consumer instance 'c9' in this scenario; instances: c0, c1"]
+    assert "not a rate" in lines("{kind: consumer_clock, consumer: c0, at: 1s, rate: 2, duration: 5s}")[0]
+    assert lines("{kind: consumer_clock, target: broker-a, consumer: c0, at: 1s, offset: 5s}") == [
+        "t.yaml:6: faults[0].target: a consumer_clock fault acts on the cluster, not on a node: drop target"]
+    ok = parse_scenario(base + "  - {kind: consumer_clock, consumer: c0, at: 1s, offset: -2m, duration: 10s}\n"
+                               "  - {kind: consumer_clock, consumer: c0, at: 20s, offset: 5s}\n",
+                        "t.yaml", fault_kinds=registry())
+    assert ok.consumers is not None and [i.faketime for i in ok.consumers.instances] == [True, False]
+    assert [f.params["offset"] for f in ok.faults] == [-120.0, 5.0]  # no sign: ahead
+
+
+@pytest.mark.fast
+def test_a_control_file_gives_its_offset_and_the_client_log_its_timed_out_requests(tmp_path: Path) -> None:
+    from chaos.kinds.clock import timed_out_requests
+    from cluster.clock import offset_of, write
+    rc = tmp_path / "consumer-c0.clock.rc"
+    assert offset_of(rc) == 0.0  # none yet: the host's time
+    write(rc, -90.5)
+    assert offset_of(rc) == -90.5 and not (tmp_path / "consumer-c0.clock.rc.tmp").exists()
+    log = tmp_path / "remoting.log"
+    assert timed_out_requests(log, 0) is None
+    log.write_text("x WARN ClientHouseKeepingService - remove timeout request, ResponseFuture [...]\n")
+    start = log.stat().st_size
+    with open(log, "a") as f:
+        f.write("y - remove timeout request, a\ny - remove timeout request, b\nz other\n")
+    assert (timed_out_requests(log, 0), timed_out_requests(log, start)) == (3, 2)

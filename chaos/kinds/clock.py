@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import random
 import time
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, model_validator
 
 from chaos.draw import Draw, Topology, dur, seconds
 from chaos.intent import intent, measure
-from chaos.protocol import FaultKind, register
+from chaos.protocol import Clocked, FaultError, FaultKind, register
 from rmqchaos.procs import starttime
 from rmqchaos.spec import Duration, Fault, Scenario, Strict
 from rmqchaos.spec.checks import reach
@@ -31,10 +32,11 @@ SHOW_S = 1.6  # libfaketime re-reads its control file once a wall-clock second; 
 
 
 def _signed(v: Any) -> Any:
-    """'-30s', '+2m', 15 -> seconds, signed."""
-    if isinstance(v, str) and v.strip()[:1] in "+-":
-        sign = -1.0 if v.strip()[0] == "-" else 1.0
-        return sign * float(_duration(v.strip()[1:]))
+    """'-30s', '+2m', '5s', 15 -> seconds, signed (no sign: ahead)."""
+    if isinstance(v, str) and v.strip():
+        t = v.strip()
+        sign = -1.0 if t[0] == "-" else 1.0
+        return sign * float(_duration(t[1:] if t[0] in "+-" else t))
     return v
 
 
@@ -110,25 +112,35 @@ class Clock(FaultKind):
                                     "cluster.faketime_monotonic: true"))
         return errs
 
+    @property
+    def who(self) -> str:
+        """The name of the process whose clock it moves."""
+        return self.node.name
+
+    def clocked(self) -> Clocked:
+        return self.node
+
     def _read(self) -> float | None:
-        return _offset(self.node.clock_now())
+        return _offset(self.clocked().clock_now())
 
     def _others(self) -> dict[str, float | None]:
         """Every other running node's clock against the host's, read from each node: unmoved."""
         out: dict[str, float | None] = {}
         for n in self.ctx.cluster.nodes():
-            if n.name != self.node.name and n.pid is not None:
+            if n.name != self.who and n.pid is not None:
                 out[n.name] = _offset(n.clock_now())
         return out
 
     def _set(self, offset: float, rate: float | None = None) -> str:
-        return self.node.set_clock(offset, rate)
+        return self.clocked().set_clock(offset, rate)
 
     def start(self) -> None:
         p: ClockParams = self.params  # type: ignore[assignment]
-        pid = self.running_pid()
+        pid = self.clocked().pid
+        if pid is None:
+            raise FaultError(f"{self.name} {self.who}: it is not running", "check the fault schedule")
         before = self._read()
-        up0 = self.node.uptime()
+        up0 = self.clocked().uptime()
         if p.rate is not None:  # libfaketime: fake = start + offset + rate * (now - start), start = its load
             up = time.time() - _started(pid)
             line = self._set(p.offset + (1 - p.rate) * up, p.rate)
@@ -137,9 +149,9 @@ class Clock(FaultKind):
         self.flipped, self.on, self.t0, self.before = 0, True, time.monotonic(), before
         time.sleep(SHOW_S)
         after = self._read()
-        up1 = self.node.uptime()
+        up1 = self.clocked().uptime()
         asked = p.offset if p.rate is None else p.offset + (p.rate - 1) * SHOW_S
-        self.evidence = {"intent": clock_intent(self.node.name, asked, None if after is None else after - (before or 0.0)),
+        self.evidence = {"intent": clock_intent(self.who, asked, None if after is None else after - (before or 0.0)),
                          "pid": pid, "line": line, "offset_before_s": before, "offset_after_s": after,
                          "others_offset_s": self._others(),
                          # how far its monotonic clock (nanoTime: scheduled executors, timed waits) moved
@@ -161,7 +173,7 @@ class Clock(FaultKind):
             gained = self._read()
             asked = p.offset + (p.rate - 1) * (time.monotonic() - self.t0)
             self.evidence["offset_before_reset_s"] = gained
-            self.evidence["intent"] = clock_intent(self.node.name, asked,
+            self.evidence["intent"] = clock_intent(self.who, asked,
                                                    None if gained is None else gained - (self.before or 0.0))
         if p.duration is not None:  # back to the host's time (a jump stays)
             self.evidence["reset"] = self._set(0.0, 1.0 if p.rate is not None else None)
@@ -170,6 +182,83 @@ class Clock(FaultKind):
         if p.strobe is not None:
             self.evidence["flips"] = self.flipped
         return self.evidence
+
+
+class ConsumerClockParams(ClockParams):
+    consumer: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,40}$")]  # the instance's id (consumers.instances[].id)
+
+    @model_validator(mode="after")
+    def _offset_only(self) -> "ConsumerClockParams":
+        if self.rate is not None:
+            raise ValueError("a consumer's clock takes an offset, a jump or a strobe, not a rate (its monotonic "
+                             "clock stays the host's)")
+        return self
+
+
+@register
+class ConsumerClock(Clock):
+    """consumer_clock: the clock fault on one consumer instance (consumers.instances[].faketime), the
+    application's host stepping its clock. Only the client's wall clock moves: its scheduled work (pulls,
+    rebalances, heartbeats, offset commits) keeps the host's monotonic time, and its ledger's times stay
+    the host's (io.rmqchaos.HostClock). What moves is the client's own judgement of time: a process
+    queue last pulled more than 120 s ago by its clock is dropped and pulled again from the committed
+    offset at the next rebalance (ProcessQueue.isPullExpired), an orderly queue's lock looks expired
+    after 30 s (isLockExpired)."""
+    name = "consumer_clock"
+    Params = ConsumerClockParams
+    target = "none"
+    roles = False
+
+    @classmethod
+    def explore(cls, rng: random.Random, topo: Topology) -> Draw | None:
+        return None  # explore draws on nodes; a consumer's clock is a scenario's own choice
+
+    @classmethod
+    def check(cls, params: Any, fault: Fault, scenario: Scenario) -> list[tuple[tuple[Any, ...], str]]:
+        insts = {i.id: i for i in scenario.consumers.instances} if scenario.consumers else {}
+        inst = insts.get(params.consumer)
+        if inst is None:
+            return [(("consumer",), f"no consumer instance {params.consumer!r} in this scenario"
+                                    + (f"; instances: {', '.join(insts)}" if insts else "; add consumers.instances"))]
+        if not inst.faketime:
+            return [(("consumer",), f"consumer {params.consumer} is not started under libfaketime, so a clock fault "
+                                    f"cannot move its clock: set faketime: true on it")]
+        return []
+
+    @property
+    def who(self) -> str:
+        return f"consumer-{self.params.consumer}"  # type: ignore[attr-defined]
+
+    def clocked(self) -> Clocked:
+        if self.ctx.clients is None:
+            raise FaultError(f"consumer_clock {self.who}: this run started no consumer", "run it through `rmqchaos run`")
+        return self.ctx.clients.consumer_clock(self.params.consumer)  # type: ignore[attr-defined]
+
+    def _timeouts_log(self) -> Path | None:
+        return None if self.ctx.clients is None else \
+            self.ctx.clients.consumer_log(self.params.consumer, "remoting.log")  # type: ignore[attr-defined]
+
+    def start(self) -> None:
+        log = self._timeouts_log()
+        self.log_from = log.stat().st_size if log is not None and log.exists() else 0
+        super().start()
+
+    def stop(self) -> dict[str, Any]:
+        ev = super().stop()
+        # the client's housekeeping (NettyRemotingClient.scanResponseTable, once a second) judges each
+        # request's timeout by the wall clock: a forward step times out every request in flight at once
+        ev["client_requests_timed_out"] = timed_out_requests(self._timeouts_log(), self.log_from)
+        return ev
+
+
+def timed_out_requests(log: Path | None, offset: int) -> int | None:
+    """Requests the client gave up on as timed out ("remove timeout request") in its log past `offset`;
+    None without the log."""
+    if log is None or not log.exists():
+        return None
+    with open(log, "rb") as f:
+        f.seek(offset)
+        return f.read().count(b"remove timeout request")
 
 
 def _offset(r: tuple[float, float] | None) -> float | None:

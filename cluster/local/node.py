@@ -131,7 +131,7 @@ class LocalNode(Node):
         env.update({"ROCKETMQ_HOME": str(self.dir), "LD_PRELOAD": str(shim), "RMQCHAOS_NODE_ADDR": self.plan.host})
         cmd = self.command(java, home)  # makes the node's directory
         if self.plan.faketime:  # a clock of its own, at the offset its control file says (kept across restarts)
-            env.update(clock.env(self.dir, self.plan.faketime_monotonic))
+            env.update(clock.env(self.dir / clock.CONTROL, self.plan.faketime_monotonic))
             env["LD_PRELOAD"] = f"{shim}:{clock.lib()}"
         self.layer()
         proc = spawn(cmd, cwd=self.dir, env=env, log_file=self.stdout_file, join=self.cgroup.procs_files(),
@@ -212,7 +212,7 @@ class LocalNode(Node):
         if not self.plan.faketime:
             raise UserError(f"{self.name} was not started under libfaketime, so its clock cannot move",
                             f"add {self.name} to cluster.faketime")
-        return clock.write(self.dir, offset_s, rate)
+        return clock.write(self.dir / clock.CONTROL, offset_s, rate)
 
     def clock_now(self) -> tuple[float, float] | None:
         pid = self.pid

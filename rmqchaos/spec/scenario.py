@@ -161,6 +161,8 @@ class ConsumerInstance(Strict):
     heap_mb: Annotated[StrictInt, Field(ge=64, le=4096)] = 256
     # redeliveries through %RETRY% before a message goes to %DLQ%<group>; -1: the client's default (16)
     max_reconsume_times: Annotated[StrictInt, Field(ge=-1, le=16)] = -1
+    # its JVM under libfaketime: a clock of its own that a consumer_clock fault moves (docs/faults.md)
+    faketime: bool = False
 
 
 class Consumers(Strict):

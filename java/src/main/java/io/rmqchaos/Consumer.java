@@ -225,7 +225,7 @@ public final class Consumer {
         if (a.length == 0 || a[0].equals("--help")) {
             System.out.println("usage: Consumer --namesrv H:P --group G --topic T [--topic T2 ...] --out FILE "
                 + "[--mode all|ack_first_of_batch] [--listener concurrently|orderly] [--batch-size N] [--delay-ms MS] [--threads N] [--max-reconsume-times N] "
-                + "[--poll-namesrv-ms MS] [--duration S] [--idle S] [--consumer-id ID] [--run-id ID] [--serving FILE]");
+                + "[--poll-namesrv-ms MS] [--duration S] [--idle S] [--consumer-id ID] [--run-id ID] [--serving FILE] [--clock-offset-ms MS]");
             return;
         }
         final String namesrv = arg(a, "--namesrv", "127.0.0.1:9876");
@@ -249,6 +249,11 @@ public final class Consumer {
         final String runId = arg(a, "--run-id", "");
         // the status file of which brokers serve this consumer's pulls (Serving); none without it
         final String servingFile = arg(a, "--serving", null);
+        // started under libfaketime at this offset (a clock of its own): its times stay the host's (HostClock)
+        final String clockOffset = arg(a, "--clock-offset-ms", null);
+        if (clockOffset != null) {
+            HostClock.underOwnClock(Long.parseLong(clockOffset));
+        }
         if (group == null || topics.isEmpty() || out == null) {
             System.err.println("error: --group, --topic and --out are required");
             System.exit(2);
@@ -265,7 +270,7 @@ public final class Consumer {
         final FileOutputStream fos = new FileOutputStream(out, true);
         final Writer w = new OutputStreamWriter(fos, StandardCharsets.UTF_8);
         final AtomicLong deliveries = new AtomicLong();
-        final AtomicLong lastDelivery = new AtomicLong(System.currentTimeMillis());
+        final AtomicLong lastDelivery = new AtomicLong(HostClock.now());
         final Object lock = new Object();
 
         final Serving serving = servingFile == null ? null : new Serving(Paths.get(servingFile), group, consumerId);
@@ -291,7 +296,7 @@ public final class Consumer {
         }
         // one ledger line per delivery, the same for both listeners
         final Function<List<MessageExt>, String> lines = msgs -> {
-            long now = System.currentTimeMillis();
+            long now = HostClock.now();
             StringBuilder sb = new StringBuilder(256 * msgs.size());
             for (int idx = 0; idx < msgs.size(); idx++) {
                 MessageExt m = msgs.get(idx);
@@ -336,7 +341,7 @@ public final class Consumer {
                 }
             }
             deliveries.addAndGet(msgs.size());
-            lastDelivery.set(System.currentTimeMillis());
+            lastDelivery.set(HostClock.now());
             if (delayMs > 0) {
                 try {
                     Thread.sleep(delayMs * msgs.size());
@@ -360,7 +365,7 @@ public final class Consumer {
         });
 
         final CountDownLatch stopped = new CountDownLatch(1);
-        final long start = System.currentTimeMillis();
+        final long start = HostClock.now();
         Runnable stop = () -> {
             c.shutdown(); // persists consumer offsets to the broker
             if (serving != null) {
@@ -379,7 +384,7 @@ public final class Consumer {
                 }
             }
             System.out.println("{\"deliveries\":" + deliveries.get() + ",\"elapsed_ms\":"
-                + (System.currentTimeMillis() - start) + "}");
+                + (HostClock.now() - start) + "}");
             System.out.flush();
             stopped.countDown();
         };
@@ -393,10 +398,10 @@ public final class Consumer {
         System.err.println("consumer " + consumerId + " started: group " + group + " topics " + topics + " mode " + mode
             + " listener " + listener);
 
-        long lastSync = System.currentTimeMillis();
+        long lastSync = HostClock.now();
         while (true) {
             Thread.sleep(100);
-            long now = System.currentTimeMillis();
+            long now = HostClock.now();
             if (serving != null) {
                 serving.maybeWrite(now);
             }

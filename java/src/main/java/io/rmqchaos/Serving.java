@@ -111,7 +111,7 @@ final class Serving {
         v2 = isV2;
         heartbeat = m;
         factory = f;
-        startedMs = System.currentTimeMillis();
+        startedMs = HostClock.now();
         urgent = true;
     }
 
@@ -120,7 +120,7 @@ final class Serving {
         if (addr == null) {
             return;
         }
-        long now = System.currentTimeMillis();
+        long now = HostClock.now();
         boolean served = code == ResponseCode.SUCCESS || code == ResponseCode.PULL_NOT_FOUND
             || code == ResponseCode.PULL_RETRY_IMMEDIATELY;
         synchronized (this) {
@@ -157,7 +157,7 @@ final class Serving {
         if (factory == null || heartbeat == null || !pending.compareAndSet(false, true)) {
             return;
         }
-        long wait = Math.max(0, lastHeartbeatMs + HEARTBEAT_MIN_GAP_MS - System.currentTimeMillis());
+        long wait = Math.max(0, lastHeartbeatMs + HEARTBEAT_MIN_GAP_MS - HostClock.now());
         hb.schedule(this::sendHeartbeat, wait, TimeUnit.MILLISECONDS);
     }
 
@@ -186,7 +186,7 @@ final class Serving {
             }
             System.err.println("rmqchaos: heartbeat after a refused pull failed: " + e);
         } finally {
-            lastHeartbeatMs = System.currentTimeMillis();
+            lastHeartbeatMs = HostClock.now();
             pending.set(false);
         }
     }
@@ -206,7 +206,7 @@ final class Serving {
 
     private void writeOnce() throws IOException {
         urgent = false;
-        lastWrite = System.currentTimeMillis();
+        lastWrite = HostClock.now();
         StringBuilder sb = new StringBuilder(512);
         synchronized (this) {
             sb.append("{\"consumer_id\":").append(Consumer.esc(consumerId))
