@@ -119,3 +119,27 @@ def sampler(path: Path, out: Path) -> Sampler | None:
     except UserError as e:
         say(f"no disk metrics: {e.line()}")
         return None
+
+
+# RocketMQ's own disk thresholds (DefaultMessageStore, system properties rocketmq.broker.*, defaults
+# in 5.x): above diskSpaceCleanForciblyRatio a broker deletes its oldest commit log files at once,
+# expired or not; above diskSpaceWarningLevelRatio it refuses every write. Usage is theirs:
+# UtilAll.getDiskPartitionSpaceUsedPercent, (total - free) / total, root's reserve counted as used.
+CLEAN_FORCIBLY_RATIO, WARNING_LEVEL_RATIO = 0.85, 0.90
+
+
+def used_ratio(path: str | Path) -> float:
+    """The share of the file system under `path` in use, as a broker computes it."""
+    st = os.statvfs(path)
+    return (st.f_blocks - st.f_bfree) / st.f_blocks if st.f_blocks else 0.0
+
+
+def full_disk_error(path: str | Path, used: float) -> UserError | None:
+    """The one line that refuses a cluster whose stores would sit on a disk `used` full (None: room)."""
+    if used < CLEAN_FORCIBLY_RATIO:
+        return None
+    what = "refuse every write" if used >= WARNING_LEVEL_RATIO else "delete their oldest commit log files at once"
+    return UserError(f"the disk under {path} is {used:.0%} full: RocketMQ's brokers {what} above "
+                     f"{WARNING_LEVEL_RATIO if used >= WARNING_LEVEL_RATIO else CLEAN_FORCIBLY_RATIO:.0%}, so no "
+                     f"run on it could tell loss from a full disk",
+                     "free space below 85% (old runs: rm -rf runs/<old>; rmqchaos cluster down --all) and run again")

@@ -45,6 +45,39 @@ def test_port_in_use_is_named(tmp_path: Path) -> None:
     assert started(tmp_path / "rd") == []
 
 
+def test_a_disk_too_full_for_a_broker_is_one_line_before_anything_starts(tmp_path: Path) -> None:
+    """Stores on a disk above RocketMQ's 85 % (it deletes commit log files at once) or 90 % (it refuses
+    every write): refused up front, not discovered as a run full of refused sends. A real small
+    file system, filled."""
+    import subprocess
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(small)], check=True)
+    try:
+        f = write_scenario(tmp_path / "s.yaml", scenario_dict("fulldisk", 31876, [31911, 31921]))
+        rd = small / "rd"
+        rd.mkdir()
+        (small / "fill").write_bytes(b"\0" * (7 * 1024 * 1024 + 600 * 1024))  # ~95 %
+        r = cli("cluster", "up", "--scenario", str(f), "--run-dir", str(rd))
+        assert r.returncode != 0
+        line = _first_line(r.stderr)
+        assert f"the disk under {rd} is" in line and "refuse every write above 90%" in line, line
+        assert sum(x.startswith("rmqchaos: error:") for x in r.stderr.splitlines()) == 1
+        assert started(rd) == []
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+@pytest.mark.fast
+def test_full_disk_thresholds_are_rocketmqs() -> None:
+    from rmqchaos.diskstats import full_disk_error
+    assert full_disk_error("/x", 0.84) is None
+    e85, e90 = full_disk_error("/x", 0.86), full_disk_error("/x", 0.93)
+    assert e85 is not None and "86% full" in e85.message and "delete their oldest commit log files at once above 85%" \
+        in e85.message
+    assert e90 is not None and "refuse every write above 90%" in e90.message and "free space below 85%" in e90.hint
+
+
 def _env_with_path(path: str) -> dict[str, str]:
     env = os.environ.copy()
     env.pop("JAVA_HOME", None)

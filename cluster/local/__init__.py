@@ -23,7 +23,7 @@ from cluster.local.cgroups import Cgroup
 from cluster.local.node import CgroupMemory, LocalNode  # noqa: F401  (CgroupMemory: the docker backend's base)
 from cluster.plan import READY_TOPIC, port_in_use
 from cluster.rmqlog import log_dir
-from rmqchaos import paths, rocketmq_dist
+from rmqchaos import diskstats, paths, rocketmq_dist
 from rmqchaos.errors import UserError
 from rmqchaos.procs import alive, now_ms, record_spawn, send, spawn, state_char, wait_gone
 from rmqchaos.progress import say
@@ -106,6 +106,8 @@ class LocalCluster(ClusterBackend):
         find_java()
         rocketmq_dist.rocketmq_home(self.scenario.cluster.rocketmq_version)
         paths.loopback_shim()
+        if (full := diskstats.full_disk_error(self.run.path, diskstats.used_ratio(self.run.path))) is not None:
+            raise full  # the stores go under the run directory
         if cgroups.version() == 0:
             raise UserError("no cgroup hierarchy is mounted at /sys/fs/cgroup",
                             "mount cgroup v1 (memory, blkio, freezer) or v2; faults act through cgroups")
