@@ -121,18 +121,36 @@ def _build(version: str) -> None:
     substituted: dict[str, str] = {}
     while True:
         rc = _maven(mvn, work, version, out / "lib", log)
-        missing = re.findall(rf"org\.apache\.rocketmq:(rocketmq-[a-z-]+):jar:{re.escape(version)}", _log_text(log))
-        if rc == 0 or not missing or not set(missing) <= {*CLIENT_SIDE, *SERVER_SIDE} or set(missing) <= set(substituted):
+        # (artifact, the version Maven could not find): the asked one, or a donor not served either
+        missing = set(re.findall(r"org\.apache\.rocketmq:(rocketmq-[a-z-]+):jar:(\d+\.\d+\.\d+)", _log_text(log)))
+        if rc == 0 or not missing or not {a for a, _ in missing} <= {*CLIENT_SIDE, *SERVER_SIDE}:
             break
+        nxt: dict[str, str] = {}
+        stuck = False
+        for a, v in missing:
+            if v == version and a not in substituted:
+                nxt[a] = donor(version, a)
+                continue
+            # a donor not served today (itself or a jar it needs): the next one for what it stands in for
+            for b in [b for b, d in substituted.items() if d == v]:
+                tried = donors(version, b)
+                after = tried[tried.index(v) + 1:]
+                if not after:
+                    stuck = True
+                else:
+                    nxt[b] = after[0]
+            stuck = stuck or (v != version and v not in substituted.values())
+        if stuck or not nxt:
+            break  # an artifact no known release serves today
         pom = (work / "pom.xml").read_text()
         if not substituted:  # the version's own core modules first: they win Maven's mediation
             core = "".join(f"\n    <dependency><groupId>org.apache.rocketmq</groupId><artifactId>{a}</artifactId>"
                            f"<version>${{rocketmq.version}}</version></dependency>" for a in CORE)
             pom = pom.replace("<dependencies>", "<dependencies>" + core, 1)
-        for a in set(missing):
-            substituted[a] = donor(version, a)
-            pom = pom.replace(f"<artifactId>{a}</artifactId><version>${{rocketmq.version}}</version>",
-                              f"<artifactId>{a}</artifactId><version>{substituted[a]}</version>")
+        for a, d in nxt.items():
+            pom = pom.replace(f"<artifactId>{a}</artifactId><version>{substituted.get(a, '${rocketmq.version}')}</version>",
+                              f"<artifactId>{a}</artifactId><version>{d}</version>")
+            substituted[a] = d
         (work / "pom.xml").write_text(pom)
         shutil.rmtree(out, ignore_errors=True)
     if rc != 0:
@@ -158,14 +176,22 @@ def _build(version: str) -> None:
     say(f"RocketMQ {version} resolved into {dest} ({time.monotonic() - t0:.0f} s)")
 
 
-def donor(version: str, artifact: str) -> str:
-    """The version whose `artifact` stands in for `version`'s: the pinned one for a client-side
-    program, else the nearest older release known to resolve (the pinned one when none is older)."""
+def donors(version: str, artifact: str) -> list[str]:
+    """The versions whose `artifact` may stand in for `version`'s, the first to try first: the pinned
+    one for a client-side program, else the releases known to resolve, the nearest older first, then
+    the nearest newer (Maven Central serves a part of them on a given day: rocketmq-namesrv 5.3.0,
+    5.3.1 and 5.3.2 were all refused on 2026-11-30)."""
     if artifact in CLIENT_SIDE:
-        return paths.pinned_rocketmq_version()
+        return [paths.pinned_rocketmq_version()]
     key = tuple(int(x) for x in version.split("."))
     older = [v for v in KNOWN_TO_RESOLVE if tuple(int(x) for x in v.split(".")) < key]
-    return older[-1] if older else paths.pinned_rocketmq_version()
+    newer = [v for v in KNOWN_TO_RESOLVE if tuple(int(x) for x in v.split(".")) > key]
+    return older[::-1] + newer or [paths.pinned_rocketmq_version()]
+
+
+def donor(version: str, artifact: str) -> str:
+    """The first version to try for `artifact` in place of `version`'s (`donors`)."""
+    return donors(version, artifact)[0]
 
 
 def substituted(version: str) -> dict[str, str]:

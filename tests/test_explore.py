@@ -229,6 +229,9 @@ def test_a_release_lacking_a_client_program_or_namesrv_takes_it_from_an_older_or
     assert rocketmq_dist.donor("5.5.1", "rocketmq-namesrv") == "5.5.0"
     assert rocketmq_dist.donor("5.3.4", "rocketmq-proxy") == "5.3.3"
     assert rocketmq_dist.donor("5.3.4", "rocketmq-client") == paths.pinned_rocketmq_version()
+    # when the nearest is not served that day either, the next: older ones nearest first, then newer ones
+    assert rocketmq_dist.donors("5.3.1", "rocketmq-namesrv") == ["5.3.0", "5.2.0", "5.1.1", "5.1.0", "5.3.2", "5.3.3",
+                                                                 "5.4.0", "5.5.0"]
     assert "rocketmq-broker" not in {*rocketmq_dist.CLIENT_SIDE, *rocketmq_dist.SERVER_SIDE}  # the version itself
 
 
