@@ -249,8 +249,15 @@ class PowerFS:
             raise UserError(f"powerfs slow: {glob!r} must be one word", "e.g. slow('fsync', 200, 'commitlog/*')")
         return self.command(f"slow {op} {int(ms)} {glob}" + (f" {int(until_ms)}" if until_ms else ""))
 
+    def full(self, pct: int, until_ms: int | None = None) -> dict[str, Any]:
+        """Answer statfs as if the file system were `pct` % used (0: its real figures again), until
+        `until_ms` (unix ms) if given: a disk that fills without the bytes to fill it."""
+        if not 0 <= int(pct) <= 100:
+            raise UserError(f"powerfs full: {pct} is not a percentage", "e.g. full(95)")
+        return self.command(f"full {int(pct)}" + (f" {int(until_ms)}" if until_ms else ""))
+
     def clear(self) -> dict[str, Any]:
-        """Remove every fail and slow rule."""
+        """Remove every fail and slow rule, and a full one."""
         return self.command("clear")
 
     # --- the end --------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ package main
 //	drop                                   restore every file to its last sync (refused while serving)
 //	fail <fsync|write> <EIO|ENOSPC> <glob> [until_ms]   answer that op on matching files with the errno
 //	slow <fsync|write> <ms> <glob> [until_ms]           hold that op on matching files ms first (a slow disk)
-//	clear                                  remove every fail and slow rule
+//	full <pct> [until_ms]                  statfs reads pct % used (0: the real figures again)
+//	clear                                  remove every fail and slow rule, and a full one
 //	quit                                   lazy-unmount if still mounted, exit
 
 import (
@@ -73,16 +74,38 @@ func (l *layer) command(args []string) (reply, bool) {
 		return l.drop(), false
 	case "fail", "slow":
 		return l.addRule(args[0], args[1:]), false
+	case "full":
+		return l.setFull(args[1:]), false
 	case "clear":
 		l.mu.Lock()
 		n := len(l.rules)
-		l.rules = nil
+		l.rules, l.fullPct, l.fullUntilMs = nil, 0, 0
 		l.mu.Unlock()
 		return reply{"ok": true, "cleared": n}, false
 	case "quit":
 		return reply{"ok": true}, true
 	}
-	return fail("unknown command %q (stats, fence, drop, fail, slow, clear, quit)", args[0]), false
+	return fail("unknown command %q (stats, fence, drop, fail, slow, full, clear, quit)", args[0]), false
+}
+
+func (l *layer) setFull(a []string) reply {
+	if len(a) < 1 || len(a) > 2 {
+		return fail("usage: full <pct> [until_ms]")
+	}
+	pct, err := strconv.ParseUint(a[0], 10, 64)
+	if err != nil || pct > 100 {
+		return fail("pct %q is not a whole number in 0..100", a[0])
+	}
+	var until int64
+	if len(a) == 2 {
+		if until, err = strconv.ParseInt(a[1], 10, 64); err != nil || until <= 0 {
+			return fail("until_ms %q is not a unix time in ms", a[1])
+		}
+	}
+	l.mu.Lock()
+	l.fullPct, l.fullUntilMs = pct, until
+	l.mu.Unlock()
+	return reply{"ok": true, "full_pct": pct}
 }
 
 func (l *layer) addRule(cmd string, a []string) reply {
@@ -167,7 +190,7 @@ func (l *layer) stats() reply {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return reply{"ok": true, "serving": l.serving, "conn": l.conn, "fenced_ms": l.fencedMs,
-		"ops_after_fence": l.afterFence, "rules": len(l.rules), "failures": sorted(l.failures),
+		"ops_after_fence": l.afterFence, "rules": len(l.rules), "full_pct": l.fullPct, "failures": sorted(l.failures),
 		"delays": sorted(l.delays), "files": files,
 		"totals": reply{"writes": writes, "bytes_written": written, "syncs": syncs, "auto_syncs": auto,
 			"writebacks": aged, "unsynced_bytes": unsynced, "undo_bytes": undo}}

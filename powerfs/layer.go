@@ -55,6 +55,9 @@ type layer struct {
 	conn       uint32
 	fencedMs   int64
 	afterFence int64
+	// `full`: statfs answers as if the file system were fullPct % used (0: the real figures)
+	fullPct     uint64
+	fullUntilMs int64
 }
 
 func nowMs() int64 { return time.Now().UnixMilli() }
@@ -166,6 +169,24 @@ func (h *handle) Ioctl(ctx context.Context, cmd uint32, arg uint64, input []byte
 
 func (l *layer) newNode(root *fs.LoopbackRoot, parent *fs.Inode, name string, st *syscall.Stat_t) fs.InodeEmbedder {
 	return &node{LoopbackNode: fs.LoopbackNode{RootData: root}, l: l}
+}
+
+// Statfs: the real file system's figures, or under a `full` rule free space cut so that it reads as
+// fullPct % used, as RocketMQ's disk check computes it ((total - free) / total): a disk that fills
+// without the bytes to fill it. Writes still succeed: only what the broker decides from the figures
+// changes.
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	if errno := n.LoopbackNode.Statfs(ctx, out); errno != 0 {
+		return errno
+	}
+	n.l.mu.Lock()
+	pct, until := n.l.fullPct, n.l.fullUntilMs
+	n.l.mu.Unlock()
+	if pct > 0 && (until == 0 || nowMs() < until) {
+		free := out.Blocks * (100 - pct) / 100
+		out.Bfree, out.Bavail = min(out.Bfree, free), min(out.Bavail, free)
+	}
+	return 0
 }
 
 func (n *node) abs(name string) string {

@@ -258,6 +258,24 @@ def test_slow_holds_matching_fsyncs_and_one_cut_short_by_the_power_makes_nothing
         finally:
             p2.unmount()
 
+def test_full_makes_statfs_read_full_as_rocketmq_computes_it_and_writes_still_succeed(run: Path) -> None:
+    from chaos.kinds.disk_full import used_pct
+    p = mount(run)
+    real = used_pct(p.mount_point)
+    assert abs(real - used_pct(run / "real")) < 1.0  # passed through while no rule is in force
+    assert p.full(95)["full_pct"] == 95 and p.stats()["full_pct"] == 95
+    assert 94.9 <= used_pct(p.mount_point) <= 95.1
+    write(p.mount_point / "f", b"x" * 4096, sync=True)  # only the figures changed: the write succeeds
+    assert (run / "real" / "f").read_bytes() == b"x" * 4096
+    p.full(0)
+    assert abs(used_pct(p.mount_point) - real) < 1.0
+    p.full(99)
+    assert p.clear()["ok"] and abs(used_pct(p.mount_point) - real) < 1.0  # clear lifts it too
+    with pytest.raises(UserError, match="refused 'full'.*not a whole number in 0..100"):
+        p.command("full 101")
+    p.unmount()
+
+
 def test_refusals_are_one_line(run: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     log = ProcessLog(run / "processes.jsonl")
     outside = tmp_path_factory.mktemp("elsewhere")

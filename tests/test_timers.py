@@ -224,3 +224,22 @@ def test_a_control_file_gives_its_offset_and_the_client_log_its_timed_out_reques
     with open(log, "a") as f:
         f.write("y - remove timeout request, a\ny - remove timeout request, b\nz other\n")
     assert (timed_out_requests(log, 0), timed_out_requests(log, start)) == (3, 2)
+
+
+@pytest.mark.fast
+def test_disk_full_reads_the_brokers_own_marks_and_falls_short_without_one(tmp_path: Path) -> None:
+    from chaos.kinds.disk_full import disk_full_intent, marks
+    log = tmp_path / "store.log"
+    assert marks(log, 0) == ([], [])
+    log.write_text("2026-11-30 10:00:00 INFO x - old line, so mark disk full\n")
+    start = log.stat().st_size
+    with open(log, "a") as f:
+        f.write("2026-11-30 10:00:10 ERROR StoreScheduledThread1 - physic disk maybe full soon 0.95, so mark disk "
+                "full, storePathPhysic=/s/commitlog\n2026-11-30 10:00:40 INFO StoreScheduledThread1 - physic disk "
+                "space OK 0.13, so mark disk ok, storePathPhysic=/s/commitlog\n")
+    full, ok = marks(log, start)
+    assert len(full) == 1 and "0.95" in full[0] and len(ok) == 1 and "0.13" in ok[0]
+    good = disk_full_intent("broker-a", 95, 95.0, full)
+    assert good["short"] is False and good["reached"] == 1.0
+    short = disk_full_intent("broker-a", 95, 95.0, [])
+    assert short["short"] is True and "never marked its disk full" in short["words"]
