@@ -1,7 +1,7 @@
 """disk_full: a node's disk reads full for a while, without the bytes to fill it. Its store sits on
 the powerfs layer (docs/powerfs.md), which answers statfs as if the file system were `pct` % used;
 writes still succeed. RocketMQ decides from those figures alone (DefaultMessageStore's clean service,
-every `cleanResourceInterval`, 10 s by default): above `diskSpaceWarningLevelRatio` (90 %) it marks
+first 60 s after the store started, then every `cleanResourceInterval`, 10 s by default): above `diskSpaceWarningLevelRatio` (90 %) it marks
 the disk full and refuses every put, the producers' (code 14, SERVICE_NOT_AVAILABLE) and its own
 re-puts (timers coming due, delay levels, retries); above `diskSpaceCleanForciblyRatio` (85 %) it
 deletes its oldest commit log files at once, expired or not, keeping the one in use.
@@ -55,7 +55,7 @@ def disk_full_intent(node: str, pct: int, read: float | None, full: list[str]) -
                            else f"{node}'s store could not be read"),
                    happened("marked full", node, bool(full),
                             f"{node} marked its disk full" if full else
-                            f"{node} never marked its disk full in the window (it checks every 10 s; over 90 %?)")],
+                            f"{node} never marked its disk full in the window (it looks 60 s after its start, then every 10 s)")],
                   f"disk_full on {node}")
 
 
