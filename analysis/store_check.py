@@ -23,7 +23,8 @@ def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str
                 delivered: list[str] | None = None) -> dict[str, Any]:
     """Every lost and indeterminate key looked up in the brokers' stores (`store.find(topic, key)`,
     cluster/store.py): lost -> lost_from_store (in no commit log) or lost_in_delivery (stored, never
-    delivered); indeterminate -> indeterminate_stored (the unanswered send was stored after all and
+    delivered; of those, lost_in_wheel: a timer or delay message stored only in the broker's scheduled
+    topics, which never put it into its own); indeterminate -> indeterminate_stored (the unanswered send was stored after all and
     never delivered) or indeterminate_not_stored. Bounded by the number of such keys."""
     t0 = time.monotonic()
     targets = keys.where(F.col("class").isin("lost", "indeterminate")).select("key", "class")
@@ -37,7 +38,8 @@ def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str
         targets = targets.limit(STORE_LOOKUP_MAX)
     small = F.broadcast(targets) if n <= BROADCAST_MAX else targets
     rows = _attempts(send, small, "class") if n else []
-    split = {"lost_from_store": 0, "lost_in_delivery": 0, "indeterminate_stored": 0, "indeterminate_not_stored": 0}
+    split = {"lost_from_store": 0, "lost_in_delivery": 0, "indeterminate_stored": 0, "indeterminate_not_stored": 0,
+             "lost_in_wheel": 0}  # of lost_in_delivery: only in a scheduled topic, never released to its own
     stored: list[dict[str, Any]] = []
     absent: list[dict[str, Any]] = []
     by_broker: Counter[str] = Counter()  # lost keys by the broker group that acknowledged them
@@ -53,6 +55,8 @@ def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str
                    ("indeterminate", True): "indeterminate_stored",
                    ("indeterminate", False): "indeterminate_not_stored"}[(r["class"], bool(locs))]
         split[verdict] += 1
+        if verdict == "lost_in_delivery" and all(loc["topic"] in SCHEDULED_TOPICS for loc in locs):
+            split["lost_in_wheel"] += 1
         if verdict == "lost_from_store":
             gone.update(r["acked_on"])
             gone_status[strongest(r["statuses"])] += 1

@@ -100,3 +100,30 @@ def test_a_transactional_loads_uncommitted_halves_are_never_lost_and_its_recheck
     assert res["duplicates_by_cause"]["unexplained"] == 0
     t = res["transactions"]
     assert t["classes"]["committed_lost"] == 1 and t["classes"]["undecided"] == 1 and t["checked_after_end"] == 1, t
+
+
+def test_a_lost_timer_stored_only_in_the_wheels_topic_is_lost_in_the_wheel(kept_spark: Any) -> None:
+    """The store check (analysis/store_check.py) on planted ledgers and a planted store: w1 is stored
+    only in rmq_sys_wheel_timer (the wheel never put it into its topic), w2 there and in its topic (put,
+    then never delivered), g1 nowhere, p1 (not a timer) in its topic."""
+    from analysis.store_check import store_check
+    S = "rec string, key string, topic string, outcome string, broker string, status string"
+    K = "key string, class string"
+    keys = ["w1@5000", "w2@5000", "g1@5000", "p1"]
+    sends = [r for k in keys for r in (("intent", k, "T", None, None, None), ("outcome", k, "T", "ok", "broker-a", "SEND_OK"))]
+    at = {"w1@5000": ["rmq_sys_wheel_timer"], "w2@5000": ["T", "rmq_sys_wheel_timer"], "p1": ["T"]}
+
+    class Store:
+        unread: list[str] = []
+
+        def find(self, topic: str, key: str) -> list[dict[str, Any]]:
+            return [{"node": "broker-a", "topic": topic}] if topic in at.get(key, []) else []
+
+        def nodes(self) -> list[str]:
+            return ["broker-a"]
+
+        def method(self) -> str:
+            return "planted"
+    r = store_check(kept_spark.createDataFrame(sends, S), kept_spark.createDataFrame([(k, "lost") for k in keys], K),
+                    Store(), [])
+    assert (r["lost_from_store"], r["lost_in_delivery"], r["lost_in_wheel"]) == (1, 3, 1), r
