@@ -107,4 +107,7 @@ def _family(s: dict[str, Any], fam: str, arg: str) -> int | None:
         o = s.get("order")
         c = (o or {}).get("causes")
         return None if c is None else int(c["by_home_broker"].get(arg, 0))
+    if fam == "log":
+        from analysis.log_marks import total
+        return total(s, arg)
     raise AssertionError(f"figure family {fam} validated by the spec but not computed")

@@ -15,6 +15,7 @@ SCHEMA_VERSION = 2
 
 def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -> dict[str, Any]:
     from analysis.broker_log import evidence
+    from analysis.log_marks import log_marks
     from analysis.completeness import completeness
     from analysis.serving import summarize as serving
     from analysis.pace import pace
@@ -71,7 +72,9 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
                # the cluster monitor (cluster/monitor.py) each second, without its per-queue detail;
                # its link probes per link (analysis/links.py)
                "monitor": [_compact(m) for m in monitor], "links": link_series(monitor),
-               "broker_evidence": evidence(run.path / "cluster", brokers)}
+               "broker_evidence": evidence(run.path / "cluster", brokers),
+               # named lines of the nodes' own logs (analysis/log_marks.py; the figure family `log`)
+               "log_marks": log_marks(run.path / "cluster")}
     # whether the consumers were really served: per group and broker, the gate, after each restart
     summary["serving"] = serving(run)
     # the load's achieved against asked (analysis/pace.py)

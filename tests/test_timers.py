@@ -243,3 +243,28 @@ def test_disk_full_reads_the_brokers_own_marks_and_falls_short_without_one(tmp_p
     assert good["short"] is False and good["reached"] == 1.0
     short = disk_full_intent("broker-a", 95, 95.0, [])
     assert short["short"] is True and "never marked its disk full" in short["words"]
+
+
+@pytest.mark.fast
+def test_named_log_lines_are_counted_per_node_and_an_unknown_name_is_refused(tmp_path: Path) -> None:
+    from analysis.figures import value
+    from analysis.log_marks import log_marks
+    from rmqchaos.spec.expect import parse_condition
+    d = tmp_path / "cluster"
+    (d / "controller-1" / "logs" / "rocketmqlogs").mkdir(parents=True)
+    (d / "broker-a" / "logs" / "rocketmqlogs").mkdir(parents=True)
+    (d / "namesrv").mkdir()  # no logs: left out
+    (d / "controller-1" / "logs" / "rocketmqlogs" / "controller.log").write_text(
+        "x - The broker with brokerId: 2 in broker-set: broker-a has been inactive\n"
+        "x - The broker with brokerId: 3 in broker-set: broker-a has been inactive\nother\n")
+    (d / "broker-a" / "logs" / "rocketmqlogs" / "store.log").write_text(
+        "x - physic disk maybe full soon 0.96, so mark disk full, storePathPhysic=/s\n"
+        "x - Message processing failed after 3 retries. Msg: m1\n")
+    m = log_marks(d)
+    assert m["inactive_declared"] == {"controller-1": 2} and m["disk_marked_full"] == {"broker-a": 1}
+    assert m["timer_put_discarded"] == {"broker-a": 1} and m["timer_offset_clamped"] == {}
+    assert value({"log_marks": m}, "log.inactive_declared") == 2
+    assert value({"log_marks": m}, "log.timer_offset_clamped") == 0
+    assert value({}, "log.inactive_declared") is None  # an analysis from before the marks: not judged
+    with pytest.raises(ValueError, match="unknown log line 'nope'; named lines: inactive_declared"):
+        parse_condition("log.nope > 0")

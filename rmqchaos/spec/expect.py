@@ -44,6 +44,8 @@ FAMILIES = {
     "gone_status": "the same keys (in no store now) by the status they were acknowledged with, e.g. gone_status.FLUSH_DISK_TIMEOUT",
     "order_broken_on": "sharding keys that broke order, by the broker their first acknowledged message went to, "
                        "e.g. order_broken_on.broker-b",
+    "log": "lines a RocketMQ node wrote to its own logs that say this (LOG_MARKS), over every node, e.g. "
+           "log.inactive_declared",
     "transactions": "half messages of a transactional load in this class (summary.transactions.classes), e.g. "
                     "transactions.rolled_back_delivered, or transactions.checked_after_end / transactions.abandoned",
 }
@@ -69,6 +71,16 @@ DERIVED = {
     "timers_lost_no_fault": "acknowledged timer messages lost that waited through no fault (e.g. sent after a restart)",
     "timers_late_max_ms": "the most a timer message's first delivery came after its due time (ms)",
 }
+# named lines of RocketMQ's own logs (a substring of the line, and what it says), counted per node
+# over its logs/rocketmqlogs/*.log by analysis/log_marks.py: the figure family `log`
+LOG_MARKS = {
+    "inactive_declared": ("has been inactive", "a controller declared a replica inactive (its heartbeats timed out)"),
+    "disk_marked_full": ("so mark disk full", "a broker marked its disk full: it refuses every put"),
+    "timer_put_discarded": ("Message processing failed after",
+                            "a timer that came due, discarded after its put failed 3 times (5.3.2+)"),
+    "timer_offset_clamped": ("is larger than maxOffsetInQueue",
+                             "the timer wheel's recovered queue offset clamped to its consume queue (5.3.2+)"),
+}
 OPS = ("==", "!=", ">=", "<=", ">", "<")
 _CONDITION = re.compile(r"^\s*([a-z_0-9]+(?:\.[A-Za-z0-9_%-]+)?)\s*(==|!=|>=|<=|>|<)\s*(-?\d+)\s*$")
 _VERSION = re.compile(r"^\d+\.\d+\.\d+$")
@@ -80,6 +92,8 @@ def parse_condition(text: str) -> tuple[str, str, int]:
     if not m:
         raise ValueError(f"expected '<figure> <op> <integer>' such as 'lost > 0' (op: {' '.join(OPS)}), got {text!r}")
     name, op, value = m.group(1), m.group(2), int(m.group(3))
+    if name.startswith("log.") and name[4:] not in LOG_MARKS:
+        raise ValueError(f"unknown log line {name[4:]!r}; named lines: {', '.join(LOG_MARKS)}")
     if name not in FIGURES and name not in DERIVED and name.split(".", 1)[0] not in FAMILIES:
         raise ValueError(f"unknown figure {name!r}; figures: {', '.join([*FIGURES, *DERIVED])}, and per name: "
                          + ", ".join(f"{f}.<name>" for f in FAMILIES))
