@@ -137,15 +137,22 @@ faults:
 """
 
 
+def _refused(head: str, fault: str) -> list[str]:
+    """The error lines of scenario `head` with one more fault."""
+    from chaos.kinds import registry
+    from rmqchaos.spec import SpecError, parse_scenario
+    with pytest.raises(SpecError) as e:
+        parse_scenario(head + f"  - {fault}\n", "t.yaml", fault_kinds=registry())
+    return e.value.lines
+
+
 @pytest.mark.fast
 def test_a_clock_fault_on_a_node_not_under_faketime_is_one_line() -> None:
     from chaos.kinds import registry
-    from rmqchaos.spec import SpecError, parse_scenario
+    from rmqchaos.spec import parse_scenario
 
     def lines(fault: str) -> list[str]:
-        with pytest.raises(SpecError) as e:
-            parse_scenario(CLOCK + f"  - {fault}\n", "t.yaml", fault_kinds=registry())
-        return e.value.lines
+        return _refused(CLOCK, fault)
     assert lines("{kind: clock, target: broker-b, at: 1s, offset: +30s}") == [
         "t.yaml:6: faults[0].target: broker-b is not started under libfaketime, so a clock fault cannot move its "
         "clock: add it to cluster.faketime"]
@@ -187,13 +194,11 @@ def test_explore_draws_valid_clock_faults_only_on_nodes_with_their_own_clock() -
 @pytest.mark.fast
 def test_a_consumer_clock_fault_needs_a_consumer_under_faketime_and_takes_no_rate() -> None:
     from chaos.kinds import registry
-    from rmqchaos.spec import SpecError, parse_scenario
+    from rmqchaos.spec import parse_scenario
     base = "name: c\nload: {}\nconsumers:\n  instances: [{id: c0, faketime: true}, {id: c1}]\nfaults:\n"
 
     def lines(fault: str) -> list[str]:
-        with pytest.raises(SpecError) as e:
-            parse_scenario(base + f"  - {fault}\n", "t.yaml", fault_kinds=registry())
-        return e.value.lines
+        return _refused(base, fault)
     assert lines("{kind: consumer_clock, consumer: c1, at: 1s, offset: +30s}") == [
         "t.yaml:6: faults[0].consumer: consumer c1 is not started under libfaketime, so a clock fault cannot move "
         "its clock: set faketime: true on it"]
