@@ -43,7 +43,7 @@ def first_error(f: Path) -> str:
 
 @pytest.mark.fast
 @pytest.mark.parametrize("fault, expect", [
-    ({"kind": "disk_noise", "at": "0s"}, "unknown fault kind 'disk_noise'; known: blkio_throttle, cleanup_retry_topics, clock, consumer_clock, consumer_kill, disk_error, disk_slow, es_like_noise"),
+    ({"kind": "disk_noise", "at": "0s"}, "unknown fault kind 'disk_noise'; known: blkio_throttle, cleanup_retry_topics, clock, consumer_clock, consumer_kill, disk_error, disk_full, disk_slow, es_like_noise"),
     ({"kind": "redis_noise", "at": "0s", "rate": -5}, "faults[0].rate: "),
     ({"kind": "redis_noise", "at": "0s", "instances": 0}, "faults[0].instances: "),
     ({"kind": "redis_noise", "at": "0s", "base_port": 9876}, "include the cluster's port(s) 9876"),

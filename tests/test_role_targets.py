@@ -78,7 +78,7 @@ def test_a_role_target_that_can_resolve_is_valid(fault: str) -> None:
      "standalone); an embedded controller lives in namesrv: target namesrv"),
     (CTL + "  - {kind: blkio_throttle, target: 'master-of:broker-a', at: 1s, write_mb_s: 5}\n",
      "t.yaml:11: faults[0].target: a blkio_throttle fault takes a node's name, not a role; roles (master-of:<group>, "
-     "controller-leader) work with clock, disk_error, disk_slow, jvm_oom, kill, oom_kill, pause, power_loss, restart and in a partition's groups"),
+     "controller-leader) work with clock, disk_error, disk_full, disk_slow, jvm_oom, kill, oom_kill, pause, power_loss, restart and in a partition's groups"),
     (CTL + "  - {kind: jvm_oom, target: controller-leader, at: 1s}\n",
      "t.yaml:11: faults[0].target: a jvm_oom fault acts on a broker, and controller-leader is a controller: use "
      "master-of:<group>"),
