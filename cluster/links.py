@@ -170,11 +170,13 @@ class LinkFault:
         """Rules first (no new connection reaches a proxy that is going), then with `reconnect` the
         proxied connections broken (their clients reconnect direct), then the proxies (their
         connections end with them), then the server if no other fault of the run uses it."""
+        # the connections open now: one may be reset by the rule's removal before `ss -K` finds it
+        before = self._open() if self.reconnect and self.server is not None else []
         removed = netrules.RunRules(self.run_id).remove_tag(self.tag) if netrules.available() else 0
         ev: dict[str, Any] = {}
         if self.reconnect and self.server is not None:
             try:
-                ev["reconnect_at_stop"] = self._break()
+                ev["reconnect_at_stop"] = self._break(before)
             except UserError as e:  # the proxies still go below: their connections end with them
                 ev["reconnect_at_stop"] = {"error": e.message}
         if self.server is not None:
@@ -187,15 +189,29 @@ class LinkFault:
         self.server = None
         return {**ev, "rules_removed": removed, "proxies_removed": len(self.proxies), "toxiproxy": how or "still used"}
 
-    def _break(self) -> dict[str, Any]:
+    def _pairs(self) -> list[tuple[str, str, int]]:
+        return list(dict.fromkeys((ln.client, ln.server, p) for ln in self.links for p in ln.ports))
+
+    def _open(self) -> list[tuple[Any, ...]]:
+        """The links' established connections now (client, client port, server, server port)."""
+        pairs = set(self._pairs())
+        return [c for c in conns.established() if (c[0], c[2], c[3]) in pairs]
+
+    def _break(self, before: list[tuple[Any, ...]] | None = None) -> dict[str, Any]:
         """Break the links' established connections (client side, `ss -K`), then watch up to
         `reconnect_wait` s for their successors: the same client to the same server port, each marked
-        `via proxy` (the proxy holds a connection from that client port) or `direct`. Returns
-        {broken, reconnected, waited_s, begin_ms, end_ms} with connections as 'a:p->b:q'; begin_ms and
-        end_ms (epoch ms) bracket the breaking: a request sent after end_ms cannot use a broken one."""
-        pairs = list(dict.fromkeys((ln.client, ln.server, p) for ln in self.links for p in ln.ports))
+        `via proxy` (the proxy holds a connection from that client port) or `direct`. `before`: the
+        connections open before a step that may itself end some (the rules' removal at stop resets a
+        proxied connection whose next packet goes direct): those gone by now count as broken too.
+        Returns {broken, reconnected, waited_s, begin_ms, end_ms} with connections as 'a:p->b:q';
+        begin_ms and end_ms (epoch ms) bracket the breaking: a request sent after end_ms cannot use a
+        broken one."""
+        pairs = self._pairs()
         begin_ms = int(time.time() * 1000)
         broken = [c for a, b, p in pairs for c in conns.break_conns(a, b, p)]
+        if before:
+            still = set(conns.established())
+            broken += [c for c in before if c not in still and c not in broken]
         end_ms = int(time.time() * 1000)
         t0 = time.monotonic()
         want = {(c[0], c[2], c[3]) for c in broken}  # every (client, server, port) that had one

@@ -301,7 +301,9 @@ def test_reconnect_breaks_the_open_connection_into_the_proxy_and_back_out(tmp_pa
         echo.close()
     print({"start": rs, "stop": st, "slow_s": slow, "breaks": c.breaks})
     assert out["rules_removed"] == 1 and out["toxiproxy"] == "terminated", out
-    assert c.breaks.count("ConnectionAbortedError") == 2, c.breaks  # what ss -K gives the client: ECONNABORTED
+    # what ss -K gives the client: ECONNABORTED; at stop the rules' removal may reset it first
+    assert len(c.breaks) == 2 and c.breaks[0] == "ConnectionAbortedError", c.breaks
+    assert c.breaks[1] in ("ConnectionAbortedError", "ConnectionResetError"), c.breaks
     assert_gone(f, tmp_path, pid, ticks)
 
 
