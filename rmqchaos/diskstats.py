@@ -124,14 +124,15 @@ def sampler(path: Path, out: Path) -> Sampler | None:
 # RocketMQ's own disk thresholds (DefaultMessageStore, system properties rocketmq.broker.*, defaults
 # in 5.x): above diskSpaceCleanForciblyRatio a broker deletes its oldest commit log files at once,
 # expired or not; above diskSpaceWarningLevelRatio it refuses every write. Usage is theirs:
-# UtilAll.getDiskPartitionSpaceUsedPercent, (total - free) / total, root's reserve counted as used.
+# UtilAll.getDiskPartitionSpaceUsedPercent, used / (used + usable), used = total - free.
 CLEAN_FORCIBLY_RATIO, WARNING_LEVEL_RATIO = 0.85, 0.90
 
 
 def used_ratio(path: str | Path) -> float:
     """The share of the file system under `path` in use, as a broker computes it."""
     st = os.statvfs(path)
-    return (st.f_blocks - st.f_bfree) / st.f_blocks if st.f_blocks else 0.0
+    used = st.f_blocks - st.f_bfree
+    return used / (used + st.f_bavail) if used + st.f_bavail else 0.0
 
 
 def full_disk_error(path: str | Path, used: float) -> UserError | None:

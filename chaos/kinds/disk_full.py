@@ -12,7 +12,6 @@ evidence also gives the line with which it marked it OK again after the window, 
 """
 from __future__ import annotations
 
-import os
 import random
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ from pydantic import Field, StrictInt
 from chaos.draw import Draw, Topology, dur, seconds
 from chaos.intent import happened, intent, measure
 from chaos.protocol import FaultError, Lasting, LastingKind, register
+from rmqchaos import diskstats
 from rmqchaos.errors import UserError
 
 FULL_MARK, OK_MARK = "so mark disk full", "so mark disk ok"
@@ -30,13 +30,6 @@ FULL_MARK, OK_MARK = "so mark disk full", "so mark disk ok"
 
 class DiskFullParams(Lasting):
     pct: Annotated[StrictInt, Field(ge=1, le=100)] = 95  # the use statfs reads, in %
-
-
-def used_pct(mount: Path) -> float:
-    """The use statfs reads at `mount`, as RocketMQ computes it: used / (used + available)."""
-    st = os.statvfs(mount)
-    used = st.f_blocks - st.f_bfree
-    return 100.0 * used / (used + st.f_bavail) if used + st.f_bavail else 0.0
 
 
 def marks(log: Path, offset: int) -> tuple[list[str], list[str]]:
@@ -95,7 +88,7 @@ class DiskFull(LastingKind):
         if self.pid is None:
             raise FaultError(f"disk_full {self.node.name}: its store is not on the powerfs layer",
                              "add it to cluster.powerfs")
-        self.read = used_pct(self.layer.mount_point)
+        self.read = 100.0 * diskstats.used_ratio(self.layer.mount_point)
 
     def tick(self) -> None:
         self._follow()
