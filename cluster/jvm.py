@@ -44,6 +44,11 @@ def find_java() -> tuple[str, int, str]:
     return java, major, line
 
 
+def jcmd() -> str:
+    """The jcmd beside the java that runs the nodes (reads a JVM's own clock: cluster/clock.py)."""
+    return str(Path(find_java()[0]).parent / "jcmd")
+
+
 def platform_jar(version: str) -> str:
     """The platform's own Java module (consumer, OOM agent, config-key reader)."""
     return str(rocketmq_dist.rocketmq_home(version) / "rmqchaos-java.jar")

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from cluster import clock
-from cluster.jvm import classpath, find_java, jvm_command
+from cluster.jvm import classpath, jcmd, jvm_command
 from rmqchaos import paths, serving
 from rmqchaos.errors import UserError
 from rmqchaos.progress import say
@@ -186,15 +186,12 @@ class JavaConsumer:
             raise UserError(f"{self.node}: a consumer's clock takes an offset, not a rate", "drop rate")
         return clock.write(self.clock_file, offset_s)
 
-    def _jcmd(self) -> str:
-        return str(Path(find_java()[0]).parent / "jcmd")
-
     def clock_now(self) -> tuple[float, float] | None:
         """(its own time, the host's then), read from its JVM (cluster/clock.py node_time)."""
-        return None if self.pid is None else clock.node_time(self._jcmd(), self.pid[0])
+        return None if self.pid is None else clock.node_time(jcmd(), self.pid[0])
 
     def uptime(self) -> tuple[float, float] | None:
-        return None if self.pid is None else clock.uptime(self._jcmd(), self.pid[0])
+        return None if self.pid is None else clock.uptime(jcmd(), self.pid[0])
 
     def _wait_started(self, timeout: float) -> "JavaConsumer":
         marker = f"consumer {self.opts.consumer_id} started".encode()

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from cluster import clock, powerfs
 from cluster.node import Node, NodeMemory
-from cluster.jvm import find_java, jvm_command
+from cluster.jvm import find_java, jcmd, jvm_command
 from cluster.local.cgroups import Cgroup
 from cluster.powerfs import PowerFS
 from cluster.plan import NODE_SYSTEM_PROPERTIES, NodePlan, jvm_options, main_args, port_in_use, render_config
@@ -216,11 +216,11 @@ class LocalNode(Node):
 
     def clock_now(self) -> tuple[float, float] | None:
         pid = self.pid
-        return None if pid is None else clock.node_time(str(Path(find_java()[0]).parent / "jcmd"), pid)
+        return None if pid is None else clock.node_time(jcmd(), pid)
 
     def uptime(self) -> tuple[float, float] | None:
         pid = self.pid
-        return None if pid is None else clock.uptime(str(Path(find_java()[0]).parent / "jcmd"), pid)
+        return None if pid is None else clock.uptime(jcmd(), pid)
 
     def wait_exit(self, pid: int, timeout: float) -> bool:
         r = self.record
