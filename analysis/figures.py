@@ -103,6 +103,14 @@ def _family(s: dict[str, Any], fam: str, arg: str) -> int | None:
         if arg in ("checked_after_end", "abandoned"):
             return int(t.get(arg, 0))
         return int(t["classes"].get(arg, 0))
+    if fam == "pop":  # pop.<class>, or pop.<class>.<cause> (analysis/pop.py)
+        p = s.get("pop")
+        if not p:
+            return None
+        cls, _, cause = arg.partition(".")
+        if cls == "by_fault":  # pop.by_fault.<fault id>: redeliveries forced by that fault on the proxy
+            return int((p.get("by_fault") or {}).get(cause, 0))
+        return int((p["causes"].get(cls) or {}).get(cause, 0) if cause else p["classes"].get(cls, 0))
     if fam == "order_broken_on":
         o = s.get("order")
         c = (o or {}).get("causes")

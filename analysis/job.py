@@ -65,7 +65,7 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
                                       "retried_keys_by_batch_position", "errors",
                                       "answers", "busy_series", "latency_ms", "windows", "warnings", "corrupted",
                                       "corrupted_by_kind", "unexpected_examples", "store_check", "failover",
-                                      "reused_queue_offsets", "offset_rollback", "order", "transactions", "timers")},
+                                      "reused_queue_offsets", "offset_rollback", "order", "transactions", "timers", "pop")},
                "events": events, "series": res["series"],
                # the host's side of the time axis: disk pressure each second, the brokers' own put latency
                "disk": _jsonl(run.disk_metrics_file),

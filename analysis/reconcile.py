@@ -27,6 +27,7 @@ from analysis.pace import lag as send_lag
 from analysis.latency import histogram as _histogram, percentiles as _percentiles
 from analysis.offsets import reused_queue_offsets
 from analysis.order import order_check
+from analysis.pop import pop_check, proxy_outages
 from analysis.timers import timer_check
 from analysis.transactions import transaction_check, txn_keys
 from analysis.redeliveries import rollback_repeats, rollbacks
@@ -115,6 +116,11 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
                                                 store=store) if txn is not None else None
         if res["transactions"]:
             step(f"{res['transactions']['keys']} transaction(s) sorted")
+        # POP through the proxy (analysis/pop.py): judged up to the first consumer's stop
+        stops = [int(e["start_ms"]) for e in events if e.get("kind") == "consumer_stop" and e.get("start_ms")]
+        res["pop"] = pop_check(recv, min(stops) if stops else None, proxy_outages(events))
+        if res["pop"]:
+            step(f"{res['pop']['deliveries']} POP deliveries judged against their invisible time")
         if res["order"]:
             step(f"{res['order']['keys'] - res['order']['keys_in_order']} of {res['order']['keys']} sharding key(s) "
                  "out of order")

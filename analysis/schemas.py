@@ -36,4 +36,6 @@ RECEIVE_USED = used(RECEIVE, "key", "msg_id", "msg_hi", "msg_lo", "origin_topic"
                     "reconsume_times", "batch_index", "receive_ms", "body_key", "body_ok",
                     # read by the failover analysis only (its stale reads, who served a redelivery);
                     # Spark prunes them elsewhere
-                    "offset_msg_id", "store_ms", "served_by")
+                    "offset_msg_id", "store_ms", "served_by",
+                    # POP through the proxy (analysis/pop.py)
+                    "receipt_handle", "ack", "ack_ms", "change")

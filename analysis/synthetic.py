@@ -141,6 +141,7 @@ def write(run_ledgers: Path, n: int, files: int = 4, run_id: str = "synthetic") 
                  {t0} + i // 10 + 50 AS receive_ms,
                  CASE WHEN key = 'k' || i THEN key END AS body_key,
                  CASE WHEN key = 'k' || i THEN i % 1000 <> 1 END AS body_ok,
-                 NULL::VARCHAR AS served_by FROM d)
+                 NULL::VARCHAR AS served_by, NULL::INTEGER AS delivery_attempt, NULL::VARCHAR AS receipt_handle,
+                 NULL::VARCHAR AS ack, NULL::BIGINT AS ack_ms, NULL::VARCHAR AS ack_error, NULL::VARCHAR AS change FROM d)
           TO '{run_ledgers}/receive-c{j}.jsonl' (FORMAT JSON)""")
     con.close()

@@ -8,6 +8,7 @@ from typing import Any
 from analysis.findings import (NONE, busy_refusals, fault_intents, lasting_outages, outage_seconds, reached_pct,
                                replica_catchup)
 from analysis.order import order_phrase
+from analysis.pop import pop_phrase
 from analysis.timers import timer_phrase
 from analysis.transactions import transaction_phrase
 from analysis.power_words import disk_error_phrases, power_phrases
@@ -232,7 +233,7 @@ def found(s: dict[str, Any]) -> list[str]:
     exp = None if (s.get("signature") or {}).get("source") == "expect" else (s.get("expect") or {}).get("words")
     out = [x for x in [exp] if x] + failover_phrases(s) \
         + [x for x in [busy_phrase(s)] if x] + outage_phrases(s) + link_phrases(s) + catchup_phrases(s) \
-        + disk_error_phrases(s) + power_phrases(s) + [x for x in [order_phrase(s), transaction_phrase(s), timer_phrase(s)] if x]
+        + disk_error_phrases(s) + power_phrases(s) + [x for x in [order_phrase(s), transaction_phrase(s), timer_phrase(s), pop_phrase(s)] if x]
     rb = s.get("retried_keys_by_batch_position") or {}
     if any(rb.values()):
         out.append(f"keys redelivered through %RETRY%: {rb['later_in_batch']:,} at index 1..n-1 of their listener "

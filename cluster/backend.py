@@ -88,6 +88,14 @@ class ClusterBackend(ABC):
     def namesrv_addr(self) -> str:
         return self.plans["namesrv"].addr
 
+    def proxy_grpc_addr(self) -> str:
+        """The proxy's gRPC endpoint (ip:port), where the 5.x clients connect (the gRPC path, docs/grpc.md)."""
+        p = self.plans.get("proxy")
+        if p is None:
+            raise UserError("this cluster has no proxy, so nothing can go through gRPC",
+                            "set cluster.proxy.enabled: true in the scenario")
+        return f"{p.host}:{self.scenario.cluster.proxy.grpc_port}"
+
     def admin(self, timeout: float = 3.0) -> AdminClient:
         return AdminClient(self.namesrv_addr, timeout)
 

@@ -61,6 +61,13 @@ def classpath(version: str, platform_jar: bool = False) -> str:
     return f"{home / 'rmqchaos-java.jar'}:{cp}" if platform_jar else cp
 
 
+def grpc_classpath(version: str) -> str:
+    """The platform's module and the 5.x gRPC client alone (its programs GrpcProducer, GrpcConsumer): no
+    remoting client and no server jar beside the shaded client."""
+    home = rocketmq_dist.rocketmq_home(version)
+    return f"{home / 'rmqchaos-java.jar'}:{home / 'grpc'}/*"
+
+
 def jvm_command(main: str, args: Sequence[str] = (), *, cp: str, heap_mb: int, xms_mb: int | None = None,
                 java: str | None = None, user_home: Path | None = None, rocketmq_home: Path | None = None,
                 options: Sequence[str] = (), system_properties: Mapping[str, object] | None = None,

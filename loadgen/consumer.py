@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from cluster import clock
-from cluster.jvm import classpath, jcmd, jvm_command
+from cluster.jvm import classpath, grpc_classpath, jcmd, jvm_command
 from rmqchaos import paths, serving
 from rmqchaos.errors import UserError
 from rmqchaos.progress import say
@@ -34,7 +34,18 @@ from rmqchaos.wait import poll_until
 Launcher = Callable[..., subprocess.Popen]
 
 MAIN = "io.rmqchaos.Consumer"
+GRPC_MAIN = "io.rmqchaos.GrpcConsumer"
 MODES = ("all", "ack_first_of_batch")
+
+
+@dataclass
+class GrpcOptions:
+    """Through the proxy with the 5.x Java client (io.rmqchaos.GrpcConsumer): POP."""
+    endpoints: str  # the proxy's gRPC address
+    kind: str = "simple"  # simple | push
+    invisible_ms: int = 15_000
+    await_ms: int = 5_000
+    change_ms: int = 0  # changeInvisibleDuration to this before each ack (0: none)
 
 
 @dataclass
@@ -59,6 +70,7 @@ class ConsumerOptions:
     # its JVM under libfaketime, with a clock of its own the consumer_clock fault moves (wall clock only:
     # its scheduled executors keep the host's monotonic time); its ledger's times stay the host's
     faketime: bool = False
+    grpc: GrpcOptions | None = None  # None: the remoting DefaultMQPushConsumer (io.rmqchaos.Consumer)
 
 
 class JavaConsumer:
@@ -96,6 +108,8 @@ class JavaConsumer:
 
     def command(self) -> list[str]:
         o = self.opts
+        if o.grpc is not None:
+            return self._grpc_command(o, o.grpc)
         args = ["--namesrv", self.namesrv, "--group", o.group, "--out", str(self.out), "--mode", o.mode,
                 "--listener", o.listener,
                 "--batch-size", str(o.batch_size), "--delay-ms", str(o.delay_ms), "--threads", str(o.threads),
@@ -107,6 +121,17 @@ class JavaConsumer:
         for t in o.topics:
             args += ["--topic", t]
         return jvm_command(MAIN, args, cp=classpath(self.version, platform_jar=True), heap_mb=o.heap_mb,
+                           xms_mb=min(64, o.heap_mb), user_home=self.home, options=o.extra_jvm)
+
+    def _grpc_command(self, o: ConsumerOptions, g: GrpcOptions) -> list[str]:
+        args = ["--endpoints", g.endpoints, "--group", o.group, "--out", str(self.out), "--kind", g.kind,
+                "--mode", o.mode, "--batch-size", str(o.batch_size), "--invisible-ms", str(g.invisible_ms),
+                "--await-ms", str(g.await_ms), "--change-invisible-ms", str(g.change_ms), "--delay-ms", str(o.delay_ms),
+                "--threads", str(o.threads), "--duration", str(o.duration_s), "--consumer-id", o.consumer_id,
+                "--run-id", self.run_id]
+        for t in o.topics:
+            args += ["--topic", t]
+        return jvm_command(GRPC_MAIN, args, cp=grpc_classpath(self.version), heap_mb=o.heap_mb,
                            xms_mb=min(64, o.heap_mb), user_home=self.home, options=o.extra_jvm)
 
     @property

@@ -10,7 +10,7 @@ from typing import Callable
 
 from cluster.backend import ClusterBackend
 from cluster.plan import addresses
-from loadgen.consumer import ConsumerOptions, JavaConsumer
+from loadgen.consumer import ConsumerOptions, GrpcOptions, JavaConsumer
 from rmqchaos import paths
 from rmqchaos.errors import UserError
 from rmqchaos.ledgers import ledger_files, receive_ledger_path
@@ -18,7 +18,7 @@ from rmqchaos.procs import now_ms
 from rmqchaos.progress import say
 from rmqchaos.rundir import RunDir
 from rmqchaos.seal import seal_closed
-from rmqchaos.spec import Scenario
+from rmqchaos.spec import ConsumerInstance, Scenario
 from rmqclient.admin import RemotingError
 
 
@@ -36,12 +36,37 @@ def _consumers(run: RunDir, c: ClusterBackend, s: Scenario) -> list[JavaConsumer
                                max_reconsume_times=inst.max_reconsume_times,
                                route_refresh_ms=round(s.consumers.route_refresh * 1000),
                                consumer_id=inst.id, heap_mb=inst.heap_mb, address=at[f"consumer-{inst.id}"],
-                               faketime=inst.faketime,
+                               faketime=inst.faketime, grpc=_grpc_options(c, s, inst),
                                duration_s=(s.load.duration if s.load else 0) + s.consumers.drain_timeout + 600)
         out.append(JavaConsumer(c.namesrv_addr, opts, receive_ledger_path(run.path, inst.id), run.consumers_dir,
                                 run_id=run.run_id, rocketmq_version=s.cluster.rocketmq_version,
                                 launcher=launcher, proc_log=c.run.processes))
     return out
+
+
+def _grpc_options(c: ClusterBackend, s: Scenario, inst: ConsumerInstance) -> GrpcOptions | None:
+    g = inst.grpc
+    if g is None:
+        return None
+    return GrpcOptions(endpoints=c.proxy_grpc_addr(), kind=g.kind, invisible_ms=round(g.invisible * 1000),
+                       await_ms=round(g.long_polling * 1000),
+                       change_ms=round(g.change_invisible * 1000) if g.change_invisible else 0)
+
+
+def settle_of(s: Scenario) -> float:
+    """How long the drain waits for no new delivery. A POP consumer's message that was not acked comes
+    back only after its invisible time (plus the broker's revive scan), and the group's lag cannot see
+    it (the pop moved the offset): with gRPC SimpleConsumers the settle covers the longest invisible
+    time plus REVIVE_MARGIN_S."""
+    assert s.consumers is not None
+    inv = [(i.grpc.change_invisible or 0.0) + i.grpc.invisible for i in s.consumers.instances
+           if i.grpc is not None and i.grpc.kind == "simple"]
+    return max([s.consumers.settle] + [x + REVIVE_MARGIN_S for x in inv])
+
+
+#: the broker's revive service scans the checkpoints about once a second; the margin also covers a
+#: receive's long polling and the proxy's own renewal cycle
+REVIVE_MARGIN_S = 10.0
 
 
 def start_consumers(run: RunDir, c: ClusterBackend, s: Scenario) -> list[JavaConsumer]:
@@ -186,10 +211,17 @@ def run_loadgen(run: RunDir, c: ClusterBackend, ledger: bool | None = None,
     import subprocess
     s = run.scenario()
     assert s.load is not None
-    cmd = [sys.executable, "-m", "loadgen", str(run.path)]
-    if ledger is not None:
-        cmd += ["--ledger", "on" if ledger else "off"]
-    env = paths.module_env()
+    if s.load.client == "grpc":  # the 5.x Java client through the proxy, from the producers' address
+        import os
+
+        from loadgen import grpc_load
+        cmd = grpc_load.command(run, c, s, user_home=run.load_dir)
+        env = {**os.environ, "RMQCHAOS_NODE_ADDR": addresses(s)["producers"], "LD_PRELOAD": str(paths.loopback_shim())}
+    else:
+        cmd = [sys.executable, "-m", "loadgen", str(run.path)]
+        if ledger is not None:
+            cmd += ["--ledger", "on" if ledger else "off"]
+        env = paths.module_env()
     p = c.spawn_client("loadgen", cmd, cwd=run.path, env=env)
     bound = s.load.duration + s.load.timeout * 4 + 120
     t0 = time.monotonic()

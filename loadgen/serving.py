@@ -38,6 +38,8 @@ def wanted(c: ClusterBackend, s: Scenario) -> dict[str, dict[str, str]]:
     routes: dict[str, set[str]] = {}
     out: dict[str, dict[str, str]] = {}
     for inst in s.consumers.instances:
+        if inst.grpc is not None:  # POP through the proxy: no pull of its own to a master to watch
+            continue
         for t in inst.topics or default_topics:
             if t not in routes:
                 routes[t] = c.routed_groups(t)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster import get_backend
-from loadgen.drain import dead_groups, drain, group_lag, started_consumers, stop_consumers
+from loadgen.drain import dead_groups, drain, group_lag, settle_of, started_consumers, stop_consumers
 from pipeline.runs import as_run
 from pipeline.stage import stage
 from rmqchaos.procs import now_ms
@@ -33,7 +33,7 @@ def run(run_dir: str | Path | RunDir) -> dict[str, Any]:
             wait = max_due_after_s(s) + s.load.timer.wait if s.load and s.load.timer else 0.0
             if wait:
                 say(f"drain: a timer load: waiting at least {wait:g}s (the longest delay and load.timer.wait)")
-            n, drained, gone = drain(consumers, s.consumers.settle, s.consumers.drain_timeout,  # type: ignore[union-attr]
+            n, drained, gone = drain(consumers, settle_of(s), s.consumers.drain_timeout,  # type: ignore[union-attr]
                                      group_lag(c, s), dead_groups(c), not_before=time.time() + wait if wait else None)
             r.event("drain", "consumers", t1, now_ms(), "done" if drained else "out_of_reach" if gone else "timeout",
                     deliveries=n, drained=drained, **({"out_of_reach": gone} if gone else {}))

@@ -45,7 +45,13 @@ RECEIVE_FIELDS = (("run_id", "string"), ("key", "string"), ("msg_id", "string"),
                   # what the self-verifying body (rmqchaos/body.py) says: its key, and whether it checked out
                   ("body_key", "string"), ("body_ok", "bool"),
                   # the node (ip:port) whose pull fetched this delivery; null when the client did not say
-                  ("served_by", "string"))
+                  ("served_by", "string"),
+                  # POP, through the proxy (io.rmqchaos.GrpcConsumer; null from the remoting consumer): the
+                  # proxy's delivery count (1 the first time) and receipt handle; `ack` ok | error (see
+                  # ack_error) | skipped (not acked on purpose) | null (the client acked itself: PushConsumer)
+                  # answered at ack_ms; `change` the changeInvisibleDuration's answer when one came first
+                  ("delivery_attempt", "int"), ("receipt_handle", "string"), ("ack", "string"), ("ack_ms", "long"),
+                  ("ack_error", "string"), ("change", "string"))
 
 #: a transactional load's decisions (issue 50), one record per decision the application made or
 #: answered: `source` app (its own end of a half message, at `decided_ms`) or check (its answer to the

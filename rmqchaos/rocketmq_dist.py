@@ -73,6 +73,7 @@ def installed(version: str) -> bool:
     d = home(version)
     stamp = d / ".setup-stamp"
     return ((d / "lib").is_dir() and (d / "rmqchaos-java.jar").is_file() and (d / "config-keys.json").is_file()
+            and (d / "grpc").is_dir()
             and stamp.is_file() and stamp.read_text().strip() == stamp_key(version))
 
 
@@ -84,7 +85,7 @@ def check_version(version: str) -> None:
 
 
 def rocketmq_home(version: str) -> Path:
-    """Directory with lib/ (all RocketMQ runtime jars), rmqchaos-java.jar and config-keys.json,
+    """Directory with lib/ (all RocketMQ runtime jars), grpc/ (the 5.x gRPC client), rmqchaos-java.jar and config-keys.json,
     resolved with Maven on the first use of the version."""
     return ensure(version)
 
@@ -157,6 +158,12 @@ def _build(version: str) -> None:
         shutil.rmtree(work, ignore_errors=True)
         raise UserError(f"RocketMQ {version} does not resolve from Maven ({_maven_reason(log)}; log: {log})",
                         f"versions known to resolve: {', '.join(v for v in known_versions() if v != version)}")
+    # the 5.x gRPC client (pom.xml scope provided): beside lib/, on the gRPC programs' classpath alone
+    rc = _maven_copy(mvn, work, version, out / "grpc", log)
+    if rc != 0:
+        shutil.rmtree(work, ignore_errors=True)
+        raise UserError(f"RocketMQ {version}: the 5.x gRPC client does not resolve from Maven ({_maven_reason(log)}; "
+                        f"log: {log})", "check pom.xml's rocketmq.client.java.version")
     jar = next((work / "target").glob("rmqchaos-java-*.jar"))
     shutil.copy2(jar, out / "rmqchaos-java.jar")
     keys = subprocess.run([java, "-cp", f"{out / 'rmqchaos-java.jar'}{os.pathsep}{out / 'lib'}/*",
@@ -207,6 +214,16 @@ def _maven(mvn: str, work: Path, version: str, lib: Path, log: Path) -> int:
             return subprocess.run([mvn, "-B", "-q", f"-Drocketmq.version={version}", "package",
                                    "dependency:copy-dependencies", "-DincludeScope=runtime",
                                    f"-DoutputDirectory={lib}", "-DskipTests"],
+                                  cwd=work, stdout=lf, stderr=subprocess.STDOUT, timeout=MAVEN_TIMEOUT).returncode
+        except subprocess.TimeoutExpired:
+            return -1
+
+
+def _maven_copy(mvn: str, work: Path, version: str, dest: Path, log: Path) -> int:
+    with open(log, "a") as lf:
+        try:
+            return subprocess.run([mvn, "-B", "-q", f"-Drocketmq.version={version}", "dependency:copy-dependencies",
+                                   "-DincludeScope=provided", f"-DoutputDirectory={dest}"],
                                   cwd=work, stdout=lf, stderr=subprocess.STDOUT, timeout=MAVEN_TIMEOUT).returncode
         except subprocess.TimeoutExpired:
             return -1

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 from rmqchaos.errors import UserError
 from rmqchaos.spec.confkeys import PLATFORM_BROKER_KEYS, PLATFORM_NAMESRV_KEYS, _check_conf, config_keys
 from rmqchaos.spec.messages import _dotted, _pydantic_message
+from rmqchaos.spec.grpc import grpc_errors
 from rmqchaos.spec.modes import controller_errors, controller_ports, dledger_errors
 from rmqchaos.spec.scenario import Fault, FaultKindSpec, Scenario
 from rmqchaos.spec.timing import timer_errors
@@ -284,7 +285,7 @@ def semantic_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec] | None
     errs += after_errors(s) + powerfs_errors(s)
     if s.load is not None and s.load.backup_topic() == s.load.topic:
         errs.append((("load", "policy", "backup_topic"), "the backup topic must differ from load.topic"))
-    errs += expect_errors(s) + signature_errors(s) + order_errors(s) + timer_errors(s)
+    errs += expect_errors(s) + signature_errors(s) + order_errors(s) + timer_errors(s) + grpc_errors(s)
     if s.cluster.proxy.enabled:
         for field in ("grpc_port", "remoting_port"):
             p = getattr(s.cluster.proxy, field)

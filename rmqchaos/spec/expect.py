@@ -44,6 +44,8 @@ FAMILIES = {
     "gone_status": "the same keys (in no store now) by the status they were acknowledged with, e.g. gone_status.FLUSH_DISK_TIMEOUT",
     "order_broken_on": "sharding keys that broke order, by the broker their first acknowledged message went to, "
                        "e.g. order_broken_on.broker-b",
+    "pop": "POP deliveries through the proxy in this class or class.cause (analysis/pop.py), e.g. "
+           "pop.redelivered_after_ack, pop.consumed_but_lost, pop.redelivered_after_ack.after_change",
     "log": "lines a RocketMQ node wrote to its own logs that say this (LOG_MARKS), over every node, e.g. "
            "log.inactive_declared",
     "transactions": "half messages of a transactional load in this class (summary.transactions.classes), e.g. "
@@ -82,7 +84,8 @@ LOG_MARKS = {
                              "the timer wheel's recovered queue offset clamped to its consume queue (5.3.2+)"),
 }
 OPS = ("==", "!=", ">=", "<=", ">", "<")
-_CONDITION = re.compile(r"^\s*([a-z_0-9]+(?:\.[A-Za-z0-9_%-]+)?)\s*(==|!=|>=|<=|>|<)\s*(-?\d+)\s*$")
+# a figure family's argument may hold dots itself (pop.redelivered_after_ack.after_change, a fault id)
+_CONDITION = re.compile(r"^\s*([a-z_0-9]+(?:\.[A-Za-z0-9_%.-]+)?)\s*(==|!=|>=|<=|>|<)\s*(-?\d+)\s*$")
 _VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 
 

@@ -128,6 +128,9 @@ class Load(Strict):
     # application: sends go to a dead or demoted master until the next refresh
     route_refresh: Annotated[float, BeforeValidator(_duration), Field(ge=1, le=600)] = 30.0
     policy: Policy = Policy()
+    # remoting: the platform's producer under Locust, to the brokers; grpc: the 5.x Java client's Producer
+    # through the proxy (io.rmqchaos.GrpcProducer, docs/grpc.md), no_retry or retry policies only
+    client: Literal["remoting", "grpc"] = "remoting"
     workers: Annotated[StrictInt, Field(ge=0, le=16)] = 0  # 0: one process; N: Locust master + N workers
     ledger: StrictBool = True  # off only to measure the ledger's cost
     # an ordered load (issue 50): each user is a message stream sending its own sharding keys in turn,
@@ -147,6 +150,17 @@ class Load(Strict):
         return [self.topic] + ([b] if (b := self.backup_topic()) else [])
 
 
+class Grpc(Strict):
+    """A consumer through the proxy with the 5.x Java client (io.rmqchaos.GrpcConsumer, docs/grpc.md): POP."""
+    kind: Literal["simple", "push"] = "simple"  # SimpleConsumer (receive/ack) or PushConsumer
+    # SimpleConsumer: the invisible time each receive asks for (the proxy refuses under 10 s,
+    # minInvisibleTimeMillsForRecv), how long a receive waits for messages (awaitDuration), and a
+    # changeInvisibleDuration to this before each ack (issue #9583's shape)
+    invisible: Duration = 15.0
+    long_polling: Duration = 5.0
+    change_invisible: Duration | None = None
+
+
 class ConsumerInstance(Strict):
     id: NodeName = "c0"
     group: GroupName = "rmqchaos_consumer"
@@ -163,6 +177,8 @@ class ConsumerInstance(Strict):
     max_reconsume_times: Annotated[StrictInt, Field(ge=-1, le=16)] = -1
     # its JVM under libfaketime: a clock of its own that a consumer_clock fault moves (docs/faults.md)
     faketime: bool = False
+    # through the proxy with the 5.x gRPC client (POP); none: the remoting DefaultMQPushConsumer
+    grpc: Grpc | None = None
 
 
 class Consumers(Strict):

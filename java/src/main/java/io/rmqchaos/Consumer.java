@@ -15,7 +15,6 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.Function;
 import java.util.function.Predicate;
-import java.util.zip.CRC32;
 
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.rebalance.AllocateMessageQueueAveragely;
@@ -50,86 +49,9 @@ import org.apache.rocketmq.remoting.protocol.header.PullMessageRequestHeader;
  * shuts the consumer down (persisting offsets) and fsyncs the output. Prints a JSON summary on stdout.
  */
 public final class Consumer {
-    static String arg(String[] a, String name, String def) { // also SendBench's
-        for (int i = 0; i < a.length - 1; i++) {
-            if (a[i].equals(name)) {
-                return a[i + 1];
-            }
-        }
-        return def;
-    }
-
-    private static List<String> args(String[] a, String name) {
-        List<String> out = new ArrayList<>();
-        for (int i = 0; i < a.length - 1; i++) {
-            if (a[i].equals(name)) {
-                out.add(a[i + 1]);
-            }
-        }
-        return out;
-    }
-
-    static String esc(String s) {
-        if (s == null) {
-            return "null";
-        }
-        StringBuilder b = new StringBuilder(s.length() + 2).append('"');
-        for (int i = 0; i < s.length(); i++) {
-            char c = s.charAt(i);
-            if (c == '"' || c == '\\') {
-                b.append('\\').append(c);
-            } else if (c < 0x20) {
-                b.append(String.format("\\u%04x", (int) c));
-            } else {
-                b.append(c);
-            }
-        }
-        return b.append('"').toString();
-    }
-
-    private static final byte[] MAGIC = "rmqc1|".getBytes(StandardCharsets.US_ASCII);
-    private static final int CRC_END = MAGIC.length + 9;
-
-    /**
-     * The self-verifying body (rmqchaos/body.py): {@code rmqc1|<crc32 hex>|<producer>|<seq>|<key>\n<payload>},
-     * the CRC-32 over every byte after {@code rmqc1|<crc>|}. Returns {key or null, "true"/"false"/null}:
-     * null when the body is not ours (no prefix), false when it is and does not check out.
-     */
-    static String[] checkBody(byte[] b) {
-        if (b == null || b.length < MAGIC.length) {
-            return new String[] {null, null};
-        }
-        for (int i = 0; i < MAGIC.length; i++) {
-            if (b[i] != MAGIC[i]) {
-                return new String[] {null, null};
-            }
-        }
-        if (b.length < CRC_END || b[CRC_END - 1] != '|') {
-            return new String[] {null, "false"};
-        }
-        long want;
-        try {
-            want = Long.parseLong(new String(b, MAGIC.length, 8, StandardCharsets.US_ASCII), 16);
-        } catch (NumberFormatException e) {
-            return new String[] {null, "false"};
-        }
-        CRC32 crc = new CRC32();
-        crc.update(b, CRC_END, b.length - CRC_END);
-        int nl = -1;
-        for (int i = CRC_END; i < b.length; i++) {
-            if (b[i] == '\n') {
-                nl = i;
-                break;
-            }
-        }
-        String key = null;
-        if (nl >= 0) {
-            String[] f = new String(b, CRC_END, nl - CRC_END, StandardCharsets.UTF_8).split("\\|", 3);
-            key = f.length == 3 ? f[2] : null;
-        }
-        return new String[] {key, String.valueOf(crc.getValue() == want && key != null)};
-    }
-
+    /** The receive ledger's POP fields, which a remoting delivery does not have (GrpcConsumer writes them). */
+    private static final String POP_NULLS = ",\"delivery_attempt\":null,\"receipt_handle\":null,\"ack\":null"
+        + ",\"ack_ms\":null,\"ack_error\":null,\"change\":null";
     /**
      * Which node served each delivered message: the address of the pull that fetched it. The client's
      * RPC hook sees every pull response with its channel's remote address; the pull callback that
@@ -228,29 +150,29 @@ public final class Consumer {
                 + "[--poll-namesrv-ms MS] [--duration S] [--idle S] [--consumer-id ID] [--run-id ID] [--serving FILE] [--clock-offset-ms MS]");
             return;
         }
-        final String namesrv = arg(a, "--namesrv", "127.0.0.1:9876");
-        final String group = arg(a, "--group", null);
-        final List<String> topics = args(a, "--topic");
-        final String out = arg(a, "--out", null);
-        final String mode = arg(a, "--mode", "all");
+        final String namesrv = Text.arg(a, "--namesrv", "127.0.0.1:9876");
+        final String group = Text.arg(a, "--group", null);
+        final List<String> topics = Text.args(a, "--topic");
+        final String out = Text.arg(a, "--out", null);
+        final String mode = Text.arg(a, "--mode", "all");
         // orderly: MessageListenerOrderly, each queue consumed by one thread under the broker's queue lock
-        final String listener = arg(a, "--listener", "concurrently");
-        final int batch = Integer.parseInt(arg(a, "--batch-size", "1"));
-        final long delayMs = Long.parseLong(arg(a, "--delay-ms", "0"));
-        final int threads = Integer.parseInt(arg(a, "--threads", "8"));
+        final String listener = Text.arg(a, "--listener", "concurrently");
+        final int batch = Integer.parseInt(Text.arg(a, "--batch-size", "1"));
+        final long delayMs = Long.parseLong(Text.arg(a, "--delay-ms", "0"));
+        final int threads = Integer.parseInt(Text.arg(a, "--threads", "8"));
         // redeliveries before a message goes to %DLQ%<group>; -1: the client's default (16)
-        final int maxReconsume = Integer.parseInt(arg(a, "--max-reconsume-times", "-1"));
+        final int maxReconsume = Integer.parseInt(Text.arg(a, "--max-reconsume-times", "-1"));
         // how often the client asks namesrv for its topics' routes (pollNameServerInterval; 30 s by
         // default): a %RETRY% queue on a broker the first route did not list is consumed only after it
-        final int pollNamesrvMs = Integer.parseInt(arg(a, "--poll-namesrv-ms", "30000"));
-        final double duration = Double.parseDouble(arg(a, "--duration", "600"));
-        final double idle = Double.parseDouble(arg(a, "--idle", "0"));
-        final String consumerId = arg(a, "--consumer-id", "c0");
-        final String runId = arg(a, "--run-id", "");
+        final int pollNamesrvMs = Integer.parseInt(Text.arg(a, "--poll-namesrv-ms", "30000"));
+        final double duration = Double.parseDouble(Text.arg(a, "--duration", "600"));
+        final double idle = Double.parseDouble(Text.arg(a, "--idle", "0"));
+        final String consumerId = Text.arg(a, "--consumer-id", "c0");
+        final String runId = Text.arg(a, "--run-id", "");
         // the status file of which brokers serve this consumer's pulls (Serving); none without it
-        final String servingFile = arg(a, "--serving", null);
+        final String servingFile = Text.arg(a, "--serving", null);
         // started under libfaketime at this offset (a clock of its own): its times stay the host's (HostClock)
-        final String clockOffset = arg(a, "--clock-offset-ms", null);
+        final String clockOffset = Text.arg(a, "--clock-offset-ms", null);
         if (clockOffset != null) {
             HostClock.underOwnClock(Long.parseLong(clockOffset));
         }
@@ -304,25 +226,26 @@ public final class Consumer {
                 // property tells that this delivery came through %RETRY%<group>.
                 boolean viaRetry = m.getProperty(MessageConst.PROPERTY_RETRY_TOPIC) != null;
                 String offsetMsgId = m instanceof MessageClientExt ? ((MessageClientExt) m).getOffsetMsgId() : null;
-                String[] body = checkBody(m.getBody());
-                sb.append("{\"run_id\":").append(esc(runId))
-                    .append(",\"key\":").append(esc(m.getKeys()))
-                    .append(",\"msg_id\":").append(esc(m.getMsgId()))
-                    .append(",\"offset_msg_id\":").append(esc(offsetMsgId))
-                    .append(",\"topic\":").append(esc(viaRetry ? retryTopic : m.getTopic()))
-                    .append(",\"origin_topic\":").append(esc(m.getTopic()))
-                    .append(",\"broker\":").append(esc(m.getBrokerName()))
+                String[] body = Text.checkBody(m.getBody());
+                sb.append("{\"run_id\":").append(Text.esc(runId))
+                    .append(",\"key\":").append(Text.esc(m.getKeys()))
+                    .append(",\"msg_id\":").append(Text.esc(m.getMsgId()))
+                    .append(",\"offset_msg_id\":").append(Text.esc(offsetMsgId))
+                    .append(",\"topic\":").append(Text.esc(viaRetry ? retryTopic : m.getTopic()))
+                    .append(",\"origin_topic\":").append(Text.esc(m.getTopic()))
+                    .append(",\"broker\":").append(Text.esc(m.getBrokerName()))
                     .append(",\"queue_id\":").append(m.getQueueId())
                     .append(",\"queue_offset\":").append(m.getQueueOffset())
                     .append(",\"reconsume_times\":").append(m.getReconsumeTimes())
-                    .append(",\"consumer_id\":").append(esc(consumerId))
+                    .append(",\"consumer_id\":").append(Text.esc(consumerId))
                     .append(",\"batch_size\":").append(msgs.size())
                     .append(",\"batch_index\":").append(idx)
                     .append(",\"store_ms\":").append(m.getStoreTimestamp())
                     .append(",\"receive_ms\":").append(now)
-                    .append(",\"body_key\":").append(esc(body[0]))
+                    .append(",\"body_key\":").append(Text.esc(body[0]))
                     .append(",\"body_ok\":").append(body[1] == null ? "null" : body[1])
-                    .append(",\"served_by\":").append(esc(servedBy.of(m)))
+                    .append(",\"served_by\":").append(Text.esc(servedBy.of(m)))
+                    .append(POP_NULLS)
                     .append("}\n");
             }
             return sb.toString();

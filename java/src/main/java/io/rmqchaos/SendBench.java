@@ -25,7 +25,7 @@ import org.apache.rocketmq.common.message.MessageExt;
  */
 public final class SendBench {
     private static String arg(String[] a, String name, String def) {
-        return Consumer.arg(a, name, def);
+        return Text.arg(a, name, def);
     }
 
     public static void main(String[] args) throws Exception {

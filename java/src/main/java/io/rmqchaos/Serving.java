@@ -209,8 +209,8 @@ final class Serving {
         lastWrite = HostClock.now();
         StringBuilder sb = new StringBuilder(512);
         synchronized (this) {
-            sb.append("{\"consumer_id\":").append(Consumer.esc(consumerId))
-                .append(",\"group\":").append(Consumer.esc(group))
+            sb.append("{\"consumer_id\":").append(Text.esc(consumerId))
+                .append(",\"group\":").append(Text.esc(group))
                 .append(",\"started_ms\":").append(startedMs < 0 ? "null" : String.valueOf(startedMs))
                 .append(",\"written_ms\":").append(lastWrite)
                 .append(",\"heartbeats\":{\"sent\":").append(heartbeatsSent)
@@ -220,7 +220,7 @@ final class Serving {
             boolean first = true;
             for (Map.Entry<String, Broker> e : brokers.entrySet()) {
                 Broker b = e.getValue();
-                sb.append(first ? "" : ",").append(Consumer.esc(e.getKey())).append(":{\"served\":").append(b.served)
+                sb.append(first ? "" : ",").append(Text.esc(e.getKey())).append(":{\"served\":").append(b.served)
                     .append(",\"first_served_ms\":").append(b.firstServedMs < 0 ? "null" : String.valueOf(b.firstServedMs))
                     .append(",\"last_served_ms\":").append(b.lastServedMs < 0 ? "null" : String.valueOf(b.lastServedMs))
                     .append(",\"refused\":{");

@@ -1,0 +1,137 @@
+"""POP through the proxy (issue 52): what became of each delivery a gRPC SimpleConsumer received, from
+the receive ledger's POP fields (rmqchaos/ledgers.py: delivery_attempt, receipt_handle, ack, ack_ms,
+change). Only deliveries with a receipt handle count; a remoting consumer's have none.
+
+A delivery's invisible time ends at its receipt handle's pop time plus its invisible time (the handle's
+2nd and 3rd fields, ExtraInfoUtil: `<ck queue offset> <pop time> <invisible time> <revive queue> <topic
+type> <broker> <queue> <offset> <commit log offset>`; the handle the ledger keeps is the last one the
+client held, so a changeInvisibleDuration's deadline is its own). Acked in time: the ack was answered
+ok at or before that end. Each delivery of a key that came again later is:
+
+- `redelivered_after_invisible` (expected): it was not acked in time, by cause: `not_acked` (skipped on
+  purpose), `ack_refused` (the proxy answered the ack with an error), `ack_late` (answered ok after the
+  invisible time), `no_ack` (no ack recorded);
+- `redelivered_after_ack` (a violation): acked in time and delivered again all the same, by cause:
+  `after_change` (a changeInvisibleDuration answered ok came first: apache/rocketmq#9583) or
+  `plain_ack`.
+
+Each key's last delivery that was not acked in time is:
+
+- `consumed_but_lost` (a violation): never delivered again although its invisible time (plus
+  REVIVE_SLACK_MS) ended before the consumers stopped: the broker holds it as consumed, nobody
+  processed it (apache/rocketmq#7914's shape), by the same causes;
+- `due_after_stop`: its invisible time had not ended (plus the slack) when the consumers stopped: not
+  judged.
+
+A redelivery whose earlier delivery was not acked in time, acked or answered while a fault had the proxy
+away (`proxy_outages`: a kill until its restart, plus the clients' reconnection), is also counted under
+that fault (`by_fault`): the duplicates a proxy crash forces (apache/rocketmq#10278).
+
+The fourth class of the issue, never delivered, is the key table's (`lost`: acknowledged, in no
+consumer's ledger)."""
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+#: the broker's revive service re-puts an expired checkpoint's messages within about a second of their
+#: invisible time; this slack also covers the next receive's long polling
+REVIVE_SLACK_MS = 10_000
+CLASSES = ("redelivered_after_invisible", "redelivered_after_ack", "consumed_but_lost", "due_after_stop")
+CAUSES = {"redelivered_after_invisible": ("not_acked", "ack_refused", "ack_late", "no_ack"),
+          "redelivered_after_ack": ("after_change", "plain_ack"),
+          "consumed_but_lost": ("not_acked", "ack_refused", "ack_late", "no_ack"),
+          "due_after_stop": ("not_acked", "ack_refused", "ack_late", "no_ack")}
+
+
+def proxy_outages(events: list[dict[str, Any]]) -> list[tuple[str, int, int]]:
+    """(fault id, from, to) in ms of each fault on the proxy: from its start to the end of the restart
+    that follows it (or its own end), plus OUTAGE_SLACK_MS for the clients to reconnect."""
+    out: dict[str, list[int]] = {}
+    for e in events:
+        p = e.get("params") or {}
+        if e.get("kind") != "fault" or e.get("target") != "proxy" or not e.get("start_ms"):
+            continue
+        fid = p.get("follows") or p.get("fault_id")
+        span = out.setdefault(fid, [int(e["start_ms"]), int(e["end_ms"] or e["start_ms"])])
+        span[0] = min(span[0], int(e["start_ms"]))
+        span[1] = max(span[1], int(e["end_ms"] or e["start_ms"]))
+    return [(fid, a, b + OUTAGE_SLACK_MS) for fid, (a, b) in out.items()]
+
+
+#: after the proxy is back, a client's gRPC channel reconnects with backoff (1 s, then x1.6)
+OUTAGE_SLACK_MS = 5_000
+
+
+def pop_check(recv: DataFrame, stop_ms: int | None,
+              outages: list[tuple[str, int, int]] | None = None) -> dict[str, Any] | None:
+    """Deliveries and keys per class and cause; None when no delivery has a receipt handle.
+    `stop_ms`: when the first consumer stopped (None: not known, so no last delivery is judged lost).
+    `outages` (proxy_outages): a redelivery whose earlier delivery was acked (or not) while the proxy was
+    away counts under that fault too (`by_fault`: the duplicates a proxy crash forced)."""
+    pop = recv.where(F.col("receipt_handle").isNotNull())
+    if not pop.select("key").limit(1).collect():
+        return None
+    parts = F.split(F.col("receipt_handle"), " ")
+    deadline = parts.getItem(1).cast("long") + parts.getItem(2).cast("long")
+    w = Window.partitionBy("key", "origin_topic").orderBy("receive_ms", "ack_ms")
+    d = (pop.select("key", "origin_topic", "receive_ms", "ack", "ack_ms", "change", deadline.alias("deadline"))
+         .withColumn("later", F.lead("receive_ms").over(w).isNotNull()))
+    in_time = (F.col("ack") == "ok") & (F.col("ack_ms") <= F.col("deadline"))
+    why = (F.when(F.col("ack") == "skipped", "not_acked").when(F.col("ack") == "error", "ack_refused")
+           .when(F.col("ack") == "ok", "ack_late").otherwise("no_ack"))
+    due_late = F.lit(True) if stop_ms is None else (F.col("deadline") + REVIVE_SLACK_MS > F.lit(stop_ms))
+    cls = (F.when(F.col("later") & in_time, "redelivered_after_ack")
+           .when(F.col("later"), "redelivered_after_invisible")
+           .when(in_time | (F.col("ack") == "ok"), None)  # acked (a late ack the broker took counts as taken)
+           .when(due_late, "due_after_stop")
+           .otherwise("consumed_but_lost"))
+    cause = (F.when(F.col("later") & in_time,
+                    F.when(F.col("change") == "ok", "after_change").otherwise("plain_ack")).otherwise(why))
+    at = F.coalesce(F.col("ack_ms"), F.col("receive_ms"))
+    fault_cols = [F.sum((F.col("later") & ~in_time & (at >= a) & (at <= b)).cast("int")).alias(f"f{i}")
+                  for i, (_, a, b) in enumerate(outages or [])]
+    rows = (d.select("key", cls.alias("cls"), cause.alias("cause")).where(F.col("cls").isNotNull())
+            .groupBy("cls", "cause").agg(F.count("*").alias("n")).collect())
+    tot = pop.agg(F.count("*").alias("n"), F.countDistinct("key").alias("keys"),
+                  F.sum((F.col("ack") == "ok").cast("int")).alias("acked"),
+                  F.sum((F.col("ack") == "error").cast("int")).alias("refused")).collect()[0]
+    per_fault = d.agg(*fault_cols).collect()[0] if fault_cols else None
+    out: dict[str, Any] = {"deliveries": int(tot["n"]), "keys": int(tot["keys"]), "acks_ok": int(tot["acked"] or 0),
+                           "acks_refused": int(tot["refused"] or 0),
+                           "classes": dict.fromkeys(CLASSES, 0), "keys_by_class": dict.fromkeys(CLASSES, 0),
+                           "causes": {c: dict.fromkeys(CAUSES[c], 0) for c in CLASSES},
+                           "by_fault": {fid: int(per_fault[f"f{i}"] or 0) for i, (fid, _, _) in enumerate(outages or [])}
+                           if per_fault is not None else {}}
+    for r in rows:
+        out["classes"][r["cls"]] += int(r["n"])
+        out["causes"][r["cls"]][r["cause"]] += int(r["n"])
+    # keys per class: a key with deliveries in a class counts once there
+    for r in (d.select("key", cls.alias("cls")).where(F.col("cls").isNotNull()).groupBy("cls")
+              .agg(F.countDistinct("key").alias("k")).collect()):
+        out["keys_by_class"][r["cls"]] = int(r["k"])
+    return out
+
+
+def pop_phrase(s: dict[str, Any]) -> str | None:
+    """The verdict's clause on POP; None when no delivery came through a SimpleConsumer."""
+    p = s.get("pop")
+    if not p:
+        return None
+    c = p["classes"]
+    parts = [f"{p['acks_ok']:,} acks answered ok" + (f", {p['acks_refused']:,} refused" if p["acks_refused"] else ""),
+             f"{c['redelivered_after_invisible']:,} redelivered after their invisible time"
+             if c["redelivered_after_invisible"] else "",
+             f"{c['redelivered_after_ack']:,} REDELIVERED AFTER A SUCCESSFUL ACK "
+             f"({p['causes']['redelivered_after_ack']['after_change']:,} after changeInvisibleDuration)"
+             if c["redelivered_after_ack"] else "",
+             f"{c['consumed_but_lost']:,} CONSUMED BUT LOST (not acked, never delivered again)"
+             if c["consumed_but_lost"] else "",
+             f"{c['due_after_stop']:,} not acked and due again only after the consumers stopped (not judged)"
+             if c["due_after_stop"] else ""]
+    forced = [f"{n:,} after {fid}" for fid, n in (p.get("by_fault") or {}).items() if n]
+    if forced:
+        parts.append("redelivered because an ack was lost with the proxy: " + ", ".join(forced))
+    return f"POP: {p['deliveries']:,} deliveries through the proxy: " + ", ".join(x for x in parts if x)

@@ -1,0 +1,306 @@
+package io.rmqchaos;
+
+import java.io.FileOutputStream;
+import java.io.IOException;
+import java.io.OutputStreamWriter;
+import java.io.Writer;
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicLong;
+
+import org.apache.rocketmq.client.apis.ClientConfiguration;
+import org.apache.rocketmq.client.apis.ClientServiceProvider;
+import org.apache.rocketmq.client.apis.consumer.ConsumeResult;
+import org.apache.rocketmq.client.apis.consumer.FilterExpression;
+import org.apache.rocketmq.client.apis.consumer.PushConsumer;
+import org.apache.rocketmq.client.apis.consumer.SimpleConsumer;
+import org.apache.rocketmq.client.apis.message.MessageView;
+import org.apache.rocketmq.client.java.message.MessageViewImpl;
+
+/**
+ * The receive witness through the proxy: the RocketMQ 5.x Java client's SimpleConsumer (receive, then
+ * optionally changeInvisibleDuration, then ack, each answer recorded) or PushConsumer, writing the
+ * receive ledger in its one schema (rmqchaos/ledgers.py RECEIVE_FIELDS), one line per delivery, written
+ * once the delivery's ack has been answered (SimpleConsumer) or its listener returned (PushConsumer).
+ *
+ * POP's fields: delivery_attempt (the proxy's count, 1 the first time), receipt_handle, ack (ok: the
+ * proxy answered OK; error: it answered otherwise, see ack_error; skipped: not acked on purpose, e.g.
+ * --mode ack_first_of_batch; null: acked by the client itself, the PushConsumer), ack_ms, and change
+ * (the changeInvisibleDuration's answer, when --change-invisible-ms asks for one before the ack).
+ * store_ms is null: the 5.x client does not expose the store time; served_by is null: the proxy fetched it.
+ *
+ * Stop: SIGTERM; the hook stops receiving, closes the client, flushes and fsyncs the output, and prints
+ * {"deliveries": N} on stdout (the platform's sign that it stopped cleanly).
+ */
+public final class GrpcConsumer {
+    private GrpcConsumer() {
+    }
+
+    public static void main(String[] a) throws Exception {
+        if (a.length == 0 || a[0].equals("--help")) {
+            System.out.println("usage: GrpcConsumer --endpoints H:P --group G --topic T [--topic T2 ...] --out FILE "
+                + "[--kind simple|push] [--mode all|ack_first_of_batch] [--batch-size N] [--invisible-ms MS] "
+                + "[--await-ms MS] [--change-invisible-ms MS] [--delay-ms MS] [--threads N] [--duration S] "
+                + "[--consumer-id ID] [--run-id ID]");
+            return;
+        }
+        final String endpoints = Text.arg(a, "--endpoints", null);
+        final String group = Text.arg(a, "--group", null);
+        final List<String> topics = Text.args(a, "--topic");
+        final String out = Text.arg(a, "--out", null);
+        if (endpoints == null || group == null || topics.isEmpty() || out == null) {
+            System.err.println("error: --endpoints, --group, --topic and --out are required");
+            System.exit(2);
+        }
+        final String kind = Text.arg(a, "--kind", "simple");
+        final String mode = Text.arg(a, "--mode", "all");
+        final int batch = Integer.parseInt(Text.arg(a, "--batch-size", "16"));
+        final long invisibleMs = Long.parseLong(Text.arg(a, "--invisible-ms", "30000"));
+        final long awaitMs = Long.parseLong(Text.arg(a, "--await-ms", "5000")); // the proxy takes 5-20 s
+        final long changeMs = Long.parseLong(Text.arg(a, "--change-invisible-ms", "0"));
+        final long delayMs = Long.parseLong(Text.arg(a, "--delay-ms", "0"));
+        final int threads = Integer.parseInt(Text.arg(a, "--threads", "4"));
+        final double duration = Double.parseDouble(Text.arg(a, "--duration", "600"));
+        final String consumerId = Text.arg(a, "--consumer-id", "c0");
+        final String runId = Text.arg(a, "--run-id", "");
+        if (!kind.equals("simple") && !kind.equals("push")) {
+            System.err.println("error: --kind must be simple or push, not " + kind);
+            System.exit(2);
+        }
+
+        final FileOutputStream fos = new FileOutputStream(out, true);
+        final Writer w = new OutputStreamWriter(fos, StandardCharsets.UTF_8);
+        final Object lock = new Object();
+        final AtomicLong deliveries = new AtomicLong();
+        final AtomicBoolean running = new AtomicBoolean(true);
+        ClientServiceProvider provider = ClientServiceProvider.loadService();
+        ClientConfiguration conf = ClientConfiguration.newBuilder().setEndpoints(endpoints).enableSsl(false)
+            .setRequestTimeout(Duration.ofSeconds(3)).build();
+        Map<String, FilterExpression> subs = new HashMap<>();
+        for (String t : topics) {
+            subs.put(t, FilterExpression.SUB_ALL);
+        }
+
+        final List<Thread> receivers = new ArrayList<>();
+        final Map<String, Long> refusals = new java.util.concurrent.ConcurrentHashMap<>();
+        final SimpleConsumer simple;
+        final PushConsumer push;
+        if (kind.equals("simple")) {
+            simple = provider.newSimpleConsumerBuilder().setClientConfiguration(conf).setConsumerGroup(group)
+                .setSubscriptionExpressions(subs).setAwaitDuration(Duration.ofMillis(awaitMs)).build();
+            push = null;
+            for (int t = 0; t < threads; t++) {
+                Thread th = new Thread(() -> {
+                    while (running.get()) {
+                        List<MessageView> got;
+                        try {
+                            got = simple.receive(batch, Duration.ofMillis(invisibleMs));
+                        } catch (Throwable e) { // no message (NotFound), a proxy away: try again shortly
+                            boolean none = e.getClass().getSimpleName().equals("NotFoundException");
+                            if (!none) { // said on stderr (the consumer's log): the first of each kind, then every 100th
+                                String kindOf = e.getClass().getSimpleName() + ": " + e.getMessage();
+                                long n = refusals.merge(kindOf, 1L, Long::sum);
+                                if (n == 1 || n % 100 == 0) {
+                                    System.err.println("receive failed (" + n + " so far): " + kindOf);
+                                }
+                            }
+                            sleep(none ? 0 : 200);
+                            continue;
+                        }
+                        long receiveMs = System.currentTimeMillis();
+                        for (int i = 0; i < got.size(); i++) {
+                            MessageView m = got.get(i);
+                            if (delayMs > 0) {
+                                sleep(delayMs);
+                            }
+                            String change = null;
+                            if (changeMs > 0) {
+                                try {
+                                    simple.changeInvisibleDuration(m, Duration.ofMillis(changeMs));
+                                    change = "ok";
+                                } catch (Throwable e) {
+                                    change = "error: " + e.getMessage();
+                                }
+                            }
+                            String ack;
+                            String ackError = null;
+                            long ackMs;
+                            if (mode.equals("ack_first_of_batch") && i > 0) {
+                                ack = "skipped";
+                                ackMs = System.currentTimeMillis();
+                            } else {
+                                try {
+                                    simple.ack(m);
+                                    ack = "ok";
+                                } catch (Throwable e) {
+                                    ack = "error";
+                                    ackError = e.getClass().getSimpleName() + ": " + e.getMessage();
+                                }
+                                ackMs = System.currentTimeMillis();
+                            }
+                            // written once the ack is answered, before the next: a SIGKILL can fall between the
+                            // answer and this write (microseconds), so a killed gRPC consumer is not a fault yet
+                            StringBuilder sb = new StringBuilder(512);
+                            line(sb, m, runId, consumerId, got.size(), i, receiveMs, ack, ackMs, ackError, change);
+                            write(w, lock, sb.toString());
+                            deliveries.incrementAndGet();
+                        }
+                    }
+                }, "grpc-receive-" + t);
+                receivers.add(th);
+            }
+        } else {
+            simple = null;
+            push = provider.newPushConsumerBuilder().setClientConfiguration(conf).setConsumerGroup(group)
+                .setSubscriptionExpressions(subs).setConsumptionThreadCount(threads)
+                .setMessageListener(m -> {
+                    long receiveMs = System.currentTimeMillis();
+                    if (delayMs > 0) {
+                        sleep(delayMs);
+                    }
+                    StringBuilder sb = new StringBuilder(400);
+                    line(sb, m, runId, consumerId, 1, 0, receiveMs, null, System.currentTimeMillis(), null, null);
+                    if (!write(w, lock, sb.toString())) {
+                        return ConsumeResult.FAILURE; // not recorded: not acknowledged
+                    }
+                    deliveries.incrementAndGet();
+                    return ConsumeResult.SUCCESS;
+                }).build();
+        }
+
+        final CountDownLatch stopped = new CountDownLatch(1);
+        final long start = System.currentTimeMillis();
+        Runnable stop = () -> {
+            running.set(false);
+            for (Thread th : receivers) {
+                try {
+                    th.join(10_000);
+                } catch (InterruptedException ignored) {
+                    Thread.currentThread().interrupt();
+                }
+            }
+            try {
+                if (simple != null) {
+                    simple.close();
+                }
+                if (push != null) {
+                    push.close();
+                }
+            } catch (IOException ignored) {
+            }
+            synchronized (lock) {
+                try {
+                    w.flush();
+                    fos.getFD().sync();
+                    w.close();
+                } catch (IOException ignored) {
+                }
+            }
+            System.out.println("{\"deliveries\":" + deliveries.get() + ",\"elapsed_ms\":"
+                + (System.currentTimeMillis() - start) + "}");
+            System.out.flush();
+            stopped.countDown();
+        };
+        Thread hook = new Thread(stop, "rmqchaos-grpc-consumer-stop");
+        Runtime.getRuntime().addShutdownHook(hook);
+        for (Thread th : receivers) {
+            th.start();
+        }
+        System.err.println("consumer " + consumerId + " started: group " + group + " topics " + topics + " mode " + mode
+            + " kind " + kind + " via " + endpoints);
+        long lastSync = System.currentTimeMillis();
+        while (System.currentTimeMillis() - start < duration * 1000) {
+            Thread.sleep(100);
+            long now = System.currentTimeMillis();
+            if (now - lastSync >= 1000) { // bounded loss window on a crash: flush + fsync every second
+                synchronized (lock) {
+                    w.flush();
+                    fos.getFD().sync();
+                }
+                lastSync = now;
+            }
+        }
+        Runtime.getRuntime().removeShutdownHook(hook);
+        stop.run();
+        stopped.await();
+        System.exit(0);
+    }
+
+    private static void line(StringBuilder sb, MessageView m, String runId, String consumerId, int batchSize, int idx,
+                             long receiveMs, String ack, long ackMs, String ackError, String change) {
+        String broker = null;
+        String queue = "null";
+        String offset = "null";
+        String handle = null;
+        if (m instanceof MessageViewImpl) {
+            MessageViewImpl v = (MessageViewImpl) m;
+            if (v.getMessageQueue() != null) {
+                broker = v.getMessageQueue().getBroker().getName();
+                queue = String.valueOf(v.getMessageQueue().getQueueId());
+            }
+            offset = String.valueOf(v.getOffset());
+            handle = v.getReceiptHandle();
+        }
+        ByteBuffer bb = m.getBody();
+        byte[] body = new byte[bb.remaining()];
+        bb.get(body);
+        String[] chk = Text.checkBody(body);
+        String key = m.getKeys().isEmpty() ? null : m.getKeys().iterator().next();
+        sb.append("{\"run_id\":").append(Text.esc(runId))
+            .append(",\"key\":").append(Text.esc(key))
+            .append(",\"msg_id\":").append(Text.esc(m.getMessageId().toString()))
+            .append(",\"offset_msg_id\":null")
+            .append(",\"topic\":").append(Text.esc(m.getTopic()))
+            .append(",\"origin_topic\":").append(Text.esc(m.getTopic()))
+            .append(",\"broker\":").append(Text.esc(broker))
+            .append(",\"queue_id\":").append(queue)
+            .append(",\"queue_offset\":").append(offset)
+            .append(",\"reconsume_times\":").append(Math.max(0, m.getDeliveryAttempt() - 1))
+            .append(",\"consumer_id\":").append(Text.esc(consumerId))
+            .append(",\"batch_size\":").append(batchSize)
+            .append(",\"batch_index\":").append(idx)
+            .append(",\"store_ms\":null")
+            .append(",\"receive_ms\":").append(receiveMs)
+            .append(",\"body_key\":").append(Text.esc(chk[0]))
+            .append(",\"body_ok\":").append(chk[1] == null ? "null" : chk[1])
+            .append(",\"served_by\":null")
+            .append(",\"delivery_attempt\":").append(m.getDeliveryAttempt())
+            .append(",\"receipt_handle\":").append(Text.esc(handle))
+            .append(",\"ack\":").append(Text.esc(ack))
+            .append(",\"ack_ms\":").append(ack == null ? "null" : String.valueOf(ackMs))
+            .append(",\"ack_error\":").append(Text.esc(ackError))
+            .append(",\"change\":").append(Text.esc(change))
+            .append("}\n");
+    }
+
+    private static boolean write(Writer w, Object lock, String text) {
+        synchronized (lock) {
+            try {
+                w.write(text);
+                w.flush(); // to the OS before the ack's effect is relied on: a SIGKILL keeps it
+                return true;
+            } catch (IOException e) {
+                return false;
+            }
+        }
+    }
+
+    private static void sleep(long ms) {
+        if (ms <= 0) {
+            return;
+        }
+        try {
+            Thread.sleep(ms);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+}

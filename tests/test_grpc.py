@@ -1,0 +1,88 @@
+"""The gRPC path (issue 52): what the spec refuses in one line each (fast), and a real gRPC producer
+and SimpleConsumer through a real proxy: nothing lost, nothing duplicated, every ack answered ok."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import run_here, write_scenario
+
+CLUSTER = {"subnet": "127.0.52.0/24", "namesrv": {"port": 25276}, "ready_timeout": "90s", "stop_timeout": "10s",
+           "broker_defaults": {"jvm": {"heap_mb": 384, "max_direct_memory_mb": 256},
+                               "config": {"brokerRole": "ASYNC_MASTER", "flushDiskType": "ASYNC_FLUSH"}},
+           "brokers": [{"name": "broker-a", "port": 25211}, {"name": "broker-b", "port": 25221}],
+           "proxy": {"enabled": True, "grpc_port": 25281, "remoting_port": 25280}}
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("proxy, load, consumers, line", [
+    (False, {"client": "grpc"}, [{"id": "c0"}],
+     "t.yaml:4: load.client: a gRPC load: it goes through the proxy, and this cluster has none: set "
+     "cluster.proxy.enabled: true"),
+    (False, {}, [{"id": "c0", "grpc": {}}], "consumers.instances[0].grpc: consumer c0 through gRPC: it goes through the "
+                                             "proxy, and this cluster has none"),
+    (True, {}, [{"id": "c0", "grpc": {"invisible": "5s"}}],
+     "consumers.instances[0].grpc.invisible: 5 s is under the proxy's least invisible time for a receive (10 s, "
+     "minInvisibleTimeMillsForRecv), which refuses every such receive: use at least 10s"),
+    (True, {}, [{"id": "c0", "grpc": {"long_polling": "2s"}}],
+     "consumers.instances[0].grpc.long_polling: 2 s is outside the proxy's long polling bounds (5-20 s"),
+    (True, {"client": "grpc", "order": {}}, [{"id": "c0", "listener": "orderly"}],
+     "load.order: the gRPC load sends normal messages only"),
+    (True, {"client": "grpc", "policy": {"kind": "java_default"}}, [{"id": "c0"}],
+     "load.policy.kind: the gRPC load takes policy no_retry or retry (attempts), not java_default"),
+    (True, {}, [{"id": "c0", "grpc": {"kind": "push", "change_invisible": "20s"}}],
+     "consumer c0: a PushConsumer acks by itself; change_invisible and mode ack_first_of_batch need kind: simple"),
+])
+def test_bad_grpc_settings_are_one_line_at_load(tmp_path: Path, proxy: bool, load: dict, consumers: list,
+                                                line: str) -> None:
+    import yaml
+    from pipeline.runs import load_scenario
+    from rmqchaos.spec import SpecError
+    f = tmp_path / "t.yaml"
+    f.write_text("name: t\ncluster: {brokers: [{name: broker-a, port: 10911}]"
+                 + (", proxy: {enabled: true}" if proxy else "") + "}\n"
+                 + "# the load\n" + f"load: {yaml.safe_dump(load, default_flow_style=True)}"
+                 + f"consumers: {{instances: {yaml.safe_dump(consumers, default_flow_style=True).strip()}}}\n")
+    with pytest.raises(SpecError) as e:
+        load_scenario(f)
+    assert line in e.value.line(), e.value.line()
+
+
+@pytest.mark.fast
+def test_a_pop_consumer_stretches_the_drains_settle_over_its_invisible_time() -> None:
+    from loadgen.drain import REVIVE_MARGIN_S, settle_of
+    from rmqchaos.spec import Scenario
+    s = Scenario.model_validate({"name": "t", "cluster": {"proxy": {"enabled": True}}, "load": {},
+                                 "consumers": {"settle": "3s", "instances": [
+                                     {"id": "c0"}, {"id": "c1", "grpc": {"invisible": "20s", "change_invisible": "30s"}}]}})
+    assert settle_of(s) == 20 + 30 + REVIVE_MARGIN_S
+    s.consumers.instances.pop()  # type: ignore[union-attr]
+    assert settle_of(s) == 3
+
+
+def test_a_grpc_producer_and_a_simple_consumer_through_a_proxy_lose_and_duplicate_nothing(
+        tmp_path: Path, kept_spark: Any) -> None:
+    f = write_scenario(tmp_path / "t.yaml", {
+        "name": "grpc-plain", "cluster": CLUSTER,
+        "load": {"client": "grpc", "topic": "T_GRPC", "users": 4, "rate": 100, "duration": "12s"},
+        "consumers": {"settle": "2s", "drain_timeout": "60s",
+                      "instances": [{"id": "c0", "group": "g_grpc", "batch_size": 16, "threads": 2,
+                                     "grpc": {"invisible": "10s", "long_polling": "5s"}}]}})
+    run, s = run_here(f, tmp_path / "run")
+    c = s["counts"]
+    assert c["keys"] == 1200 and c["ok"] == 1200, c
+    assert (c["lost"], c["duplicated"], c["indeterminate"], c["unexpected"], c["corrupted_deliveries"]) == (0, 0, 0, 0, 0)
+    p = s["pop"]
+    assert p is not None and p["deliveries"] == 1200 and p["acks_ok"] == 1200 and p["acks_refused"] == 0, p
+    assert set(p["classes"].values()) == {0}, p
+    # the ledgers: one schema for both paths; every delivery through the proxy carries its receipt handle
+    recv = [json.loads(x) for x in (run / "ledgers" / "receive-c0.jsonl").read_text().splitlines()]
+    from rmqchaos.ledgers import RECEIVE_KEYS
+    assert {tuple(r) for r in recv} == {RECEIVE_KEYS}
+    assert all(r["receipt_handle"] and r["delivery_attempt"] == 1 and r["ack"] == "ok" for r in recv)
+    sends = [json.loads(x) for x in (run / "ledgers" / "send-grpc0.jsonl").read_text().splitlines()]
+    assert {r["rec"] for r in sends} == {"intent", "outcome"} and len(sends) == 2400
+    assert {r["msg_id"] for r in sends if r["rec"] == "outcome"} == {r["msg_id"] for r in recv}
