@@ -11,9 +11,12 @@ ok at or before that end. Each delivery of a key that came again later is:
 - `redelivered_after_invisible` (expected): it was not acked in time, by cause: `not_acked` (skipped on
   purpose), `ack_refused` (the proxy answered the ack with an error), `ack_late` (answered ok after the
   invisible time), `no_ack` (no ack recorded);
-- `redelivered_after_ack` (a violation): acked in time and delivered again all the same, by cause:
-  `after_change` (a changeInvisibleDuration answered ok came first: apache/rocketmq#9583) or
-  `plain_ack`.
+- `redelivered_after_ack`: acked in time and delivered again all the same, by cause: `re_popped` (the
+  later delivery is a first delivery again, `delivery_attempt` 1: read again from the queue because
+  the broker's POP offset went back, e.g. a broker killed -9 loses the consume offsets it had not
+  persisted yet; the at-least-once duplicate a crash allows), else a violation: `after_change` (a
+  changeInvisibleDuration answered ok came first: apache/rocketmq#9583) or `plain_ack` (revived
+  although acked).
 
 Each key's last delivery that was not acked in time is:
 
@@ -41,7 +44,7 @@ from pyspark.sql import functions as F
 REVIVE_SLACK_MS = 10_000
 CLASSES = ("redelivered_after_invisible", "redelivered_after_ack", "consumed_but_lost", "due_after_stop")
 CAUSES = {"redelivered_after_invisible": ("not_acked", "ack_refused", "ack_late", "no_ack"),
-          "redelivered_after_ack": ("after_change", "plain_ack"),
+          "redelivered_after_ack": ("re_popped", "after_change", "plain_ack"),
           "consumed_but_lost": ("not_acked", "ack_refused", "ack_late", "no_ack"),
           "due_after_stop": ("not_acked", "ack_refused", "ack_late", "no_ack")}
 
@@ -77,8 +80,10 @@ def pop_check(recv: DataFrame, stop_ms: int | None,
     parts = F.split(F.col("receipt_handle"), " ")
     deadline = parts.getItem(1).cast("long") + parts.getItem(2).cast("long")
     w = Window.partitionBy("key", "origin_topic").orderBy("receive_ms", "ack_ms")
-    d = (pop.select("key", "origin_topic", "receive_ms", "ack", "ack_ms", "change", deadline.alias("deadline"))
-         .withColumn("later", F.lead("receive_ms").over(w).isNotNull()))
+    d = (pop.select("key", "origin_topic", "receive_ms", "ack", "ack_ms", "change", deadline.alias("deadline"),
+                    "delivery_attempt")
+         .withColumn("later", F.lead("receive_ms").over(w).isNotNull())
+         .withColumn("next_attempt", F.lead("delivery_attempt").over(w)))
     in_time = (F.col("ack") == "ok") & (F.col("ack_ms") <= F.col("deadline"))
     why = (F.when(F.col("ack") == "skipped", "not_acked").when(F.col("ack") == "error", "ack_refused")
            .when(F.col("ack") == "ok", "ack_late").otherwise("no_ack"))
@@ -89,7 +94,8 @@ def pop_check(recv: DataFrame, stop_ms: int | None,
            .when(due_late, "due_after_stop")
            .otherwise("consumed_but_lost"))
     cause = (F.when(F.col("later") & in_time,
-                    F.when(F.col("change") == "ok", "after_change").otherwise("plain_ack")).otherwise(why))
+                    F.when(F.col("next_attempt") == 1, "re_popped").when(F.col("change") == "ok", "after_change")
+                    .otherwise("plain_ack")).otherwise(why))
     at = F.coalesce(F.col("ack_ms"), F.col("receive_ms"))
     fault_cols = [F.sum((F.col("later") & ~in_time & (at >= a) & (at <= b)).cast("int")).alias(f"f{i}")
                   for i, (_, a, b) in enumerate(outages or [])]
@@ -124,9 +130,7 @@ def pop_phrase(s: dict[str, Any]) -> str | None:
     parts = [f"{p['acks_ok']:,} acks answered ok" + (f", {p['acks_refused']:,} refused" if p["acks_refused"] else ""),
              f"{c['redelivered_after_invisible']:,} redelivered after their invisible time"
              if c["redelivered_after_invisible"] else "",
-             f"{c['redelivered_after_ack']:,} REDELIVERED AFTER A SUCCESSFUL ACK "
-             f"({p['causes']['redelivered_after_ack']['after_change']:,} after changeInvisibleDuration)"
-             if c["redelivered_after_ack"] else "",
+             _after_ack(p) if c["redelivered_after_ack"] else "",
              f"{c['consumed_but_lost']:,} CONSUMED BUT LOST (not acked, never delivered again)"
              if c["consumed_but_lost"] else "",
              f"{c['due_after_stop']:,} not acked and due again only after the consumers stopped (not judged)"
@@ -135,3 +139,13 @@ def pop_phrase(s: dict[str, Any]) -> str | None:
     if forced:
         parts.append("redelivered because an ack was lost with the proxy: " + ", ".join(forced))
     return f"POP: {p['deliveries']:,} deliveries through the proxy: " + ", ".join(x for x in parts if x)
+
+
+def _after_ack(p: dict[str, Any]) -> str:
+    c = p["causes"]["redelivered_after_ack"]
+    violations = c.get("after_change", 0) + c.get("plain_ack", 0)
+    parts = [f"{violations:,} REDELIVERED AFTER A SUCCESSFUL ACK" if violations else "",
+             f"of which {c['after_change']:,} after changeInvisibleDuration" if c.get("after_change") else "",
+             f"{c['re_popped']:,} acked and read again from the queue as a first delivery (the broker's POP offset "
+             "went back)" if c.get("re_popped") else ""]
+    return ", ".join(x for x in parts if x)

@@ -49,10 +49,11 @@ def _positive(hi: int):  # type: ignore[no-untyped-def]
     return parse
 
 
-def _cluster_args(p: argparse.ArgumentParser) -> argparse._MutuallyExclusiveGroup:
+def _cluster_args(p: argparse.ArgumentParser, default: str | None = "smoke.yaml",
+                  says: str = "scenarios/smoke.yaml") -> argparse._MutuallyExclusiveGroup:
     """Which cluster a benchmark measures: one it starts from --scenario, or a running one."""
-    p.add_argument("--scenario", default=str(paths.REPO / "scenarios" / "smoke.yaml"),
-                   help="cluster to start for the benchmark (default scenarios/smoke.yaml)")
+    p.add_argument("--scenario", default=str(paths.REPO / "scenarios" / default) if default else None,
+                   help=f"cluster to start for the benchmark (default {says})")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--run-dir", help="use the running cluster of this run directory instead")
     return g
@@ -71,8 +72,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", choices=producer.MODES, default="normal",
                    help="normal (against RocketMQ's benchmark Producer), ordered (sharding keys hashed over the "
                         "queues) or transactional (half message, then commit), the last two against the Java "
-                        "client's own API (io.rmqchaos.SendBench); default normal")
-    _cluster_args(p).add_argument("--namesrv", help="use the running cluster with this namesrv (loopback) instead")
+                        "client's own API (io.rmqchaos.SendBench); grpc (the platform's gRPC load through the "
+                        "proxy against the 5.x Java client alone); default normal")
+    _cluster_args(p, None, "scenarios/smoke.yaml; scenarios/grpc-control.yaml with --mode grpc").add_argument(
+        "--namesrv", help="use the running cluster with this namesrv (loopback) instead")
     p.set_defaults(fn=producer.cmd_bench_producer)
     pf = bsub.add_parser("powerfs", help="a broker with its store on the powerfs layer vs one on a plain directory",
                          description=powerfs.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

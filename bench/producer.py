@@ -6,6 +6,11 @@ count. For each process: acked messages, wall time from spawn to exit, and CPU-s
 from wait4's rusage) — whole-process numbers, JVM/interpreter start-up included on both sides.
 Only ratios measured side by side are meant to be compared across machines.
 
+--mode grpc (issue 52): through the proxy, the platform's gRPC load (io.rmqchaos.GrpcProducer with its
+send ledger: an intent and an outcome line per attempt) against the same loop of the 5.x Java client's
+Producer.send with no ledger (GrpcProducer --out -): what the platform adds to the client. It needs a
+cluster with a proxy: by default it starts scenarios/grpc-control.yaml's, or give --run-dir.
+
 --mode ordered / transactional (issue 50): the platform's ordered send (a sharding key hashed over the
 route's queues) and transactional send (half message, then its commit), against the Java client's
 own API for the same (io.rmqchaos.SendBench: send with SelectMessageQueueByHash;
@@ -24,17 +29,20 @@ from pathlib import Path
 
 from bench.measure import Sample, measure
 from bench.rounds import TOPIC, bench_topic
-from cluster.jvm import classpath, jvm_command
+from cluster import get_backend
+from cluster.jvm import classpath, grpc_classpath, jvm_command
 from cluster.tools import BENCH_PRODUCER, bench_args, bench_complete
 from pipeline import down, up
 from pipeline.runs import create_run, namesrv_target, reap_orphans
 from rmqchaos import paths, rocketmq_dist
 from rmqchaos.errors import UserError
 from rmqchaos.progress import say
+from rmqchaos.rundir import RunDir
 
 
-MODES = ("normal", "ordered", "transactional")
+MODES = ("normal", "ordered", "transactional", "grpc")
 SEND_BENCH = "io.rmqchaos.SendBench"
+GRPC_PRODUCER = "io.rmqchaos.GrpcProducer"
 
 
 def run_python(ns: str, count: int, size: int, conc: int, timeout: float, workdir: Path, mode: str = "normal") -> Sample:
@@ -69,6 +77,21 @@ def run_java(ns: str, count: int, size: int, conc: int, timeout: float, workdir:
     return Sample("java", total - failed, total + resp_failed, wall, ru.ru_utime + ru.ru_stime)
 
 
+def run_grpc(endpoint: str, count: int, size: int, conc: int, timeout: float, workdir: Path, bare: bool) -> Sample:
+    """One GrpcProducer through the proxy, as fast as it goes: with its ledger ("python": the platform's
+    side), or bare ("java": the 5.x client alone)."""
+    v = paths.pinned_rocketmq_version()
+    args = ["--endpoints", endpoint, "--topic", TOPIC, "--out", "-" if bare else str(workdir / "grpc-send.jsonl"),
+            "--rate", "1000000", "--duration", "3600", "--messages", str(count), "--size", str(size),
+            "--threads", str(conc), "--producer-id", "bench", "--timeout-ms", "10000"]
+    cmd = jvm_command(GRPC_PRODUCER, args, cp=grpc_classpath(v), heap_mb=256, user_home=workdir)
+    out, wall, ru, rc = measure(cmd, dict(os.environ), timeout, workdir)
+    res = next((json.loads(x) for x in reversed(out.splitlines()) if x.startswith("{")), None)
+    if rc != 0 or res is None:
+        raise UserError(f"{GRPC_PRODUCER} failed (exit {rc})", out.strip()[-300:])
+    return Sample("java" if bare else "python", res["accepted"], res["attempts"], wall, ru.ru_utime + ru.ru_stime)
+
+
 def compare(samples: list[Sample]) -> dict[str, float]:
     def tot(who: str) -> tuple[float, float, float]:
         s = [x for x in samples if x.who == who]
@@ -80,20 +103,26 @@ def compare(samples: list[Sample]) -> dict[str, float]:
 
 
 def bench_producer(ns: str, rounds: int, count: int, size: int, conc: int, timeout: float,
-                   java_heap_mb: int = 256, mode: str = "normal") -> list[Sample]:
+                   java_heap_mb: int = 256, mode: str = "normal", endpoint: str | None = None) -> list[Sample]:
     bench_topic(ns)
     samples: list[Sample] = []
     with tempfile.TemporaryDirectory(prefix="rmqchaos-bench-") as td:
         wd = Path(td)
+
+        def one(who: str, n: int) -> Sample:
+            if mode == "grpc":
+                assert endpoint is not None
+                return run_grpc(endpoint, n, size, conc, timeout, wd, bare=who == "java")
+            return (run_python(ns, n, size, conc, timeout, wd, mode) if who == "python"
+                    else run_java(ns, n, size, conc, timeout, wd, java_heap_mb, mode))
         warm = max(1000, count // 10)
         say(f"warm-up: {warm} messages each (not counted)")
-        run_python(ns, warm, size, conc, timeout, wd, mode)
-        run_java(ns, warm, size, conc, timeout, wd, java_heap_mb, mode)
+        one("python", warm)
+        one("java", warm)
         for i in range(rounds):
             order = ("python", "java") if i % 2 == 0 else ("java", "python")
             for who in order:
-                s = (run_python(ns, count, size, conc, timeout, wd, mode) if who == "python"
-                     else run_java(ns, count, size, conc, timeout, wd, java_heap_mb, mode))
+                s = one(who, count)
                 samples.append(s)
                 say(f"round {i + 1}/{rounds} {who:6s}: {s.acked}/{s.attempts} acked in {s.wall_s:.1f}s "
                     f"({s.rate:.0f} msg/s), {s.cpu_s:.2f} CPU-s ({s.cpu_per_10k:.2f} per 10k acked)")
@@ -102,15 +131,23 @@ def bench_producer(ns: str, rounds: int, count: int, size: int, conc: int, timeo
 
 def cmd_bench_producer(a: argparse.Namespace) -> int:
     run = None
+    if a.mode == "grpc" and a.namesrv:
+        raise UserError("--mode grpc sends through the proxy, and --namesrv does not say where it is",
+                        "give --run-dir of a cluster with a proxy, or neither (the benchmark starts one)")
+    scenario = str(paths.REPO / "scenarios" / "grpc-control.yaml") if a.mode == "grpc" and a.scenario is None \
+        else a.scenario or str(paths.REPO / "scenarios" / "smoke.yaml")
     if a.namesrv or a.run_dir:
         ns, _ = namesrv_target(a.namesrv, a.run_dir)
     else:
         reap_orphans()
-        run = create_run(a.scenario, None, mode="owned")
-        say(f"starting a cluster for the benchmark from {a.scenario} (run directory {run.path})")
+        run = create_run(scenario, None, mode="owned")
+        say(f"starting a cluster for the benchmark from {scenario} (run directory {run.path})")
         ns = up.run(run)["namesrv"]
     try:
-        samples = bench_producer(ns, a.rounds, a.messages, a.size, a.concurrency, a.timeout, mode=a.mode)
+        endpoint = get_backend(run if run is not None else RunDir.open(a.run_dir)).proxy_grpc_addr() \
+            if a.mode == "grpc" else None
+        samples = bench_producer(ns, a.rounds, a.messages, a.size, a.concurrency, a.timeout, mode=a.mode,
+                                 endpoint=endpoint)
     finally:
         if run is not None:
             down.run(run)
@@ -120,8 +157,9 @@ def cmd_bench_producer(a: argparse.Namespace) -> int:
     print(f"producer benchmark ({a.mode}): {a.rounds} interleaved rounds x {a.messages} messages of {a.size} B, "
           f"{a.concurrency} concurrent sends, topic {TOPIC} on every broker")
     print(f"{'':8s} {'acked msg/s':>12s} {'CPU-s per 10k acked':>20s}")
-    java_side = BENCH_PRODUCER if a.mode == "normal" else SEND_BENCH
-    print(f"{'python':8s} {r['python_rate']:12.0f} {r['python_cpu_per_10k']:20.3f}   (rmqclient.Producer, gevent)")
+    java_side = {"normal": BENCH_PRODUCER, "grpc": f"{GRPC_PRODUCER} --out -: the 5.x client alone"}.get(a.mode, SEND_BENCH)
+    python_side = f"{GRPC_PRODUCER}: the platform's gRPC load" if a.mode == "grpc" else "rmqclient.Producer, gevent"
+    print(f"{'python':8s} {r['python_rate']:12.0f} {r['python_cpu_per_10k']:20.3f}   ({python_side})")
     print(f"{'java':8s} {r['java_rate']:12.0f} {r['java_cpu_per_10k']:20.3f}   ({java_side})")
     print("per-round ratios (python/java) acked_per_cpu: "
           + ", ".join(f"{x:.2f}" for x, _ in per_round) + "; acked_rate: " + ", ".join(f"{y:.2f}" for _, y in per_round)

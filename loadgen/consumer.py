@@ -46,6 +46,8 @@ class GrpcOptions:
     invisible_ms: int = 15_000
     await_ms: int = 5_000
     change_ms: int = 0  # changeInvisibleDuration to this before each ack (0: none)
+    last_ack_delay_ms: int = 0  # the last message of each receive acked this much later (0: at once)
+    client_version: str | None = None  # rocketmq-client-java; None: pom.xml's
 
 
 @dataclass
@@ -126,12 +128,13 @@ class JavaConsumer:
     def _grpc_command(self, o: ConsumerOptions, g: GrpcOptions) -> list[str]:
         args = ["--endpoints", g.endpoints, "--group", o.group, "--out", str(self.out), "--kind", g.kind,
                 "--mode", o.mode, "--batch-size", str(o.batch_size), "--invisible-ms", str(g.invisible_ms),
-                "--await-ms", str(g.await_ms), "--change-invisible-ms", str(g.change_ms), "--delay-ms", str(o.delay_ms),
+                "--await-ms", str(g.await_ms), "--change-invisible-ms", str(g.change_ms),
+                "--last-ack-delay-ms", str(g.last_ack_delay_ms), "--delay-ms", str(o.delay_ms),
                 "--threads", str(o.threads), "--duration", str(o.duration_s), "--consumer-id", o.consumer_id,
                 "--run-id", self.run_id]
         for t in o.topics:
             args += ["--topic", t]
-        return jvm_command(GRPC_MAIN, args, cp=grpc_classpath(self.version), heap_mb=o.heap_mb,
+        return jvm_command(GRPC_MAIN, args, cp=grpc_classpath(self.version, g.client_version), heap_mb=o.heap_mb,
                            xms_mb=min(64, o.heap_mb), user_home=self.home, options=o.extra_jvm)
 
     @property

@@ -50,7 +50,9 @@ def _grpc_options(c: ClusterBackend, s: Scenario, inst: ConsumerInstance) -> Grp
         return None
     return GrpcOptions(endpoints=c.proxy_grpc_addr(), kind=g.kind, invisible_ms=round(g.invisible * 1000),
                        await_ms=round(g.long_polling * 1000),
-                       change_ms=round(g.change_invisible * 1000) if g.change_invisible else 0)
+                       change_ms=round(g.change_invisible * 1000) if g.change_invisible else 0,
+                       last_ack_delay_ms=round(g.last_ack_delay * 1000),
+                       client_version=s.cluster.proxy.client_version)
 
 
 def settle_of(s: Scenario) -> float:

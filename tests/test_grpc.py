@@ -29,12 +29,15 @@ CLUSTER = {"subnet": "127.0.52.0/24", "namesrv": {"port": 25276}, "ready_timeout
      "minInvisibleTimeMillsForRecv), which refuses every such receive: use at least 10s"),
     (True, {}, [{"id": "c0", "grpc": {"long_polling": "2s"}}],
      "consumers.instances[0].grpc.long_polling: 2 s is outside the proxy's long polling bounds (5-20 s"),
+    (True, {}, [{"id": "c0", "grpc": {"invisible": "15s", "last_ack_delay": "15s"}}],
+     "consumers.instances[0].grpc.last_ack_delay: 15 s is not within the invisible time (15 s)"),
     (True, {"client": "grpc", "order": {}}, [{"id": "c0", "listener": "orderly"}],
      "load.order: the gRPC load sends normal messages only"),
     (True, {"client": "grpc", "policy": {"kind": "java_default"}}, [{"id": "c0"}],
      "load.policy.kind: the gRPC load takes policy no_retry or retry (attempts), not java_default"),
     (True, {}, [{"id": "c0", "grpc": {"kind": "push", "change_invisible": "20s"}}],
-     "consumer c0: a PushConsumer acks by itself; change_invisible and mode ack_first_of_batch need kind: simple"),
+     "consumer c0: a PushConsumer acks by itself; change_invisible, last_ack_delay and mode ack_first_of_batch need "
+     "kind: simple"),
 ])
 def test_bad_grpc_settings_are_one_line_at_load(tmp_path: Path, proxy: bool, load: dict, consumers: list,
                                                 line: str) -> None:

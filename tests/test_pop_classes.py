@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 R = ("key string, origin_topic string, receive_ms long, receipt_handle string, ack string, ack_ms long, "
-     "change string")
+     "change string, delivery_attempt int")
 
 
 def handle(pop_ms: int, invisible_ms: int) -> str:
@@ -27,6 +27,8 @@ def test_every_pop_class_and_cause_is_counted_exactly(kept_spark: Any) -> None:
         ("d", "T", 1000, h, "ok", 16_500, None), ("d", "T", 17_000, handle(17_000, 15_000), "ok", 17_100, None),
         # e: acked in time and delivered again: a violation (plain ack)
         ("e", "T", 1000, h, "ok", 1200, None), ("e", "T", 17_000, handle(17_000, 15_000), "ok", 17_100, None),
+        # j: acked in time and read again as a first delivery (the broker's POP offset went back): re_popped
+        ("j", "T", 1000, h, "ok", 1200, None), ("j", "T", 9_000, handle(9_000, 15_000), "ok", 9_100, None, 1),
         # f: changeInvisibleDuration to 30 s, then acked in time (by its new handle), delivered again: #9583
         ("f", "T", 1000, handle(1100, 30_000), "ok", 1300, "ok"), ("f", "T", 32_000, handle(32_000, 15_000), "ok", 32_100, None),
         # g: skipped and never came back, its time long past the stop's slack: consumed but lost
@@ -36,27 +38,32 @@ def test_every_pop_class_and_cause_is_counted_exactly(kept_spark: Any) -> None:
         # i: a remoting delivery (no handle): not POP's
         ("i", "T", 1000, None, None, None, None), ("i", "T", 2000, None, None, None, None),
     ]
-    r = pop_check(kept_spark.createDataFrame(rows, R), stop_ms=100_000)
+    seen: set[str] = set()
+    planted = []
+    for row in rows:  # delivery_attempt: 1 the first time, 2 after (unless the row says)
+        planted.append(row if len(row) == 8 else (*row, 1 if row[0] not in seen else 2))
+        seen.add(row[0])
+    r = pop_check(kept_spark.createDataFrame(planted, R), stop_ms=100_000)
     assert r is not None
-    assert (r["deliveries"], r["keys"], r["acks_ok"], r["acks_refused"]) == (13, 8, 9, 1)
-    assert r["classes"] == {"redelivered_after_invisible": 3, "redelivered_after_ack": 2, "consumed_but_lost": 1,
+    assert (r["deliveries"], r["keys"], r["acks_ok"], r["acks_refused"]) == (15, 9, 11, 1)
+    assert r["classes"] == {"redelivered_after_invisible": 3, "redelivered_after_ack": 3, "consumed_but_lost": 1,
                             "due_after_stop": 1}
     assert r["causes"]["redelivered_after_invisible"] == {"not_acked": 1, "ack_refused": 1, "ack_late": 1, "no_ack": 0}
-    assert r["causes"]["redelivered_after_ack"] == {"after_change": 1, "plain_ack": 1}
+    assert r["causes"]["redelivered_after_ack"] == {"re_popped": 1, "after_change": 1, "plain_ack": 1}
     assert r["causes"]["consumed_but_lost"]["not_acked"] == 1 and r["causes"]["due_after_stop"]["not_acked"] == 1
-    assert r["keys_by_class"] == {"redelivered_after_invisible": 3, "redelivered_after_ack": 2, "consumed_but_lost": 1,
+    assert r["keys_by_class"] == {"redelivered_after_invisible": 3, "redelivered_after_ack": 3, "consumed_but_lost": 1,
                                   "due_after_stop": 1}
 
 
 def test_without_a_stop_time_no_last_delivery_is_called_lost(kept_spark: Any) -> None:
     from analysis.pop import pop_check
-    r = pop_check(kept_spark.createDataFrame([("g", "T", 1000, handle(1000, 15_000), "skipped", 1000, None)], R), None)
+    r = pop_check(kept_spark.createDataFrame([("g", "T", 1000, handle(1000, 15_000), "skipped", 1000, None, 1)], R), None)
     assert r is not None and r["classes"]["consumed_but_lost"] == 0 and r["classes"]["due_after_stop"] == 1
 
 
 def test_no_receipt_handle_means_no_pop_part(kept_spark: Any) -> None:
     from analysis.pop import pop_check
-    assert pop_check(kept_spark.createDataFrame([("i", "T", 1000, None, None, None, None)], R), 5000) is None
+    assert pop_check(kept_spark.createDataFrame([("i", "T", 1000, None, None, None, None, None)], R), 5000) is None
 
 
 def test_pop_figures_and_the_verdicts_clause() -> None:
@@ -65,9 +72,10 @@ def test_pop_figures_and_the_verdicts_clause() -> None:
     s = {"pop": {"deliveries": 15, "keys": 8, "acks_ok": 10, "acks_refused": 1,
                  "classes": {"redelivered_after_invisible": 3, "redelivered_after_ack": 2, "consumed_but_lost": 1,
                              "due_after_stop": 0},
-                 "causes": {"redelivered_after_ack": {"after_change": 1, "plain_ack": 1}}}}
+                 "causes": {"redelivered_after_ack": {"re_popped": 4, "after_change": 1, "plain_ack": 1}}}}
     assert value(s, "pop.redelivered_after_ack") == 2 and value(s, "pop.redelivered_after_ack.after_change") == 1
     assert value(s, "pop.consumed_but_lost") == 1 and value({}, "pop.consumed_but_lost") is None
     words = pop_phrase(s)
-    assert words is not None and "2 REDELIVERED AFTER A SUCCESSFUL ACK (1 after changeInvisibleDuration)" in words
+    assert words is not None and "2 REDELIVERED AFTER A SUCCESSFUL ACK, of which 1 after changeInvisibleDuration" in words
+    assert "4 acked and read again from the queue as a first delivery" in words
     assert "1 CONSUMED BUT LOST" in words and pop_phrase({}) is None

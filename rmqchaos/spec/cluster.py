@@ -97,6 +97,9 @@ class Proxy(Strict):
     grpc_port: Port = 8081
     remoting_port: Port = 8080
     jvm: Jvm = Jvm(heap_mb=256)
+    # the 5.x gRPC Java client the run's gRPC load and consumers use (rocketmq-client-java); none:
+    # pom.xml's (docs/grpc.md); another one is resolved on its first use, e.g. an upstream report's
+    client_version: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+$")] | None = None
 
 
 def _default_brokers() -> list[Broker]:

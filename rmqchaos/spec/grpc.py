@@ -52,9 +52,13 @@ def grpc_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
             errs.append(((*loc, "long_polling"), f"{g.long_polling:g} s is outside the proxy's long polling bounds "
                                                  f"({lo:g}-{hi:g} s, grpcClientConsumerMin/MaxLongPollingTimeoutMillis): "
                                                  f"use {lo:g}s to {hi:g}s"))
-        if g.kind == "push" and (g.change_invisible is not None or c.mode != "all"):
-            errs.append((loc, f"consumer {c.id}: a PushConsumer acks by itself; change_invisible and mode "
-                              "ack_first_of_batch need kind: simple"))
+        if g.kind == "push" and (g.change_invisible is not None or c.mode != "all" or g.last_ack_delay):
+            errs.append((loc, f"consumer {c.id}: a PushConsumer acks by itself; change_invisible, last_ack_delay "
+                              "and mode ack_first_of_batch need kind: simple"))
+        if g.last_ack_delay and g.last_ack_delay >= (g.change_invisible or g.invisible):
+            errs.append(((*loc, "last_ack_delay"), f"{g.last_ack_delay:g} s is not within the invisible time "
+                                                   f"({g.change_invisible or g.invisible:g} s): the late ack would "
+                                                   "race it; make it shorter"))
         if c.listener != "concurrently":
             errs.append(((*loc[:-1], "listener"), f"consumer {c.id}: an orderly gRPC consumer (FIFO groups) is not "
                                                   "here yet: drop listener"))

@@ -159,6 +159,9 @@ class Grpc(Strict):
     invisible: Duration = 15.0
     long_polling: Duration = 5.0
     change_invisible: Duration | None = None
+    # the last message of each receive acked this much later, the others at once (#8835's shape: the
+    # broker put the receive's checkpoint to its store before the last ack); 0: every ack at once
+    last_ack_delay: Annotated[float, BeforeValidator(_duration), Field(ge=0, le=600)] = 0.0
 
 
 class ConsumerInstance(Strict):

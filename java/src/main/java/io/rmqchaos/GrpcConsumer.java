@@ -13,6 +13,9 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
 
@@ -35,6 +38,8 @@ import org.apache.rocketmq.client.java.message.MessageViewImpl;
  * proxy answered OK; error: it answered otherwise, see ack_error; skipped: not acked on purpose, e.g.
  * --mode ack_first_of_batch; null: acked by the client itself, the PushConsumer), ack_ms, and change
  * (the changeInvisibleDuration's answer, when --change-invisible-ms asks for one before the ack).
+ * broker, queue_id and queue_offset are the stored copy's, from the receipt handle (the client's own queue of a
+ * delivery is the one its receive asked); topic names the POP retry topic for a revived message.
  * store_ms is null: the 5.x client does not expose the store time; served_by is null: the proxy fetched it.
  *
  * Stop: SIGTERM; the hook stops receiving, closes the client, flushes and fsyncs the output, and prints
@@ -48,7 +53,7 @@ public final class GrpcConsumer {
         if (a.length == 0 || a[0].equals("--help")) {
             System.out.println("usage: GrpcConsumer --endpoints H:P --group G --topic T [--topic T2 ...] --out FILE "
                 + "[--kind simple|push] [--mode all|ack_first_of_batch] [--batch-size N] [--invisible-ms MS] "
-                + "[--await-ms MS] [--change-invisible-ms MS] [--delay-ms MS] [--threads N] [--duration S] "
+                + "[--await-ms MS] [--change-invisible-ms MS] [--delay-ms MS] [--last-ack-delay-ms MS] [--threads N] [--duration S] "
                 + "[--consumer-id ID] [--run-id ID]");
             return;
         }
@@ -67,6 +72,9 @@ public final class GrpcConsumer {
         final long awaitMs = Long.parseLong(Text.arg(a, "--await-ms", "5000")); // the proxy takes 5-20 s
         final long changeMs = Long.parseLong(Text.arg(a, "--change-invisible-ms", "0"));
         final long delayMs = Long.parseLong(Text.arg(a, "--delay-ms", "0"));
+        // the last message of each receive acked this much later, the others at once (apache/rocketmq#8835:
+        // a checkpoint put to the store from the broker's buffer before the last ack); its line then
+        final long lastAckDelayMs = Long.parseLong(Text.arg(a, "--last-ack-delay-ms", "0"));
         final int threads = Integer.parseInt(Text.arg(a, "--threads", "4"));
         final double duration = Double.parseDouble(Text.arg(a, "--duration", "600"));
         final String consumerId = Text.arg(a, "--consumer-id", "c0");
@@ -90,6 +98,7 @@ public final class GrpcConsumer {
         }
 
         final List<Thread> receivers = new ArrayList<>();
+        final ScheduledExecutorService later = Executors.newSingleThreadScheduledExecutor();
         final Map<String, Long> refusals = new java.util.concurrent.ConcurrentHashMap<>();
         final SimpleConsumer simple;
         final PushConsumer push;
@@ -130,6 +139,16 @@ public final class GrpcConsumer {
                                     change = "error: " + e.getMessage();
                                 }
                             }
+                            if (lastAckDelayMs > 0 && i == got.size() - 1 && got.size() > 1) {
+                                final String chg = change;
+                                final int size = got.size();
+                                final int idx = i;
+                                later.schedule(() -> {
+                                    ackAndRecord(simple, m, w, lock, group, runId, consumerId, size, idx, receiveMs, chg);
+                                    deliveries.incrementAndGet();
+                                }, lastAckDelayMs, TimeUnit.MILLISECONDS);
+                                continue;
+                            }
                             String ack;
                             String ackError = null;
                             long ackMs;
@@ -149,7 +168,7 @@ public final class GrpcConsumer {
                             // written once the ack is answered, before the next: a SIGKILL can fall between the
                             // answer and this write (microseconds), so a killed gRPC consumer is not a fault yet
                             StringBuilder sb = new StringBuilder(512);
-                            line(sb, m, runId, consumerId, got.size(), i, receiveMs, ack, ackMs, ackError, change);
+                            line(sb, m, group, runId, consumerId, got.size(), i, receiveMs, ack, ackMs, ackError, change);
                             write(w, lock, sb.toString());
                             deliveries.incrementAndGet();
                         }
@@ -167,7 +186,7 @@ public final class GrpcConsumer {
                         sleep(delayMs);
                     }
                     StringBuilder sb = new StringBuilder(400);
-                    line(sb, m, runId, consumerId, 1, 0, receiveMs, null, System.currentTimeMillis(), null, null);
+                    line(sb, m, group, runId, consumerId, 1, 0, receiveMs, null, System.currentTimeMillis(), null, null);
                     if (!write(w, lock, sb.toString())) {
                         return ConsumeResult.FAILURE; // not recorded: not acknowledged
                     }
@@ -186,6 +205,12 @@ public final class GrpcConsumer {
                 } catch (InterruptedException ignored) {
                     Thread.currentThread().interrupt();
                 }
+            }
+            later.shutdown(); // the late acks already scheduled still run
+            try {
+                later.awaitTermination(lastAckDelayMs + 10_000, TimeUnit.MILLISECONDS);
+            } catch (InterruptedException ignored) {
+                Thread.currentThread().interrupt();
             }
             try {
                 if (simple != null) {
@@ -234,20 +259,42 @@ public final class GrpcConsumer {
         System.exit(0);
     }
 
-    private static void line(StringBuilder sb, MessageView m, String runId, String consumerId, int batchSize, int idx,
+    /** The ack of a delivery acked apart (--last-ack-delay-ms), and its ledger line. */
+    private static void ackAndRecord(SimpleConsumer simple, MessageView m, Writer w, Object lock, String group, String runId,
+                                     String consumerId, int size, int idx, long receiveMs, String change) {
+        String ack = "ok";
+        String ackError = null;
+        try {
+            simple.ack(m);
+        } catch (Throwable e) {
+            ack = "error";
+            ackError = e.getClass().getSimpleName() + ": " + e.getMessage();
+        }
+        StringBuilder sb = new StringBuilder(512);
+        line(sb, m, group, runId, consumerId, size, idx, receiveMs, ack, System.currentTimeMillis(), ackError, change);
+        write(w, lock, sb.toString());
+    }
+
+    private static void line(StringBuilder sb, MessageView m, String group, String runId, String consumerId, int batchSize, int idx,
                              long receiveMs, String ack, long ackMs, String ackError, String change) {
+        // where the message is stored, from its receipt handle (ExtraInfoUtil: ckQueueOffset popTime
+        // invisibleTime reviveQid topicType brokerName queueId queueOffset ...): the client's own
+        // MessageQueueImpl of a delivery is the queue its receive asked, not the one the proxy popped from
         String broker = null;
         String queue = "null";
         String offset = "null";
-        String handle = null;
-        if (m instanceof MessageViewImpl) {
-            MessageViewImpl v = (MessageViewImpl) m;
-            if (v.getMessageQueue() != null) {
-                broker = v.getMessageQueue().getBroker().getName();
-                queue = String.valueOf(v.getMessageQueue().getQueueId());
+        String handle = m instanceof MessageViewImpl ? ((MessageViewImpl) m).getReceiptHandle() : null;
+        String topic = m.getTopic();
+        String[] h = handle == null ? new String[0] : handle.split(" ");
+        if (h.length >= 8) {
+            broker = h[5];
+            queue = h[6];
+            offset = h[7];
+            if (h[4].equals("1")) { // a revived message, read from the POP retry topic (KeyBuilder)
+                topic = "%RETRY%" + group + "_" + m.getTopic();
+            } else if (h[4].equals("2")) {
+                topic = "%RETRY%" + group + "+" + m.getTopic();
             }
-            offset = String.valueOf(v.getOffset());
-            handle = v.getReceiptHandle();
         }
         ByteBuffer bb = m.getBody();
         byte[] body = new byte[bb.remaining()];
@@ -258,7 +305,7 @@ public final class GrpcConsumer {
             .append(",\"key\":").append(Text.esc(key))
             .append(",\"msg_id\":").append(Text.esc(m.getMessageId().toString()))
             .append(",\"offset_msg_id\":null")
-            .append(",\"topic\":").append(Text.esc(m.getTopic()))
+            .append(",\"topic\":").append(Text.esc(topic))
             .append(",\"origin_topic\":").append(Text.esc(m.getTopic()))
             .append(",\"broker\":").append(Text.esc(broker))
             .append(",\"queue_id\":").append(queue)
