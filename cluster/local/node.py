@@ -108,6 +108,12 @@ class LocalNode(Node):
         name, text = render_config(self.plan, str(self.store_path))
         conf = self.dir / name
         conf.write_text(text)
+        acl = self.dir / "conf" / "plain_acl.yml"
+        if self.plan.role == "proxy" and not acl.exists():
+            # a proxy up to 5.3.x (a donor's too) loads the plain ACL validator at start and stops when its
+            # file is missing; an empty one: the brokers here run without ACL
+            acl.parent.mkdir(exist_ok=True)
+            acl.write_text("globalWhiteRemoteAddresses: []\naccounts: []\n")
         j = self.plan.jvm
         opts = jvm_options(self.plan, str(self.dir / "logs" / "gc.log"))
         main, args, props = main_args(self.plan, str(conf), self.c.namesrv_addr)
