@@ -107,6 +107,8 @@ def _family(s: dict[str, Any], fam: str, arg: str) -> int | None:
         p = s.get("pop")
         if not p:
             return None
+        if arg in ("deliveries", "keys", "acks_ok", "acks_refused"):  # pop.acks_refused: the totals
+            return int(p.get(arg, 0))
         cls, _, cause = arg.partition(".")
         if cls == "by_fault":  # pop.by_fault.<fault id>: redeliveries forced by that fault on the proxy
             return int((p.get("by_fault") or {}).get(cause, 0))

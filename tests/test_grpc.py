@@ -89,3 +89,13 @@ def test_a_grpc_producer_and_a_simple_consumer_through_a_proxy_lose_and_duplicat
     sends = [json.loads(x) for x in (run / "ledgers" / "send-grpc0.jsonl").read_text().splitlines()]
     assert {r["rec"] for r in sends} == {"intent", "outcome"} and len(sends) == 2400
     assert {r["msg_id"] for r in sends if r["rec"] == "outcome"} == {r["msg_id"] for r in recv}
+
+
+@pytest.mark.fast
+def test_the_grpc_benchmark_without_a_proxy_address_is_one_line() -> None:
+    from conftest import cli
+    r = cli("bench", "producer", "--mode", "grpc", "--namesrv", "127.0.0.1:9876", timeout=60)
+    assert r.returncode != 0 and r.stdout == "", (r.returncode, r.stdout)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--mode grpc sends through the proxy, and --namesrv does not say where it is" in lines[0], \
+        r.stderr

@@ -75,6 +75,7 @@ def test_pop_figures_and_the_verdicts_clause() -> None:
                  "causes": {"redelivered_after_ack": {"re_popped": 4, "after_change": 1, "plain_ack": 1}}}}
     assert value(s, "pop.redelivered_after_ack") == 2 and value(s, "pop.redelivered_after_ack.after_change") == 1
     assert value(s, "pop.consumed_but_lost") == 1 and value({}, "pop.consumed_but_lost") is None
+    assert (value(s, "pop.acks_refused"), value(s, "pop.acks_ok"), value(s, "pop.deliveries")) == (1, 10, 15)
     words = pop_phrase(s)
     assert words is not None and "2 REDELIVERED AFTER A SUCCESSFUL ACK, of which 1 after changeInvisibleDuration" in words
     assert "4 acked and read again from the queue as a first delivery" in words

@@ -45,7 +45,8 @@ FAMILIES = {
     "order_broken_on": "sharding keys that broke order, by the broker their first acknowledged message went to, "
                        "e.g. order_broken_on.broker-b",
     "pop": "POP deliveries through the proxy in this class or class.cause (analysis/pop.py), e.g. "
-           "pop.redelivered_after_ack, pop.consumed_but_lost, pop.redelivered_after_ack.after_change",
+           "pop.redelivered_after_ack, pop.consumed_but_lost, pop.redelivered_after_ack.after_change; "
+           "pop.by_fault.<fault id>; the totals pop.deliveries, pop.acks_ok, pop.acks_refused",
     "log": "lines a RocketMQ node wrote to its own logs that say this (LOG_MARKS), over every node, e.g. "
            "log.inactive_declared",
     "transactions": "half messages of a transactional load in this class (summary.transactions.classes), e.g. "
