@@ -41,6 +41,8 @@ import org.apache.rocketmq.client.apis.producer.SendReceipt;
  */
 public final class GrpcProducer {
     private static final Pattern CODE = Pattern.compile("response-code=(\\d+)");
+    private static final Pattern BUSY = Pattern.compile("\\] (\\[(?:TIMEOUT_CLEAN_QUEUE|PCBUSY_CLEAN_QUEUE|REJECTREQUEST|OVERLOAD"
+        + "|PC_SYNCHRONIZED)\\].*)$");
 
     private GrpcProducer() {
     }
@@ -154,11 +156,20 @@ public final class GrpcProducer {
                             boolean timeout = isTimeout(e);
                             Matcher mc = CODE.matcher(String.valueOf(e.getMessage()));
                             String code = !timeout && mc.find() ? mc.group(1) : "null";
+                            // the broker's SYSTEM_BUSY relayed by the proxy: TOO_MANY_REQUESTS (42900) with the
+                            // broker's remark, e.g. "[TIMEOUT_CLEAN_QUEUE]broker busy": recorded as the broker's
+                            // code 2 and remark, so busy answers count alike on both paths
+                            Matcher busy = BUSY.matcher(String.valueOf(e.getMessage()));
+                            String remark = "null";
+                            if (code.equals("42900") && busy.find()) {
+                                code = "2";
+                                remark = Text.esc(busy.group(1));
+                            }
                             Throwable root = rootCause(e);
                             String text = e.getClass().getSimpleName() + ": " + e.getMessage()
                                 + (root != e ? " (cause " + root.getClass().getSimpleName() + ": " + root.getMessage() + ")" : "");
                             answer = ",\"end_ms\":" + now + ",\"outcome\":\"" + (timeout ? "timeout" : "error")
-                                + "\",\"status\":null,\"code\":" + code + ",\"remark\":null,\"error\":"
+                                + "\",\"status\":null,\"code\":" + code + ",\"remark\":" + remark + ",\"error\":"
                                 + Text.esc(text) + ",\"sent\":" + !neverConnected(e) + ",\"msg_id\":null,\"offset_msg_id\":null,\"broker\":null"
                                 + ",\"queue_id\":null,\"queue_offset\":null,\"app_ok\":false";
                         }
