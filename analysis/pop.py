@@ -1,6 +1,7 @@
 """POP through the proxy (issue 52): what became of each delivery a gRPC SimpleConsumer received, from
 the receive ledger's POP fields (rmqchaos/ledgers.py: delivery_attempt, receipt_handle, ack, ack_ms,
-change). Only deliveries with a receipt handle count; a remoting consumer's have none.
+change). Only a SimpleConsumer's deliveries count (a receipt handle and an ack recorded); a remoting
+consumer's have neither, a PushConsumer's no ack (its client acks by itself).
 
 A delivery's invisible time ends at its receipt handle's pop time plus its invisible time (the handle's
 2nd and 3rd fields, ExtraInfoUtil: `<ck queue offset> <pop time> <invisible time> <revive queue> <topic
@@ -74,7 +75,9 @@ def pop_check(recv: DataFrame, stop_ms: int | None,
     `stop_ms`: when the first consumer stopped (None: not known, so no last delivery is judged lost).
     `outages` (proxy_outages): a redelivery whose earlier delivery was acked (or not) while the proxy was
     away counts under that fault too (`by_fault`: the duplicates a proxy crash forced)."""
-    pop = recv.where(F.col("receipt_handle").isNotNull())
+    # a SimpleConsumer's deliveries: a PushConsumer's (ack null: the client acked by itself, its answer
+    # unseen) are reconciled like any other, not judged here
+    pop = recv.where(F.col("receipt_handle").isNotNull() & F.col("ack").isNotNull())
     if not pop.select("key").limit(1).collect():
         return None
     parts = F.split(F.col("receipt_handle"), " ")

@@ -99,3 +99,37 @@ def test_the_grpc_benchmark_without_a_proxy_address_is_one_line() -> None:
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "--mode grpc sends through the proxy, and --namesrv does not say where it is" in lines[0], \
         r.stderr
+
+
+def test_the_proxy_killed_mid_load_forces_redeliveries_the_analysis_puts_on_the_crash(
+        tmp_path: Path, kept_spark: Any) -> None:
+    """The proxy killed -9 while deliveries are being acked through it, started again: the acks it took
+    down with it come back as redeliveries after their invisible time, counted under the kill; nothing
+    acknowledged is lost."""
+    f = write_scenario(tmp_path / "t.yaml", {
+        "name": "grpc-proxy-kill-short", "cluster": {**CLUSTER, "subnet": "127.0.53.0/24", "namesrv": {"port": 25376},
+                                                     "brokers": [{"name": "broker-a", "port": 25311},
+                                                                 {"name": "broker-b", "port": 25321}],
+                                                     "proxy": {"enabled": True, "grpc_port": 25391,
+                                                               "remoting_port": 25390}},
+        "load": {"client": "grpc", "topic": "T_GRPC_KILL", "users": 16, "rate": 150, "duration": "20s",
+                 "policy": {"kind": "retry", "attempts": 3}},
+        # 40 ms per message: the consumer is always acking something when the proxy dies
+        "consumers": {"settle": "2s", "drain_timeout": "90s",
+                      "instances": [{"id": "c0", "group": "g_simple", "batch_size": 16, "threads": 4, "delay_ms": 40,
+                                     "grpc": {"invisible": "10s", "long_polling": "5s"}}]},
+        "faults": [{"id": "kill-proxy", "kind": "kill", "target": "proxy", "at": "8s", "restart_after": "5s"}]})
+    run, s = run_here(f, tmp_path / "run")
+    c, p = s["counts"], s["pop"]
+    assert c["lost"] == 0 and c["unexpected"] == 0, c
+    assert p is not None and p["acks_refused"] > 0, p
+    forced = p["by_fault"]["kill-proxy"]
+    assert forced > 0 and forced == p["classes"]["redelivered_after_invisible"], p
+    assert p["causes"]["redelivered_after_invisible"]["ack_refused"] == forced, p
+    assert p["classes"]["redelivered_after_ack"] == 0 and p["classes"]["consumed_but_lost"] == 0, p
+    # every redelivery is one whose ack the crash took (a resend of a send in flight at the kill may add a
+    # producer_resend duplicate beside them)
+    assert s["duplicates_by_cause"]["consumer_retry"] == forced, (s["duplicates_by_cause"], p)
+    events = [json.loads(x) for x in (run / "timeline.jsonl").read_text().splitlines()]
+    assert [e["params"]["fault_id"] for e in events if e["kind"] == "fault" and e["target"] == "proxy"] == [
+        "kill-proxy", "kill-proxy-restart"]

@@ -35,8 +35,9 @@ def test_every_pop_class_and_cause_is_counted_exactly(kept_spark: Any) -> None:
         ("g", "T", 1000, h, "skipped", 1000, None),
         # h: skipped late in the run, due again only after the consumers stopped: not judged
         ("h", "T", 95_000, handle(95_000, 15_000), "skipped", 95_000, None),
-        # i: a remoting delivery (no handle): not POP's
+        # i: a remoting delivery (no handle): not POP's; k: a PushConsumer's (no ack recorded): not judged
         ("i", "T", 1000, None, None, None, None), ("i", "T", 2000, None, None, None, None),
+        ("k", "T", 1000, h, None, 1100, None),
     ]
     seen: set[str] = set()
     planted = []
