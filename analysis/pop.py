@@ -15,9 +15,11 @@ ok at or before that end. Each delivery of a key that came again later is:
 - `redelivered_after_ack`: acked in time and delivered again all the same, by cause: `re_popped` (the
   later delivery is a first delivery again, `delivery_attempt` 1: read again from the queue because
   the broker's POP offset went back, e.g. a broker killed -9 loses the consume offsets it had not
-  persisted yet; the at-least-once duplicate a crash allows), else a violation: `after_change` (a
-  changeInvisibleDuration answered ok came first: apache/rocketmq#9583) or `plain_ack` (revived
-  although acked).
+  persisted yet; the at-least-once duplicate a crash allows), `after_broker_crash` (revived,
+  `delivery_attempt` above 1, and the key was first delivered before a crash of its broker group
+  and delivered again after it: a checkpoint from before the crash whose ack the broker lost with its
+  memory), else a violation: `after_change` (a changeInvisibleDuration answered ok came first:
+  apache/rocketmq#9583) or `plain_ack` (revived although acked).
 
 Each key's last delivery that was not acked in time is:
 
@@ -45,7 +47,7 @@ from pyspark.sql import functions as F
 REVIVE_SLACK_MS = 10_000
 CLASSES = ("redelivered_after_invisible", "redelivered_after_ack", "consumed_but_lost", "due_after_stop")
 CAUSES = {"redelivered_after_invisible": ("not_acked", "ack_refused", "ack_late", "no_ack"),
-          "redelivered_after_ack": ("re_popped", "after_change", "plain_ack"),
+          "redelivered_after_ack": ("re_popped", "after_broker_crash", "after_change", "plain_ack"),
           "consumed_but_lost": ("not_acked", "ack_refused", "ack_late", "no_ack"),
           "due_after_stop": ("not_acked", "ack_refused", "ack_late", "no_ack")}
 
@@ -69,8 +71,22 @@ def proxy_outages(events: list[dict[str, Any]]) -> list[tuple[str, int, int]]:
 OUTAGE_SLACK_MS = 5_000
 
 
+def broker_crashes(events: list[dict[str, Any]], brokers: dict[str, dict[str, str]]) -> list[tuple[str, int]]:
+    """(broker group, ms) of each fault that ended a broker node (a kill, an OOM kill, a power loss): its
+    memory (buffered acks, unpersisted POP offsets) went with it."""
+    out = []
+    for e in events:
+        p = e.get("params") or {}
+        node = e.get("target") or ""
+        if (e.get("kind") == "fault" and p.get("fault_kind") in ("kill", "oom_kill", "jvm_oom", "power_loss")
+                and node in brokers and e.get("start_ms")):
+            out.append(((brokers[node] or {}).get("brokerName", node), int(e["start_ms"])))
+    return out
+
+
 def pop_check(recv: DataFrame, stop_ms: int | None,
-              outages: list[tuple[str, int, int]] | None = None) -> dict[str, Any] | None:
+              outages: list[tuple[str, int, int]] | None = None,
+              crashes: list[tuple[str, int]] | None = None) -> dict[str, Any] | None:
     """Deliveries and keys per class and cause; None when no delivery has a receipt handle.
     `stop_ms`: when the first consumer stopped (None: not known, so no last delivery is judged lost).
     `outages` (proxy_outages): a redelivery whose earlier delivery was acked (or not) while the proxy was
@@ -83,10 +99,16 @@ def pop_check(recv: DataFrame, stop_ms: int | None,
     parts = F.split(F.col("receipt_handle"), " ")
     deadline = parts.getItem(1).cast("long") + parts.getItem(2).cast("long")
     w = Window.partitionBy("key", "origin_topic").orderBy("receive_ms", "ack_ms")
-    d = (pop.select("key", "origin_topic", "receive_ms", "ack", "ack_ms", "change", deadline.alias("deadline"),
-                    "delivery_attempt")
+    d = (pop.select("key", "origin_topic", "broker", "receive_ms", "ack", "ack_ms", "change",
+                    deadline.alias("deadline"), "delivery_attempt")
          .withColumn("later", F.lead("receive_ms").over(w).isNotNull())
+         .withColumn("next_ms", F.lead("receive_ms").over(w))
+         .withColumn("first_ms", F.min("receive_ms").over(Window.partitionBy("key", "origin_topic")))
          .withColumn("next_attempt", F.lead("delivery_attempt").over(w)))
+    # the key was delivered before a crash of its broker group and delivered again after it
+    crashed = F.lit(False)
+    for group, at in crashes or []:
+        crashed = crashed | ((F.col("broker") == group) & (F.col("first_ms") < at) & (F.col("next_ms") > at))
     in_time = (F.col("ack") == "ok") & (F.col("ack_ms") <= F.col("deadline"))
     why = (F.when(F.col("ack") == "skipped", "not_acked").when(F.col("ack") == "error", "ack_refused")
            .when(F.col("ack") == "ok", "ack_late").otherwise("no_ack"))
@@ -97,8 +119,8 @@ def pop_check(recv: DataFrame, stop_ms: int | None,
            .when(due_late, "due_after_stop")
            .otherwise("consumed_but_lost"))
     cause = (F.when(F.col("later") & in_time,
-                    F.when(F.col("next_attempt") == 1, "re_popped").when(F.col("change") == "ok", "after_change")
-                    .otherwise("plain_ack")).otherwise(why))
+                    F.when(F.col("next_attempt") == 1, "re_popped").when(crashed, "after_broker_crash")
+                    .when(F.col("change") == "ok", "after_change").otherwise("plain_ack")).otherwise(why))
     at = F.coalesce(F.col("ack_ms"), F.col("receive_ms"))
     fault_cols = [F.sum((F.col("later") & ~in_time & (at >= a) & (at <= b)).cast("int")).alias(f"f{i}")
                   for i, (_, a, b) in enumerate(outages or [])]
@@ -147,8 +169,10 @@ def pop_phrase(s: dict[str, Any]) -> str | None:
 def _after_ack(p: dict[str, Any]) -> str:
     c = p["causes"]["redelivered_after_ack"]
     violations = c.get("after_change", 0) + c.get("plain_ack", 0)
+    crash = c.get("after_broker_crash", 0)
     parts = [f"{violations:,} REDELIVERED AFTER A SUCCESSFUL ACK" if violations else "",
              f"of which {c['after_change']:,} after changeInvisibleDuration" if c.get("after_change") else "",
              f"{c['re_popped']:,} acked and read again from the queue as a first delivery (the broker's POP offset "
-             "went back)" if c.get("re_popped") else ""]
+             "went back)" if c.get("re_popped") else "",
+             f"{crash:,} acked and revived by a checkpoint from before a crash of their broker" if crash else ""]
     return ", ".join(x for x in parts if x)

@@ -27,7 +27,7 @@ from analysis.pace import lag as send_lag
 from analysis.latency import histogram as _histogram, percentiles as _percentiles
 from analysis.offsets import reused_queue_offsets
 from analysis.order import order_check
-from analysis.pop import pop_check, proxy_outages
+from analysis.pop import broker_crashes, pop_check, proxy_outages
 from analysis.timers import timer_check
 from analysis.transactions import transaction_check, txn_keys
 from analysis.redeliveries import rollback_repeats, rollbacks
@@ -118,7 +118,8 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
             step(f"{res['transactions']['keys']} transaction(s) sorted")
         # POP through the proxy (analysis/pop.py): judged up to the first consumer's stop
         stops = [int(e["start_ms"]) for e in events if e.get("kind") == "consumer_stop" and e.get("start_ms")]
-        res["pop"] = pop_check(recv, min(stops) if stops else None, proxy_outages(events))
+        res["pop"] = pop_check(recv, min(stops) if stops else None, proxy_outages(events),
+                               broker_crashes(events, brokers or {}))
         if res["pop"]:
             step(f"{res['pop']['deliveries']} POP deliveries judged against their invisible time")
         if res["order"]:

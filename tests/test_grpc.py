@@ -71,21 +71,28 @@ def test_a_grpc_producer_and_a_simple_consumer_through_a_proxy_lose_and_duplicat
     f = write_scenario(tmp_path / "t.yaml", {
         "name": "grpc-plain", "cluster": CLUSTER,
         "load": {"client": "grpc", "topic": "T_GRPC", "users": 4, "rate": 100, "duration": "12s"},
+        # a SimpleConsumer and a PushConsumer in one group: POP shares the messages between them
         "consumers": {"settle": "2s", "drain_timeout": "60s",
                       "instances": [{"id": "c0", "group": "g_grpc", "batch_size": 16, "threads": 2,
-                                     "grpc": {"invisible": "10s", "long_polling": "5s"}}]}})
+                                     "grpc": {"invisible": "10s", "long_polling": "5s"}},
+                                    {"id": "c1", "group": "g_grpc", "threads": 2, "grpc": {"kind": "push"}}]}})
     run, s = run_here(f, tmp_path / "run")
     c = s["counts"]
     assert c["keys"] == 1200 and c["ok"] == 1200, c
     assert (c["lost"], c["duplicated"], c["indeterminate"], c["unexpected"], c["corrupted_deliveries"]) == (0, 0, 0, 0, 0)
-    p = s["pop"]
-    assert p is not None and p["deliveries"] == 1200 and p["acks_ok"] == 1200 and p["acks_refused"] == 0, p
-    assert set(p["classes"].values()) == {0}, p
-    # the ledgers: one schema for both paths; every delivery through the proxy carries its receipt handle
-    recv = [json.loads(x) for x in (run / "ledgers" / "receive-c0.jsonl").read_text().splitlines()]
+    # the ledgers: one schema for both paths; every delivery through the proxy carries its receipt handle;
+    # the SimpleConsumer's acks were answered ok, the PushConsumer's client acked by itself (none recorded)
     from rmqchaos.ledgers import RECEIVE_KEYS
-    assert {tuple(r) for r in recv} == {RECEIVE_KEYS}
-    assert all(r["receipt_handle"] and r["delivery_attempt"] == 1 and r["ack"] == "ok" for r in recv)
+    simple, push = ([json.loads(x) for x in (run / "ledgers" / f"receive-{i}.jsonl").read_text().splitlines()]
+                    for i in ("c0", "c1"))
+    assert len(simple) + len(push) == 1200 and simple and push, (len(simple), len(push))
+    assert {tuple(r) for r in simple + push} == {RECEIVE_KEYS}
+    assert all(r["receipt_handle"] and r["delivery_attempt"] == 1 and r["ack"] == "ok" for r in simple)
+    assert all(r["receipt_handle"] and r["delivery_attempt"] == 1 and r["ack"] is None for r in push)
+    p = s["pop"]  # POP's classes judge the SimpleConsumer's deliveries only
+    assert p is not None and p["deliveries"] == len(simple) == p["acks_ok"] and p["acks_refused"] == 0, p
+    assert set(p["classes"].values()) == {0}, p
+    recv = simple + push
     sends = [json.loads(x) for x in (run / "ledgers" / "send-grpc0.jsonl").read_text().splitlines()]
     assert {r["rec"] for r in sends} == {"intent", "outcome"} and len(sends) == 2400
     assert {r["msg_id"] for r in sends if r["rec"] == "outcome"} == {r["msg_id"] for r in recv}

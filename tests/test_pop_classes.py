@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-R = ("key string, origin_topic string, receive_ms long, receipt_handle string, ack string, ack_ms long, "
+R = ("key string, origin_topic string, broker string, receive_ms long, receipt_handle string, ack string, ack_ms long, "
      "change string, delivery_attempt int")
 
 
@@ -18,53 +18,57 @@ def test_every_pop_class_and_cause_is_counted_exactly(kept_spark: Any) -> None:
     h = handle(1000, 15_000)  # invisible until 16,000
     rows = [
         # a: acked in time, delivered once: no class
-        ("a", "T", 1000, h, "ok", 1200, None),
+        ("a", "T", "broker-a", 1000, h, "ok", 1200, None),
         # b: skipped, came back after its invisible time, then acked: one redelivered_after_invisible (not_acked)
-        ("b", "T", 1000, h, "skipped", 1000, None), ("b", "T", 17_000, handle(17_000, 15_000), "ok", 17_100, None),
+        ("b", "T", "broker-a", 1000, h, "skipped", 1000, None), ("b", "T", "broker-a", 17_000, handle(17_000, 15_000), "ok", 17_100, None),
         # c: the ack refused, came back: ack_refused
-        ("c", "T", 1000, h, "error", 1300, None), ("c", "T", 17_000, handle(17_000, 15_000), "ok", 17_100, None),
+        ("c", "T", "broker-a", 1000, h, "error", 1300, None), ("c", "T", "broker-a", 17_000, handle(17_000, 15_000), "ok", 17_100, None),
         # d: the ack answered ok after the invisible time (16,000), came back: ack_late
-        ("d", "T", 1000, h, "ok", 16_500, None), ("d", "T", 17_000, handle(17_000, 15_000), "ok", 17_100, None),
+        ("d", "T", "broker-a", 1000, h, "ok", 16_500, None), ("d", "T", "broker-a", 17_000, handle(17_000, 15_000), "ok", 17_100, None),
         # e: acked in time and delivered again: a violation (plain ack)
-        ("e", "T", 1000, h, "ok", 1200, None), ("e", "T", 17_000, handle(17_000, 15_000), "ok", 17_100, None),
+        ("e", "T", "broker-a", 1000, h, "ok", 1200, None), ("e", "T", "broker-a", 17_000, handle(17_000, 15_000), "ok", 17_100, None),
+        # m: acked in time before broker-a crashed (at 50,000), revived after it: after_broker_crash
+        ("m", "T", "broker-a", 40_000, handle(40_000, 15_000), "ok", 40_100, None),
+        ("m", "T", "broker-a", 70_000, handle(70_000, 15_000), "ok", 70_100, None),
         # j: acked in time and read again as a first delivery (the broker's POP offset went back): re_popped
-        ("j", "T", 1000, h, "ok", 1200, None), ("j", "T", 9_000, handle(9_000, 15_000), "ok", 9_100, None, 1),
+        ("j", "T", "broker-a", 1000, h, "ok", 1200, None), ("j", "T", "broker-a", 9_000, handle(9_000, 15_000), "ok", 9_100, None, 1),
         # f: changeInvisibleDuration to 30 s, then acked in time (by its new handle), delivered again: #9583
-        ("f", "T", 1000, handle(1100, 30_000), "ok", 1300, "ok"), ("f", "T", 32_000, handle(32_000, 15_000), "ok", 32_100, None),
+        ("f", "T", "broker-a", 1000, handle(1100, 30_000), "ok", 1300, "ok"), ("f", "T", "broker-a", 32_000, handle(32_000, 15_000), "ok", 32_100, None),
         # g: skipped and never came back, its time long past the stop's slack: consumed but lost
-        ("g", "T", 1000, h, "skipped", 1000, None),
+        ("g", "T", "broker-a", 1000, h, "skipped", 1000, None),
         # h: skipped late in the run, due again only after the consumers stopped: not judged
-        ("h", "T", 95_000, handle(95_000, 15_000), "skipped", 95_000, None),
+        ("h", "T", "broker-a", 95_000, handle(95_000, 15_000), "skipped", 95_000, None),
         # i: a remoting delivery (no handle): not POP's; k: a PushConsumer's (no ack recorded): not judged
-        ("i", "T", 1000, None, None, None, None), ("i", "T", 2000, None, None, None, None),
-        ("k", "T", 1000, h, None, 1100, None),
+        ("i", "T", "broker-a", 1000, None, None, None, None), ("i", "T", "broker-a", 2000, None, None, None, None),
+        ("k", "T", "broker-a", 1000, h, None, 1100, None),
     ]
     seen: set[str] = set()
     planted = []
     for row in rows:  # delivery_attempt: 1 the first time, 2 after (unless the row says)
-        planted.append(row if len(row) == 8 else (*row, 1 if row[0] not in seen else 2))
+        planted.append(row if len(row) == 9 else (*row, 1 if row[0] not in seen else 2))
         seen.add(row[0])
-    r = pop_check(kept_spark.createDataFrame(planted, R), stop_ms=100_000)
+    r = pop_check(kept_spark.createDataFrame(planted, R), stop_ms=100_000, crashes=[("broker-a", 50_000)])
     assert r is not None
-    assert (r["deliveries"], r["keys"], r["acks_ok"], r["acks_refused"]) == (15, 9, 11, 1)
-    assert r["classes"] == {"redelivered_after_invisible": 3, "redelivered_after_ack": 3, "consumed_but_lost": 1,
+    assert (r["deliveries"], r["keys"], r["acks_ok"], r["acks_refused"]) == (17, 10, 13, 1)
+    assert r["classes"] == {"redelivered_after_invisible": 3, "redelivered_after_ack": 4, "consumed_but_lost": 1,
                             "due_after_stop": 1}
     assert r["causes"]["redelivered_after_invisible"] == {"not_acked": 1, "ack_refused": 1, "ack_late": 1, "no_ack": 0}
-    assert r["causes"]["redelivered_after_ack"] == {"re_popped": 1, "after_change": 1, "plain_ack": 1}
+    assert r["causes"]["redelivered_after_ack"] == {"re_popped": 1, "after_broker_crash": 1, "after_change": 1,
+                                                    "plain_ack": 1}
     assert r["causes"]["consumed_but_lost"]["not_acked"] == 1 and r["causes"]["due_after_stop"]["not_acked"] == 1
-    assert r["keys_by_class"] == {"redelivered_after_invisible": 3, "redelivered_after_ack": 3, "consumed_but_lost": 1,
+    assert r["keys_by_class"] == {"redelivered_after_invisible": 3, "redelivered_after_ack": 4, "consumed_but_lost": 1,
                                   "due_after_stop": 1}
 
 
 def test_without_a_stop_time_no_last_delivery_is_called_lost(kept_spark: Any) -> None:
     from analysis.pop import pop_check
-    r = pop_check(kept_spark.createDataFrame([("g", "T", 1000, handle(1000, 15_000), "skipped", 1000, None, 1)], R), None)
+    r = pop_check(kept_spark.createDataFrame([("g", "T", "broker-a", 1000, handle(1000, 15_000), "skipped", 1000, None, 1)], R), None)
     assert r is not None and r["classes"]["consumed_but_lost"] == 0 and r["classes"]["due_after_stop"] == 1
 
 
 def test_no_receipt_handle_means_no_pop_part(kept_spark: Any) -> None:
     from analysis.pop import pop_check
-    assert pop_check(kept_spark.createDataFrame([("i", "T", 1000, None, None, None, None, None)], R), 5000) is None
+    assert pop_check(kept_spark.createDataFrame([("i", "T", "broker-a", 1000, None, None, None, None, None)], R), 5000) is None
 
 
 def test_pop_figures_and_the_verdicts_clause() -> None:
