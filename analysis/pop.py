@@ -7,13 +7,16 @@ A delivery's invisible time ends at its receipt handle's pop time plus its invis
 2nd and 3rd fields, ExtraInfoUtil: `<ck queue offset> <pop time> <invisible time> <revive queue> <topic
 type> <broker> <queue> <offset> <commit log offset>`; the handle the ledger keeps is the last one the
 client held, so a changeInvisibleDuration's deadline is its own). Acked in time: the ack was answered
-ok at or before that end. Each delivery of a key that came again later is:
+ok at or before that end. A delivery came again later when its stored copy was read again (same broker, queue and offset) or the
+key was revived later (`delivery_attempt` above 1, from the POP retry topic); a later first delivery of
+another stored copy (a producer's resend stored twice) is another message. Each delivery that came
+again later is:
 
 - `redelivered_after_invisible` (expected): it was not acked in time, by cause: `not_acked` (skipped on
   purpose), `ack_refused` (the proxy answered the ack with an error), `ack_late` (answered ok after the
   invisible time), `no_ack` (no ack recorded);
 - `redelivered_after_ack`: acked in time and delivered again all the same, by cause: `re_popped` (the
-  later delivery is a first delivery again, `delivery_attempt` 1: read again from the queue because
+  same stored copy delivered again: read again from the queue because
   the broker's POP offset went back, e.g. a broker killed -9 loses the consume offsets it had not
   persisted yet; the at-least-once duplicate a crash allows), `after_broker_crash` (revived,
   `delivery_attempt` above 1, and the key was first delivered before a crash of its broker group
@@ -100,13 +103,23 @@ def pop_check(recv: DataFrame, stop_ms: int | None,
         return None
     parts = F.split(F.col("receipt_handle"), " ")
     deadline = parts.getItem(1).cast("long") + parts.getItem(2).cast("long")
-    w = Window.partitionBy("key", "origin_topic").orderBy("receive_ms", "ack_ms")
-    d = (pop.select("key", "origin_topic", "broker", "receive_ms", "ack", "ack_ms", "change",
+    # A delivery came again later when its stored copy was read again (the same broker, queue and
+    # offset: a re-pop) or the key was revived later (delivery_attempt above 1, from the POP retry
+    # topic). A later first delivery of another copy (a producer's resend stored twice) is another
+    # message, not this one again.
+    key_w = Window.partitionBy("key", "origin_topic").orderBy("receive_ms", "ack_ms")
+    copy_w = Window.partitionBy("key", "origin_topic", "broker", "queue_id", "queue_offset").orderBy("receive_ms", "ack_ms")
+    after = key_w.rowsBetween(1, Window.unboundedFollowing)
+    d = (pop.select("key", "origin_topic", "broker", "queue_id", "queue_offset", "receive_ms", "ack", "ack_ms", "change",
                     deadline.alias("deadline"), "delivery_attempt")
-         .withColumn("later", F.lead("receive_ms").over(w).isNotNull())
-         .withColumn("next_ms", F.lead("receive_ms").over(w))
+         .withColumn("same_copy_ms", F.lead("receive_ms").over(copy_w))
+         .withColumn("revived_ms", F.min(F.when(F.col("delivery_attempt") > 1, F.col("receive_ms"))).over(after))
+         .withColumn("later", F.col("same_copy_ms").isNotNull() | F.col("revived_ms").isNotNull())
+         .withColumn("next_ms", F.least("same_copy_ms", "revived_ms"))
          .withColumn("first_ms", F.min("receive_ms").over(Window.partitionBy("key", "origin_topic")))
-         .withColumn("next_attempt", F.lead("delivery_attempt").over(w)))
+         # read again from the queue as a first delivery: the same copy, before any revive
+         .withColumn("re_pop", F.col("same_copy_ms").isNotNull()
+                     & (F.col("revived_ms").isNull() | (F.col("same_copy_ms") <= F.col("revived_ms")))))
     # the key was delivered before a crash of its broker group and delivered again after it
     crashed = F.lit(False)
     for group, at in crashes or []:
@@ -121,7 +134,7 @@ def pop_check(recv: DataFrame, stop_ms: int | None,
            .when(due_late, "due_after_stop")
            .otherwise("consumed_but_lost"))
     cause = (F.when(F.col("later") & in_time,
-                    F.when(F.col("next_attempt") == 1, "re_popped").when(crashed, "after_broker_crash")
+                    F.when(F.col("re_pop"), "re_popped").when(crashed, "after_broker_crash")
                     .when(F.col("change") == "ok", "after_change").otherwise("plain_ack")).otherwise(why))
     at = F.coalesce(F.col("ack_ms"), F.col("receive_ms"))
     fault_cols = [F.sum((F.col("later") & ~in_time & (at >= a) & (at <= b)).cast("int")).alias(f"f{i}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 R = ("key string, origin_topic string, broker string, receive_ms long, receipt_handle string, ack string, ack_ms long, "
-     "change string, delivery_attempt int")
+     "change string, delivery_attempt int, queue_id int, queue_offset long")
 
 
 def handle(pop_ms: int, invisible_ms: int) -> str:
@@ -30,6 +30,8 @@ def test_every_pop_class_and_cause_is_counted_exactly(kept_spark: Any) -> None:
         # m: acked in time before broker-a crashed (at 50,000), revived after it: after_broker_crash
         ("m", "T", "broker-a", 40_000, handle(40_000, 15_000), "ok", 40_100, None),
         ("m", "T", "broker-a", 70_000, handle(70_000, 15_000), "ok", 70_100, None),
+        # p: a producer's resend stored twice, both copies delivered and acked: another message, no class
+        ("p", "T", "broker-a", 1000, h, "ok", 1200, None, 1, 0, 500), ("p", "T", "broker-a", 2000, h, "ok", 2100, None, 1, 0, 501),
         # j: acked in time and read again as a first delivery (the broker's POP offset went back): re_popped
         ("j", "T", "broker-a", 1000, h, "ok", 1200, None), ("j", "T", "broker-a", 9_000, handle(9_000, 15_000), "ok", 9_100, None, 1),
         # f: changeInvisibleDuration to 30 s, then acked in time (by its new handle), delivered again: #9583
@@ -44,12 +46,14 @@ def test_every_pop_class_and_cause_is_counted_exactly(kept_spark: Any) -> None:
     ]
     seen: set[str] = set()
     planted = []
-    for row in rows:  # delivery_attempt: 1 the first time, 2 after (unless the row says)
-        planted.append(row if len(row) == 9 else (*row, 1 if row[0] not in seen else 2))
+    for row in rows:  # delivery_attempt: 1 the first time, 2 after (unless the row says); where it is stored:
+        attempt = row[8] if len(row) > 8 else 1 if row[0] not in seen else 2  # a first delivery: the topic's
+        pos = (0, ord(row[0])) if attempt == 1 else (1, 1000 + ord(row[0]))  # queue; a revived one: the retry topic's
+        planted.append((*row[:8], attempt, *(row[9:] or pos)))
         seen.add(row[0])
     r = pop_check(kept_spark.createDataFrame(planted, R), stop_ms=100_000, crashes=[("broker-a", 50_000)])
     assert r is not None
-    assert (r["deliveries"], r["keys"], r["acks_ok"], r["acks_refused"]) == (17, 10, 13, 1)
+    assert (r["deliveries"], r["keys"], r["acks_ok"], r["acks_refused"]) == (19, 11, 15, 1)
     assert r["classes"] == {"redelivered_after_invisible": 3, "redelivered_after_ack": 4, "consumed_but_lost": 1,
                             "due_after_stop": 1}
     assert r["causes"]["redelivered_after_invisible"] == {"not_acked": 1, "ack_refused": 1, "ack_late": 1, "no_ack": 0}
@@ -62,13 +66,15 @@ def test_every_pop_class_and_cause_is_counted_exactly(kept_spark: Any) -> None:
 
 def test_without_a_stop_time_no_last_delivery_is_called_lost(kept_spark: Any) -> None:
     from analysis.pop import pop_check
-    r = pop_check(kept_spark.createDataFrame([("g", "T", "broker-a", 1000, handle(1000, 15_000), "skipped", 1000, None, 1)], R), None)
+    r = pop_check(kept_spark.createDataFrame([("g", "T", "broker-a", 1000, handle(1000, 15_000), "skipped", 1000, None, 1, 0,
+                                                5)], R), None)
     assert r is not None and r["classes"]["consumed_but_lost"] == 0 and r["classes"]["due_after_stop"] == 1
 
 
 def test_no_receipt_handle_means_no_pop_part(kept_spark: Any) -> None:
     from analysis.pop import pop_check
-    assert pop_check(kept_spark.createDataFrame([("i", "T", "broker-a", 1000, None, None, None, None, None)], R), 5000) is None
+    assert pop_check(kept_spark.createDataFrame([("i", "T", "broker-a", 1000, None, None, None, None, None, None, None)], R),
+                     5000) is None
 
 
 def test_pop_figures_and_the_verdicts_clause() -> None:
