@@ -29,6 +29,9 @@ Each key's last delivery that was not acked in time is:
 - `consumed_but_lost` (a violation): never delivered again although its invisible time (plus
   REVIVE_SLACK_MS) ended before the consumers stopped: the broker holds it as consumed, nobody
   processed it (apache/rocketmq#7914's shape), by the same causes;
+- `ack_in_doubt`: the same, but its ack was answered with a transport error (no response code: the
+  proxy died or the connection broke), so the ack may have taken: not judged (seen when the proxy was
+  killed while acks went through it);
 - `due_after_stop`: its invisible time had not ended (plus the slack) when the consumers stopped: not
   judged.
 
@@ -50,10 +53,11 @@ from pyspark.sql import functions as F
 #: it re-put expired checkpoints 39 s after their invisible time (a proxy kill test here; pop.log
 #: "has no new msg, take a rest"); this slack also covers the next receive's long polling
 REVIVE_SLACK_MS = 60_000
-CLASSES = ("redelivered_after_invisible", "redelivered_after_ack", "consumed_but_lost", "due_after_stop")
+CLASSES = ("redelivered_after_invisible", "redelivered_after_ack", "consumed_but_lost", "ack_in_doubt", "due_after_stop")
 CAUSES = {"redelivered_after_invisible": ("not_acked", "ack_refused", "ack_late", "no_ack"),
           "redelivered_after_ack": ("re_popped", "after_broker_crash", "after_change", "plain_ack"),
           "consumed_but_lost": ("not_acked", "ack_refused", "ack_late", "no_ack"),
+          "ack_in_doubt": ("ack_refused",),
           "due_after_stop": ("not_acked", "ack_refused", "ack_late", "no_ack")}
 
 
@@ -111,7 +115,7 @@ def pop_check(recv: DataFrame, stop_ms: int | None,
     copy_w = Window.partitionBy("key", "origin_topic", "broker", "queue_id", "queue_offset").orderBy("receive_ms", "ack_ms")
     after = key_w.rowsBetween(1, Window.unboundedFollowing)
     d = (pop.select("key", "origin_topic", "broker", "queue_id", "queue_offset", "receive_ms", "ack", "ack_ms", "change",
-                    deadline.alias("deadline"), "delivery_attempt")
+                    "ack_error", deadline.alias("deadline"), "delivery_attempt")
          .withColumn("same_copy_ms", F.lead("receive_ms").over(copy_w))
          .withColumn("revived_ms", F.min(F.when(F.col("delivery_attempt") > 1, F.col("receive_ms"))).over(after))
          .withColumn("later", F.col("same_copy_ms").isNotNull() | F.col("revived_ms").isNotNull())
@@ -132,6 +136,9 @@ def pop_check(recv: DataFrame, stop_ms: int | None,
            .when(F.col("later"), "redelivered_after_invisible")
            .when(in_time | (F.col("ack") == "ok"), None)  # acked (a late ack the broker took counts as taken)
            .when(due_late, "due_after_stop")
+           # an ack the proxy did not answer (a transport error, no response code) may have taken
+           .when((F.col("ack") == "error") & ~F.coalesce(F.col("ack_error"), F.lit("")).contains("response-code="),
+                 "ack_in_doubt")
            .otherwise("consumed_but_lost"))
     cause = (F.when(F.col("later") & in_time,
                     F.when(F.col("re_pop"), "re_popped").when(crashed, "after_broker_crash")
@@ -174,7 +181,9 @@ def pop_phrase(s: dict[str, Any]) -> str | None:
              f"{c['consumed_but_lost']:,} CONSUMED BUT LOST (not acked, never delivered again)"
              if c["consumed_but_lost"] else "",
              f"{c['due_after_stop']:,} not acked and due again only after the consumers stopped (not judged)"
-             if c["due_after_stop"] else ""]
+             if c["due_after_stop"] else "",
+             f"{c['ack_in_doubt']:,} whose ack got no answer and never came again (the ack may have taken)"
+             if c.get("ack_in_doubt") else ""]
     forced = [f"{n:,} after {fid}" for fid, n in (p.get("by_fault") or {}).items() if n]
     if forced:
         parts.append("redelivered because an ack was lost with the proxy: " + ", ".join(forced))

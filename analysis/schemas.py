@@ -38,4 +38,4 @@ RECEIVE_USED = used(RECEIVE, "key", "msg_id", "msg_hi", "msg_lo", "origin_topic"
                     # Spark prunes them elsewhere
                     "offset_msg_id", "store_ms", "served_by",
                     # POP through the proxy (analysis/pop.py)
-                    "receipt_handle", "ack", "ack_ms", "change", "delivery_attempt")
+                    "receipt_handle", "ack", "ack_ms", "ack_error", "change", "delivery_attempt")

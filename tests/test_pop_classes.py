@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 R = ("key string, origin_topic string, broker string, receive_ms long, receipt_handle string, ack string, ack_ms long, "
-     "change string, delivery_attempt int, queue_id int, queue_offset long")
+     "change string, delivery_attempt int, queue_id int, queue_offset long, ack_error string")
 
 
 def handle(pop_ms: int, invisible_ms: int) -> str:
@@ -30,6 +30,8 @@ def test_every_pop_class_and_cause_is_counted_exactly(kept_spark: Any) -> None:
         # m: acked in time before broker-a crashed (at 50,000), revived after it: after_broker_crash
         ("m", "T", "broker-a", 40_000, handle(40_000, 15_000), "ok", 40_100, None),
         ("m", "T", "broker-a", 70_000, handle(70_000, 15_000), "ok", 70_100, None),
+        # q: its ack got no answer (the proxy died), never came again: the ack may have taken: ack_in_doubt
+        ("q", "T", "broker-a", 1000, h, "error", 1300, None, 1, 0, 600, "StatusRuntimeException: UNAVAILABLE: io exception"),
         # p: a producer's resend stored twice, both copies delivered and acked: another message, no class
         ("p", "T", "broker-a", 1000, h, "ok", 1200, None, 1, 0, 500), ("p", "T", "broker-a", 2000, h, "ok", 2100, None, 1, 0, 501),
         # j: acked in time and read again as a first delivery (the broker's POP offset went back): re_popped
@@ -49,31 +51,34 @@ def test_every_pop_class_and_cause_is_counted_exactly(kept_spark: Any) -> None:
     for row in rows:  # delivery_attempt: 1 the first time, 2 after (unless the row says); where it is stored:
         attempt = row[8] if len(row) > 8 else 1 if row[0] not in seen else 2  # a first delivery: the topic's
         pos = (0, ord(row[0])) if attempt == 1 else (1, 1000 + ord(row[0]))  # queue; a revived one: the retry topic's
-        planted.append((*row[:8], attempt, *(row[9:] or pos)))
+        refused = "BadRequestException: [request-id=x, response-code=40013] INVALID_RECEIPT_HANDLE"
+        planted.append((*row[:8], attempt, *(row[9:11] or pos), row[11] if len(row) > 11 else
+                        refused if row[5] == "error" else None))
         seen.add(row[0])
     r = pop_check(kept_spark.createDataFrame(planted, R), stop_ms=100_000, crashes=[("broker-a", 50_000)])
     assert r is not None
-    assert (r["deliveries"], r["keys"], r["acks_ok"], r["acks_refused"]) == (19, 11, 15, 1)
+    assert (r["deliveries"], r["keys"], r["acks_ok"], r["acks_refused"]) == (20, 12, 15, 2)
     assert r["classes"] == {"redelivered_after_invisible": 3, "redelivered_after_ack": 4, "consumed_but_lost": 1,
-                            "due_after_stop": 1}
+                            "ack_in_doubt": 1, "due_after_stop": 1}
     assert r["causes"]["redelivered_after_invisible"] == {"not_acked": 1, "ack_refused": 1, "ack_late": 1, "no_ack": 0}
     assert r["causes"]["redelivered_after_ack"] == {"re_popped": 1, "after_broker_crash": 1, "after_change": 1,
                                                     "plain_ack": 1}
     assert r["causes"]["consumed_but_lost"]["not_acked"] == 1 and r["causes"]["due_after_stop"]["not_acked"] == 1
     assert r["keys_by_class"] == {"redelivered_after_invisible": 3, "redelivered_after_ack": 4, "consumed_but_lost": 1,
-                                  "due_after_stop": 1}
+                                  "ack_in_doubt": 1, "due_after_stop": 1}
 
 
 def test_without_a_stop_time_no_last_delivery_is_called_lost(kept_spark: Any) -> None:
     from analysis.pop import pop_check
     r = pop_check(kept_spark.createDataFrame([("g", "T", "broker-a", 1000, handle(1000, 15_000), "skipped", 1000, None, 1, 0,
-                                                5)], R), None)
+                                                5, None)], R), None)
     assert r is not None and r["classes"]["consumed_but_lost"] == 0 and r["classes"]["due_after_stop"] == 1
 
 
 def test_no_receipt_handle_means_no_pop_part(kept_spark: Any) -> None:
     from analysis.pop import pop_check
-    assert pop_check(kept_spark.createDataFrame([("i", "T", "broker-a", 1000, None, None, None, None, None, None, None)], R),
+    assert pop_check(kept_spark.createDataFrame([("i", "T", "broker-a", 1000, None, None, None, None, None, None, None,
+                                                  None)], R),
                      5000) is None
 
 
@@ -82,7 +87,7 @@ def test_pop_figures_and_the_verdicts_clause() -> None:
     from analysis.pop import pop_phrase
     s = {"pop": {"deliveries": 15, "keys": 8, "acks_ok": 10, "acks_refused": 1,
                  "classes": {"redelivered_after_invisible": 3, "redelivered_after_ack": 2, "consumed_but_lost": 1,
-                             "due_after_stop": 0},
+                             "ack_in_doubt": 0, "due_after_stop": 0},
                  "causes": {"redelivered_after_ack": {"re_popped": 4, "after_change": 1, "plain_ack": 1}}}}
     assert value(s, "pop.redelivered_after_ack") == 2 and value(s, "pop.redelivered_after_ack.after_change") == 1
     assert value(s, "pop.consumed_but_lost") == 1 and value({}, "pop.consumed_but_lost") is None
