@@ -1,10 +1,6 @@
 package io.rmqchaos;
 
-import java.io.FileOutputStream;
 import java.io.IOException;
-import java.io.OutputStreamWriter;
-import java.io.Writer;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.Paths;
 import java.util.ArrayList;
 import java.util.Collections;
@@ -189,11 +185,9 @@ public final class Consumer {
             System.exit(2);
         }
         final String retryTopic = MixAll.getRetryTopic(group);
-        final FileOutputStream fos = new FileOutputStream(out, true);
-        final Writer w = new OutputStreamWriter(fos, StandardCharsets.UTF_8);
+        final Journal journal = new Journal(out);
         final AtomicLong deliveries = new AtomicLong();
         final AtomicLong lastDelivery = new AtomicLong(HostClock.now());
-        final Object lock = new Object();
 
         final Serving serving = servingFile == null ? null : new Serving(Paths.get(servingFile), group, consumerId);
         final ServedBy servedBy = new ServedBy(serving);
@@ -255,13 +249,8 @@ public final class Consumer {
         // (the consumer_kill fault) holds every delivery it acknowledged (the page cache outlives it).
         final Predicate<List<MessageExt>> record = msgs -> {
             String text = lines.apply(msgs);
-            synchronized (lock) {
-                try {
-                    w.write(text);
-                    w.flush();
-                } catch (IOException e) {
-                    return false;
-                }
+            if (!journal.append(text, true)) {
+                return false;
             }
             deliveries.addAndGet(msgs.size());
             lastDelivery.set(HostClock.now());
@@ -298,14 +287,7 @@ public final class Consumer {
                 } catch (IOException ignored) {
                 }
             }
-            synchronized (lock) {
-                try {
-                    w.flush();
-                    fos.getFD().sync();
-                    w.close();
-                } catch (IOException ignored) {
-                }
-            }
+            journal.close();
             System.out.println("{\"deliveries\":" + deliveries.get() + ",\"elapsed_ms\":"
                 + (HostClock.now() - start) + "}");
             System.out.flush();
@@ -329,10 +311,7 @@ public final class Consumer {
                 serving.maybeWrite(now);
             }
             if (now - lastSync >= 1000) { // bounded loss window on a crash: flush + fsync every second
-                synchronized (lock) {
-                    w.flush();
-                    fos.getFD().sync();
-                }
+                journal.sync();
                 lastSync = now;
             }
             if (now - start >= duration * 1000) {

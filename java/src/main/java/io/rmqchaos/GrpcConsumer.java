@@ -1,11 +1,7 @@
 package io.rmqchaos;
 
-import java.io.FileOutputStream;
 import java.io.IOException;
-import java.io.OutputStreamWriter;
-import java.io.Writer;
 import java.nio.ByteBuffer;
-import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collections;
@@ -84,9 +80,7 @@ public final class GrpcConsumer {
             System.exit(2);
         }
 
-        final FileOutputStream fos = new FileOutputStream(out, true);
-        final Writer w = new OutputStreamWriter(fos, StandardCharsets.UTF_8);
-        final Object lock = new Object();
+        final Journal journal = new Journal(out);
         final AtomicLong deliveries = new AtomicLong();
         final AtomicBoolean running = new AtomicBoolean(true);
         ClientServiceProvider provider = ClientServiceProvider.loadService();
@@ -144,7 +138,7 @@ public final class GrpcConsumer {
                                 final int size = got.size();
                                 final int idx = i;
                                 later.schedule(() -> {
-                                    ackAndRecord(simple, m, w, lock, group, runId, consumerId, size, idx, receiveMs, chg);
+                                    ackAndRecord(simple, m, journal, group, runId, consumerId, size, idx, receiveMs, chg);
                                     deliveries.incrementAndGet();
                                 }, lastAckDelayMs, TimeUnit.MILLISECONDS);
                                 continue;
@@ -169,7 +163,7 @@ public final class GrpcConsumer {
                             // answer and this write (microseconds), so a killed gRPC consumer is not a fault yet
                             StringBuilder sb = new StringBuilder(512);
                             line(sb, m, group, runId, consumerId, got.size(), i, receiveMs, ack, ackMs, ackError, change);
-                            write(w, lock, sb.toString());
+                            journal.append(sb.toString(), true);
                             deliveries.incrementAndGet();
                         }
                     }
@@ -187,7 +181,7 @@ public final class GrpcConsumer {
                     }
                     StringBuilder sb = new StringBuilder(400);
                     line(sb, m, group, runId, consumerId, 1, 0, receiveMs, null, System.currentTimeMillis(), null, null);
-                    if (!write(w, lock, sb.toString())) {
+                    if (!journal.append(sb.toString(), true)) {
                         return ConsumeResult.FAILURE; // not recorded: not acknowledged
                     }
                     deliveries.incrementAndGet();
@@ -221,14 +215,7 @@ public final class GrpcConsumer {
                 }
             } catch (IOException ignored) {
             }
-            synchronized (lock) {
-                try {
-                    w.flush();
-                    fos.getFD().sync();
-                    w.close();
-                } catch (IOException ignored) {
-                }
-            }
+            journal.close();
             System.out.println("{\"deliveries\":" + deliveries.get() + ",\"elapsed_ms\":"
                 + (System.currentTimeMillis() - start) + "}");
             System.out.flush();
@@ -246,10 +233,7 @@ public final class GrpcConsumer {
             Thread.sleep(100);
             long now = System.currentTimeMillis();
             if (now - lastSync >= 1000) { // bounded loss window on a crash: flush + fsync every second
-                synchronized (lock) {
-                    w.flush();
-                    fos.getFD().sync();
-                }
+                journal.sync();
                 lastSync = now;
             }
         }
@@ -260,7 +244,7 @@ public final class GrpcConsumer {
     }
 
     /** The ack of a delivery acked apart (--last-ack-delay-ms), and its ledger line. */
-    private static void ackAndRecord(SimpleConsumer simple, MessageView m, Writer w, Object lock, String group, String runId,
+    private static void ackAndRecord(SimpleConsumer simple, MessageView m, Journal journal, String group, String runId,
                                      String consumerId, int size, int idx, long receiveMs, String change) {
         String ack = "ok";
         String ackError = null;
@@ -272,7 +256,7 @@ public final class GrpcConsumer {
         }
         StringBuilder sb = new StringBuilder(512);
         line(sb, m, group, runId, consumerId, size, idx, receiveMs, ack, System.currentTimeMillis(), ackError, change);
-        write(w, lock, sb.toString());
+        journal.append(sb.toString(), true);
     }
 
     private static void line(StringBuilder sb, MessageView m, String group, String runId, String consumerId, int batchSize, int idx,
@@ -326,18 +310,6 @@ public final class GrpcConsumer {
             .append(",\"ack_error\":").append(Text.esc(ackError))
             .append(",\"change\":").append(Text.esc(change))
             .append("}\n");
-    }
-
-    private static boolean write(Writer w, Object lock, String text) {
-        synchronized (lock) {
-            try {
-                w.write(text);
-                w.flush(); // to the OS before the ack's effect is relied on: a SIGKILL keeps it
-                return true;
-            } catch (IOException e) {
-                return false;
-            }
-        }
     }
 
     private static void sleep(long ms) {

@@ -1,9 +1,5 @@
 package io.rmqchaos;
 
-import java.io.FileOutputStream;
-import java.io.IOException;
-import java.io.OutputStreamWriter;
-import java.io.Writer;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Paths;
@@ -84,10 +80,8 @@ public final class GrpcProducer {
             .setMaxAttempts(1).build();
 
         // "-": no ledger at all (rmqchaos bench producer --mode grpc: the 5.x client alone, the same loop)
-        final boolean ledger = !out.equals("-");
-        final FileOutputStream fos = new FileOutputStream(ledger ? out : "/dev/null", true);
-        final Writer w = new OutputStreamWriter(fos, StandardCharsets.UTF_8);
-        final Object lock = new Object();
+        final Journal journal = new Journal(out);
+        final boolean ledger = journal.on();
         final AtomicLong seq = new AtomicLong();
         final AtomicLong attemptIds = new AtomicLong(1);
         final AtomicLong ok = new AtomicLong();
@@ -130,7 +124,7 @@ public final class GrpcProducer {
                             + attempt + ",\"topic\":" + Text.esc(topic) + pol + ",\"intended_ms\":" + intended
                             + ",\"start_ms\":" + start;
                         if (ledger) {
-                            write(w, lock, "{\"rec\":\"intent\"," + intent + "}\n");
+                            journal.append("{\"rec\":\"intent\"," + intent + "}\n", false);
                         }
                         org.apache.rocketmq.client.apis.message.MessageBuilder mb = provider.newMessageBuilder()
                             .setTopic(topic).setKeys(key).setBody(body);
@@ -174,7 +168,7 @@ public final class GrpcProducer {
                                 + ",\"queue_id\":null,\"queue_offset\":null,\"app_ok\":false";
                         }
                         if (ledger) {
-                            write(w, lock, "{\"rec\":\"outcome\"," + intent + answer + "}\n");
+                            journal.append("{\"rec\":\"outcome\"," + intent + answer + "}\n", false);
                         }
                         if (good) {
                             ok.incrementAndGet();
@@ -192,12 +186,11 @@ public final class GrpcProducer {
         while (workers.stream().anyMatch(Thread::isAlive)) {
             Thread.sleep(100);
             long now = System.currentTimeMillis();
-            synchronized (lock) {
-                w.flush();
-                if (now - lastSync >= 1000) {
-                    fos.getFD().sync();
-                    lastSync = now;
-                }
+            if (now - lastSync >= 1000) {
+                journal.sync();
+                lastSync = now;
+            } else {
+                journal.flush();
             }
             if (now - lastSay >= 5000) {
                 System.err.printf("load: %.1fs/%.0fs attempts %d, accepted %d, failed %d%n", (now - t0) / 1000.0, duration,
@@ -205,11 +198,7 @@ public final class GrpcProducer {
                 lastSay = now;
             }
         }
-        synchronized (lock) {
-            w.flush();
-            fos.getFD().sync();
-            w.close();
-        }
+        journal.close();
         long t1 = System.currentTimeMillis();
         producer.close();
         String sum = "{\"start_s\": " + secs(t0) + ", \"end_s\": " + secs(t1) + ", \"client\": \"grpc\", "
@@ -258,16 +247,6 @@ public final class GrpcProducer {
             }
         }
         return false;
-    }
-
-    private static void write(Writer w, Object lock, String line) {
-        synchronized (lock) {
-            try {
-                w.write(line);
-            } catch (IOException e) {
-                throw new IllegalStateException("the send journal cannot be written: " + e.getMessage(), e);
-            }
-        }
     }
 
     /** The self-verifying body (rmqchaos/body.py encode): rmqc1|crc|producer|seq|key\n + filler, size bytes. */
