@@ -45,7 +45,17 @@ public final class GrpcConsumer {
     private GrpcConsumer() {
     }
 
-    public static void main(String[] a) throws Exception {
+    public static void main(String[] a) {
+        try {
+            run(a);
+        } catch (Throwable e) { // the client's own threads would keep the JVM alive: end it, with the reason
+            System.err.println("error: " + e);
+            e.printStackTrace();
+            System.exit(1);
+        }
+    }
+
+    private static void run(String[] a) throws Exception {
         if (a.length == 0 || a[0].equals("--help")) {
             System.out.println("usage: GrpcConsumer --endpoints H:P --group G --topic T [--topic T2 ...] --out FILE "
                 + "[--kind simple|push] [--mode all|ack_first_of_batch] [--batch-size N] [--invisible-ms MS] "

@@ -43,7 +43,17 @@ public final class GrpcProducer {
     private GrpcProducer() {
     }
 
-    public static void main(String[] a) throws Exception {
+    public static void main(String[] a) {
+        try {
+            run(a);
+        } catch (Throwable e) { // the client's own threads would keep the JVM alive: end it, with the reason
+            System.err.println("error: " + e);
+            e.printStackTrace();
+            System.exit(1);
+        }
+    }
+
+    private static void run(String[] a) throws Exception {
         if (a.length == 0 || a[0].equals("--help")) {
             System.out.println("usage: GrpcProducer --endpoints H:P --topic T --out FILE [--run-id R] [--producer-id P] "
                 + "[--key-base KB] [--rate R] [--duration S] [--messages N] [--size B] [--timeout-ms MS] [--attempts N] "

@@ -44,12 +44,16 @@ final class Journal {
     }
 
     synchronized void flush() throws IOException {
-        w.flush();
+        if (on) {
+            w.flush();
+        }
     }
 
     synchronized void sync() throws IOException {
-        w.flush();
-        fos.getFD().sync();
+        if (on) { // /dev/null cannot be fsync'd
+            w.flush();
+            fos.getFD().sync();
+        }
     }
 
     synchronized void close() {
