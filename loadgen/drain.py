@@ -4,12 +4,14 @@ process itself (`python -m loadgen RUN_DIR`) as a recorded child of the run."""
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import time
 from typing import Callable
 
 from cluster.backend import ClusterBackend
 from cluster.plan import addresses
+from loadgen import grpc_load
 from loadgen.consumer import ConsumerOptions, GrpcOptions, JavaConsumer
 from rmqchaos import paths
 from rmqchaos.errors import UserError
@@ -220,9 +222,6 @@ def run_loadgen(run: RunDir, c: ClusterBackend, ledger: bool | None = None,
     s = run.scenario()
     assert s.load is not None
     if s.load.client == "grpc":  # the 5.x Java client through the proxy, from the producers' address
-        import os
-
-        from loadgen import grpc_load
         cmd = grpc_load.command(run, c, s, user_home=run.load_dir)
         env = {**os.environ, "RMQCHAOS_NODE_ADDR": addresses(s)["producers"], "LD_PRELOAD": str(paths.loopback_shim())}
     else:

@@ -67,7 +67,7 @@ def grpc_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
                                                   "drop faketime"))
     ids = {c.id for _, c in grpc_consumers}
     for i, f in enumerate(s.faults):
-        who = getattr(f, "consumer", None) or (f.model_extra or {}).get("consumer")
+        who = (f.model_extra or {}).get("consumer")
         if f.kind.startswith("consumer_") and who in ids:
             errs.append((("faults", i), f"a {f.kind} fault on gRPC consumer {who} is not supported yet (its ledger "
                                         "line follows the ack's answer): aim it at a remoting consumer"))

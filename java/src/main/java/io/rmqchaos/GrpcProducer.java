@@ -44,13 +44,7 @@ public final class GrpcProducer {
     }
 
     public static void main(String[] a) {
-        try {
-            run(a);
-        } catch (Throwable e) { // the client's own threads would keep the JVM alive: end it, with the reason
-            System.err.println("error: " + e);
-            e.printStackTrace();
-            System.exit(1);
-        }
+        Text.runOrExit(a, GrpcProducer::run);
     }
 
     private static void run(String[] a) throws Exception {

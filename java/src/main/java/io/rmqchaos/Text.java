@@ -14,6 +14,25 @@ final class Text {
     private Text() {
     }
 
+    /** A program's body. */
+    interface Body {
+        void run(String[] a) throws Exception;
+    }
+
+    /**
+     * Runs a gRPC program's body; a failure ends the JVM with the reason and exit 1 (the 5.x client's own
+     * threads would keep it alive after main died).
+     */
+    static void runOrExit(String[] a, Body body) {
+        try {
+            body.run(a);
+        } catch (Throwable e) {
+            System.err.println("error: " + e);
+            e.printStackTrace();
+            System.exit(1);
+        }
+    }
+
     static String arg(String[] a, String name, String def) {
         for (int i = 0; i < a.length - 1; i++) {
             if (a[i].equals(name)) {
