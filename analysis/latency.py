@@ -8,6 +8,8 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from analysis import sends
+
 PERCENTS = (50, 95, 99)
 
 
@@ -53,7 +55,7 @@ def pct_result(pcts: dict[tuple[Any, str], dict[str, Any]], key: tuple[Any, str]
 def by_broker(acked: DataFrame, wins: list[tuple[dict[str, Any], int, int]]) -> list[dict[str, dict[str, Any]]]:
     """Per window (start, end ms): {broker: {"during": pct, "outside": pct}}, the round trip (end - start)
     of the acknowledged sends (`acked`: the ledger's ok outcomes) that started inside the window and
-    of those that started outside it, in one scan; brokers as the ledger names them ('?' for none)."""
+    of those that started outside it, in one scan; brokers as sends.acked_at names them."""
     if not wins:
         return []
     rt = F.col("end_ms") - F.col("start_ms")
@@ -61,7 +63,7 @@ def by_broker(acked: DataFrame, wins: list[tuple[dict[str, Any], int, int]]) -> 
     for i, (_, s, t) in enumerate(wins):
         inside = (F.col("start_ms") >= s) & (F.col("start_ms") <= t)
         measures[f"w{i}"], measures[f"o{i}"] = F.when(inside, rt), F.when(~inside, rt)
-    pcts = percentiles(histogram(acked, measures, F.coalesce("broker", F.lit("?"))))
+    pcts = percentiles(histogram(acked, measures, sends.acked_at()))
     brokers = sorted({g for g, _ in pcts})
     return [{b: {"during": pct_result(pcts, (b, f"w{i}")), "outside": pct_result(pcts, (b, f"o{i}"))}
              for b in brokers} for i in range(len(wins))]

@@ -23,6 +23,12 @@ def acked() -> Any:
     return is_outcome() & (F.col("outcome") == "ok")
 
 
+def acked_at() -> Any:
+    """Where an acknowledged send went: its broker; a gRPC receipt names none (the proxy's receipt
+    carries no broker, docs/grpc.md), so "proxy": the latency a link to the proxy adds shows there."""
+    return F.coalesce("broker", F.lit("proxy"))
+
+
 def rejected() -> Any:
     """A definite rejection (rules.DEFINITE_REJECT_CODES), or a request that never left the producer."""
     return is_outcome() & (F.col("outcome") == "error") & (

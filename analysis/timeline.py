@@ -62,7 +62,7 @@ def per_second(send: DataFrame) -> dict[str, Any]:
     kind = (F.when(sends.is_intent(), "attempts").when(acked, "acked").when(out_is & (F.col("outcome") == "error"), "errors")
             .when(out_is & (F.col("outcome") == "timeout"), "timeouts").when(out_is, "other"))
     rows = (send.groupBy((F.col("start_ms") / 1000).cast("long").alias("t"), kind.alias("kind"),
-                         F.when(acked, F.coalesce("broker", F.lit("?"))).alias("b"),
+                         F.when(acked, sends.acked_at()).alias("b"),
                          F.when(busy, F.coalesce("remark_prefix", F.lit("code 2"))).alias("p"))
             .agg(F.count("*").alias("n")).collect())
     per_t: dict[int | None, collections.Counter[str]] = collections.defaultdict(collections.Counter)

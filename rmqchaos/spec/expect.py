@@ -38,7 +38,7 @@ FAMILIES = {
     "outcome": "attempts with this outcome: ok, timeout, error, no_outcome",
     "duplicates": "extra deliveries of this cause (summary.duplicates_by_cause)",
     "route_absent_samples": "monitor samples in which this broker answered while namesrv did not list it",
-    "link_p50_added_ms": "the most a link fault added to this broker's acked sends' p50 round trip (ms)",
+    "link_p50_added_ms": "the most a link fault added to this broker's acked sends' p50 round trip (ms); `proxy`: the gRPC sends'",
     "lost_on": "lost keys acknowledged by this broker group (the store check's keys), e.g. lost_on.broker-a",
     "gone_on": "keys acknowledged by this broker group and in no store now: lost from the store, or delivered and then erased",
     "gone_status": "the same keys (in no store now) by the status they were acknowledged with, e.g. gone_status.FLUSH_DISK_TIMEOUT",
