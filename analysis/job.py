@@ -23,6 +23,7 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
     from analysis.reconcile import analyze_ledgers
     from analysis.timers import timer_slack_ms
     from analysis.session import spark_session
+    from cluster.plan import plan
     from cluster.store import Store
     from rmqchaos.ledgers import ledger_files
     from rmqchaos.progress import say
@@ -51,7 +52,8 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
                               ordered=bool(run.scenario().load and run.scenario().load.order),
                               txn_files=ledger_files(run.path, "txn") if run.scenario().load and
                               run.scenario().load.transaction else None, txn_timing=_txn_timing(brokers),
-                              timer_slack_ms=timer_slack_ms(run.scenario(), brokers))
+                              timer_slack_ms=timer_slack_ms(run.scenario(), brokers),
+                              proxies={p.name for p in plan(run.scenario()) if p.serves_grpc})
     finally:
         if store is not None:
             store.close()

@@ -36,14 +36,15 @@ Each key's last delivery that was not acked in time is:
   judged.
 
 A redelivery whose earlier delivery was not acked in time, acked or answered while a fault had the proxy
-away (`proxy_outages`: a kill until its restart, plus the clients' reconnection), is also counted under
+away (`proxy_outages`: a fault on a node serving gRPC, a partition with it in a group or a link to or
+from it, until its end or restart, plus the clients' reconnection), is also counted under
 that fault (`by_fault`): the duplicates a proxy crash forces (apache/rocketmq#10278).
 
 The fourth class of the issue, never delivered, is the key table's (`lost`: acknowledged, in no
 consumer's ledger)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Collection
 
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
@@ -61,13 +62,20 @@ CAUSES = {"redelivered_after_invisible": ("not_acked", "ack_refused", "ack_late"
           "due_after_stop": ("not_acked", "ack_refused", "ack_late", "no_ack")}
 
 
-def proxy_outages(events: list[dict[str, Any]]) -> list[tuple[str, int, int]]:
-    """(fault id, from, to) in ms of each fault on the proxy: from its start to the end of the restart
-    that follows it (or its own end), plus OUTAGE_SLACK_MS for the clients to reconnect."""
+def proxy_outages(events: list[dict[str, Any]], proxies: Collection[str] = ("proxy",)) -> list[tuple[str, int, int]]:
+    """(fault id, from, to) in ms of each fault on a node that serves gRPC (`proxies`: the proxy node, or
+    in local mode the brokers with the proxy inside): one that targets it, a partition with it in a
+    group, a link from or to it. From the fault's start to the end of the restart that follows it (or
+    its own end), plus OUTAGE_SLACK_MS for the clients to reconnect."""
+    def on_proxy(e: dict[str, Any]) -> bool:
+        p = e.get("params") or {}
+        groups = (p.get("evidence") or {}).get("groups") or p.get("groups") or []  # resolved, else as asked
+        return (e.get("target") in proxies or any(m in proxies for g in groups for m in g)
+                or p.get("fault_kind") == "link" and (p.get("from") in proxies or p.get("to") in proxies))
     out: dict[str, list[int]] = {}
     for e in events:
         p = e.get("params") or {}
-        if e.get("kind") != "fault" or e.get("target") != "proxy" or not e.get("start_ms"):
+        if e.get("kind") != "fault" or not e.get("start_ms") or not on_proxy(e):
             continue
         fid = p.get("follows") or p.get("fault_id")
         span = out.setdefault(fid, [int(e["start_ms"]), int(e["end_ms"] or e["start_ms"])])

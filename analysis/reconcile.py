@@ -12,7 +12,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -51,7 +51,7 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
                     brokers: dict[str, dict[str, str]] | None = None,
                     monitor: list[dict[str, Any]] | None = None, ordered: bool = False,
                     txn_files: list[Path] | None = None, txn_timing: tuple[int, int] | None = None,
-                    timer_slack_ms: int | None = None) -> dict[str, Any]:
+                    timer_slack_ms: int | None = None, proxies: Collection[str] = ("proxy",)) -> dict[str, Any]:
     """The reconciliation proper; returns the `counts`, `errors`, `latency_ms`, `series`, `windows`
     parts of summary.json. With out_dir, writes keys.parquet and series.parquet there. With `store`
     (cluster/store.py's, over the run's broker stores), lost and indeterminate keys are looked up in it.
@@ -61,6 +61,7 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
     load's transaction ledgers, judged with the brokers' (transactionTimeOut, transactionCheckInterval)
     in ms (analysis/transactions.py; `transactions` is None otherwise). `timer_slack_ms`: a timer load,
     whose keys are judged early, late or lost with that slack (analysis/timers.py; `timers` is None otherwise).
+    `proxies`: the nodes that serve gRPC, whose faults force POP redeliveries (analysis/pop.py `by_fault`).
 
     `send_files`/`recv_files` are the journals (JSON Lines); Spark reads their sealed Parquet copies
     only, sealing first whatever a crashed writer left unsealed. Passes over the data: one job by key
@@ -118,7 +119,7 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
             step(f"{res['transactions']['keys']} transaction(s) sorted")
         # POP through the proxy (analysis/pop.py): judged up to the first consumer's stop
         stops = [int(e["start_ms"]) for e in events if e.get("kind") == "consumer_stop" and e.get("start_ms")]
-        res["pop"] = pop_check(recv, min(stops) if stops else None, proxy_outages(events),
+        res["pop"] = pop_check(recv, min(stops) if stops else None, proxy_outages(events, proxies),
                                broker_crashes(events, brokers or {}))
         if res["pop"]:
             step(f"{res['pop']['deliveries']} POP deliveries judged against their invisible time")

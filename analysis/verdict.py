@@ -235,7 +235,7 @@ def found(s: dict[str, Any]) -> list[str]:
         + [x for x in [busy_phrase(s)] if x] + outage_phrases(s) + link_phrases(s) + catchup_phrases(s) \
         + disk_error_phrases(s) + power_phrases(s) + [x for x in [order_phrase(s), transaction_phrase(s), timer_phrase(s), pop_phrase(s)] if x]
     rb = s.get("retried_keys_by_batch_position") or {}
-    if any(rb.values()):
+    if any(rb.values()) and not s.get("pop"):  # a POP redelivery is the pop phrase's, in its own words
         out.append(f"keys redelivered through %RETRY%: {rb['later_in_batch']:,} at index 1..n-1 of their listener "
                    f"batches, {rb['first_in_batch']:,} at index 0" + (f", {rb['never_first']:,} never delivered "
                                                                      "first-hand" if rb.get("never_first") else ""))

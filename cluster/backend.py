@@ -89,12 +89,14 @@ class ClusterBackend(ABC):
         return self.plans["namesrv"].addr
 
     def proxy_grpc_addr(self) -> str:
-        """The proxy's gRPC endpoint (ip:port), where the 5.x clients connect (the gRPC path, docs/grpc.md)."""
-        p = self.plans.get("proxy")
-        if p is None:
+        """The proxy's gRPC endpoints (ip:port, `;` between several), where the 5.x clients connect (the
+        gRPC path, docs/grpc.md): the proxy node's, or in local mode every broker node's. A client asks
+        any of them for routes; each route then names every broker's own proxy."""
+        ps = [p for p in self.plans.values() if p.serves_grpc]
+        if not ps:
             raise UserError("this cluster has no proxy, so nothing can go through gRPC",
                             "set cluster.proxy.enabled: true in the scenario")
-        return f"{p.host}:{self.scenario.cluster.proxy.grpc_port}"
+        return ";".join(f"{p.host}:{self.scenario.cluster.proxy.grpc_port}" for p in ps)
 
     def admin(self, timeout: float = 3.0) -> AdminClient:
         return AdminClient(self.namesrv_addr, timeout)

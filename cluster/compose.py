@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import yaml
 
 from cluster.jvm import jvm_command
-from cluster.plan import NODE_SYSTEM_PROPERTIES, NodePlan, jvm_options, main_args, plan, render_config
+from cluster.plan import NODE_SYSTEM_PROPERTIES, NodePlan, jvm_options, main_args, plan, proxy_config, render_config
 from rmqchaos.spec import Scenario
 
 IMAGE_REPO = "rmqchaos/rocketmq"
@@ -42,10 +42,15 @@ class ContainerPlan:
     conf_text: str
     mem_limit_mb: int
     volumes: dict[str, str]  # volume name -> mount point
+    proxy_conf_text: str | None = None  # a broker with the proxy inside (proxy.mode local): its rmq-proxy.json
 
     @property
     def conf_path(self) -> str:
         return f"{CONF_DIR}/{self.conf_name}"
+
+    @property
+    def proxy_conf_name(self) -> str:
+        return f"{self.node.name}-proxy.json"
 
 
 def container_plans(s: Scenario) -> list[ContainerPlan]:
@@ -55,7 +60,9 @@ def container_plans(s: Scenario) -> list[ContainerPlan]:
     for p in plan(s):
         fname, text = render_config(p, STORE)
         conf_name = f"{p.name}.{fname.rsplit('.', 1)[1]}"
-        main, args, props = main_args(p, f"{CONF_DIR}/{conf_name}", ns_addr)
+        pc = proxy_config(p)
+        main, args, props = main_args(p, f"{CONF_DIR}/{conf_name}", ns_addr,
+                                      None if pc is None else f"{CONF_DIR}/{p.name}-proxy.json")
         j = p.jvm
         cmd = jvm_command(main, args, cp=f"{rocketmq_home(version)}/lib/*", heap_mb=j.heap_mb, java="java",
                           options=jvm_options(p, f"{LOGS}/gc.log"), user_home=HOME,
@@ -64,7 +71,7 @@ def container_plans(s: Scenario) -> list[ContainerPlan]:
         if p.is_broker or p.role == "controller":  # a controller's Raft log and metadata are state too
             vols = {f"{p.name}-store": STORE, **vols}
         out.append(ContainerPlan(p, cmd, conf_name, text, j.heap_mb + (j.max_direct_memory_mb or 0) + JAVA_OVERHEAD_MB,
-                                 vols))
+                                 vols, None if pc is None else pc[1]))
     return out
 
 
@@ -110,6 +117,7 @@ def render(s: Scenario, source: str, extra_services: dict[str, dict[str, object]
             "labels": {"rmqchaos.node": p.name, "rmqchaos.role": p.role},
             "environment": {"RMQCHAOS_NODE_ADDR": p.host},  # the image's shim: this node's own address
             "volumes": [f"./docker/{c.conf_name}:{c.conf_path}:ro",
+                        *([f"./docker/{c.proxy_conf_name}:{CONF_DIR}/{c.proxy_conf_name}:ro"] if c.proxy_conf_text else []),
                         *(f"{v}:{m}" for v, m in c.volumes.items())],
             "command": c.command,
         }
@@ -118,6 +126,8 @@ def render(s: Scenario, source: str, extra_services: dict[str, dict[str, object]
         services[p.name] = svc
         volumes.update({v: None for v in c.volumes})
         files[f"docker/{c.conf_name}"] = c.conf_text
+        if c.proxy_conf_text is not None:
+            files[f"docker/{c.proxy_conf_name}"] = c.proxy_conf_text
     services.update(extra_services or {})
     files.update(extra_files or {})
     doc = {"services": services, "volumes": volumes}

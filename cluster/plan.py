@@ -76,6 +76,12 @@ class NodePlan:
     powerfs_expire_s: float | None = None  # the layer's durable-by-age (cluster.powerfs_expire)
     faketime: bool = False  # started under libfaketime: its own clock (cluster.faketime; cluster/clock.py)
     faketime_monotonic: bool = False  # its monotonic clock moves too (cluster.faketime_monotonic)
+    proxy_conf: dict[str, object] | None = None  # a broker with the proxy inside (proxy.mode local): rmq-proxy.json
+
+    @property
+    def serves_grpc(self) -> bool:
+        """A gRPC endpoint of the proxy: the proxy node, or a broker with the proxy inside."""
+        return self.role == "proxy" or self.proxy_conf is not None
 
     @property
     def addr(self) -> str:
@@ -145,11 +151,15 @@ def plan(s: Scenario) -> list[NodePlan]:
         if b.slave is not None:
             assert b.slave.port is not None
             nodes.append(_broker_plan(s, b, f"{b.name}-s", b.slave.port, 1, at[f"{b.name}-s"], ns.addr))
-    if c.proxy.enabled:
+    if c.proxy.enabled and c.proxy.mode == "local":
+        for n in nodes:
+            if n.is_broker:  # its ports after the broker's: ports[0] stays the broker's listener
+                n.proxy_conf = _proxy_conf(s, ns.addr)
+                n.ports += [c.proxy.grpc_port, c.proxy.remoting_port]
+    elif c.proxy.enabled:
         p = c.proxy
-        nodes.append(NodePlan("proxy", "proxy", [p.grpc_port, p.remoting_port], p.jvm,
-                              {"rocketMQClusterName": c.name, "namesrvAddr": ns.addr,
-                               "grpcServerPort": p.grpc_port, "remotingListenPort": p.remoting_port}, at["proxy"]))
+        nodes.append(NodePlan("proxy", "proxy", [p.grpc_port, p.remoting_port], p.jvm, _proxy_conf(s, ns.addr),
+                              at["proxy"]))
     layered = set(c.powerfs_nodes())
     for n in nodes:
         n.powerfs = n.name in layered
@@ -159,6 +169,15 @@ def plan(s: Scenario) -> list[NodePlan]:
         n.faketime = n.name in faked
         n.faketime_monotonic = n.faketime and c.faketime_monotonic
     return nodes
+
+
+def _proxy_conf(s: Scenario, ns_addr: str) -> dict[str, object]:
+    """rmq-proxy.json: the cluster's name, namesrv (a local-mode proxy reads its own, not the
+    broker's: without it 5.1.0 fails at start), the two ports. In local mode every broker's proxy
+    has the same gRPC port: the route a proxy answers names each broker's host with its own port."""
+    p = s.cluster.proxy
+    return {"rocketMQClusterName": s.cluster.name, "namesrvAddr": ns_addr,
+            "grpcServerPort": p.grpc_port, "remotingListenPort": p.remoting_port}
 
 
 def dledger_conf(s: Scenario, b: Broker, r: int) -> dict[str, object]:
@@ -219,8 +238,14 @@ JDK_EXPORTS = ("--add-exports=java.base/sun.nio.ch=ALL-UNNAMED",)
 NODE_SYSTEM_PROPERTIES: dict[str, object] = {"tls.server.mode": "disabled"}
 
 
-def main_args(p: NodePlan, conf: str, namesrv_addr: str) -> tuple[str, list[str], dict[str, object]]:
-    """(main class, arguments, extra system properties) that start node `p` with its config file `conf`."""
+def main_args(p: NodePlan, conf: str, namesrv_addr: str,
+              proxy_conf: str | None = None) -> tuple[str, list[str], dict[str, object]]:
+    """(main class, arguments, extra system properties) that start node `p` with its config file
+    `conf` (and a broker with the proxy inside, its rmq-proxy.json `proxy_conf`: proxy_config)."""
+    if p.proxy_conf is not None:  # as `mqbroker --enable-proxy`: the proxy starts the broker from -bc
+        assert proxy_conf is not None
+        return (MAIN["proxy"], ["-pm", "local", "-bc", conf, "-n", namesrv_addr],
+                {"com.rocketmq.proxy.configPath": proxy_conf})
     if p.role == "namesrv":
         return MAIN["namesrv"], ["-c", conf], {}
     if p.role == "proxy":
@@ -234,6 +259,11 @@ def _props(conf: dict[str, object]) -> str:
     def v(x: object) -> str:
         return ("true" if x else "false") if isinstance(x, bool) else str(x)
     return "".join(f"{k}={v(x)}\n" for k, x in conf.items())
+
+
+def proxy_config(p: NodePlan) -> tuple[str, str] | None:
+    """(file name, text) of the rmq-proxy.json of a broker with the proxy inside, else None."""
+    return None if p.proxy_conf is None else ("rmq-proxy.json", json.dumps(p.proxy_conf, indent=2) + "\n")
 
 
 def render_config(p: NodePlan, store_dir: str | None = None) -> tuple[str, str]:

@@ -140,3 +140,42 @@ def test_the_proxy_killed_mid_load_forces_redeliveries_the_analysis_puts_on_the_
     events = [json.loads(x) for x in (run / "timeline.jsonl").read_text().splitlines()]
     assert [e["params"]["fault_id"] for e in events if e["kind"] == "fault" and e["target"] == "proxy"] == [
         "kill-proxy", "kill-proxy-restart"]
+
+
+@pytest.mark.fast
+def test_the_proxy_in_local_mode_runs_inside_every_broker_and_clients_get_every_brokers_endpoint() -> None:
+    """proxy.mode local: no proxy node; each broker node starts as ProxyStartup -pm local with its own
+    broker.conf and rmq-proxy.json (the same gRPC port on every broker's own address), listens on the
+    proxy's ports too (so the port check and partitions cover them), and the clients get every
+    broker's endpoint. The compose file mounts each broker's rmq-proxy.json."""
+    from cluster.compose import render
+    from cluster.local import LocalCluster
+    from cluster.plan import MAIN, main_args, plan, proxy_config
+    from rmqchaos.spec import Scenario
+    d = {"name": "t", "cluster": {"subnet": "127.0.54.0/24", "proxy": {"enabled": True, "mode": "local", "grpc_port": 25481,
+                                                                          "remoting_port": 25480},
+                                  "brokers": [{"name": "broker-a", "port": 25411, "slave": {"port": 25415}},
+                                              {"name": "broker-b", "port": 25421}]}}
+    s = Scenario.model_validate(d)
+    assert s.cluster.node_names() == ["namesrv", "broker-a", "broker-a-s", "broker-b"]
+    ps = {p.name: p for p in plan(s)}
+    assert "proxy" not in ps
+    a = ps["broker-a"]
+    assert a.ports == [25411, 25409, 25412, 25481, 25480] and a.serves_grpc and not ps["namesrv"].serves_grpc
+    main, args, props = main_args(a, "/x/broker.conf", "127.0.54.1:9876", "/x/rmq-proxy.json")
+    assert (main, args, props) == (MAIN["proxy"], ["-pm", "local", "-bc", "/x/broker.conf", "-n", "127.0.54.1:9876"],
+                                   {"com.rocketmq.proxy.configPath": "/x/rmq-proxy.json"})
+    name, text = proxy_config(a) or ("", "")
+    assert name == "rmq-proxy.json" and json.loads(text) == {
+        "rocketMQClusterName": "DefaultCluster", "namesrvAddr": "127.0.54.1:9876", "grpcServerPort": 25481,
+        "remotingListenPort": 25480}
+    c = LocalCluster(None, s)  # type: ignore[arg-type]  # the plan's answer only: no run directory needed
+    assert c.proxy_grpc_addr() == "127.0.54.11:25481;127.0.54.12:25481;127.0.54.21:25481"
+    files = render(s, "t.yaml")
+    assert json.loads(files["docker/broker-a-proxy.json"]) == json.loads(text)
+    assert "./docker/broker-b-proxy.json:/home/rocketmq/conf/broker-b-proxy.json:ro" in files["docker-compose.yml"]
+    # cluster mode, the default: the proxy is a node of its own, the brokers start as brokers
+    s2 = Scenario.model_validate({**d, "cluster": {**d["cluster"], "proxy": {"enabled": True}}})
+    ps2 = {p.name: p for p in plan(s2)}
+    assert ps2["proxy"].serves_grpc and proxy_config(ps2["broker-a"]) is None and ps2["broker-a"].ports == [25411, 25409, 25412]
+    assert main_args(ps2["broker-a"], "/x/broker.conf", "ns")[0] == MAIN["broker"]

@@ -96,3 +96,22 @@ def test_pop_figures_and_the_verdicts_clause() -> None:
     assert words is not None and "2 REDELIVERED AFTER A SUCCESSFUL ACK, of which 1 after changeInvisibleDuration" in words
     assert "4 acked and read again from the queue as a first delivery" in words
     assert "1 CONSUMED BUT LOST" in words and pop_phrase({}) is None
+
+
+def test_a_fault_on_the_proxy_is_one_that_targets_cuts_or_slows_a_node_serving_grpc() -> None:
+    """proxy_outages: a kill of the proxy until the restart that follows it, a partition with the proxy
+    in a group, a link to it; in local mode a broker's kill (the proxy inside it). Not a fault elsewhere."""
+    from analysis.pop import OUTAGE_SLACK_MS, proxy_outages
+
+    def fault(fid: str, kind: str, target: str, a: int, b: int, **p: Any) -> dict[str, Any]:
+        return {"kind": "fault", "target": target, "start_ms": a, "end_ms": b,
+                "params": {"fault_id": fid, "fault_kind": kind, **p}}
+    events = [fault("k", "kill", "proxy", 1000, 1001), fault("k-back", "restart", "proxy", 9000, 9500, follows="k"),
+              fault("cut", "partition", "cluster", 20000, 30000, groups=[["producers", "consumers"], ["proxy"]]),
+              fault("slow", "link", "cluster", 40000, 50000, **{"from": "producers", "to": "proxy"}),
+              fault("cut-ab", "partition", "cluster", 60000, 61000, groups=[["broker-a"], ["broker-b"]]),
+              fault("kill-a", "kill", "broker-a", 70000, 70001)]
+    assert proxy_outages(events) == [("k", 1000, 9500 + OUTAGE_SLACK_MS), ("cut", 20000, 30000 + OUTAGE_SLACK_MS),
+                                     ("slow", 40000, 50000 + OUTAGE_SLACK_MS)]
+    assert proxy_outages(events, {"broker-a", "broker-b"}) == [("cut-ab", 60000, 61000 + OUTAGE_SLACK_MS),
+                                                                ("kill-a", 70000, 70001 + OUTAGE_SLACK_MS)]

@@ -153,6 +153,9 @@ class LocalCluster(ClusterBackend):
                 say("starting proxy")
                 self.node("proxy").start()
                 self.node("proxy").wait_port()
+            for n in brokers:  # the proxy inside a broker (proxy.mode local) opens its gRPC port after the broker's
+                if n.plan.serves_grpc:
+                    n.wait_port(self.scenario.cluster.proxy.grpc_port)
             self.start_monitor()
         except BaseException as e:
             self.run.event("cluster_up", "cluster", t0, now_ms(), "failed", error=str(e))

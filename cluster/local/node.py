@@ -14,7 +14,8 @@ from cluster.node import Node, NodeMemory
 from cluster.jvm import find_java, jcmd, jvm_command
 from cluster.local.cgroups import Cgroup
 from cluster.powerfs import PowerFS
-from cluster.plan import NODE_SYSTEM_PROPERTIES, NodePlan, jvm_options, main_args, port_in_use, render_config
+from cluster.plan import (NODE_SYSTEM_PROPERTIES, NodePlan, jvm_options, main_args, port_in_use, proxy_config,
+                          render_config)
 from cluster.rmqlog import log_dir
 from rmqchaos import paths, rocketmq_dist
 from rmqchaos.errors import UserError
@@ -108,15 +109,20 @@ class LocalNode(Node):
         name, text = render_config(self.plan, str(self.store_path))
         conf = self.dir / name
         conf.write_text(text)
+        proxy_conf = None
+        if (pc := proxy_config(self.plan)) is not None:
+            proxy_conf = self.dir / pc[0]
+            proxy_conf.write_text(pc[1])
         acl = self.dir / "conf" / "plain_acl.yml"
-        if self.plan.role == "proxy" and not acl.exists():
+        if self.plan.serves_grpc and not acl.exists():
             # a proxy up to 5.3.x (a donor's too) loads the plain ACL validator at start and stops when its
             # file is missing; an empty one: the brokers here run without ACL
             acl.parent.mkdir(exist_ok=True)
             acl.write_text("globalWhiteRemoteAddresses: []\naccounts: []\n")
         j = self.plan.jvm
         opts = jvm_options(self.plan, str(self.dir / "logs" / "gc.log"))
-        main, args, props = main_args(self.plan, str(conf), self.c.namesrv_addr)
+        main, args, props = main_args(self.plan, str(conf), self.c.namesrv_addr,
+                                      None if proxy_conf is None else str(proxy_conf))
         return jvm_command(main, args, cp=f"{home / 'lib'}/*", heap_mb=j.heap_mb, java=java, options=opts,
                            user_home=self.dir, rocketmq_home=self.dir,
                            system_properties={**NODE_SYSTEM_PROPERTIES, **j.system_properties, **props})
@@ -144,16 +150,19 @@ class LocalNode(Node):
                      new_session=True)
         record_spawn(self.c.run.processes, self.name, proc, cmd, cgroup=self.cgroup.rel, ports=self.plan.ports)
 
-    def wait_port(self) -> None:
+    def wait_port(self, port: int | None = None) -> None:
+        """Until the node accepts connections on `port` (its main port by default)."""
+        port = self.plan.ports[0] if port is None else port
+
         def accepts() -> bool:
             try:
-                socket.create_connection((self.plan.host, self.plan.ports[0]), timeout=1).close()
+                socket.create_connection((self.plan.host, port), timeout=1).close()
                 return True
             except OSError:
                 return False
-        poll_until(accepts, self.c._ready_timeout(), f"port {self.plan.ports[0]}", interval=0.2,
-                   check=lambda: self.c._check_alive([self.name], f"port {self.plan.ports[0]}"),
-                   error=lambda: self.c._fail(self.name, f"port {self.plan.ports[0]} to accept connections"))
+        poll_until(accepts, self.c._ready_timeout(), f"port {port}", interval=0.2,
+                   check=lambda: self.c._check_alive([self.name], f"port {port}"),
+                   error=lambda: self.c._fail(self.name, f"port {port} to accept connections"))
 
     # ------------------------------------------------------------ faults
     def kill(self, sig: int = signal.SIGKILL) -> None:

@@ -94,6 +94,9 @@ class Controllers(Strict):
 
 class Proxy(Strict):
     enabled: bool = False
+    # cluster: the proxy is a node of its own (`proxy`), apart from the brokers; local: every broker
+    # node runs the proxy inside its own JVM (ProxyStartup -pm local), on its own address (docs/grpc.md)
+    mode: Literal["cluster", "local"] = "cluster"
     grpc_port: Port = 8081
     remoting_port: Port = 8080
     jvm: Jvm = Jvm(heap_mb=256)
@@ -204,6 +207,6 @@ class Cluster(Strict):
             names.append(b.name)
             if b.slave is not None:
                 names.append(f"{b.name}-s")
-        if self.proxy.enabled:
+        if self.proxy.enabled and self.proxy.mode == "cluster":
             names.append("proxy")
         return names
