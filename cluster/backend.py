@@ -234,6 +234,17 @@ class ClusterBackend(ABC):
         self.spawn_client("monitor", [sys.executable, "-m", "cluster.monitor", str(self.run.path)], cwd=self.run.path,
                           env=paths.module_env(), log_file=d / "monitor.log", new_session=True, outlive=True)
 
+    def create_groups(self, groups: list[str]) -> None:
+        """Create subscription groups on every master, as a 5.x application does before its consumers
+        start: a local-mode proxy refuses a consumer of a group its broker does not have ("group not
+        found"), where a broker asked by remoting creates it (autoCreateSubscriptionGroup)."""
+        admin = self.admin(timeout=15)
+        for g in groups:
+            try:
+                admin.create_group(g)
+            except RemotingError as e:
+                raise UserError(f"cannot create consumer group {g}: {e}", "is the cluster up? (rmqchaos cluster status)") from None
+
     def create_topics(self, topics: list[str], queues: int, timeout: float = 30.0,
                       attributes: dict[str, str] | None = None) -> None:
         """Create (or update) `topics` on every master and wait until they route to every group."""

@@ -33,6 +33,8 @@ def _load(run: RunDir, ledger: bool | None) -> dict[str, Any]:
         return {"load": None}
     c = get_backend(run)
     c.create_topics(s.load.topics(), s.load.queues, attributes=s.load.topic_attributes)
+    if s.consumers and (grpc_groups := sorted({i.group for i in s.consumers.instances if i.grpc is not None})):
+        c.create_groups(grpc_groups)
     run.ledgers_dir.mkdir(exist_ok=True)
     consumers = start_consumers(run, c, s) if s.consumers else []
     consumers_ms = now_ms()
