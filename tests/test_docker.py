@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -214,11 +215,13 @@ def test_oom_kill_pair_on_docker_classifies_as_on_local(engine: Any, kept_spark:
 
 def test_docker_cluster_by_hand_faults_status_loopback_and_a_lost_run_reaped(engine: Any, tmp_path: Path) -> None:
     """`cluster up|status|pause|resume|kill|restart` on containers; every listener of their JVMs on
-    its node's own loopback address; a partition between the broker and namesrv; then the run directory is deleted under the running cluster and `down --all` removes
-    the containers by their labels."""
+    its node's own loopback address; the proxy inside the broker's container (local mode) takes gRPC
+    sends from the 5.x client on the host; a partition between the broker and namesrv; then the run
+    directory is deleted under the running cluster and `down --all` removes the containers by their labels."""
     import shutil
     d = scenario_dict("by-hand", 30976, [30991])
     d["cluster"]["backend"] = "docker"
+    d["cluster"]["proxy"] = {"enabled": True, "mode": "local", "grpc_port": 30981, "remoting_port": 30980}
     f = write_scenario(tmp_path / "by-hand.yaml", d)
     run = tmp_path / "run"
     rd = ["--run-dir", str(run)]
@@ -238,8 +241,13 @@ def test_docker_cluster_by_hand_faults_status_loopback_and_a_lost_run_reaped(eng
     pids = {str(s["pid"]) for s in st.values()}
     listen = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True).stdout.splitlines()
     ours = [ln.split()[3] for ln in listen if any(f"pid={p}," in ln for p in pids)]
-    assert sorted(a.rsplit(":", 1)[1] for a in ours) == ["30976", "30989", "30991", "30992"], ours
+    assert sorted(a.rsplit(":", 1)[1] for a in ours) == ["30976", "30980", "30981", "30989", "30991", "30992"], ours
     assert all(a.startswith("127.0.10.") for a in ours), ours  # the nodes' own addresses, the HA acceptor too (the image's shim)
+    # the 5.x client's Producer on the host through the broker's own proxy, with and without the ledger
+    r = cli("bench", "producer", "--mode", "grpc", *rd, "--rounds", "1", "--messages", "200", "--concurrency", "4",
+            timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"platform\b.*\b200 acked", r.stdout) and re.search(r"client\b.*\b200 acked", r.stdout), r.stdout
     from cluster import get_backend
     from rmqchaos.rundir import RunDir
     backend = get_backend(RunDir.open(run))

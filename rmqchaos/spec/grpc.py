@@ -20,10 +20,6 @@ def grpc_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
     proxy = s.cluster.proxy.enabled
     no_proxy = "it goes through the proxy, and this cluster has none: set cluster.proxy.enabled: true"
     grpc_consumers = [(i, c) for i, c in enumerate(s.consumers.instances if s.consumers else []) if c.grpc]
-    if (s.load is not None and s.load.client == "grpc") or grpc_consumers:
-        if s.cluster.backend != "local":
-            errs.append((("cluster", "backend"), f"the gRPC path runs on the local backend only, not "
-                                                 f"{s.cluster.backend}: use backend: local"))
     if s.load is not None and s.load.client == "grpc":
         ld = s.load
         if not proxy:
