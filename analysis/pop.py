@@ -69,7 +69,8 @@ def proxy_outages(events: list[dict[str, Any]], proxies: Collection[str] = ("pro
     its own end), plus OUTAGE_SLACK_MS for the clients to reconnect."""
     def on_proxy(e: dict[str, Any]) -> bool:
         p = e.get("params") or {}
-        groups = (p.get("evidence") or {}).get("groups") or p.get("groups") or []  # resolved, else as asked
+        groups = ((p.get("evidence") or {}).get("groups") or p.get("groups") or []  # resolved, else as asked
+                  if p.get("fault_kind") == "partition" else [])  # another kind's `groups` is no partition's (a flood's count)
         return (e.get("target") in proxies or any(m in proxies for g in groups for m in g)
                 or p.get("fault_kind") == "link" and (p.get("from") in proxies or p.get("to") in proxies))
     out: dict[str, list[int]] = {}

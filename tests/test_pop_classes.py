@@ -110,8 +110,10 @@ def test_a_fault_on_the_proxy_is_one_that_targets_cuts_or_slows_a_node_serving_g
               fault("cut", "partition", "cluster", 20000, 30000, groups=[["producers", "consumers"], ["proxy"]]),
               fault("slow", "link", "cluster", 40000, 50000, **{"from": "producers", "to": "proxy"}),
               fault("cut-ab", "partition", "cluster", 60000, 61000, groups=[["broker-a"], ["broker-b"]]),
-              fault("kill-a", "kill", "broker-a", 70000, 70001)]
+              fault("kill-a", "kill", "broker-a", 70000, 70001),
+              fault("flood", "topic_flood", "broker-b", 80000, 81000, groups=1500)]  # its groups: a count
     assert proxy_outages(events) == [("k", 1000, 9500 + OUTAGE_SLACK_MS), ("cut", 20000, 30000 + OUTAGE_SLACK_MS),
                                      ("slow", 40000, 50000 + OUTAGE_SLACK_MS)]
     assert proxy_outages(events, {"broker-a", "broker-b"}) == [("cut-ab", 60000, 61000 + OUTAGE_SLACK_MS),
-                                                                ("kill-a", 70000, 70001 + OUTAGE_SLACK_MS)]
+                                                                ("kill-a", 70000, 70001 + OUTAGE_SLACK_MS),
+                                                                ("flood", 80000, 81000 + OUTAGE_SLACK_MS)]
