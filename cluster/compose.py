@@ -50,7 +50,12 @@ class ContainerPlan:
 
     @property
     def proxy_conf_name(self) -> str:
-        return f"{self.node.name}-proxy.json"
+        return proxy_conf_name(self.node.name)
+
+
+def proxy_conf_name(node: str) -> str:
+    """The file name of a broker's rmq-proxy.json (proxy.mode local) under docker/ and CONF_DIR."""
+    return f"{node}-proxy.json"
 
 
 def container_plans(s: Scenario) -> list[ContainerPlan]:
@@ -62,7 +67,7 @@ def container_plans(s: Scenario) -> list[ContainerPlan]:
         conf_name = f"{p.name}.{fname.rsplit('.', 1)[1]}"
         pc = proxy_config(p)
         main, args, props = main_args(p, f"{CONF_DIR}/{conf_name}", ns_addr,
-                                      None if pc is None else f"{CONF_DIR}/{p.name}-proxy.json")
+                                      None if pc is None else f"{CONF_DIR}/{proxy_conf_name(p.name)}")
         j = p.jvm
         cmd = jvm_command(main, args, cp=f"{rocketmq_home(version)}/lib/*", heap_mb=j.heap_mb, java="java",
                           options=jvm_options(p, f"{LOGS}/gc.log"), user_home=HOME,

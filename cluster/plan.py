@@ -261,15 +261,19 @@ def _props(conf: dict[str, object]) -> str:
     return "".join(f"{k}={v(x)}\n" for k, x in conf.items())
 
 
+def _proxy_json(conf: dict[str, object]) -> tuple[str, str]:
+    return "rmq-proxy.json", json.dumps(conf, indent=2) + "\n"
+
+
 def proxy_config(p: NodePlan) -> tuple[str, str] | None:
     """(file name, text) of the rmq-proxy.json of a broker with the proxy inside, else None."""
-    return None if p.proxy_conf is None else ("rmq-proxy.json", json.dumps(p.proxy_conf, indent=2) + "\n")
+    return None if p.proxy_conf is None else _proxy_json(p.proxy_conf)
 
 
 def render_config(p: NodePlan, store_dir: str | None = None) -> tuple[str, str]:
     """(file name, text) of a node's config file; brokers get their store under `store_dir`."""
     if p.role == "proxy":
-        return "rmq-proxy.json", json.dumps(p.conf, indent=2) + "\n"
+        return _proxy_json(p.conf)
     conf = dict(p.conf)
     if store_dir is not None and p.is_broker:
         conf.setdefault("storePathRootDir", store_dir)
