@@ -23,8 +23,9 @@ the task's return value, and the task's *rmqchaos report* link opens it), with e
 over its earlier runs (the run history), and `verdict` fails the DAG run when a run failed, its loss
 could not be verified, a run missed its scenario's signature (NOT reproduced: the Param
 `signature_misses: flag` only names those), or a scenario that never lost in its trailing runs lost
-(a regression). The Param `explore_runs` adds that many fault schedules drawn at random over
-`explore_base` (rmqchaos explore): their anomalies get a section of the report and lines in
+(a regression). The Param `part` (k/n) runs every n-th scenario from the k-th, so that n DAG runs
+cover a matrix too long for one (`make nightly PART=2/4`). The Param `explore_runs` adds that many fault schedules drawn at random over
+`explore_base` (rmqchaos explore; with parts, in the last): their anomalies get a section of the report and lines in
 `verdict`'s log, and never fail the DAG run. Each
 figure that left its trailing range is named in the report and in `verdict`'s log; a scenario that
 keeps losing messages is a finding, not a failure.
@@ -35,6 +36,9 @@ keeps losing messages is a finding, not a failure.
      max_active_runs=1, default_args=DEFAULT_ARGS, tags=["rocketmq", "resilience", "nightly"], doc_md=DOC,
      params={"matrix": Param("scenarios/nightly.yaml", type="string",
                              description="the matrix file: `scenarios:` lists the scenario files"),
+             "part": Param("1/1", type="string", pattern=r"^[1-9][0-9]*/[1-9][0-9]*$",
+                           description="k/n: every n-th scenario of the matrix from the k-th, so that n "
+                                       "runs cover it once (a CI job under a time cap); 1/1: all"),
              "signature_misses": Param("fail", enum=["fail", "flag"],
                                        description="a run that did not reach its scenario's signature: fail "
                                                    "the DAG run, or only name it (flag)"),
@@ -49,11 +53,12 @@ def rocketmq_nightly_resilience() -> None:
         from airflow.sdk import get_current_context
 
         from pipeline.explore import plan_params
-        from pipeline.matrix import scenarios
+        from pipeline.matrix import part_of, scenarios
         p = get_current_context()["params"]
+        k, n = part_of(p["part"])
         drawn = plan_params({"base": p["explore_base"], "runs": p["explore_runs"], "seed": None}) \
-            if p["explore_runs"] else []
-        return scenarios(p["matrix"]) + drawn
+            if p["explore_runs"] and k == n else []  # the drawn schedules once over the parts: in the last
+        return scenarios(p["matrix"], p["part"]) + drawn
 
     @task
     def prepare(scenario: str) -> str:
@@ -66,8 +71,10 @@ def rocketmq_nightly_resilience() -> None:
 
     @task(trigger_rule="all_done")
     def combined_report(reports: list[dict[str, Any] | None] | None) -> dict[str, Any]:
+        from airflow.sdk import get_current_context
+
         from pipeline.matrix import combined_report as write
-        return write(reports)
+        return write(reports, part=get_current_context()["params"]["part"])
 
     @task(retries=0)
     def verdict(rep: dict[str, Any]) -> dict[str, Any]:

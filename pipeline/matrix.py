@@ -21,8 +21,22 @@ from rmqchaos.spec import read_text
 NIGHTLY = paths.REPO / "scenarios" / "nightly.yaml"
 
 
-def scenarios(matrix: str | Path | None = None) -> list[str]:
-    """The matrix file's scenario paths (relative to it), each validated; one clear line if any is wrong."""
+def part_of(part: str) -> tuple[int, int]:
+    """"k/n" -> (k, n), 1 <= k <= n; one clear line otherwise."""
+    k, sep, n = str(part).partition("/")
+    if not (sep and k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+        raise UserError(f"part must be k/n with 1 <= k <= n (e.g. 1/4), got {part!r}",
+                        "1/1 runs the whole matrix; k/n runs every n-th scenario from the k-th")
+    return int(k), int(n)
+
+
+def scenarios(matrix: str | Path | None = None, part: str = "1/1") -> list[str]:
+    """The matrix file's scenario paths (relative to it), each validated; one clear line if any is wrong.
+
+    part "k/n": every n-th scenario from the k-th, so that n runs (nights, or CI jobs under a time
+    cap) cover the matrix once. Round robin, not slices: the file groups scenarios by kind and the
+    slow kinds (POP drains, failovers) sit together, so slices would be uneven."""
+    k, n = part_of(part)
     f = Path(matrix) if matrix else NIGHTLY
     if not f.is_absolute():
         f = paths.REPO / f
@@ -36,7 +50,7 @@ def scenarios(matrix: str | Path | None = None) -> list[str]:
     out = [str((f.parent / x).resolve()) for x in items]
     for s in out:
         load_scenario(s)
-    return out
+    return out[k - 1::n]
 
 
 def prepare(scenario: str | Path) -> str:
@@ -118,16 +132,18 @@ def verdict(run_dirs: list[str], db: str | Path | None = None, signature_misses:
     return {"failed": bad, "flags": lines, "regressions": judged["runs"], "signatures": sigs, "explored": found}
 
 
-def combined_report(reports: list[dict | None] | None, out: str | Path | None = None) -> dict:
+def combined_report(reports: list[dict | None] | None, out: str | Path | None = None, part: str = "1/1") -> dict:
     """The matrix's combined HTML report from its runs' `report` results (None: a run whose report
-    task did not run), with the run history's trends and the runs' regression flags. Returns
-    {"report": the HTML (None when no run was analyzed), "runs": [...]}."""
+    task did not run), with the run history's trends and the runs' regression flags; a part's report
+    is named for it (runs/<time>-nightly-part-2-of-4.html). Returns {"report": the HTML (None when
+    no run was analyzed), "runs": [...]}."""
     from pipeline.report import combined
     from pipeline.runs import default_run_dir
     done = [r for r in (reports or []) if r]  # None altogether: the matrix never expanded
     if not done:
         raise UserError("no scenario of the matrix ran", "see the failed tasks before this one")
     analyzed = [r["run_dir"] for r in done if as_run(r["run_dir"]).summary_file.exists()]
-    target = out or str(default_run_dir("nightly")) + ".html"
+    k, n = part_of(part)
+    target = out or str(default_run_dir("nightly" if n == 1 else f"nightly-part-{k}-of-{n}")) + ".html"
     return {"report": combined(analyzed, target, history=True)["html"] if analyzed else None,
             "runs": [r["run_dir"] for r in done]}

@@ -132,13 +132,26 @@ def test_the_nightly_matrix_lists_the_headline_and_rejects_a_bad_entry(tmp_path:
         matrix.scenarios(tmp_path / "m.yaml")
 
 
+def test_the_parts_of_a_matrix_cover_it_once_in_near_equal_shares_and_a_bad_part_is_one_line() -> None:
+    whole = matrix.scenarios()
+    parts = [matrix.scenarios(part=f"{k}/4") for k in range(1, 5)]
+    assert sorted(p for part in parts for p in part) == sorted(whole) and len(set(whole)) == len(whole)
+    assert max(map(len, parts)) - min(map(len, parts)) <= 1
+    assert parts[1][:2] == [whole[1], whole[5]]  # round robin: the slow kinds, listed together, spread out
+    assert matrix.scenarios(part="1/1") == whole
+    for bad in ("0/4", "5/4", "2", "a/b", "1/0", "-1/2"):
+        with pytest.raises(UserError, match="part must be k/n"):
+            matrix.scenarios(part=bad)
+
+
 def test_make_run_is_the_quick_matrix_with_one_run_of_each_kind_of_finding() -> None:
     import re
     mk = (REPO / "Makefile").read_text()
     run_recipe = mk.split("\nrun:", 1)[1].split("\n\n", 1)[0]
     assert re.search(r"^MATRIX \?= scenarios/quick\.yaml$", mk, re.M) and '"matrix": "$(MATRIX)"' in run_recipe
     nightly_recipe = mk.split("\nnightly:", 1)[1].split("\n\n", 1)[0]
-    assert '"matrix": "scenarios/nightly.yaml"' in nightly_recipe
+    assert '"matrix": "scenarios/nightly.yaml"' in nightly_recipe and '"part": "$(PART)"' in nightly_recipe
+    assert re.search(r"^PART \?= 1/1$", mk, re.M)  # the whole matrix unless a part is asked for
     quick = [Path(p).name for p in matrix.scenarios("scenarios/quick.yaml")]
     assert {"control.yaml", "oom-tsp-on.yaml", "oom-tsp-off.yaml"} <= set(quick)  # the control and the TSP pair
     assert any(n.startswith("shared-host") for n in quick)  # busy answers on a noisy host

@@ -180,6 +180,8 @@ def test_the_loss_report_and_the_nightly_report_carry_the_trends(tmp_path: Path,
     assert "p99 send latency (ms) 900, beyond its last 5 runs&#x27; 140..160 (limit 210)" in page
     rep: dict[str, Any] = matrix.combined_report([{"run_dir": str(ctl.path)}], tmp_path / "nightly.html")
     assert "beyond its range: p99 send latency (ms) 900" in Path(rep["report"]).read_text()
+    part = matrix.combined_report([{"run_dir": str(ctl.path)}], part="2/4")  # a part's report says which
+    assert Path(part["report"]).name.endswith("-nightly-part-2-of-4.html") and Path(part["report"]).exists()
 
 
 def test_each_point_sits_over_the_range_of_its_own_baseline(db: Path) -> None:
