@@ -159,6 +159,32 @@ def cmd_flags(a: argparse.Namespace) -> int:
     return _out(a, res, "\n".join(lines))
 
 
+def cmd_signatures(a: argparse.Namespace) -> int:
+    """Per scenario of a matrix, its last run since --since: reproduced or NOT, when, on which commit."""
+    from pipeline.matrix import signature_status
+    st = signature_status(history.runs(a.db, since_ms=since_ms(a.since)), a.matrix)
+    for x in st:
+        x["last"] = x["last"] and {k: x["last"][k] for k in ("run_id", "started_ms", "platform_commit",
+                                                              "complete", "signature_reached", "signature_words")}
+    word = {True: "reproduced", False: "NOT", None: "-"}
+    rows = [[x["scenario"], word[x["last"]["signature_reached"]] if x["last"] else "never run",
+             when(x["last"]["started_ms"]) if x["last"] else "-",
+             (x["last"]["platform_commit"] or "-")[:7] if x["last"] else "-", f"{x['reached']}/{x['judged']}",
+             (x["last"]["signature_words"] or "") if x["last"] and x["last"]["signature_reached"] is False else ""]
+            for x in st]
+    last = [x["last"] for x in st if x["last"]]
+    missed = [x["scenario"] for x in st if x["last"] and x["last"]["signature_reached"] is False]
+    unjudged = [x["scenario"] for x in st if x["last"] and x["last"]["signature_reached"] is None]
+    never = [x["scenario"] for x in st if not x["last"]]
+    commits = sorted({(r["platform_commit"] or "-")[:7] for r in last})
+    text = (_table(rows, ["scenario", "last run", "started (UTC)", "commit", "reached", "miss"])
+            + f"\n{sum(1 for r in last if r['signature_reached'])} of {len(st)} scenarios reproduced in their last run"
+            + (f" since {a.since}" if a.since else "") + f" (commits {', '.join(commits) or '-'})"
+            + (f"; NOT: {', '.join(missed)}" if missed else "") + (f"; not judged: {', '.join(unjudged)}" if unjudged else "")
+            + (f"; never run: {', '.join(never)}" if 0 < len(never) <= 8 else f"; never run: {len(never)}" if never else ""))
+    return _out(a, st, text)
+
+
 def add_parsers(sub: Any) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--db", help="the history file (default: $RMQCHAOS_HISTORY, else "
@@ -214,3 +240,12 @@ def add_parsers(sub: Any) -> None:
     fl.add_argument("run", metavar="RUN")
     fl.add_argument("--nights", type=int, default=14, help="how many earlier runs make the baseline (default 14)")
     fl.set_defaults(fn=cmd_flags)
+    sg = hs.add_parser("signatures", parents=[common], help="per scenario of a matrix: did its last run reproduce "
+                                                            "its signature",
+                       description="Each scenario of MATRIX (default scenarios/nightly.yaml) with its last run in the "
+                                   "history (since --since): reproduced, NOT (with the condition that failed) or not "
+                                   "judged, when, on which platform commit, and how many of its runs reached the "
+                                   "signature. What the parts of a nightly (`make nightly PART=k/n`) showed together.")
+    sg.add_argument("--matrix", default="scenarios/nightly.yaml", help="the matrix file (default scenarios/nightly.yaml)")
+    sg.add_argument("--since", help="only runs started since a UTC date or time (2026-11-20T02:00) or an age (7d)")
+    sg.set_defaults(fn=cmd_signatures)

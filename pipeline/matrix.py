@@ -53,6 +53,21 @@ def scenarios(matrix: str | Path | None = None, part: str = "1/1") -> list[str]:
     return out[k - 1::n]
 
 
+def signature_status(rows: list[dict[str, Any]], matrix: str | Path | None = None) -> list[dict[str, Any]]:
+    """Per scenario of the matrix, in its order, from history rows (oldest first): its last run and
+    how many of its runs reached the signature. What the parts of a nightly reproduced, together
+    (`rmqchaos history signatures --since <the first part's start>`). A run whose signature could
+    not be judged (`signature_reached` null: unfinished, or none stated) counts as neither."""
+    out = []
+    for f in scenarios(matrix):
+        name = load_scenario(f).name
+        mine = [r for r in rows if r.get("scenario") == name]
+        judged = [r for r in mine if r.get("signature_reached") is not None]
+        out.append({"scenario": name, "file": f, "runs": len(mine), "judged": len(judged),
+                    "reached": sum(1 for r in judged if r["signature_reached"]), "last": mine[-1] if mine else None})
+    return out
+
+
 def prepare(scenario: str | Path) -> str:
     """A detached run directory for one scenario of a scheduled run (reaping what killed runs left)."""
     reap_orphans()

@@ -369,3 +369,34 @@ def test_a_history_locked_by_another_process(tmp_path: Path, monkeypatch: pytest
         holder.wait(timeout=30)
     assert _remember(RunDir(d), s) == str(db)
     assert [r["run_id"] for r in history.runs(db)] == [s["run_id"]]
+
+
+def test_signatures_per_scenario_of_a_matrix_since_a_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`history signatures`: each scenario of the matrix with its last run since --since, reproduced or
+    NOT (with the failed condition), how many of its runs reached it, and the scenarios never run."""
+    from rmqchaos.paths import REPO
+    def sig(reached: bool | None, words: str) -> dict[str, Any]:
+        return {"signature": {"reached": reached, "words": words, "shows": "x", "source": "signature"}}
+    runs = tmp_path / "runs"
+    plant(runs, summary("r0-control", "control", T0 - DAY, **sig(False, "NOT reproduced: an old miss")))  # before --since
+    plant(runs, summary("r1-control", "control", T0, **sig(True, "reproduced")))
+    plant(runs, summary("r2-oom", "oom-tsp-on", T0 + 1000, **sig(True, "reproduced")))
+    plant(runs, summary("r3-oom", "oom-tsp-on", T0 + 2000, **sig(False, "NOT reproduced: lost_from_store 0 (want > 0)")))
+    db = tmp_path / "h.duckdb"
+    history.import_paths([runs], db)
+    m = tmp_path / "m.yaml"
+    m.write_text("scenarios: [" + ", ".join(str(REPO / "scenarios" / f"{n}.yaml")
+                                            for n in ("control", "oom-tsp-on", "oom-tsp-off")) + "]\n")
+    assert main(["history", "signatures", "--db", str(db), "--matrix", str(m), "--since", "2026-11-27"]) == 0
+    out = capsys.readouterr().out
+    lines = {ln.split()[0]: ln for ln in out.splitlines()[1:4]}
+    assert lines["control"].split()[1:2] == ["reproduced"] and "1/1" in lines["control"]
+    assert lines["oom-tsp-on"].split()[1] == "NOT" and "1/2" in lines["oom-tsp-on"]
+    assert lines["oom-tsp-on"].endswith("NOT reproduced: lost_from_store 0 (want > 0)")
+    assert lines["oom-tsp-off"].split()[1:3] == ["never", "run"]
+    assert out.splitlines()[-1] == ("1 of 3 scenarios reproduced in their last run since 2026-11-27 (commits abc123); "
+                                   "NOT: oom-tsp-on; never run: oom-tsp-off")
+    assert main(["history", "signatures", "--db", str(db), "--matrix", str(m), "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert [(x["scenario"], x["runs"], x["reached"]) for x in st] == [("control", 2, 1), ("oom-tsp-on", 2, 1),
+                                                                       ("oom-tsp-off", 0, 0)]
