@@ -24,11 +24,11 @@ over its earlier runs (the run history), and `verdict` fails the DAG run when a 
 could not be verified, a run missed its scenario's signature (NOT reproduced: the Param
 `signature_misses: flag` only names those), or a scenario that never lost in its trailing runs lost
 (a regression). The Param `part` (k/n) runs every n-th scenario from the k-th, so that n DAG runs
-cover a matrix too long for one (`make nightly PART=2/4`). The Param `explore_runs` adds that many fault schedules drawn at random over
-`explore_base` (rmqchaos explore; with parts, in the last): their anomalies get a section of the report and lines in
-`verdict`'s log, and never fail the DAG run. Each
-figure that left its trailing range is named in the report and in `verdict`'s log; a scenario that
-keeps losing messages is a finding, not a failure.
+cover a matrix too long for one (`make nightly PART=2/4`). The Param `explore_runs` adds that many
+fault schedules drawn at random over `explore_base` (rmqchaos explore; with parts, in the last):
+their anomalies get a section of the report and lines in `verdict`'s log, and never fail the DAG
+run. Each figure that left its trailing range is named in the report and in `verdict`'s log; a
+scenario that keeps losing messages is a finding, not a failure.
 """
 
 
