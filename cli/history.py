@@ -166,22 +166,23 @@ def cmd_signatures(a: argparse.Namespace) -> int:
     for x in st:
         x["last"] = x["last"] and {k: x["last"][k] for k in ("run_id", "started_ms", "platform_commit",
                                                               "complete", "signature_reached", "signature_words")}
-    word = {True: "reproduced", False: "NOT", None: "-"}
-    rows = [[x["scenario"], word[x["last"]["signature_reached"]] if x["last"] else "never run",
-             when(x["last"]["started_ms"]) if x["last"] else "-",
-             (x["last"]["platform_commit"] or "-")[:7] if x["last"] else "-", f"{x['reached']}/{x['judged']}",
-             (x["last"]["signature_words"] or "") if x["last"] and x["last"]["signature_reached"] is False else ""]
-            for x in st]
-    last = [x["last"] for x in st if x["last"]]
-    missed = [x["scenario"] for x in st if x["last"] and x["last"]["signature_reached"] is False]
-    unjudged = [x["scenario"] for x in st if x["last"] and x["last"]["signature_reached"] is None]
-    never = [x["scenario"] for x in st if not x["last"]]
-    commits = sorted({(r["platform_commit"] or "-")[:7] for r in last})
+    rows, by = [], {True: [], False: [], None: [], "never": []}  # scenario names by their last run's outcome
+    for x in st:
+        r, name = x["last"], x["scenario"]
+        by[r["signature_reached"] if r else "never"].append(name)
+        rows.append([name, "never run", "-", "-"] if not r else
+                    [name, _cell("signature_reached", r["signature_reached"]), when(r["started_ms"]),
+                     (r["platform_commit"] or "-")[:7]])
+        rows[-1] += [f"{x['reached']}/{x['judged']}",
+                     (r["signature_words"] or "") if r and r["signature_reached"] is False else ""]
+    commits = sorted({(x["last"]["platform_commit"] or "-")[:7] for x in st if x["last"]})
+    never = by["never"]
     text = (_table(rows, ["scenario", "last run", "started (UTC)", "commit", "reached", "miss"])
-            + f"\n{sum(1 for r in last if r['signature_reached'])} of {len(st)} scenarios reproduced in their last run"
+            + f"\n{len(by[True])} of {len(st)} scenarios reproduced in their last run"
             + (f" since {a.since}" if a.since else "") + f" (commits {', '.join(commits) or '-'})"
-            + (f"; NOT: {', '.join(missed)}" if missed else "") + (f"; not judged: {', '.join(unjudged)}" if unjudged else "")
-            + (f"; never run: {', '.join(never)}" if 0 < len(never) <= 8 else f"; never run: {len(never)}" if never else ""))
+            + (f"; NOT: {', '.join(by[False])}" if by[False] else "")
+            + (f"; not judged: {', '.join(by[None])}" if by[None] else "")
+            + (f"; never run: {', '.join(never) if len(never) <= 8 else len(never)}" if never else ""))
     return _out(a, st, text)
 
 

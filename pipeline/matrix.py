@@ -16,7 +16,7 @@ from pipeline.runs import as_run, create_run, load_scenario, reap_orphans
 from rmqchaos import paths
 from rmqchaos.errors import UserError
 from rmqchaos.rundir import RunDir
-from rmqchaos.spec import read_text
+from rmqchaos.spec import Scenario, read_text
 
 NIGHTLY = paths.REPO / "scenarios" / "nightly.yaml"
 
@@ -30,13 +30,8 @@ def part_of(part: str) -> tuple[int, int]:
     return int(k), int(n)
 
 
-def scenarios(matrix: str | Path | None = None, part: str = "1/1") -> list[str]:
-    """The matrix file's scenario paths (relative to it), each validated; one clear line if any is wrong.
-
-    part "k/n": every n-th scenario from the k-th, so that n runs (nights, or CI jobs under a time
-    cap) cover the matrix once. Round robin, not slices: the file groups scenarios by kind and the
-    slow kinds (POP drains, failovers) sit together, so slices would be uneven."""
-    k, n = part_of(part)
+def _members(matrix: str | Path | None) -> list[tuple[str, Scenario]]:
+    """The matrix file's scenario paths (relative to it), each with its loaded (validated) scenario."""
     f = Path(matrix) if matrix else NIGHTLY
     if not f.is_absolute():
         f = paths.REPO / f
@@ -47,10 +42,17 @@ def scenarios(matrix: str | Path | None = None, part: str = "1/1") -> list[str]:
     items = doc.get("scenarios") if isinstance(doc, dict) else None
     if not isinstance(items, list) or not items or not all(isinstance(x, str) for x in items):
         raise UserError(f"{f}: `scenarios:` must be a non-empty list of scenario files", "see scenarios/nightly.yaml")
-    out = [str((f.parent / x).resolve()) for x in items]
-    for s in out:
-        load_scenario(s)
-    return out[k - 1::n]
+    return [(x, load_scenario(x)) for x in (str((f.parent / i).resolve()) for i in items)]
+
+
+def scenarios(matrix: str | Path | None = None, part: str = "1/1") -> list[str]:
+    """The matrix file's scenario paths (relative to it), each validated; one clear line if any is wrong.
+
+    part "k/n": every n-th scenario from the k-th, so that n runs (nights, or CI jobs under a time
+    cap) cover the matrix once. Round robin, not slices: the file groups scenarios by kind and the
+    slow kinds (POP drains, failovers) sit together, so slices would be uneven."""
+    k, n = part_of(part)
+    return [f for f, _ in _members(matrix)][k - 1::n]
 
 
 def signature_status(rows: list[dict[str, Any]], matrix: str | Path | None = None) -> list[dict[str, Any]]:
@@ -59,11 +61,10 @@ def signature_status(rows: list[dict[str, Any]], matrix: str | Path | None = Non
     (`rmqchaos history signatures --since <the first part's start>`). A run whose signature could
     not be judged (`signature_reached` null: unfinished, or none stated) counts as neither."""
     out = []
-    for f in scenarios(matrix):
-        name = load_scenario(f).name
-        mine = [r for r in rows if r.get("scenario") == name]
+    for f, sc in _members(matrix):
+        mine = [r for r in rows if r.get("scenario") == sc.name]
         judged = [r for r in mine if r.get("signature_reached") is not None]
-        out.append({"scenario": name, "file": f, "runs": len(mine), "judged": len(judged),
+        out.append({"scenario": sc.name, "file": f, "runs": len(mine), "judged": len(judged),
                     "reached": sum(1 for r in judged if r["signature_reached"]), "last": mine[-1] if mine else None})
     return out
 
