@@ -5,7 +5,8 @@ Duplicates count only when nothing the platform knows explains them (`duplicates
 resend after a timeout, a %RETRY% redelivery or a re-pull after a rebalance is at-least-once
 delivery doing its job. Loss counts only on a run whose receive side finished (counts.lost is 0
 otherwise: those keys are `undelivered_at_stop`), and a run that did not finish is kept apart as
-`incomplete`, never as an anomaly."""
+`incomplete`, never as an anomaly. The checks of ordered, transactional, timer and POP loads hold
+only on a run with such a load: on any other their figures have no evidence."""
 from __future__ import annotations
 
 from typing import Any
@@ -23,6 +24,15 @@ CHECKS: dict[str, str] = {
     "corrupted_deliveries": "corrupted_deliveries > 0",
     "unexpected_deliveries": "unexpected > 0",
     "not_started_after_power_loss": "not_started_after_power_loss > 0",
+    # the checkers of later issues, on a run whose load has them (no evidence otherwise: never flagged).
+    # Order: an inversion or a gap; a repeat out of order is a replay after a crash (at least once).
+    "order_reordered": "order_reordered > 0",
+    "order_gaps": "order_gaps > 0",
+    "rolled_back_delivered": "transactions.rolled_back_delivered > 0",
+    "committed_lost": "transactions.committed_lost > 0",
+    "timers_early": "timers_early > 0",
+    "pop_consumed_but_lost": "pop.consumed_but_lost > 0",
+    "pop_redelivered_after_change": "pop.redelivered_after_ack.after_change > 0",
 }
 
 

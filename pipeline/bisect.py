@@ -21,11 +21,15 @@ from typing import Any, Callable
 from rmqchaos.errors import UserError
 
 # every 5.x release and what of it Maven does not serve (empty: all of it) (tried 2026-11-28/29,
-# ../shared/README.md): it runs mixed (rocketmq_dist.py substitutes those), said in one line
+# ../shared/README.md; 5.3.4's poms 2026-11-30: only its broker, store, namesrv and controller exist):
+# it runs mixed (rocketmq_dist.py substitutes those), said in one line, unless it lacks a core module
+# (rocketmq_dist.CORE): a release runs only on its own, so that version is skipped, in one line
 RELEASED: dict[str, tuple[str, ...]] = {
     "5.0.0": (), "5.1.0": (), "5.1.1": (), "5.1.2": ("rocketmq-namesrv",), "5.1.3": ("rocketmq-namesrv",),
     "5.1.4": ("rocketmq-proxy",), "5.2.0": (), "5.3.0": (), "5.3.1": (), "5.3.2": (), "5.3.3": (),
-    "5.3.4": ("rocketmq-proxy", "rocketmq-client", "rocketmq-tools"), "5.4.0": (), "5.5.0": (),
+    "5.3.4": ("rocketmq-common", "rocketmq-remoting", "rocketmq-srvutil", "rocketmq-filter", "rocketmq-proxy",
+              "rocketmq-client", "rocketmq-tools"),
+    "5.4.0": (), "5.5.0": (),
     "5.5.1": ("rocketmq-namesrv", "rocketmq-proxy", "rocketmq-client"),
 }
 
@@ -39,7 +43,8 @@ def _key(v: str) -> tuple[int, ...]:
 
 
 def versions_in(spec: str) -> tuple[list[str], list[str]]:
-    """'5.1.0..5.5.0' (or a comma list) -> (versions to run, in order; one line per version that runs mixed)."""
+    """'5.1.0..5.5.0' (or a comma list) -> (versions to run, in order; one line per version that runs
+    mixed or is skipped for want of a core module)."""
     if ".." in spec:
         lo, hi = (x.strip() for x in spec.split("..", 1))
         for v in (lo, hi):
@@ -54,11 +59,20 @@ def versions_in(spec: str) -> tuple[list[str], list[str]]:
         for v in asked:
             if v not in RELEASED:
                 raise UserError(f"--versions {spec}: {v} is not a 5.x release", f"releases: {', '.join(RELEASED)}")
+    from rmqchaos.rocketmq_dist import CORE
+
+    def lacks(v: str) -> tuple[str, ...]:
+        return tuple(m for m in RELEASED[v] if m in CORE)
+
+    lines = [f"{v}: skipped ({_and(lacks(v))} {v} {'is' if len(lacks(v)) == 1 else 'are'} not on Maven Central, "
+             "and a release runs only on its own core modules)" for v in asked if lacks(v)]
+    asked = [v for v in asked if not lacks(v)]
     if len(asked) < 2:
-        raise UserError(f"--versions {spec}: fewer than two versions to run", "give a range over two or more releases")
-    mixed = [f"{v}: runs mixed ({_and(RELEASED[v])} {v} {'is' if len(RELEASED[v]) == 1 else 'are'} not on Maven "
-             "Central: an older or the pinned release's stand in)" for v in asked if RELEASED[v]]
-    return asked, mixed
+        raise UserError(f"--versions {spec}: fewer than two versions to run"
+                        + (f" ({'; '.join(lines)})" if lines else ""), "give a range over two or more releases")
+    lines += [f"{v}: runs mixed ({_and(RELEASED[v])} {v} {'is' if len(RELEASED[v]) == 1 else 'are'} not on Maven "
+              "Central: an older or the pinned release's stand in)" for v in asked if RELEASED[v]]
+    return asked, lines
 
 
 @dataclass
@@ -229,7 +243,9 @@ def bisect_scenario(scenario: str | Path, versions: str = "5.1.0..5.5.0", repeat
         runs[v].append({"shows": got, "run_dir": str(o.run.path)})
         return got
     b = bisect(run, shows, repeats, progress=say)
-    res = {"scenario": str(Path(scenario).resolve()), "versions": b.versions, "mixed": mixed, "skipped": b.skipped,
+    unrunnable = [x for x in mixed if ": skipped (" in x]  # versions_in's: known before any resolution
+    res = {"scenario": str(Path(scenario).resolve()), "versions": b.versions,
+           "mixed": [x for x in mixed if x not in unrunnable], "skipped": unrunnable + b.skipped,
            "tried": runs, "words": b.words(), "last_good": b.last_good if not b.problem else None,
            "first_bad": b.first_bad if not b.problem else None, "dir": str(d)}
     (d / "bisect.json").write_text(json.dumps(res, indent=1) + "\n")

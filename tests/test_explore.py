@@ -217,6 +217,13 @@ def test_the_version_range_says_which_releases_run_mixed_in_one_line_each() -> N
     assert versions_in("5.1.3,5.1.1")[1] == ["5.1.3: runs mixed (rocketmq-namesrv 5.1.3 is not on Maven Central: an "
                                              "older or the pinned release's stand in)"]
     assert versions_in("5.5.0,5.3.3")[0] == ["5.3.3", "5.5.0"]
+    # 5.3.4 on Maven Central is its broker, store, namesrv and controller only: no rocketmq-common of its own
+    run, lines = versions_in("5.3.3..5.4.0")
+    assert run == ["5.3.3", "5.4.0"] and lines == [
+        "5.3.4: skipped (rocketmq-common, rocketmq-remoting, rocketmq-srvutil and rocketmq-filter 5.3.4 are not on "
+        "Maven Central, and a release runs only on its own core modules)"]
+    with pytest.raises(UserError, match=r"fewer than two versions to run \(5.3.4: skipped"):
+        versions_in("5.3.4,5.4.0")
     for bad, line in (("5.5.0..5.1.0", "must go from an older version"), ("4.9.8..5.5.0", "4.9.8 is not a 5.x release"),
                       ("5.5.0", "fewer than two versions")):
         with pytest.raises(UserError, match=line):
@@ -247,6 +254,18 @@ def test_anomalies_are_conditions_on_the_runs_figures() -> None:
     s["duplicates_by_cause"]["unexplained"] = 1  # a resend explains duplicates; nothing explains these
     assert "unexplained_duplicates" in [a["check"] for a in anomalies(s)]
     assert set(CHECKS) >= {"lost", "two_masters", "stale_reads", "reused_queue_offsets", "unexplained_duplicates"}
+    # the later checkers: none on a run without their load; each on a run whose load shows it
+    assert not {"order_gaps", "rolled_back_delivered", "timers_early", "pop_redelivered_after_change"} & {
+        a["check"] for a in anomalies(s)}
+    s.update(order={"keys": 4, "keys_in_order": 3, "messages_by_anomaly": {"gap": 1, "reordered": 0}},
+             transactions={"classes": {"rolled_back_delivered": 2, "committed_lost": 0}},
+             timers={"early": {"keys": 5}, "lost": 0, "late_over": {"keys": 9}, "no_fault": {"lost": 0}, "late_ms": {}},
+             pop={"classes": {"consumed_but_lost": 0}, "causes": {"redelivered_after_ack": {"after_change": 7}}})
+    got = {a["check"]: a["seen"] for a in anomalies(s)}
+    assert got["order_gaps"] == "order_gaps = 1" and "order_reordered" not in got
+    assert got["rolled_back_delivered"] == "transactions.rolled_back_delivered = 2" and "committed_lost" not in got
+    assert got["timers_early"] == "timers_early = 5" and "pop_consumed_but_lost" not in got
+    assert got["pop_redelivered_after_change"] == "pop.redelivered_after_ack.after_change = 7"
 
 
 # ---------------------------------------------------------------- in the nightly
