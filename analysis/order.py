@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from analysis import sends
+from analysis.findings import time_origin
 from rmqchaos.ledgers import ORDER_SEP
 
 KINDS = ("reordered", "repeat_out_of_order", "gap")
@@ -67,21 +68,24 @@ def homes(send: DataFrame) -> DataFrame:
                                           F.countDistinct("broker", "queue_id").alias("queues"))
 
 
-def causes(bad_keys: DataFrame, send: DataFrame) -> dict[str, Any]:
-    """The keys that broke order by cause: `moved` (sent to more than one queue: the order a key had on
-    its old queue is not the order on its new one) or `stayed` (one queue all along: a redelivery or a
-    rebalance broke it), and by home broker."""
-    h = bad_keys.join(homes(send), "shard_key", "left")
-    rows = h.groupBy("home", (F.col("queues") > 1).alias("moved")).agg(F.count("*").alias("n")).collect()
-    by_home: dict[str, int] = {}
-    moved = stayed = 0
+def causes(bad: DataFrame, send: DataFrame) -> dict[str, Any]:
+    """The keys that broke order (`bad`: shard_key, msgs: its anomalous messages) by cause: `moved`
+    (sent to more than one queue: the order a key had on its old queue is not the order on its new one)
+    or `stayed` (one queue all along: a redelivery or a rebalance broke it), and by home broker; the
+    same for their anomalous messages (`messages`)."""
+    h = bad.join(homes(send), "shard_key", "left")
+    rows = h.groupBy("home", (F.col("queues") > 1).alias("moved")).agg(
+        F.count("*").alias("n"), F.sum("msgs").alias("msgs")).collect()
+    keys: dict[str, Any] = {"moved": 0, "stayed": 0, "by_home_broker": {}}
+    msgs: dict[str, Any] = {"moved": 0, "stayed": 0, "by_home_broker": {}}
     for r in rows:
-        by_home[r["home"] or "unknown"] = by_home.get(r["home"] or "unknown", 0) + int(r["n"])
-        if r["moved"]:
-            moved += int(r["n"])
-        else:
-            stayed += int(r["n"])
-    return {"moved": moved, "stayed": stayed, "by_home_broker": dict(sorted(by_home.items()))}
+        home, how = r["home"] or "unknown", "moved" if r["moved"] else "stayed"
+        for out, n in ((keys, int(r["n"])), (msgs, int(r["msgs"] or 0))):
+            out["by_home_broker"][home] = out["by_home_broker"].get(home, 0) + n
+            out[how] += n
+    for out in (keys, msgs):
+        out["by_home_broker"] = dict(sorted(out["by_home_broker"].items()))
+    return {**keys, "messages": msgs}
 
 
 def windows(seconds: list[int]) -> list[dict[str, int]]:
@@ -98,7 +102,8 @@ def windows(seconds: list[int]) -> list[dict[str, int]]:
 def order_check(send: DataFrame, recv: DataFrame) -> dict[str, Any] | None:
     """{keys, messages, keys_in_order, keys_by_anomaly {kind: n}, messages_by_anomaly {kind: n},
     windows [{start_ms, end_ms}], examples [{shard_key, anomaly, seqs}], causes {moved, stayed,
-    by_home_broker} (of the keys that broke order), keys_by_home_broker, keys_moved (of every key)};
+    by_home_broker, messages {moved, stayed, by_home_broker}} (of the keys that broke order, and of their
+    anomalous messages), keys_by_home_broker, keys_moved (of every key)};
     None when no key of the run is an ordered one."""
     d = deliveries(recv).persist()
     try:
@@ -109,8 +114,9 @@ def order_check(send: DataFrame, recv: DataFrame) -> dict[str, Any] | None:
         msgs = {r["order"]: int(r["n"]) for r in per}
         keys_by = {r["order"]: int(r["keys"]) for r in per}
         grow = g.agg(F.count("*").alias("n"), F.countDistinct("shard_key").alias("keys")).collect()[0]
-        bad_keys = (d.where(F.col("order").isin("reordered", "repeat_out_of_order")).select("shard_key")
-                    .union(g.select("shard_key")).distinct())
+        bad = (d.where(F.col("order").isin("reordered", "repeat_out_of_order")).select("shard_key")
+               .union(g.select("shard_key")).groupBy("shard_key").agg(F.count("*").alias("msgs"))).persist()
+        bad_keys = bad.select("shard_key")
         n_keys = d.select("shard_key").distinct().count()
         secs = sorted(int(r["s"]) for r in d.where(F.col("order").isin("reordered", "repeat_out_of_order"))
                       .select((F.col("receive_ms") / 1000).cast("long").alias("s")).distinct().collect())
@@ -127,12 +133,13 @@ def order_check(send: DataFrame, recv: DataFrame) -> dict[str, Any] | None:
                                        "repeat_out_of_order": msgs.get("repeat_out_of_order", 0),
                                        "gap": int(grow["n"]), "repeat_in_order": msgs.get("repeat_in_order", 0)},
                "windows": windows(secs), "examples": [{"shard_key": k, "seqs": ex[k]} for k in ex_keys],
-               "causes": causes(bad_keys, send)}
+               "causes": causes(bad, send)}
         h = homes(send).groupBy("home").agg(F.count("*").alias("n"), F.sum((F.col("queues") > 1).cast("int")).alias("m"))
         rows = h.collect()
         out["keys_by_home_broker"] = {r["home"] or "unknown": int(r["n"]) for r in rows}
         out["keys_moved"] = sum(int(r["m"] or 0) for r in rows)  # every key sent to more than one queue
         g.unpersist()
+        bad.unpersist()
         return out
     finally:
         d.unpersist()
@@ -141,7 +148,7 @@ def order_check(send: DataFrame, recv: DataFrame) -> dict[str, Any] | None:
 def order_phrase(s: dict[str, Any]) -> str | None:
     """The verdict's clause on order, e.g. 'order: 12 of 80 sharding keys broke it (reordered: 5 keys, 9
     messages; repeated out of order: 7 keys, 40 messages; gaps: 1 key, 1 message), in 2 window(s)
-    lasting 3 s and 1 s'; None for an unordered load."""
+    lasting 3 s and 1 s (at 20-23 s and 41-42 s since the first attempt)'; None for an unordered load."""
     o = s.get("order")
     if not o:
         return None
@@ -154,6 +161,10 @@ def order_phrase(s: dict[str, Any]) -> str | None:
              (("reordered", "reordered"), ("repeat_out_of_order", "repeated out of order"), ("gap", "gaps")) if k.get(a)]
     ws = o.get("windows") or []
     lasting = " and ".join(f"{(w['end_ms'] - w['start_ms']) // 1000} s" for w in ws[:3]) + (", ..." if len(ws) > 3 else "")
+    if ws and s.get("series"):  # when, on the report plots' time axis, so a reader can set it beside the faults
+        t0 = time_origin(s)
+        lasting += (" (at " + " and ".join(f"{w['start_ms'] // 1000 - t0}-{w['end_ms'] // 1000 - t0} s" for w in ws[:3])
+                    + (", ..." if len(ws) > 3 else "") + " since the first attempt)")
     c = o.get("causes") or {}
     why = ""
     if c and bad:

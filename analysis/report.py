@@ -15,6 +15,7 @@ from analysis.plots import (plot_cluster, plot_compare, plot_errors, plot_host, 
 from analysis.rules import BUSY_PREFIXES, CLASSES
 from analysis.compare import comparisons
 from analysis.page import page
+from analysis.report_contracts import contract_sections
 from analysis.serving import rows as serving_rows, words as serving_words
 from analysis.signature import missed
 from analysis.verdict import faults_phrase, lost_phrase, pct, settings, verdict
@@ -194,6 +195,8 @@ def _run_section(s: dict[str, Any], several: bool = False) -> str:
         parts.append(f"<p{' class=warn' if pace['short'] else ''}>Load: {html.escape(pace['words'])} "
                      f"({pace['first_attempts']:,} of {pace['asked_messages']:,} messages sent).</p>")
     parts += _evidence(s) + _failover(s) + _serving(s)
+    parts += [f"<h3>{html.escape(t)}</h3><p>{html.escape(note)}</p>" + _table(rows, head)
+              for t, note, rows, head in contract_sections(s)]
     parts.append("<h3>Duplicates by cause</h3>" + _table([list(s["duplicates_by_cause"].values())],
                                                           list(s["duplicates_by_cause"])))
     rb = s.get("retried_keys_by_batch_position") or {}

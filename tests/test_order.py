@@ -47,7 +47,9 @@ def test_every_order_anomaly_is_counted_exactly(kept_spark: Any) -> None:
     assert r["messages_by_anomaly"] == {"reordered": 1, "repeat_out_of_order": 1, "gap": 1, "repeat_in_order": 1}
     assert r["windows"] == [{"start_ms": 5000, "end_ms": 8000}]  # seconds 5 and 7: one window
     assert {e["shard_key"]: e["seqs"] for e in r["examples"]} == {"B": [1, 3, 2], "C": [1, 2, 1, 3], "D": [1, 3]}
-    assert r["causes"] == {"moved": 1, "stayed": 2, "by_home_broker": {"broker-a": 1, "broker-b": 2}}
+    # B, C and D broke order with one anomalous message each (an inversion, a replay, a gap)
+    assert r["causes"] == {"moved": 1, "stayed": 2, "by_home_broker": {"broker-a": 1, "broker-b": 2},
+                           "messages": {"moved": 1, "stayed": 2, "by_home_broker": {"broker-a": 1, "broker-b": 2}}}
     assert r["keys_by_home_broker"] == {"broker-a": 3, "broker-b": 2} and r["keys_moved"] == 1
     none = order_check(kept_spark.createDataFrame(sends[-2:], SEND),
                        kept_spark.createDataFrame([("plain-1", 1, 1, "c0")], RECV))
@@ -65,6 +67,9 @@ def test_the_verdict_and_the_figures_say_which_keys_broke_order() -> None:
     assert order_phrase({"order": o}) == ("order: 12 of 80 sharding keys broke it (reordered: 5 key(s), 9 message(s); "
                                           "repeated out of order: 7 key(s), 40 message(s)), in 2 window(s) lasting "
                                           "3 s and 1 s")
+    # with the run's series, when: on the report plots' time axis (second 0: the first attempt)
+    assert order_phrase({"order": o, "series": [{"t": 1}, {"t": 2}]}).endswith(
+        "in 2 window(s) lasting 3 s and 1 s (at 19-22 s and 40-41 s since the first attempt)")
     assert (value({"order": o}, "keys_out_of_order"), value({"order": o}, "order_repeats_out_of_order")) == (12, 40)
     assert value({"order": None}, "order_gaps") is None and order_phrase({}) is None
     assert order_phrase({"order": {**o, "keys_in_order": 80}}) == "order: all 80 sharding keys in order (4,000 deliveries)"

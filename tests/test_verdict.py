@@ -394,3 +394,31 @@ def test_the_verdict_names_each_failover_its_times_its_loss_and_its_two_master_s
     page = render([whole(two)])
     assert "Failovers of the replicated groups" in page and "broker-a-0 3, broker-a-1 12" in page
     assert "Failovers" not in render([whole(summary("plain", "false", 0, None))])
+
+
+def test_an_ordered_and_a_transactional_run_get_their_contracts_as_tables_in_the_report() -> None:
+    """Issue 50: the verdict's clauses on order and transactions, as sections of the HTML report (each
+    anomaly and cause counted, the windows on the plots' time axis, examples; every transaction class)."""
+    order = {"keys": 80, "messages": 4000, "keys_in_order": 68, "keys_moved": 9,
+             "keys_by_anomaly": {"reordered": 5, "repeat_out_of_order": 7, "gap": 1},
+             "messages_by_anomaly": {"reordered": 9, "repeat_out_of_order": 40, "gap": 1, "repeat_in_order": 3},
+             "causes": {"moved": 9, "stayed": 3, "by_home_broker": {"broker-a": 12},
+                        "messages": {"moved": 40, "stayed": 10, "by_home_broker": {"broker-a": 50}}},
+             "keys_by_home_broker": {"broker-a": 40, "broker-b": 40},
+             "windows": [{"start_ms": (T0 + 20) * 1000, "end_ms": (T0 + 23) * 1000}],
+             "examples": [{"shard_key": "abc-w0-u1k2", "seqs": list(range(1, 30))}]}
+    page = render([whole(summary("order-kill", "false", 0, None, order=order))])
+    assert "<h3>Per-key order</h3>" in page and "12 of 80 sharding keys broke order over 4,000 deliveries" in page
+    assert "<td>gap: never delivered, though a later one of its key was</td><td>1</td><td>1</td>" in page
+    assert "<td>first sent to broker-a</td><td>12</td><td>50</td><td>of 40 keys there</td>" in page
+    assert "<td>moved to another queue</td><td>9</td><td>40</td>" in page
+    assert "<td>1</td><td>20</td><td>23</td><td>3</td>" in page  # the window, on the time axis of the plots
+    assert "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, ..." in page
+    txn = {"keys": 100, "extra_deliveries": 4, "checked_after_end": 2, "abandoned": 0, "checks": 9,
+           "classes": {"committed_delivered": 60, "committed_lost": 0, "committed_undelivered_at_stop": 0,
+                       "rolled_back": 30, "rolled_back_delivered": 1, "unknown_in_time": 5, "unknown_late": 2,
+                       "unknown_never": 0, "undecided": 0, "discarded": 2}}
+    page = render([whole(summary("txn-kill", "false", 0, None, transactions=txn))])
+    assert "<h3>Transactions</h3>" in page and "<td>rolled back and DELIVERED all the same</td><td>1</td>" in page
+    assert "<td>asked about by the broker after their end</td><td>2</td>" in page and "producer crash" not in page
+    assert "Per-key order" not in page and "Transactions" not in render([whole(summary("plain", "false", 0, None))])
