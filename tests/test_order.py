@@ -112,3 +112,31 @@ def test_bad_order_settings_are_one_line_at_load(tmp_path: Any, load: dict, cons
     with pytest.raises(SpecError) as e:
         load_scenario(f)
     assert line in e.value.line(), e.value.line()
+
+
+@pytest.mark.fast
+def test_strict_order_pins_a_key_to_its_first_queue_and_fails_rather_than_move() -> None:
+    """load.order.strict: a sharding key's sends go to the queue it was first sent to; while that queue
+    is not in the route, a send fails unsent (its error says why) instead of taking another queue, as
+    an application that must not reorder a key would do. The route here is a stand-in for namesrv's."""
+    from types import SimpleNamespace
+
+    from loadgen.context import LoadContext
+    from rmqclient.producer import MessageQueue, SendResult
+    a0, a1, b0 = MessageQueue("broker-a", "127.0.0.11:10911", 0), MessageQueue("broker-a", "127.0.0.11:10911", 1), \
+        MessageQueue("broker-b", "127.0.0.21:10911", 0)
+    route = [a0, a1, b0]
+    prod = SimpleNamespace(route=lambda topic: list(route),
+                           queue_or_fail=lambda res, topic, exclude, by_hash: route[len(by_hash) % len(route)])
+    ctx = SimpleNamespace(_pinned={}, producer=prod)
+
+    def pinned(key: str) -> tuple[MessageQueue | None, str | None]:
+        r = SendResult(outcome="error", topic="T", key=key, start_ms=0, end_ms=0)
+        return LoadContext._pinned_queue(ctx, "T", key, r), r.error  # type: ignore[arg-type]
+
+    assert pinned("k") == (a1, None) and pinned("k") == (a1, None)  # hashed once (len 1 of 3), then kept
+    route[:] = [a0, b0]  # broker-a's queue 1 left the route (a queue-count change): the key does not move
+    assert pinned("k") == (None, "strict order: queue broker-a#1 of k is not in the route")
+    assert pinned("kkk") == (b0, None)  # a key first sent now hashes over the route as it is (3 of 2)
+    route[:] = [a0, a1, b0]
+    assert pinned("k") == (a1, None) and pinned("kkk") == (b0, None)  # back in the route: sends go on there
