@@ -279,8 +279,15 @@ def test_full_makes_statfs_read_full_as_rocketmq_computes_it_and_writes_still_su
     p.unmount()
 
 
-def test_refusals_are_one_line(run: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_refusals_are_one_line(run: Path, tmp_path_factory: pytest.TempPathFactory,
+                               monkeypatch: pytest.MonkeyPatch) -> None:
     log = ProcessLog(run / "processes.jsonl")
+    with monkeypatch.context() as m:  # a host without FUSE: said before anything is started
+        m.setattr(powerfs, "FUSE_DEV", run / "no-such-fuse")
+        with pytest.raises(UserError, match=r"no-such-fuse is missing \(power loss needs FUSE\)"):
+            PowerFS.mount(run / "real", run / "mnt", run / "pfs.sock", log)
+    assert not (run / "pfs.sock").exists()  # nothing started
+    assert not log.path.exists() or "powerfs" not in log.path.read_text()
     outside = tmp_path_factory.mktemp("elsewhere")
     with pytest.raises(UserError, match="refusing to mount powerfs at .*: outside the run directory"):
         PowerFS.mount(run / "real", outside / "mnt", run / "pfs.sock", log)
