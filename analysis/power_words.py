@@ -1,6 +1,6 @@
 """What a verdict says of power losses and failing disks: what a broker answered while its disk
 failed, what a broker that lost power came back knowing, and the deliveries read again because its
-consumer offsets went back."""
+consumer offsets went back, and how far before a cut the acknowledgements now in no store reach."""
 from __future__ import annotations
 
 from typing import Any
@@ -71,4 +71,29 @@ def power_phrases(s: dict[str, Any]) -> list[str]:
         out.append(f"{node} came back {knew}, {offs}{again}")
     out += [f"{node} did not start again when its power came back: {why}"
             for node, why in not_started(s.get("events") or []).items()]
+    return out + gone_window_phrases(s)
+
+
+FLUSH_INTERVAL_DEFAULT_MS = 500  # MessageStoreConfig.flushIntervalCommitLog
+
+
+def gone_window_phrases(s: dict[str, Any]) -> list[str]:
+    """Per broker that lost power, how far before its cut the acknowledgements now in no store reach,
+    against its flush interval (ASYNC_FLUSH), e.g. "broker-a's acknowledgements in no store came 1,950 ms
+    to 3 ms before its cut (ASYNC_FLUSH every 2,000 ms)": what a machine crash takes is the unflushed
+    tail, and the interval bounds it (a flush that took long, or a failed one, widens it)."""
+    spans = (s.get("store_check") or {}).get("gone_acked_ms_by_broker") or {}
+    out = []
+    for _, node, lost in power_cuts(s.get("events") or []):
+        conf = s["cluster"]["brokers"].get(node) or {}
+        span, cut = spans.get(conf.get("brokerName", node)), lost.get("cut_ms")
+        if not span or not cut:
+            continue
+        flush = (f"ASYNC_FLUSH every {int(conf.get('flushIntervalCommitLog') or FLUSH_INTERVAL_DEFAULT_MS):,} ms"
+                 if conf.get("flushDiskType", "ASYNC_FLUSH") == "ASYNC_FLUSH" else conf["flushDiskType"])
+        first, last = int(cut) - span[0], int(cut) - span[1]
+        out.append(f"{node}'s acknowledgements in no store came {first:,} ms to {last:,} ms before its cut ({flush})"
+                   if last >= 0 else
+                   f"{node}'s acknowledgements in no store came from {first:,} ms before its cut to {-last:,} ms "
+                   f"after it ({flush})")
     return out

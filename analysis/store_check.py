@@ -45,6 +45,7 @@ def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str
     by_broker: Counter[str] = Counter()  # lost keys by the broker group that acknowledged them
     gone: Counter[str] = Counter()  # acknowledged keys in no store now, by that group (with the erased below)
     gone_status: Counter[str] = Counter()  # the same keys by the status they were acknowledged with
+    gone_acks: dict[str, list[int]] = {}  # their acknowledgements' times, by that group
     for r in sorted(rows, key=lambda r: r["key"]):
         if r["class"] == "lost":
             by_broker.update(r["acked_on"])
@@ -60,15 +61,20 @@ def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str
         if verdict == "lost_from_store":
             gone.update(r["acked_on"])
             gone_status[strongest(r["statuses"])] += 1
+            for g in r["acked_on"] if r["acked_ms"] is not None else ():
+                gone_acks.setdefault(g, []).append(int(r["acked_ms"]))
         (stored if locs else absent).append({"key": r["key"], "class": r["class"], "verdict": verdict,
                                              "topics": sorted(r["topics"]), "stored_at": locs})
     erased = _erased(send, store, delivered or [])
-    for _, groups, statuses in erased:
+    for _, groups, statuses, acked_ms in erased:
         gone.update(groups)
         gone_status[strongest(statuses)] += 1
-    erased_keys = [k for k, _, _ in erased]
+        for g in groups if acked_ms is not None else ():
+            gone_acks.setdefault(g, []).append(int(acked_ms))
+    erased_keys = [k for k, _, _, _ in erased]
     return {"checked": len(rows), **split, "erased_after_delivery": len(erased_keys), "erased_examples": erased_keys[:STORE_EXAMPLES],
             "gone_by_broker": dict(sorted(gone.items())), "gone_by_status": dict(sorted(gone_status.items())),
+            "gone_acked_ms_by_broker": _span(gone_acks),
             "lost_by_broker": dict(sorted(by_broker.items())), "nodes": store.nodes(), "unread_nodes": unread, "method": store.method(),
             "seconds": round(time.monotonic() - t0, 3),
             "examples": (stored + [a for a in absent if a["class"] == "lost"])[:STORE_EXAMPLES]}
@@ -107,22 +113,28 @@ def strongest(statuses: list[str]) -> str:
     return "SEND_OK" if "SEND_OK" in st else (st[0] if st else "unknown")
 
 
-def _erased(send: DataFrame, store: Any, delivered: list[str]) -> list[tuple[str, list[str], list[str]]]:
+def _erased(send: DataFrame, store: Any, delivered: list[str]) -> list[tuple[str, list[str], list[str], int | None]]:
     """The delivered keys in no broker's store, by key, each with the broker groups that acknowledged
-    it and the statuses they acknowledged it with."""
+    it, the statuses they acknowledged it with and when its last acknowledgement came."""
     if not delivered:
         return []
     want = send.sparkSession.createDataFrame([(k,) for k in delivered], "key string")
     rows = _attempts(send, F.broadcast(want))
-    return sorted((r["key"], sorted(r["acked_on"]), sorted(r["statuses"])) for r in rows
+    return sorted((r["key"], sorted(r["acked_on"]), sorted(r["statuses"]), r["acked_ms"]) for r in rows
                   if not any(store.find(t, r["key"]) for t in sorted(r["topics"])))
+
+
+def _span(acks: dict[str, list[int]]) -> dict[str, list[int]]:
+    """Per broker group, the first and last acknowledgement (ms) of its keys in no store now."""
+    return {g: [min(ms), max(ms)] for g, ms in sorted(acks.items()) if ms}
 
 
 def _attempts(send: DataFrame, want: DataFrame, *by: str) -> list[Any]:
     """Per key of `want` (and its columns `by`): the topics its intents named (every attempt has one),
     the broker groups that acknowledged it (`acked_on`) and the statuses they answered (`statuses`),
-    in one scan of the send ledger."""
+    and when its last acknowledgement came (`acked_ms`), in one scan of the send ledger."""
     return (send.where(sends.is_intent() | sends.acked()).join(want, "key").groupBy("key", *by)
             .agg(F.collect_set(F.when(sends.is_intent(), F.col("topic"))).alias("topics"),
                  F.collect_set(F.when(sends.acked(), F.col("broker"))).alias("acked_on"),
-                 F.collect_set(F.when(sends.acked(), F.col("status"))).alias("statuses")).collect())
+                 F.collect_set(F.when(sends.acked(), F.col("status"))).alias("statuses"),
+                 F.max(F.when(sends.acked(), F.col("end_ms"))).alias("acked_ms")).collect())

@@ -141,6 +141,9 @@ def test_power_loss_erases_what_async_flush_never_synced_and_nothing_sync_flush_
     gone = sc["gone_by_broker"]
     assert gone.get("broker-a", 0) > 0 and gone.get("broker-b", 0) == 0, sc
     assert sc["lost_from_store"] + sc["erased_after_delivery"] == gone["broker-a"], sc
+    # when they were acknowledged: broker-a's, up to its cut (an answer is read at most a second after it)
+    span, cut = sc["gone_acked_ms_by_broker"], lost["broker-a"]["cut_ms"]
+    assert set(span) == {"broker-a"} and span["broker-a"][0] <= span["broker-a"][1] <= cut + 1000, (span, cut)
     assert sc["lost_by_broker"].get("broker-b", 0) == 0, sc
     assert all(x["broker"] == "broker-a" for x in s["reused_queue_offsets"]["examples"]), s["reused_queue_offsets"]
     assert s["signature"]["reached"] is True, s["signature"]["words"]

@@ -188,6 +188,26 @@ def test_weak_acknowledgements_a_power_loss_erased_are_counted_and_testable_as_a
     store["gone_by_status"] = {"SEND_OK": 65}  # only strong acknowledgements gone: the weak clause says nothing more
     assert "(37 of them lost)" in verdict(s)
 
+def test_the_acknowledgements_a_power_loss_took_are_set_against_the_flush_interval() -> None:
+    """Issue 48: how far before the cut the acknowledgements now in no store reach, beside the broker's
+    flush interval (what ASYNC_FLUSH risks is its unflushed tail)."""
+    cut = 1_800_000_015_000
+    store = {"lost_from_store": 3, "lost_in_delivery": 0, "indeterminate_stored": 0, "erased_after_delivery": 9,
+             "gone_by_broker": {"broker-a": 12}, "gone_acked_ms_by_broker": {"broker-a": [cut - 1_950, cut - 3]}}
+    power = {"kind": "fault", "outcome": "ok", "target": "broker-a",
+             "params": {"fault_id": "power-ab", "fault_kind": "power_loss",
+                        "evidence": {"nodes_lost": {"broker-a": {"cut_ms": cut}, "broker-b": {"cut_ms": cut}}}}}
+    s = summary("power-loss-async", "false", 3, store, events=[power])
+    s["cluster"]["brokers"]["broker-a"].update(brokerName="broker-a", flushIntervalCommitLog="2000")
+    s["cluster"]["brokers"]["broker-b"].update(brokerName="broker-b", flushDiskType="SYNC_FLUSH")
+    assert "broker-a's acknowledgements in no store came 1,950 ms to 3 ms before its cut (ASYNC_FLUSH every " \
+           "2,000 ms)" in verdict(s)
+    assert "broker-b's acknowledgements" not in verdict(s)  # none of its is gone
+    store["gone_acked_ms_by_broker"] = {"broker-a": [cut - 700, cut + 40]}  # an answer read just after the cut
+    del s["cluster"]["brokers"]["broker-a"]["flushIntervalCommitLog"]
+    assert "came from 700 ms before its cut to 40 ms after it (ASYNC_FLUSH every 500 ms)" in verdict(s)
+
+
 def test_a_noise_short_of_its_intent_is_stated_and_not_named_as_if_it_ran() -> None:
     words = "Redis noise reached 6 % of its 200 SET/s (worst of 8 instances)"
     short = noise_intent(shared_host(busy={}), "redis_noise", True, words, 0.06)
