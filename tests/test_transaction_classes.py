@@ -107,10 +107,11 @@ def test_a_lost_timer_stored_only_in_the_wheels_topic_is_lost_in_the_wheel(kept_
     only in rmq_sys_wheel_timer (the wheel never put it into its topic), w2 there and in its topic (put,
     then never delivered), g1 nowhere, p1 (not a timer) in its topic."""
     from analysis.store_check import store_check
-    S = "rec string, key string, topic string, outcome string, broker string, status string"
+    S = "rec string, key string, topic string, outcome string, broker string, status string, end_ms long"
     K = "key string, class string"
     keys = ["w1@5000", "w2@5000", "g1@5000", "p1"]
-    sends = [r for k in keys for r in (("intent", k, "T", None, None, None), ("outcome", k, "T", "ok", "broker-a", "SEND_OK"))]
+    sends = [r for i, k in enumerate(keys) for r in (("intent", k, "T", None, None, None, None),
+                                                     ("outcome", k, "T", "ok", "broker-a", "SEND_OK", 1000 + i))]
     at = {"w1@5000": ["rmq_sys_wheel_timer"], "w2@5000": ["T", "rmq_sys_wheel_timer"], "p1": ["T"]}
 
     class Store:
@@ -127,3 +128,4 @@ def test_a_lost_timer_stored_only_in_the_wheels_topic_is_lost_in_the_wheel(kept_
     r = store_check(kept_spark.createDataFrame(sends, S), kept_spark.createDataFrame([(k, "lost") for k in keys], K),
                     Store(), [])
     assert (r["lost_from_store"], r["lost_in_delivery"], r["lost_in_wheel"]) == (1, 3, 1), r
+    assert r["gone_acked_ms_by_broker"] == {"broker-a": [1002, 1002]}, r  # g1's acknowledgement: the one in no store
