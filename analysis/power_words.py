@@ -83,9 +83,12 @@ def gone_window_phrases(s: dict[str, Any]) -> list[str]:
     to 3 ms before its cut (ASYNC_FLUSH every 2,000 ms)": what a machine crash takes is the unflushed
     tail, and the interval bounds it (a flush that took long, or a failed one, widens it)."""
     spans = (s.get("store_check") or {}).get("gone_acked_ms_by_broker") or {}
+    if not spans:
+        return []
+    brokers = (s.get("cluster") or {}).get("brokers") or {}
     out = []
     for _, node, lost in power_cuts(s.get("events") or []):
-        conf = s["cluster"]["brokers"].get(node) or {}
+        conf = brokers.get(node) or {}
         span, cut = spans.get(conf.get("brokerName", node)), lost.get("cut_ms")
         if not span or not cut:
             continue
