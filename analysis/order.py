@@ -99,6 +99,15 @@ def windows(seconds: list[int]) -> list[dict[str, int]]:
     return out
 
 
+def window_seconds(s: dict[str, Any]) -> list[tuple[int, int]] | None:
+    """The order windows as (from, to) seconds on the report plots' time axis (second 0: the first
+    attempt), for the verdict and the report alike; None when the run has no time axis."""
+    if not s.get("series"):
+        return None
+    t0 = time_origin(s)
+    return [(w["start_ms"] // 1000 - t0, w["end_ms"] // 1000 - t0) for w in (s.get("order") or {}).get("windows") or []]
+
+
 def order_check(send: DataFrame, recv: DataFrame) -> dict[str, Any] | None:
     """{keys, messages, keys_in_order, keys_by_anomaly {kind: n}, messages_by_anomaly {kind: n},
     windows [{start_ms, end_ms}], examples [{shard_key, anomaly, seqs}], causes {moved, stayed,
@@ -161,9 +170,9 @@ def order_phrase(s: dict[str, Any]) -> str | None:
              (("reordered", "reordered"), ("repeat_out_of_order", "repeated out of order"), ("gap", "gaps")) if k.get(a)]
     ws = o.get("windows") or []
     lasting = " and ".join(f"{(w['end_ms'] - w['start_ms']) // 1000} s" for w in ws[:3]) + (", ..." if len(ws) > 3 else "")
-    if ws and s.get("series"):  # when, on the report plots' time axis, so a reader can set it beside the faults
-        t0 = time_origin(s)
-        lasting += (" (at " + " and ".join(f"{w['start_ms'] // 1000 - t0}-{w['end_ms'] // 1000 - t0} s" for w in ws[:3])
+    at = window_seconds(s)
+    if ws and at is not None:  # when, on the report plots' time axis, so a reader can set it beside the faults
+        lasting += (" (at " + " and ".join(f"{a}-{b} s" for a, b in at[:3])
                     + (", ..." if len(ws) > 3 else "") + " since the first attempt)")
     c = o.get("causes") or {}
     why = ""

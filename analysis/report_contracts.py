@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.findings import time_origin
+from analysis.order import window_seconds
 
 Section = tuple[str, str, list[list[Any]], list[str]]
 
@@ -52,11 +52,11 @@ def order_sections(s: dict[str, Any]) -> list[Section]:
                     ["cause", "keys that broke order", "their anomalous messages", ""]))
     ws = o.get("windows") or []
     if ws:
-        t0 = time_origin(s) if s.get("series") else None
+        at = window_seconds(s)
         out.append(("When order broke", "Seconds in which a delivery broke its key's order, joined when close"
-                    + (", on the plots' time axis (0: the first attempt)." if t0 is not None else "."),
-                    [[i + 1, *((w["start_ms"] // 1000 - t0, w["end_ms"] // 1000 - t0) if t0 is not None else ("", "")),
-                      (w["end_ms"] - w["start_ms"]) // 1000] for i, w in enumerate(ws)],
+                    + (", on the plots' time axis (0: the first attempt)." if at is not None else "."),
+                    [[i + 1, *(at[i] if at is not None else ("", "")), (w["end_ms"] - w["start_ms"]) // 1000]
+                     for i, w in enumerate(ws)],
                     ["window", "from (s)", "to (s)", "seconds"]))
     ex = o.get("examples") or []
     if ex:
