@@ -46,6 +46,12 @@ def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str
     gone: Counter[str] = Counter()  # acknowledged keys in no store now, by that group (with the erased below)
     gone_status: Counter[str] = Counter()  # the same keys by the status they were acknowledged with
     gone_acks: dict[str, list[int]] = {}  # their acknowledgements' times, by that group
+
+    def count_gone(groups: list[str], statuses: list[str], acked_ms: int | None) -> None:
+        gone.update(groups)
+        gone_status[strongest(statuses)] += 1
+        for g in groups if acked_ms is not None else ():
+            gone_acks.setdefault(g, []).append(int(acked_ms))
     for r in sorted(rows, key=lambda r: r["key"]):
         if r["class"] == "lost":
             by_broker.update(r["acked_on"])
@@ -59,18 +65,12 @@ def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str
         if verdict == "lost_in_delivery" and all(loc["topic"] in SCHEDULED_TOPICS for loc in locs):
             split["lost_in_wheel"] += 1
         if verdict == "lost_from_store":
-            gone.update(r["acked_on"])
-            gone_status[strongest(r["statuses"])] += 1
-            for g in r["acked_on"] if r["acked_ms"] is not None else ():
-                gone_acks.setdefault(g, []).append(int(r["acked_ms"]))
+            count_gone(r["acked_on"], r["statuses"], r["acked_ms"])
         (stored if locs else absent).append({"key": r["key"], "class": r["class"], "verdict": verdict,
                                              "topics": sorted(r["topics"]), "stored_at": locs})
     erased = _erased(send, store, delivered or [])
     for _, groups, statuses, acked_ms in erased:
-        gone.update(groups)
-        gone_status[strongest(statuses)] += 1
-        for g in groups if acked_ms is not None else ():
-            gone_acks.setdefault(g, []).append(int(acked_ms))
+        count_gone(groups, statuses, acked_ms)
     erased_keys = [k for k, _, _, _ in erased]
     return {"checked": len(rows), **split, "erased_after_delivery": len(erased_keys), "erased_examples": erased_keys[:STORE_EXAMPLES],
             "gone_by_broker": dict(sorted(gone.items())), "gone_by_status": dict(sorted(gone_status.items())),
