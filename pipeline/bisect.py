@@ -42,9 +42,9 @@ def _key(v: str) -> tuple[int, ...]:
     return tuple(int(x) for x in v.split("."))
 
 
-def versions_in(spec: str) -> tuple[list[str], list[str]]:
+def versions_in(spec: str) -> tuple[list[str], list[str], list[str]]:
     """'5.1.0..5.5.0' (or a comma list) -> (versions to run, in order; one line per version that runs
-    mixed or is skipped for want of a core module)."""
+    mixed; one line per version skipped for want of a core module)."""
     if ".." in spec:
         lo, hi = (x.strip() for x in spec.split("..", 1))
         for v in (lo, hi):
@@ -64,15 +64,15 @@ def versions_in(spec: str) -> tuple[list[str], list[str]]:
     def lacks(v: str) -> tuple[str, ...]:
         return tuple(m for m in RELEASED[v] if m in CORE)
 
-    lines = [f"{v}: skipped ({_and(lacks(v))} {v} {'is' if len(lacks(v)) == 1 else 'are'} not on Maven Central, "
-             "and a release runs only on its own core modules)" for v in asked if lacks(v)]
+    skipped = [f"{v}: skipped ({_and(lacks(v))} {v} {'is' if len(lacks(v)) == 1 else 'are'} not on Maven Central, "
+               "and a release runs only on its own core modules)" for v in asked if lacks(v)]
     asked = [v for v in asked if not lacks(v)]
     if len(asked) < 2:
         raise UserError(f"--versions {spec}: fewer than two versions to run"
-                        + (f" ({'; '.join(lines)})" if lines else ""), "give a range over two or more releases")
-    lines += [f"{v}: runs mixed ({_and(RELEASED[v])} {v} {'is' if len(RELEASED[v]) == 1 else 'are'} not on Maven "
-              "Central: an older or the pinned release's stand in)" for v in asked if RELEASED[v]]
-    return asked, lines
+                        + (f" ({'; '.join(skipped)})" if skipped else ""), "give a range over two or more releases")
+    mixed = [f"{v}: runs mixed ({_and(RELEASED[v])} {v} {'is' if len(RELEASED[v]) == 1 else 'are'} not on Maven "
+             "Central: an older or the pinned release's stand in)" for v in asked if RELEASED[v]]
+    return asked, mixed, skipped
 
 
 @dataclass
@@ -215,8 +215,8 @@ def bisect_scenario(scenario: str | Path, versions: str = "5.1.0..5.5.0", repeat
     if s.signature is None and s.expect is None:
         raise UserError(f"{scenario}: no signature or expect block to bisect on",
                         "bisect looks for the versions where what the scenario shows turns (docs/spec.md)")
-    run, mixed = versions_in(versions)
-    for line in mixed:
+    run, mixed, unrunnable = versions_in(versions)
+    for line in unrunnable + mixed:
         say(f"bisect: {line}")
     d = Path(out) if out else Path(str(default_run_dir(f"bisect-{s.name}")))
     d.mkdir(parents=True, exist_ok=True)
@@ -243,9 +243,8 @@ def bisect_scenario(scenario: str | Path, versions: str = "5.1.0..5.5.0", repeat
         runs[v].append({"shows": got, "run_dir": str(o.run.path)})
         return got
     b = bisect(run, shows, repeats, progress=say)
-    unrunnable = [x for x in mixed if ": skipped (" in x]  # versions_in's: known before any resolution
-    res = {"scenario": str(Path(scenario).resolve()), "versions": b.versions,
-           "mixed": [x for x in mixed if x not in unrunnable], "skipped": unrunnable + b.skipped,
+    res = {"scenario": str(Path(scenario).resolve()), "versions": b.versions, "mixed": mixed,
+           "skipped": unrunnable + b.skipped,  # known before any resolution, then found at it
            "tried": runs, "words": b.words(), "last_good": b.last_good if not b.problem else None,
            "first_bad": b.first_bad if not b.problem else None, "dir": str(d)}
     (d / "bisect.json").write_text(json.dumps(res, indent=1) + "\n")

@@ -210,16 +210,16 @@ def test_bisect_skips_a_version_that_cannot_run_and_says_when_both_ends_agree() 
 
 @pytest.mark.fast
 def test_the_version_range_says_which_releases_run_mixed_in_one_line_each() -> None:
-    run, mixed = versions_in("5.4.0..5.5.1")
-    assert run == ["5.4.0", "5.5.0", "5.5.1"]
+    run, mixed, skipped = versions_in("5.4.0..5.5.1")
+    assert run == ["5.4.0", "5.5.0", "5.5.1"] and skipped == []
     assert mixed == ["5.5.1: runs mixed (rocketmq-namesrv, rocketmq-proxy and rocketmq-client 5.5.1 are not on Maven "
                      "Central: an older or the pinned release's stand in)"]
     assert versions_in("5.1.3,5.1.1")[1] == ["5.1.3: runs mixed (rocketmq-namesrv 5.1.3 is not on Maven Central: an "
                                              "older or the pinned release's stand in)"]
     assert versions_in("5.5.0,5.3.3")[0] == ["5.3.3", "5.5.0"]
     # 5.3.4 on Maven Central is its broker, store, namesrv and controller only: no rocketmq-common of its own
-    run, lines = versions_in("5.3.3..5.4.0")
-    assert run == ["5.3.3", "5.4.0"] and lines == [
+    run, mixed, skipped = versions_in("5.3.3..5.4.0")
+    assert run == ["5.3.3", "5.4.0"] and mixed == [] and skipped == [
         "5.3.4: skipped (rocketmq-common, rocketmq-remoting, rocketmq-srvutil and rocketmq-filter 5.3.4 are not on "
         "Maven Central, and a release runs only on its own core modules)"]
     with pytest.raises(UserError, match=r"fewer than two versions to run \(5.3.4: skipped"):
