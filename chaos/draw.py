@@ -21,6 +21,12 @@ class Topology:
     replicated: tuple[str, ...]
     local: bool  # the local backend: the powerfs layer (power_loss, disk_error, disk_slow) is there
     faketime: tuple[str, ...] = ()  # nodes with a clock of their own (cluster.faketime): `clock` faults
+    consumers: tuple[str, ...] = ()  # consumer instance ids (consumers.instances): `consumer_kill`
+    faketime_consumers: tuple[str, ...] = ()  # those with a clock of their own: `consumer_clock`
+    # the load's queues per broker (None: no load), for `topic_queues`; whether the load's producer can
+    # crash and come back (`producer_crash`: the platform's remoting producer in one process)
+    load_queues: int | None = None
+    producer_crash: bool = False
 
     @classmethod
     def of(cls, s: Scenario) -> "Topology":
@@ -31,7 +37,11 @@ class Topology:
                 (b.name, *([f"{b.name}-s"] if b.slave is not None else []))
         return cls(namesrv="namesrv", controllers=tuple(c.controllers.node_names() if c.controllers else ()),
                    groups=groups, replicated=tuple(b.name for b in c.brokers if b.replicated),
-                   local=c.backend == "local", faketime=tuple(c.faketime_nodes()))
+                   local=c.backend == "local", faketime=tuple(c.faketime_nodes()),
+                   consumers=tuple(i.id for i in s.consumers.instances) if s.consumers else (),
+                   faketime_consumers=tuple(i.id for i in s.consumers.instances if i.faketime) if s.consumers else (),
+                   load_queues=s.load.queues if s.load else None,
+                   producer_crash=s.load is not None and s.load.workers == 0 and s.load.client == "remoting")
 
     @property
     def cluster_nodes(self) -> tuple[str, ...]:
@@ -52,6 +62,10 @@ class Topology:
             n = rng.choice(others)
             return n, frozenset({n})
         return self.broker_target(rng)
+
+    @property
+    def broker_nodes(self) -> frozenset[str]:
+        return frozenset(n for ns in self.groups.values() for n in ns)
 
     def group_of(self, node: str) -> str | None:
         return next((g for g, ns in self.groups.items() if node in ns), None)

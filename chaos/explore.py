@@ -79,6 +79,10 @@ def words(faults: list[dict[str, Any]]) -> str:
         what = f["kind"] + (f" {f['target']}" if f.get("target") else "")
         if f["kind"] == "partition":
             what += " " + " | ".join(",".join(g) for g in f["groups"])
+        if f["kind"] in ("consumer_kill", "consumer_clock"):
+            what += f" {f['consumer']}"
+        if f["kind"] == "topic_queues":
+            what += f" to {f['queues']} queue(s)"
         if f["kind"] == "link":
             what += f" {f['from']}->{f['to']}" + (" blackhole" if f.get("blackhole") else f" {t(f.get('latency'))}")
         extra = [f"{k.replace('_', ' ')} {t(f[k])}" for k in ("duration", "restart_after", "back_after") if f.get(k)]

@@ -40,6 +40,7 @@ def test_the_same_seed_gives_the_same_schedule_and_every_schedule_validates(tmp_
         dur = float(s.load.duration)  # type: ignore[union-attr]
         assert all(10.0 <= float(x.at) < dur for x in got.faults)
     assert {"kill", "pause", "partition"} <= seen  # the registry's kinds are drawn
+    assert {"consumer_kill", "producer_crash", "topic_queues"} <= seen  # the clients' and the topic's too
     if dur >= 90:
         assert "power_loss" in seen  # the layer's too, where a loss and its recovery fit in the load
     assert schedule(s, kinds, 1) != schedule(s, kinds, 2)
@@ -100,6 +101,48 @@ def test_words_say_a_schedule_in_one_line() -> None:
     assert words([{"kind": "kill", "target": "master-of:broker-a", "at": "20s", "restart_after": "12s"},
                   {"kind": "partition", "at": "40s", "groups": [["namesrv"], ["broker-a"]], "duration": "10s"}]) == \
         "kill master-of:broker-a at 20s (restart after 12s); partition namesrv | broker-a at 40s (duration 10s)"
+
+
+@pytest.mark.fast
+def test_the_clients_and_the_topic_are_drawn_where_they_can_act() -> None:
+    s = load_scenario(SCENARIOS / "failover-kill-master.yaml")
+    ids = [i.id for i in s.consumers.instances]
+    broker_nodes = {"broker-a-0", "broker-a-1", "broker-a-2", "master-of:broker-a"}
+    beside = 0  # schedules with the topic's change and a broker kill, apart
+    for seed in range(60):
+        fs = schedule(s, registry(), seed, only=["consumer_kill", "topic_queues", "kill"])
+        beside += {"topic_queues", "kill"} <= {f["kind"] for f in fs}
+        for f in fs:
+            if f["kind"] == "consumer_kill":
+                assert f["consumer"] in ids and f["back_after"]  # always started again
+            if f["kind"] == "topic_queues":
+                assert f["queues"] != s.load.queues and f["back_after"]  # type: ignore[union-attr]
+                t0, t1 = float(f["at"][:-1]), float(f["at"][:-1]) + float(f["back_after"][:-1]) + 10
+                # it asks every master: no broker fault acts while it does
+                kills = [(float(g["at"][:-1]), float(g["at"][:-1]) + float(g["restart_after"][:-1]) + 15)
+                         for g in fs if g["kind"] == "kill" and g["target"] in broker_nodes]
+                assert not [k for k in kills if k[0] < t1 and t0 < k[1]], fs
+    assert beside >= 3
+    for update in ({"workers": 2}, {"client": "grpc"}):  # the platform's producer in one process only
+        other = s.model_copy(update={"load": s.load.model_copy(update=update)})  # type: ignore[union-attr]
+        assert not [f for seed in range(40) for f in schedule(other, registry(), seed) if f["kind"] == "producer_crash"]
+    assert words([{"kind": "consumer_kill", "consumer": "c0", "at": "20s", "back_after": "9s"},
+                  {"kind": "topic_queues", "queues": 2, "at": "40s", "back_after": "12s"}]) == \
+        "consumer_kill c0 at 20s (back after 9s); topic_queues to 2 queue(s) at 40s (back after 12s)"
+
+
+@pytest.mark.fast
+def test_a_consumer_with_a_clock_of_its_own_has_its_clock_drawn(tmp_path: Path) -> None:
+    base = SCENARIOS / "clock-consumer-ahead.yaml"
+    s = load_scenario(base)
+    faked = {i.id for i in s.consumers.instances if i.faketime}
+    drawn = []
+    for seed in range(40):
+        faults = schedule(s, registry(), seed, only=["consumer_clock", "consumer_kill"])
+        (tmp_path / "x.yaml").write_text(yaml.safe_dump(scenario_doc(base, seed, faults)))
+        load_scenario(tmp_path / "x.yaml")  # the spec takes it
+        drawn += [f for f in faults if f["kind"] == "consumer_clock"]
+    assert faked and drawn and {f["consumer"] for f in drawn} <= faked
 
 
 # ---------------------------------------------------------------- shrinking

@@ -88,15 +88,8 @@ class Clock(FaultKind):
         if not topo.faketime:
             return None
         n = rng.choice(sorted(topo.faketime))
-        off = rng.choice((-1, 1)) * seconds(rng, 10, 150)
-        shape = rng.choice(("jump", "offset", "strobe"))
-        p: dict[str, Any] = {"target": n, "offset": f"{off:+g}s"}
-        d = seconds(rng, 10, 40)
-        if shape != "jump":
-            p["duration"] = dur(d)
-        if shape == "strobe":
-            p["strobe"] = dur(rng.choice((1, 2, 5)))
-        return Draw(p, (d if shape != "jump" else 0) + 10, frozenset({n}))
+        p, hold = clock_draw(rng)
+        return Draw({"target": n, **p}, hold, frozenset({n}))
 
     @classmethod
     def check(cls, params: Any, fault: Fault, scenario: Scenario) -> list[tuple[tuple[Any, ...], str]]:
@@ -184,6 +177,20 @@ class Clock(FaultKind):
         return self.evidence
 
 
+def clock_draw(rng: random.Random) -> tuple[dict[str, Any], float]:
+    """A clock fault's parameters for explore (a jump of +-10-150 s that stays, the offset held 10-40 s,
+    or a strobe to it every 1, 2 or 5 s), and how long it acts on the cluster."""
+    off = rng.choice((-1, 1)) * seconds(rng, 10, 150)
+    shape = rng.choice(("jump", "offset", "strobe"))
+    p: dict[str, Any] = {"offset": f"{off:+g}s"}
+    d = seconds(rng, 10, 40)
+    if shape != "jump":
+        p["duration"] = dur(d)
+    if shape == "strobe":
+        p["strobe"] = dur(rng.choice((1, 2, 5)))
+    return p, (d if shape != "jump" else 0) + 10
+
+
 class ConsumerClockParams(ClockParams):
     consumer: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,40}$")]  # the instance's id (consumers.instances[].id)
 
@@ -211,7 +218,12 @@ class ConsumerClock(Clock):
 
     @classmethod
     def explore(cls, rng: random.Random, topo: Topology) -> Draw | None:
-        return None  # explore draws on nodes; a consumer's clock is a scenario's own choice
+        """The clock draw on a consumer instance with a clock of its own (none without one)."""
+        if not topo.faketime_consumers:
+            return None
+        cid = rng.choice(sorted(topo.faketime_consumers))
+        p, hold = clock_draw(rng)
+        return Draw({"consumer": cid, **p}, hold, frozenset({f"consumer:{cid}"}))
 
     @classmethod
     def check(cls, params: Any, fault: Fault, scenario: Scenario) -> list[tuple[tuple[Any, ...], str]]:

@@ -9,10 +9,12 @@ batch in hand and unacknowledged is delivered again, to whichever instance then 
 Its intent: the process died, and (with back_after) the instance started again."""
 from __future__ import annotations
 
+import random
 from typing import Annotated, Any
 
 from pydantic import Field
 
+from chaos.draw import Draw, Topology, dur, seconds
 from chaos.intent import happened, intent
 from chaos.kinds.kill import KillParams
 from chaos.protocol import BackAfter, ComingBackKind, FaultError, register
@@ -41,6 +43,14 @@ class ConsumerKill(ComingBackKind):
     name = "consumer_kill"
     Params = ConsumerKillParams
     target = "none"
+
+    @classmethod
+    def explore(cls, rng: random.Random, topo: Topology) -> Draw | None:
+        """A consumer instance killed (SIGKILL) and started again 5-30 s later; its group rebalances twice."""
+        if not topo.consumers:
+            return None
+        cid, back = rng.choice(topo.consumers), seconds(rng, 5, 30)
+        return Draw({"consumer": cid, "back_after": dur(back)}, back + 15, frozenset({f"consumer:{cid}"}))
 
     @classmethod
     def check(cls, params: Any, fault: Fault, scenario: Scenario) -> list[tuple[tuple[Any, ...], str]]:

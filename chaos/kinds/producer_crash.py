@@ -12,8 +12,10 @@ rollback for a half message it has no decision for (its local transaction never 
 Its intent, per load process: it went down (answered the request) and came back."""
 from __future__ import annotations
 
+import random
 from typing import Any
 
+from chaos.draw import Draw, Topology, dur, seconds
 from chaos.intent import happened, intent
 from chaos.protocol import BackAfter, ComingBackKind, FaultError, register
 from rmqchaos import producer_control as pc
@@ -45,7 +47,18 @@ class ProducerCrash(ComingBackKind):
     target = "none"
 
     @classmethod
+    def explore(cls, rng: random.Random, topo: Topology) -> Draw | None:
+        """The producer application down and back 3-20 s later (the load's own producer only)."""
+        if not topo.producer_crash:
+            return None
+        back = seconds(rng, 3, 20)
+        return Draw({"back_after": dur(back)}, back + 5, frozenset({"producers"}))
+
+    @classmethod
     def check(cls, params: Any, fault: Fault, scenario: Scenario) -> list[tuple[tuple[Any, ...], str]]:
+        if scenario.load is not None and scenario.load.client != "remoting":
+            return [((), "producer_crash crashes the platform's own producer (load.client: remoting); the gRPC "
+                         "load's Java producer has no such control")]
         if scenario.load is not None and scenario.load.workers > 0:
             return [((), "producer_crash needs the load in one process (load.workers: 0): a Locust master's "
                          "workers would each answer for their own keys only after a restart")]

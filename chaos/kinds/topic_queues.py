@@ -7,10 +7,12 @@ Its intent: every master's topic table holds the asked count, and namesrv's rout
 queues per master (the broker registers at once on UPDATE_AND_CREATE_TOPIC; asked until it shows)."""
 from __future__ import annotations
 
+import random
 from typing import Annotated, Any
 
 from pydantic import Field, StrictInt
 
+from chaos.draw import Draw, Topology, dur, seconds
 from chaos.intent import measure, intent
 from chaos.protocol import BackAfter, ComingBackKind, FaultError, register
 from rmqchaos.spec import Fault, Scenario, TopicName
@@ -30,6 +32,16 @@ class TopicQueues(ComingBackKind):
     name = "topic_queues"
     Params = TopicQueuesParams
     target = "none"
+
+    @classmethod
+    def explore(cls, rng: random.Random, topo: Topology) -> Draw | None:
+        """The load topic's queue count changed on every master and set back 10-30 s later. It asks every
+        master and namesrv, so it touches every node they run on: no node fault overlaps it."""
+        if topo.load_queues is None:
+            return None
+        queues = rng.choice([q for q in (1, 2, 3, 6, 8) if q != topo.load_queues])
+        back = seconds(rng, 10, 30)
+        return Draw({"queues": queues, "back_after": dur(back)}, back + 10, topo.broker_nodes | {topo.namesrv})
 
     @classmethod
     def check(cls, params: Any, fault: Fault, scenario: Scenario) -> list[tuple[tuple[Any, ...], str]]:
