@@ -50,6 +50,9 @@ def test_the_consumer_kill_intent_names_a_consumer_that_did_not_come_back() -> N
      "faults[0].at: the fault (at 5s, lasting 40s) ends after the load's duration 30s"),
     ({"load": {"duration": "30s", "workers": 2}, "faults": [{"kind": "producer_crash", "at": "5s"}]},
      "producer_crash needs the load in one process (load.workers: 0)"),
+    ({"load": {"duration": "30s", "client": "grpc"}, "cluster": {"proxy": {"mode": "local"}},
+      "faults": [{"kind": "producer_crash", "at": "5s"}]},
+     "producer_crash crashes the platform's own producer (load.client: remoting)"),
     ({"faults": [{"kind": "topic_queues", "queues": 4, "at": "5s"}]},
      "faults[0].queues: the load's topic already has 4 queue(s) per broker (load.queues): ask for another count"),
 ])
