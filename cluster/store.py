@@ -14,6 +14,13 @@ the cluster up (the files are shared mappings: what the broker wrote is what we 
   bit 5), RECONSUMETIMES 4, PREPAREDTRANSACTIONOFFSET 8, BODYLENGTH 4, BODY, TOPICLENGTH 1 (2 with
   MESSAGE_MAGIC_CODE_V2), TOPIC, PROPERTIESLENGTH 2, PROPERTIES (`name\\x01value\\x02`…). A file ends
   with a BLANK_MAGIC_CODE record or zeros.
+- A DLedger replica's log, `dledger-<selfId>/data/<20-digit start offset>` (DLedger 0.3.2, which
+  5.5.0 ships): entries of a 48-byte header (magic 4 = 1, size 4 (the whole entry), index 8, term 8,
+  pos 8 (its own offset), channel 4, chainCrc 4, bodyCrc 4, bodySize 4; DLedgerEntryCoder) followed by
+  one record as above; a file ends with magic -1 or zeros. The record's PHYSICALOFFSET, and what the
+  index holds, is `pos + 48` (DLedgerCommitLog's append hook), so index lookups read it as they read a
+  commit log; a scan walks the entries, stopping where DLedger's own recovery would (an unknown magic,
+  a size of 0, a pos that is not the entry's offset, an index out of sequence).
 
 The index answers with candidate commit-log offsets (hash collisions included); each candidate is
 decoded and kept only if its topic and KEYS match. Records past the newest index entry (dispatched
@@ -40,6 +47,7 @@ from rmqchaos import body as msgbody
 from rmqclient.record import Record, decode, java_hash
 
 INDEX_HEADER, SLOT, ENTRY = 40, 4, 20
+DLEDGER_HEADER, DLEDGER_MAGIC, DLEDGER_BLANK = 48, 1, -1  # DLedgerEntry.BODY_OFFSET, MAGIC; MmapFileList.BLANK_MAGIC_CODE
 DEFAULT_SLOTS, DEFAULT_INDEX = 5_000_000, 5_000_000 * 4  # MessageStoreConfig.maxHashSlotNum / maxIndexNum
 
 
@@ -58,6 +66,7 @@ class NodeStore:
     commitlog: Path
     slots: int = DEFAULT_SLOTS
     index_num: int = DEFAULT_INDEX
+    dledger: bool = False  # `commitlog` is a DLedger replica's data directory (entries, the module's note)
     _maps: dict[Path, mmap.mmap] = field(default_factory=dict)
 
     def _map(self, f: Path) -> mmap.mmap | None:
@@ -124,6 +133,9 @@ class NodeStore:
 
     def scan(self, start: int) -> Iterator[Record]:
         """Every record from commit-log offset `start` (or the first file) to the end of the log."""
+        if self.dledger:
+            yield from self._scan_entries(start)
+            return
         for fstart, f in self.commit_files:
             m = self._map(f)
             if m is None or fstart + len(m) <= start:
@@ -136,6 +148,28 @@ class NodeStore:
                 yield r
                 pos += r.size
 
+    def _scan_entries(self, start: int) -> Iterator[Record]:
+        """A DLedger log's records from the entry whose record starts at `start` (its body offset)."""
+        start = max(0, start - DLEDGER_HEADER) if start > 0 else 0
+        last_index: int | None = None
+        for fstart, f in self.commit_files:
+            m = self._map(f)
+            if m is None or fstart + len(m) <= start:
+                continue
+            pos = max(0, start - fstart)
+            while pos + DLEDGER_HEADER <= len(m):
+                magic, size, index, _term, at = struct.unpack_from(">iiqqq", m, pos)
+                if magic == DLEDGER_BLANK:
+                    break  # the file's end: the log goes on in the next file
+                if magic != DLEDGER_MAGIC or size <= DLEDGER_HEADER or at != fstart + pos or \
+                        (last_index is not None and index != last_index + 1):
+                    return  # the log's end (DLedgerMmapFileStore.recover's rules)
+                r = decode(m, pos + DLEDGER_HEADER)
+                if r is None:
+                    return
+                yield r
+                last_index, pos = index, pos + size
+
 
 class Store:
     """Every broker node's store of a run (masters and slaves), looked up by (topic, key)."""
@@ -144,18 +178,20 @@ class Store:
         """brokers: node -> its broker.conf (RunDir.broker_configs()). A store path that is not there
         (a run directory copied elsewhere) falls back to `cluster_dir/<node>/store`."""
         self.stores = []
-        # a DLedger replica's commit log is DLedger's own entry format (store/dledger-<id>/data),
-        # which this reader does not decode: named, so that nothing is called absent from it
-        self.unread = sorted(n for n, c in brokers.items() if str(c.get("enableDLegerCommitLog")).lower() == "true")
         for node, conf in sorted(brokers.items()):
+            # a DLedger replica's log is DLedger's own (DLedgerCommitLog: storePathDLedgerCommitLog, by
+            # default <root>/dledger-<selfId>/data), not storePathCommitLog
+            dledger = str(conf.get("enableDLegerCommitLog")).lower() == "true"
+            sub = Path(f"dledger-{conf.get('dLegerSelfId')}") / "data" if dledger else Path("commitlog")
             root = Path(conf.get("storePathRootDir") or os.path.expanduser("~/store"))
-            commitlog = Path(conf.get("storePathCommitLog") or root / "commitlog")
+            commitlog = Path((conf.get("storePathDLedgerCommitLog") if dledger else conf.get("storePathCommitLog"))
+                             or root / sub)
             if not commitlog.is_dir() and cluster_dir is not None and (cluster_dir / node / "store").is_dir():
                 root = cluster_dir / node / "store"
-                commitlog = root / "commitlog"
+                commitlog = root / sub
             self.stores.append(NodeStore(node, conf.get("brokerName", node), root, commitlog,
                                          int(conf.get("maxHashSlotNum", DEFAULT_SLOTS)),
-                                         int(conf.get("maxIndexNum", DEFAULT_INDEX))))
+                                         int(conf.get("maxIndexNum", DEFAULT_INDEX)), dledger))
         self._tails: dict[str, dict[tuple[str, str], list[Record]]] = {}
         self._whole: dict[str, dict[tuple[str, str], list[int]]] = {}
 

@@ -309,6 +309,10 @@ def test_anomalies_are_conditions_on_the_runs_figures() -> None:
     assert got["rolled_back_delivered"] == "transactions.rolled_back_delivered = 2" and "committed_lost" not in got
     assert got["timers_early"] == "timers_early = 5" and "pop_consumed_but_lost" not in got
     assert got["pop_redelivered_after_change"] == "pop.redelivered_after_ack.after_change = 7"
+    assert "dledger_terms_reused" not in got  # no DLedger replica's logs read
+    s.update(dledger_elections={"broker-a-0": [1], "broker-a-1": [1]},
+             cluster={"brokers": {"broker-a-0": {"brokerName": "broker-a"}, "broker-a-1": {"brokerName": "broker-a"}}})
+    assert {a["check"]: a["seen"] for a in anomalies(s)}["dledger_terms_reused"] == "dledger_terms_reused = 1"
 
 
 # ---------------------------------------------------------------- in the nightly

@@ -316,15 +316,6 @@ def test_a_run_without_replicated_groups_has_no_failover_section(tmp_path: Path)
     assert failover_phrases({"failover": None}) == [] and failover_phrases({}) == []
 
 
-@pytest.mark.fast
-def test_a_dledger_replicas_store_is_named_unread_never_called_absent(tmp_path: Path) -> None:
-    """The store reader does not decode DLedger's entry format: such nodes are listed as unread."""
-    from cluster.store import Store
-    s = Store({"broker-a-0": {"storePathRootDir": str(tmp_path / "a0"), "enableDLegerCommitLog": "true"},
-               "broker-b": {"storePathRootDir": str(tmp_path / "b")}})
-    assert s.unread == ["broker-a-0"]
-
-
 def test_deliveries_a_deposed_master_stored_after_the_election_are_stale_reads(spark) -> None:
     """apache/rocketmq#6662's signature: consumers read what the old master stored after the new one
     was elected and before its own switch ended (a partition: its heal)."""

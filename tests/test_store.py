@@ -42,3 +42,64 @@ def test_a_record_below_a_stale_index_end_is_found_in_the_whole_log(tmp_path: Pa
         assert s.find("T", "gone") == [] and s.find("T", "never") == []  # the stale entry's record is k2's now
     finally:
         s.close()
+
+
+def dledger_log(path: Path, records: list[tuple[str, str, int]], indexes: list[int]) -> list[int]:
+    """A DLedger replica's data file: each record (commit_log's layout) in an entry of its own with the
+    48-byte header (magic 1, size, index, term, pos, channel, chainCrc, bodyCrc, bodySize), its
+    PHYSICALOFFSET the entry's pos + 48 as DLedgerCommitLog writes it; then magic -1. Returns each
+    record's offset (pos + 48)."""
+    tmp = path.parent / "plain"
+    commit_log(tmp, records)
+    plain = (tmp / "00000000000000000000").read_bytes()
+    out, offsets, at = bytearray(), [], 0
+    for index in indexes:
+        size, = struct.unpack_from(">i", plain, at)
+        rec = bytearray(plain[at:at + size])
+        struct.pack_into(">q", rec, 28, len(out) + 48)  # PHYSICALOFFSET
+        out += struct.pack(">iiqqqiiii", 1, 48 + size, index, 1, len(out), 0, 0, 0, size) + rec
+        offsets.append(len(out) - size)
+        at += size
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "00000000000000000000").write_bytes(bytes(out) + struct.pack(">ii", -1, 0) + b"\0" * 4096)
+    return offsets
+
+
+def test_a_dledger_replicas_log_is_read_entry_by_entry_up_to_where_its_recovery_would_stop(tmp_path: Path) -> None:
+    store = tmp_path / "broker-a-0" / "store"
+    # three entries in sequence, then a stale one past a truncation (its index out of sequence)
+    offsets = dledger_log(store / "dledger-n0" / "data", [("T", "k0", 0), ("T", "k1", 1), ("T", "k2", 2),
+                                                          ("T", "stale", 3)], [0, 1, 2, 9])
+    index_file(store / "index" / "20261129000000000", [("T#k0", offsets[0])], end_phy=offsets[0])
+    conf = {"storePathRootDir": str(tmp_path / "gone.fs"), "storePathCommitLog": str(tmp_path / "gone.fs" / "commitlog"),
+            "brokerName": "broker-a", "enableDLegerCommitLog": "true", "dLegerSelfId": "n0",
+            "maxHashSlotNum": str(SLOTS), "maxIndexNum": str(ENTRIES)}
+    s = Store({"broker-a-0": conf}, cluster_dir=tmp_path)  # the layer's mount is gone: the run's store
+    try:
+        assert s.nodes() == ["broker-a-0"]
+        assert [x["commit_offset"] for x in s.find("T", "k0")] == [offsets[0]]  # through the index
+        assert [x["commit_offset"] for x in s.find("T", "k2")] == [offsets[2]]  # the tail past it
+        assert [r.topic for r in s.stores[0].scan(0)] == ["T", "T", "T"]
+        assert s.find("T", "stale") == []  # past the log's end, as DLedger's recovery reads it
+    finally:
+        s.close()
+
+
+def test_a_dledger_term_elected_twice_in_a_group_is_a_reused_term(tmp_path: Path) -> None:
+    from analysis.figures import value
+    from analysis.log_marks import dledger_elections
+    d = tmp_path / "cluster"
+    line = "2026-12-01 02:{} INFO StateMaintainer - [{}] [VOTE_RESULT] has been elected to be the leader in term {}\n"
+    for node, rows in {"broker-a-0": [("44:56", "n0", 1)], "broker-a-1": [("45:30", "n1", 3), ("44:04", "n1", 1)],
+                       "broker-b-0": [("44:05", "n0", 1), ("44:40", "n0", 2)]}.items():
+        (d / node / "logs" / "rocketmqlogs").mkdir(parents=True)
+        (d / node / "logs" / "rocketmqlogs" / "broker.log").write_text(
+            "".join(line.format(t, who, term) for t, who, term in rows) + "other\n")
+    (d / "namesrv" / "logs" / "rocketmqlogs").mkdir(parents=True)  # no election: left out
+    el = dledger_elections(d)
+    assert el == {"broker-a-0": [1], "broker-a-1": [1, 3], "broker-b-0": [1, 2]}  # in time order
+    groups = {"cluster": {"brokers": {n: {"brokerName": n[:8]} for n in el}}}
+    # broker-a's term 1 twice (n1, then n0 after a restart); broker-b's terms each once
+    assert value({"dledger_elections": el, **groups}, "dledger_terms_reused") == 1
+    assert value({"dledger_elections": {"broker-b-0": [1, 2]}, **groups}, "dledger_terms_reused") == 0
+    assert value(groups, "dledger_terms_reused") is None  # an analysis from before: not judged
