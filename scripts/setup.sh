@@ -14,7 +14,7 @@ stamp_ok() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }
 apt_updated=0
 need_pkgs=()
 PATH=$PATH:/usr/sbin:/sbin  # dockerd and debootstrap live there, off a normal user's PATH
-for pair in fio:fio redis-server:redis-server ip:iproute2 gcc:gcc mvn:maven java:openjdk-17-jdk-headless javac:openjdk-17-jdk-headless ss:iproute2 conntrack:conntrack tcpdump:tcpdump pgrep:procps chromium:chromium dockerd:docker.io debootstrap:debootstrap faketime:faketime; do
+for pair in fio:fio redis-server:redis-server ip:iproute2 gcc:gcc mvn:maven java:openjdk-17-jdk-headless javac:openjdk-17-jdk-headless ss:iproute2 conntrack:conntrack tcpdump:tcpdump pgrep:procps chromium:chromium dockerd:docker.io debootstrap:debootstrap faketime:faketime perf:linux-perf; do
   cmd=${pair%%:*}; pkg=${pair#*:}
   command -v "$cmd" >/dev/null 2>&1 || need_pkgs+=("$pkg")
 done

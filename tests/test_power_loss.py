@@ -5,6 +5,10 @@ the SYNC_FLUSH one none (each of its forces reached the layer as a sync), and bo
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +17,8 @@ import yaml
 from analysis.figures import value
 from chaos.kinds.power_loss import power_intent
 from cluster.plan import plan
-from conftest import REPO, run_here
+from conftest import REPO, RMQCHAOS, cli, run_here
+from helpers import assert_nothing_left
 from pipeline.runs import load_scenario
 from rmqchaos.errors import UserError
 
@@ -181,3 +186,111 @@ def test_disk_errors_on_a_sync_flush_commit_log_and_what_its_broker_answered_mea
     from analysis.verdict import verdict
     assert "while broker-a's fsyncs failed (eio-a:" in verdict(s)
     assert s["store_check"]["gone_by_broker"].get("broker-b", 0) == 0
+
+
+def test_the_platform_sigkilled_during_a_power_loss_leaves_no_mount_after_down(tmp_path: Path) -> None:
+    # `rmqchaos run` dies while broker-a is without power (killed, its layer remounted, not back yet):
+    # the layer's servers outlive it, and `cluster down --all` must end them and leave no mount
+    f = _write(tmp_path, {
+        "extends": str(SCENARIOS / "power-loss-async.yaml"), "name": "power-loss-killed",
+        "cluster": {"namesrv": {"port": 23976}, "stop_timeout": "3s",
+                    "brokers": [{"name": "broker-a", "port": 23931}, {"name": "broker-b", "port": 23941}]},
+        "load": {"duration": "40s", "rate": 200, "users": 10},
+        "faults": [{"id": "power-a", "kind": "power_loss", "target": "broker-a", "at": "4s", "back_after": "25s"}]})
+    out = tmp_path / "run"
+
+    def events() -> list[dict]:
+        try:
+            lines = (out / "processes.jsonl").read_text().splitlines()
+        except OSError:
+            return []
+        return [json.loads(ln) for ln in lines if ln.endswith("}")]
+
+    def remounted() -> bool:  # broker-a killed by the cut, and its layer's server started again after it
+        ev = events()
+        cut = next((i for i, e in enumerate(ev) if e.get("event") == "exit" and e.get("node") == "broker-a"), None)
+        return cut is not None and any(e.get("node") == "powerfs-broker-a" and "pid" in e and e.get("event") is None
+                                       for e in ev[cut:])
+
+    def our_mounts() -> list[str]:
+        return [ln for ln in Path("/proc/self/mountinfo").read_text().splitlines() if str(out) in ln]
+    p = subprocess.Popen([*RMQCHAOS, "run", str(f), "--out", str(out)], cwd=REPO, env=os.environ.copy(),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not remounted():
+            assert p.poll() is None, f"run ended before the power loss: {p.communicate()[1][-2000:]}"
+            assert time.monotonic() < deadline, "the power loss never came"
+            time.sleep(0.1)
+        assert len(our_mounts()) == 1, our_mounts()  # broker-a's layer, remounted on what it kept
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert our_mounts(), "the layer's servers outlive the platform (nothing to reap otherwise)"
+    r = cli("cluster", "down", "--all")
+    assert r.returncode == 0, r.stderr
+    assert our_mounts() == [], our_mounts()
+    assert_nothing_left(out)  # the brokers, the load, the consumer and the layer's servers
+    assert (out / "cluster" / "broker-a" / "store" / "commitlog").is_dir()  # the store stays, readable
+
+
+def _forces(pid: int, tasks: subprocess.Popen) -> dict[str, int]:
+    """The counts `perf stat` printed (-x,) for the syscalls that force data: msync (MappedByteBuffer.force),
+    fsync and fdatasync (FileChannel.force)."""
+    tasks.send_signal(signal.SIGINT)
+    _, err = tasks.communicate(timeout=30)
+    got = {}
+    for ln in err.splitlines():
+        parts = ln.split(",")
+        if len(parts) > 2 and parts[2].startswith("syscalls:sys_enter_"):
+            assert parts[0].isdigit(), f"perf could not count {parts[2]} of pid {pid}: {ln}"
+            got[parts[2].removeprefix("syscalls:sys_enter_")] = int(parts[0])
+    assert set(got) == {"msync", "fsync", "fdatasync"}, err[-2000:]
+    return got
+
+
+def test_every_force_of_a_real_broker_reaches_the_layer_as_one_sync(tmp_path: Path) -> None:
+    # A SYNC_FLUSH broker on the layer stores 300 messages while the kernel counts its JVM's msync,
+    # fsync and fdatasync calls (perf's syscall tracepoints: no ptrace, no slowdown) and the layer its
+    # FUSE fsyncs. The broker is frozen at both ends of the window (the freezer waits for a task inside
+    # a FUSE call, so no force is half counted): the two counts must be equal.
+    from conftest import _start, scenario_dict
+    from pipeline import down
+    from rmqclient.admin import AdminClient
+    from rmqclient.producer import Producer
+    d = scenario_dict("forces", 23986, [23951], load={"topic": "T_FORCE", "duration": "30s"},
+                      faults=[{"kind": "power_loss", "target": "broker-a", "at": "20s"}])  # puts broker-a on the layer
+    d["cluster"]["broker_defaults"] = {"config": {"flushDiskType": "SYNC_FLUSH"}}
+    run, c = _start(tmp_path, d)
+    try:
+        node = c.node("broker-a")
+        layer = node.layer(mount=False)
+        assert layer is not None and node.pid is not None
+        AdminClient(c.namesrv_addr).create_topic_everywhere("T_FORCE", queues=4)
+        prod = Producer(c.namesrv_addr, timeout=10)
+        try:
+            assert all(prod.send("T_FORCE", b"warm").status == "SEND_OK" for _ in range(50))  # its pools started
+            node.pause()
+            syncs0 = layer.stats()["totals"]["syncs"]
+            perf = subprocess.Popen(["perf", "stat", "-x,", "-p", str(node.pid), "-e",
+                                     "syscalls:sys_enter_msync,syscalls:sys_enter_fsync,syscalls:sys_enter_fdatasync"],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            time.sleep(1.0)  # attached to every thread
+            assert perf.poll() is None, perf.communicate()[1]
+            node.resume()
+            acked = sum(prod.send("T_FORCE", b"x" * 512).status == "SEND_OK" for _ in range(300))
+            time.sleep(1.5)  # the consume queues' flush (every second) comes in the window too
+            node.pause()
+            syncs = layer.stats()["totals"]["syncs"] - syncs0
+            forces = _forces(node.pid, perf)
+            node.resume()
+        finally:
+            prod.close()
+        assert acked == 300
+        # SYNC_FLUSH: at least one force per group commit, so some hundreds; every one a sync of the layer
+        assert sum(forces.values()) >= 100 and sum(forces.values()) == syncs, (forces, syncs)
+    finally:
+        down.run(run)
