@@ -9,6 +9,8 @@ What "showed" means for a run: its scenario's `expect:` reproduced, else its sig
 an anomaly of analysis/anomalies.py (`--check` names which)."""
 from __future__ import annotations
 
+import collections
+
 import json
 import re
 import zipfile
@@ -27,6 +29,8 @@ OUT_DIR = paths.REPO / "docs" / "upstream-reports"
 NOT_MEASURED = "_not measured_"
 DEFAULT_GREP = r"Exception|ERROR|SyncStateSet|changeToMaster|change to master|removeConnection|shrink|expand"
 EXCERPT_LINES = 8  # per log file
+# matches that say nothing about the fault: JDK 17's reflection warnings, a request code a node does not serve
+NOISE = re.compile(r"InaccessibleObjectException|request type \d+ not supported")
 M2 = Path.home() / ".m2" / "repository" / "org" / "apache" / "rocketmq"
 _SOURCE = re.compile(r"^(?P<path>[\w/$.-]+\.java):(?P<a>\d+)(?:-(?P<b>\d+))?@(?P<v>5\.\d+\.\d+)$")
 
@@ -86,13 +90,17 @@ def settings(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def excerpts(run_dir: str | Path, grep: str = DEFAULT_GREP, per_file: int = EXCERPT_LINES) -> list[dict[str, Any]]:
-    """[{file (relative to the run), lines [(number, text)]}]: the first `per_file` lines matching
-    `grep` in each node's RocketMQ logs and stdout."""
+    """[{file (relative to the run), lines [(number, text)], head, skipped}]: of the lines matching `grep` in
+    each node's RocketMQ logs and stdout (JDK-17 reflection warnings and unknown request codes left
+    out), the first few and the last ones, `per_file` in all: the start shows the setup, the end what
+    the faults led to (a run's first matches are all from before its faults). `head`: how many
+    lines are the first ones; `skipped`: matches between the two, left out."""
     r = as_run(run_dir)
     try:
         pat = re.compile(grep)
     except re.error as e:
         raise UserError(f"--grep {grep!r} is not a regular expression: {e}", "e.g. --grep 'SyncStateSet|Exception'") from None
+    head = max(1, per_file // 3)
     out = []
     cluster = r.path / "cluster"
     for node in sorted(p.name for p in cluster.iterdir() if p.is_dir()) if cluster.is_dir() else []:
@@ -100,15 +108,17 @@ def excerpts(run_dir: str | Path, grep: str = DEFAULT_GREP, per_file: int = EXCE
         for f in files:
             if not f.is_file():
                 continue
-            hits = []
+            first: list[tuple[int, str]] = []
+            last: collections.deque[tuple[int, str]] = collections.deque(maxlen=per_file - head)
+            seen = 0
             with f.open(errors="replace") as fh:
                 for i, line in enumerate(fh, 1):
-                    if pat.search(line):
-                        hits.append((i, line.rstrip()[:400]))
-                        if len(hits) >= per_file:
-                            break
-            if hits:
-                out.append({"file": str(f.relative_to(r.path)), "lines": hits})
+                    if pat.search(line) and not NOISE.search(line):
+                        seen += 1
+                        (first if len(first) < head else last).append((i, line.rstrip()[:400]))
+            if first:
+                out.append({"file": str(f.relative_to(r.path)), "lines": first + list(last), "head": len(first),
+                            "skipped": seen - len(first) - len(last)})
     return out
 
 
@@ -174,7 +184,10 @@ def render(title: str, recs: list[dict[str, Any]], logs: list[dict[str, Any]], s
     if not logs:
         md += [NOT_MEASURED, ""]
     for e in logs:
-        md += [f"`{e['file']}`:", "", "```"] + [f"{n}: {t}" for n, t in e["lines"]] + ["```", ""]
+        head = e["head"] if e.get("skipped") else len(e["lines"])
+        md += [f"`{e['file']}`:", "", "```"] + [f"{n}: {t}" for n, t in e["lines"][:head]] + \
+              ([f"... ({e['skipped']:,} more matching lines)"] if e.get("skipped") else []) + \
+              [f"{n}: {t}" for n, t in e["lines"][head:]] + ["```", ""]
     md += ["## Source", ""]
     if not sources:
         md += [NOT_MEASURED + " (pass --source PATH.java:FROM-TO@VERSION)", ""]

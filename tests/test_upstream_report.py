@@ -130,3 +130,22 @@ def test_shrink_of_a_recorded_run_writes_a_scenario_with_its_expect(tmp_path: Pa
         shrink_run(run.path, check="two_masters", out=tmp_path / "s2")
     with pytest.raises(UserError, match="no such anomaly check"):
         shrink_run(run.path, check="bogus", out=tmp_path / "s3")
+
+
+@pytest.mark.fast
+def test_log_excerpts_keep_the_first_and_the_last_matches_and_leave_out_the_noise(tmp_path: Path) -> None:
+    from pipeline import upstream
+    run = recorded(tmp_path, "cut-off-acks-550", "5.5.0", 1921)
+    lines = ["2026-11-29 10:00:00 INFO main - started\n",
+             "2026-11-29 10:00:01 WARN main - java.lang.reflect.InaccessibleObjectException: Unable to make field\n"]
+    lines += [f"2026-11-29 10:00:{i:02d} INFO HAService - SyncStateSet expand [1, {i}]\n" for i in range(2, 40)]
+    lines += ["2026-11-29 10:01:00 WARN HAService - Change SyncStateSet from [1, 2, 3] to [1]\n"]  # after the cut
+    (run / "cluster" / "broker-a-0" / "logs" / "rocketmqlogs" / "broker.log").write_text("".join(lines))
+    (e,) = [x for x in upstream.excerpts(run) if x["file"].endswith("broker.log")]
+    texts = [t for _, t in e["lines"]]
+    assert len(texts) == upstream.EXCERPT_LINES and e["head"] == upstream.EXCERPT_LINES // 3
+    assert "expand [1, 2]" in texts[0] and texts[-1].endswith("to [1]")  # the setup and what the fault led to
+    assert not [t for t in texts if "InaccessibleObjectException" in t]
+    assert e["skipped"] == 38 + 1 - upstream.EXCERPT_LINES
+    res = upstream.report_upstream([str(run)], title="t", out=tmp_path / "r.md")
+    assert f"... ({e['skipped']:,} more matching lines)" in Path(res["report"]).read_text()  # the gap is named
