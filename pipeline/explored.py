@@ -41,10 +41,34 @@ def is_explored(run_dir: str | Path) -> bool:
     return isinstance(doc, dict) and bool(doc.get("explore"))
 
 
-def section(run_dirs: list[str]) -> str:
-    """The combined report's section on the explored runs among `run_dirs` ('' when there are none)."""
+def section(run_dirs: list[str], db: str | Path | None = None) -> str:
+    """The combined report's section on the explored runs among `run_dirs` ('' when there are none),
+    each anomaly marked new when no earlier explored run of the same base showed that check."""
     from analysis.explore_page import render
-    return render([judge(d) for d in run_dirs if is_explored(d)])
+    recs = [judge(d) for d in run_dirs if is_explored(d)]
+    return render(mark_new(recs, db))
+
+
+def mark_new(recs: list[dict[str, Any]], db: str | Path | None = None) -> list[dict[str, Any]]:
+    """Each record with `new`: its anomalies' checks that no explored run of its base recorded in the
+    run history before it showed (None: the run, or the history, is not there to tell)."""
+    from analysis import history
+    from rmqchaos.errors import UserError
+    try:
+        rows = history.runs(db)
+    except UserError:  # no history yet: nothing to compare with
+        return [{**r, "new": None} for r in recs]
+    by_dir = {row["run_dir"]: row for row in rows if row.get("run_dir")}
+    out = []
+    for r in recs:
+        me = by_dir.get(str(Path(r["run_dir"]).resolve()))
+        if me is None or me.get("started_ms") is None:
+            out.append({**r, "new": None})
+            continue
+        known = {c for row in rows if row.get("explore_base") == me.get("explore_base") and row.get("explore_seed") is not None
+                 and (row.get("started_ms") or 0) < me["started_ms"] for c in row.get("anomalies") or []}
+        out.append({**r, "new": [a["check"] for a in r["anomalies"] if a["check"] not in known]})
+    return out
 
 
 def lines(rec: dict[str, Any]) -> list[str]:

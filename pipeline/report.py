@@ -49,7 +49,7 @@ def combined(run_dirs: list[str | Path | RunDir], out: str | Path, history: bool
     runs = [as_run(d) for d in run_dirs]
     # a drawn schedule is a scenario of its own with no history to trend against: its own section
     drawn = [str(r.path) for r in runs if is_explored(r.path)]
-    extra = (trends.section([r for r in runs if str(r.path) not in drawn], db) if history else "") + section(drawn)
+    extra = (trends.section([r for r in runs if str(r.path) not in drawn], db) if history else "") + section(drawn, db)
     html = write_report([r.path for r in runs], Path(out), extra)
     return {"html": str(html), "runs": [str(r.path) for r in runs]}
 

@@ -340,6 +340,36 @@ def test_a_drawn_runs_anomaly_and_failure_are_named_in_the_nightly_never_failing
     assert "verdict: seed 77: ANOMALY lost = 5 | pause broker-a at 12s (duration 4s)" in out
     html = section([str(run.path)])
     assert "Explored schedules: the anomalies they found" in html and "ANOMALY: lost = 5" in html and ">77<" in html
+    assert "NEW" not in html  # not in the run history: nothing to tell new from known
+
+
+@pytest.mark.fast
+def test_an_anomaly_no_earlier_exploration_of_its_base_showed_is_marked_new(tmp_path: Path, monkeypatch: Any) -> None:
+    import json
+    from analysis import history
+    from pipeline.explored import section
+    from pipeline.runs import create_run
+    monkeypatch.setenv("RMQCHAOS_HISTORY", str(tmp_path / "history.duckdb"))
+    base = SCENARIOS / "explore" / "small.yaml"
+
+    def drawn(seed: int, start_ms: int, counts: dict[str, int]) -> str:
+        faults = [{"id": "pause-1", "kind": "pause", "target": "broker-a", "at": "12s", "duration": "4s"}]
+        f = tmp_path / f"explore-{seed}.yaml"
+        f.write_text(yaml.safe_dump(scenario_doc(base, seed, faults)))
+        run = create_run(f, tmp_path / f"run-{seed}")
+        (run.path / "analysis").mkdir(exist_ok=True)
+        s = {"run_id": run.run_id, "scenario": f"explore-{seed}", "complete": True, "counts": counts,
+             "events": [{"kind": "load", "target": "T", "start_ms": start_ms, "outcome": "done"}],
+             "duplicates_by_cause": {}, "reused_queue_offsets": {"positions": 0}}
+        run.summary_file.write_text(json.dumps(s))
+        history.record(s, run.path)
+        return str(run.path)
+    drawn(1, 1_000, {"lost": 2})  # an earlier night found loss on this base
+    tonight = [drawn(2, 9_000, {"lost": 5}), drawn(3, 9_500, {"lost": 0, "unexpected": 3})]
+    html = section(tonight)
+    assert "ANOMALY: lost = 5" in html and "ANOMALY: NEW unexpected = 3" in html
+    assert html.index("NEW unexpected") < html.index("lost = 5")  # the new one first
+    assert "1 of them (marked NEW) never shown before" in html
 
 
 @pytest.mark.fast
