@@ -134,8 +134,8 @@ def test_every_scenario_file_still_loads_and_plans_without_controllers() -> None
             continue
         s = load_scenario(f)
         if any(b.replicas for b in s.cluster.brokers):  # the replicated-failover scenarios (issues 36, 48, 50, 51)
-            assert f.name.startswith(("failover-", "power-loss-controller-", "power-loss-dledger-", "order-failover", "txn-failover",
-                                      "timer-failover", "clock-controller-")), f
+            assert f.name.startswith(("failover-", "power-loss-controller-", "power-loss-dledger-", "order-failover",
+                                      "txn-failover", "timer-failover", "clock-controller-")), f
             continue
         assert s.cluster.controllers is None, f
         assert {p.role for p in plan(s)} <= {"namesrv", "master", "slave", "proxy"}, f
