@@ -32,6 +32,8 @@ def value(s: dict[str, Any], name: str) -> int | None:
         return _family(s, fam, arg)
     if name == "busy":
         return busy_refusals(s)["total"]
+    if name == "errors_not_busy":  # an error answer is a busy refusal or another failure: the others
+        return _family(s, "outcome", "error") - busy_refusals(s)["total"]  # type: ignore[operator]
     if name == "frames_refused":
         fe = [m["frame_errors"] for m in s.get("monitor") or [] if isinstance(m.get("frame_errors"), dict)]
         return int(fe[-1].get("count") or 0) if fe else None

@@ -75,6 +75,15 @@ def test_a_control_with_a_finding_is_not_reproduced_and_says_which_figure() -> N
     assert verdict(busy).startswith("control: NOT reproduced: busy == 0 (busy = 2); with ASYNC_MASTER")
 
 
+def test_errors_not_busy_leave_out_the_busy_refusals() -> None:
+    from analysis.figures import value
+    s = {"counts": {"attempts": 6115}, "errors": {"by_outcome": {"error": 19, "timeout": 128}},
+         "answers": [{"answer": "[TIMEOUT_CLEAN_QUEUE]", "attempts": 19}, {"answer": "timeout", "attempts": 128}]}
+    assert (value(s, "outcome.error"), value(s, "busy"), value(s, "errors_not_busy")) == (19, 19, 0)
+    s["errors"]["by_outcome"]["error"] = 21  # two more that failed otherwise (e.g. connection refused)
+    assert value(s, "errors_not_busy") == 2
+
+
 def test_a_flood_that_fell_short_of_the_frame_is_not_reproduced_naming_its_table_against_the_frame() -> None:
     flood_sig = sig("namesrv drops broker-a", ["frames_refused >= 1", "route_absent_samples.broker-a >= 1"])
     reached = judged(flood(), flood_sig)

@@ -55,6 +55,7 @@ FAMILIES = {
 # figures computed from several parts of the summary (analysis/signature.py)
 DERIVED = {
     "busy": "sends the broker refused as busy (code 2)",
+    "errors_not_busy": "attempts that failed with an answer or a transport error, other than busy refusals",
     "frames_refused": "frames namesrv refused as too long (its remoting.log)",
     "retried_first_in_batch": "keys redelivered through %RETRY% that were first of their listener batch",
     "retried_later_in_batch": "keys redelivered through %RETRY% that were at index 1..n-1 of their batch",
