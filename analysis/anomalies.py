@@ -25,6 +25,7 @@ CHECKS: dict[str, str] = {
     "unexpected_deliveries": "unexpected > 0",
     "not_started_after_power_loss": "not_started_after_power_loss > 0",
     "dledger_terms_reused": "dledger_terms_reused > 0",  # a term elected twice: votes forgotten
+    "dledger_terms_forgotten": "dledger_terms_forgotten > 0",  # a replica back in a term it had voted in
     # the checkers of later issues, on a run whose load has them (no evidence otherwise: never flagged).
     # Order: an inversion or a gap; a repeat out of order is a replay after a crash (at least once).
     "order_reordered": "order_reordered > 0",

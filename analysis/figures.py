@@ -46,6 +46,9 @@ def value(s: dict[str, Any], name: str) -> int | None:
     if name == "dledger_terms_reused":
         from analysis.log_marks import terms_reused
         return terms_reused(s)
+    if name == "dledger_terms_forgotten":
+        from analysis.log_marks import terms_forgotten
+        return terms_forgotten(s)
     if name == "two_master_seconds":
         fo = s.get("failover")
         return None if fo is None else len(fo.get("two_master_windows") or [])

@@ -34,22 +34,58 @@ def log_marks(cluster_dir: Path) -> dict[str, dict[str, int]]:
 _ELECTED = re.compile(rb"\[VOTE_RESULT\] has been elected to be the leader in term (\d+)")
 
 
-def dledger_elections(cluster_dir: Path) -> dict[str, list[int]]:
-    """{node: the terms it was elected leader in, in its logs' order} for every node whose logs say so
-    (DLedger replicas only). A term two elections name (one node's or two) was reused: the votes
-    that made its first leader were forgotten (DLedger writes its term and vote, `currterm`, without
-    an fsync: docs/findings.md)."""
-    out: dict[str, list[int]] = {}
+# ... and its term's changes: "n0_[INCREASE_TERM] from 1 to 2"
+_TERM = re.compile(rb"\[INCREASE_TERM\] from (\d+) to (\d+)")
+
+
+def _dledger_lines(cluster_dir: Path) -> dict[str, list[tuple[bytes, str, int, int]]]:
+    """{node: [(time, "elected" | "term", a, b)]} in time order (each line leads with its time)."""
+    out: dict[str, list[tuple[bytes, str, int, int]]] = {}
     if not cluster_dir.is_dir():
         return out
     for node in sorted(d for d in cluster_dir.iterdir() if (d / "logs" / "rocketmqlogs").is_dir()):
         lines = []
         for f in sorted((node / "logs" / "rocketmqlogs").glob("*.log")):
             with open(f, "rb") as fh:
-                lines += [(ln[:19], int(m[1])) for ln in fh if (m := _ELECTED.search(ln))]
+                for ln in fh:
+                    if m := _ELECTED.search(ln):
+                        lines.append((ln[:19], "elected", int(m[1]), int(m[1])))
+                    elif m := _TERM.search(ln):
+                        lines.append((ln[:19], "term", int(m[1]), int(m[2])))
         if lines:
-            out[node.name] = [t for _, t in sorted(lines)]  # each line leads with its time
+            out[node.name] = sorted(lines, key=lambda x: x[0])  # stable: one second keeps its file order
     return out
+
+
+def dledger_elections(cluster_dir: Path) -> dict[str, list[int]]:
+    """{node: the terms it was elected leader in, in its logs' order} for every node whose logs say so
+    (DLedger replicas only). A term two elections name (one node's or two) was reused: the votes
+    that made its first leader were forgotten (DLedger writes its term and vote, `currterm`, without
+    an fsync: docs/findings.md)."""
+    out = {n: [a for _, k, a, _ in ls if k == "elected"] for n, ls in _dledger_lines(cluster_dir).items()}
+    return {n: ts for n, ts in out.items() if ts}
+
+
+def dledger_terms_forgotten(cluster_dir: Path) -> dict[str, list[int]]:
+    """{node: the terms it entered again from term 0, having been in them before} for every DLedger
+    replica whose logs show its term: a replica that restarts with its `currterm` lost starts at term
+    0 with no vote and climbs back into the term of its log's last entry, in which it had voted."""
+    out: dict[str, list[int]] = {}
+    for node, ls in _dledger_lines(cluster_dir).items():
+        highest, again = 0, []
+        for _, kind, a, b in ls:
+            if kind == "term" and a == 0 and 0 < b <= highest:
+                again.append(b)
+            highest = max(highest, b)
+        if any(k == "term" for _, k, _, _ in ls):
+            out[node] = again
+    return out
+
+
+def terms_forgotten(summary: dict[str, Any]) -> int | None:
+    """Terms DLedger replicas entered again from 0 (their term and vote forgotten); None: not read."""
+    tf = summary.get("dledger_terms_forgotten")
+    return None if tf is None else sum(len(v) for v in tf.values())
 
 
 def terms_reused(summary: dict[str, Any]) -> int | None:

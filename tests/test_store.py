@@ -87,7 +87,7 @@ def test_a_dledger_replicas_log_is_read_entry_by_entry_up_to_where_its_recovery_
 
 def test_a_dledger_term_elected_twice_in_a_group_is_a_reused_term(tmp_path: Path) -> None:
     from analysis.figures import value
-    from analysis.log_marks import dledger_elections
+    from analysis.log_marks import dledger_elections, dledger_terms_forgotten
     d = tmp_path / "cluster"
     line = "2026-12-01 02:{} INFO StateMaintainer - [{}] [VOTE_RESULT] has been elected to be the leader in term {}\n"
     for node, rows in {"broker-a-0": [("44:56", "n0", 1)], "broker-a-1": [("45:30", "n1", 3), ("44:04", "n1", 1)],
@@ -96,10 +96,19 @@ def test_a_dledger_term_elected_twice_in_a_group_is_a_reused_term(tmp_path: Path
         (d / node / "logs" / "rocketmqlogs" / "broker.log").write_text(
             "".join(line.format(t, who, term) for t, who, term in rows) + "other\n")
     (d / "namesrv" / "logs" / "rocketmqlogs").mkdir(parents=True)  # no election: left out
+    # broker-a-0's term: 0 -> 1 at its first start (elected in the same second), then, its currterm
+    # lost, from 0 into term 1 again
+    (d / "broker-a-0" / "logs" / "rocketmqlogs" / "broker.log").write_text(
+        "2026-12-01 02:44:04 INFO StateMaintainer - n0_[INCREASE_TERM] from 0 to 1\n"
+        + line.format("44:04", "n0", 1) +
+        "2026-12-01 02:44:55 INFO StateMaintainer - n0_[INCREASE_TERM] from 0 to 1\n" + line.format("44:56", "n0", 1))
+    assert value({"dledger_terms_forgotten": dledger_terms_forgotten(d)}, "dledger_terms_forgotten") == 1
+    assert dledger_terms_forgotten(d)["broker-a-0"] == [1] and "broker-a-1" not in dledger_terms_forgotten(d)
+    assert value({}, "dledger_terms_forgotten") is None
     el = dledger_elections(d)
-    assert el == {"broker-a-0": [1], "broker-a-1": [1, 3], "broker-b-0": [1, 2]}  # in time order
+    assert el == {"broker-a-0": [1, 1], "broker-a-1": [1, 3], "broker-b-0": [1, 2]}  # in time order
     groups = {"cluster": {"brokers": {n: {"brokerName": n[:8]} for n in el}}}
-    # broker-a's term 1 twice (n1, then n0 after a restart); broker-b's terms each once
+    # broker-a's term 1 elected three times (n1; n0 at its start and after its restart): one term reused
     assert value({"dledger_elections": el, **groups}, "dledger_terms_reused") == 1
     assert value({"dledger_elections": {"broker-b-0": [1, 2]}, **groups}, "dledger_terms_reused") == 0
     assert value(groups, "dledger_terms_reused") is None  # an analysis from before: not judged

@@ -62,6 +62,7 @@ DERIVED = {
     "read_again_after_rollback": "deliveries read again because a power loss rolled a broker's consumer offsets back",
     "not_started_after_power_loss": "nodes that did not start again when their power came back (power_loss back_after)",
     "dledger_terms_reused": "DLedger terms in which a group elected a leader twice (its replicas' logs): votes forgotten",
+    "dledger_terms_forgotten": "terms DLedger replicas entered again from term 0 after a restart: their term and vote forgotten",
     "two_master_seconds": "seconds in which two nodes of one broker group acknowledged sends as master (summary.failover)",
     "keys_out_of_order": "sharding keys of an ordered load whose deliveries broke its order (summary.order)",
     "order_reordered": "deliveries of an ordered load that came after a higher number of their key (inversions)",
