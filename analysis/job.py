@@ -15,7 +15,7 @@ SCHEMA_VERSION = 2
 
 def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -> dict[str, Any]:
     from analysis.broker_log import evidence
-    from analysis.log_marks import dledger_elections, dledger_terms_forgotten, log_marks
+    from analysis.log_marks import dledger_terms, log_marks
     from analysis.completeness import completeness
     from analysis.serving import summarize as serving
     from analysis.pace import pace
@@ -77,10 +77,9 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
                "broker_evidence": evidence(run.path / "cluster", brokers),
                # named lines of the nodes' own logs (analysis/log_marks.py; the figure family `log`)
                "log_marks": log_marks(run.path / "cluster"),
-               # DLedger replicas' elections by term (a term elected twice: forgotten votes)
-               "dledger_elections": dledger_elections(run.path / "cluster"),
-               # ... and the terms a replica entered again from 0: its term and vote forgotten
-               "dledger_terms_forgotten": dledger_terms_forgotten(run.path / "cluster")}
+               # DLedger replicas' elections by term (a term elected twice), and the terms a replica
+               # entered again from 0 (its term and vote forgotten)
+               **dledger_terms(run.path / "cluster")}
     # whether the consumers were really served: per group and broker, the gate, after each restart
     summary["serving"] = serving(run)
     # the load's achieved against asked (analysis/pace.py)

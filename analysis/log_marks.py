@@ -5,6 +5,7 @@ once; a node without logs is left out."""
 from __future__ import annotations
 
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -57,21 +58,27 @@ def _dledger_lines(cluster_dir: Path) -> dict[str, list[tuple[bytes, str, int, i
     return out
 
 
-def dledger_elections(cluster_dir: Path) -> dict[str, list[int]]:
+def dledger_terms(cluster_dir: Path) -> dict[str, dict[str, list[int]]]:
+    """The summary's `dledger_elections` and `dledger_terms_forgotten`, from one read of the logs."""
+    lines = _dledger_lines(cluster_dir)
+    return {"dledger_elections": _elections(lines), "dledger_terms_forgotten": _forgotten(lines)}
+
+
+def _elections(lines: dict[str, list[tuple[bytes, str, int, int]]]) -> dict[str, list[int]]:
     """{node: the terms it was elected leader in, in its logs' order} for every node whose logs say so
     (DLedger replicas only). A term two elections name (one node's or two) was reused: the votes
     that made its first leader were forgotten (DLedger writes its term and vote, `currterm`, without
     an fsync: docs/findings.md)."""
-    out = {n: [a for _, k, a, _ in ls if k == "elected"] for n, ls in _dledger_lines(cluster_dir).items()}
+    out = {n: [a for _, k, a, _ in ls if k == "elected"] for n, ls in lines.items()}
     return {n: ts for n, ts in out.items() if ts}
 
 
-def dledger_terms_forgotten(cluster_dir: Path) -> dict[str, list[int]]:
+def _forgotten(lines: dict[str, list[tuple[bytes, str, int, int]]]) -> dict[str, list[int]]:
     """{node: the terms it entered again from term 0, having been in them before} for every DLedger
     replica whose logs show its term: a replica that restarts with its `currterm` lost starts at term
     0 with no vote and climbs back into the term of its log's last entry, in which it had voted."""
     out: dict[str, list[int]] = {}
-    for node, ls in _dledger_lines(cluster_dir).items():
+    for node, ls in lines.items():
         highest, again = 0, []
         for _, kind, a, b in ls:
             if kind == "term" and a == 0 and 0 < b <= highest:
@@ -94,10 +101,7 @@ def terms_reused(summary: dict[str, Any]) -> int | None:
     if el is None:
         return None
     groups = {n: c.get("brokerName", n) for n, c in (summary.get("cluster") or {}).get("brokers", {}).items()}
-    seen: dict[tuple[str, int], int] = {}
-    for node, terms in el.items():
-        for t in terms:
-            seen[(groups.get(node, node), t)] = seen.get((groups.get(node, node), t), 0) + 1
+    seen = Counter((groups.get(node, node), t) for node, terms in el.items() for t in terms)
     return sum(1 for n in seen.values() if n > 1)
 
 

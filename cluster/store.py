@@ -150,7 +150,7 @@ class NodeStore:
 
     def _scan_entries(self, start: int) -> Iterator[Record]:
         """A DLedger log's records from the entry whose record starts at `start` (its body offset)."""
-        start = max(0, start - DLEDGER_HEADER) if start > 0 else 0
+        start = max(0, start - DLEDGER_HEADER)
         last_index: int | None = None
         for fstart, f in self.commit_files:
             m = self._map(f)

@@ -10,7 +10,6 @@ an anomaly of analysis/anomalies.py (`--check` names which)."""
 from __future__ import annotations
 
 import collections
-
 import json
 import re
 import zipfile

@@ -87,7 +87,7 @@ def test_a_dledger_replicas_log_is_read_entry_by_entry_up_to_where_its_recovery_
 
 def test_a_dledger_term_elected_twice_in_a_group_is_a_reused_term(tmp_path: Path) -> None:
     from analysis.figures import value
-    from analysis.log_marks import dledger_elections, dledger_terms_forgotten
+    from analysis.log_marks import dledger_terms
     d = tmp_path / "cluster"
     line = "2026-12-01 02:{} INFO StateMaintainer - [{}] [VOTE_RESULT] has been elected to be the leader in term {}\n"
     for node, rows in {"broker-a-0": [("44:56", "n0", 1)], "broker-a-1": [("45:30", "n1", 3), ("44:04", "n1", 1)],
@@ -102,10 +102,11 @@ def test_a_dledger_term_elected_twice_in_a_group_is_a_reused_term(tmp_path: Path
         "2026-12-01 02:44:04 INFO StateMaintainer - n0_[INCREASE_TERM] from 0 to 1\n"
         + line.format("44:04", "n0", 1) +
         "2026-12-01 02:44:55 INFO StateMaintainer - n0_[INCREASE_TERM] from 0 to 1\n" + line.format("44:56", "n0", 1))
-    assert value({"dledger_terms_forgotten": dledger_terms_forgotten(d)}, "dledger_terms_forgotten") == 1
-    assert dledger_terms_forgotten(d)["broker-a-0"] == [1] and "broker-a-1" not in dledger_terms_forgotten(d)
+    forgotten = dledger_terms(d)["dledger_terms_forgotten"]
+    assert value({"dledger_terms_forgotten": forgotten}, "dledger_terms_forgotten") == 1
+    assert forgotten["broker-a-0"] == [1] and "broker-a-1" not in forgotten
     assert value({}, "dledger_terms_forgotten") is None
-    el = dledger_elections(d)
+    el = dledger_terms(d)["dledger_elections"]
     assert el == {"broker-a-0": [1, 1], "broker-a-1": [1, 3], "broker-b-0": [1, 2]}  # in time order
     groups = {"cluster": {"brokers": {n: {"brokerName": n[:8]} for n in el}}}
     # broker-a's term 1 elected three times (n1; n0 at its start and after its restart): one term reused
