@@ -22,6 +22,7 @@ from conftest import REPO, RMQCHAOS, cli, run_here
 from helpers import assert_nothing_left
 from pipeline.runs import load_scenario
 from rmqchaos.errors import UserError
+from rmqchaos.procs import ProcessLog
 
 SCENARIOS = REPO / "scenarios"
 
@@ -200,15 +201,8 @@ def test_the_platform_sigkilled_during_a_power_loss_leaves_no_mount_after_down(t
         "faults": [{"id": "power-a", "kind": "power_loss", "target": "broker-a", "at": "4s", "back_after": "25s"}]})
     out = tmp_path / "run"
 
-    def events() -> list[dict]:
-        try:
-            lines = (out / "processes.jsonl").read_text().splitlines()
-        except OSError:
-            return []
-        return [json.loads(ln) for ln in lines if ln.endswith("}")]
-
     def remounted() -> bool:  # broker-a killed by the cut, and its layer's server started again after it
-        ev = events()
+        ev = ProcessLog(out / "processes.jsonl").entries()
         cut = next((i for i, e in enumerate(ev) if e.get("event") == "exit" and e.get("node") == "broker-a"), None)
         return cut is not None and any(e.get("node") == "powerfs-broker-a" and e.get("event") == "start"
                                        for e in ev[cut:])
