@@ -201,16 +201,19 @@ def _first_acks(f: dict[str, Any], by_node: dict[str, int | None]) -> None:
         f["reasons"]["first_ack_any"] = f"no send was acknowledged by a node of {f['group']} after the fault"
 
 
-def classify_lost(acked_by: set[str], stored_on: set[str], switched: bool, cut_back: bool = False) -> str:
+def classify_lost(acked_by: set[str], stored_on: set[str], switched: bool, cut_back: bool = False,
+                  truncated: bool = False) -> str:
     """A lost acknowledged message of a replicated group by where it is: in no store (never_stored),
     unless the node that acknowledged it lost the mastership afterwards and its log was then cut back
     below the message's offset (`cut_back`: stored, truncated when it rejoined, overwritten since:
     lost_in_switch); only on the node(s) that acknowledged it, which lost the mastership afterwards (lost_in_switch);
     also on another replica (stored_on_other_replica: stored but never delivered); only on the
     acknowledging node, no switch after the ack (stored_on_acking_node); stored, the acknowledging node
-    not known (stored_ack_node_unknown)."""
+    not known (stored_ack_node_unknown); in no log, its bytes only past a DLedger replica's log end
+    (`truncated`: that replica held it and truncated it when it followed a leader that never had it:
+    truncated_on_replica)."""
     if not stored_on:
-        return "lost_in_switch" if switched and cut_back else "never_stored"
+        return "lost_in_switch" if switched and cut_back else "truncated_on_replica" if truncated else "never_stored"
     if not acked_by:
         return "stored_ack_node_unknown"
     if stored_on - acked_by:
@@ -273,7 +276,7 @@ def stale_reads(recv: DataFrame, topo: Topology, fos: list[dict[str, Any]]) -> l
 
 
 LOST_KINDS = ("lost_in_switch", "stored_on_other_replica", "stored_on_acking_node", "stored_ack_node_unknown",
-              "never_stored")
+              "truncated_on_replica", "never_stored")
 
 
 def switch_losses(send: DataFrame, keys: DataFrame, store: Any, topo: Topology, fos: list[dict[str, Any]],
@@ -307,10 +310,11 @@ def switch_losses(send: DataFrame, keys: DataFrame, store: Any, topo: Topology, 
     for r in rows:
         acked_by = set(r["acked_by"])
         locs = [loc for t in sorted(r["topics"]) for loc in store.find(t, r["key"])]
-        stored_on = {loc["node"] for loc in locs}
+        stored_on = {loc["node"] for loc in locs if loc.get("in_log", True)}
+        truncated_on = {loc["node"] for loc in locs if not loc.get("in_log", True)}
         hit = [i for i, f in enumerate(fos) if f["old_master"] in acked_by and (r["ack_ms"] or 0) <= switch_at[i]]
         cut = bool(hit) and not stored_on and cut_back(r["msg_ids"], topo, fos[hit[0]]["old_master"], floors[hit[0]])
-        kind = classify_lost(acked_by, stored_on, bool(hit), cut)
+        kind = classify_lost(acked_by, stored_on, bool(hit), cut, bool(truncated_on))
         counts[kind] += 1
         counts["cut_back"] += cut
         if kind == "lost_in_switch":
@@ -318,7 +322,7 @@ def switch_losses(send: DataFrame, keys: DataFrame, store: Any, topo: Topology, 
         if len(examples) < STORE_EXAMPLES:
             examples.append({"key": r["key"], "verdict": kind, "cut_back": cut, "acked_by": sorted(acked_by),
                              "ack_ms": r["ack_ms"],
-                             "stored_on": sorted(stored_on),
+                             "stored_on": sorted(stored_on), "truncated_on": sorted(truncated_on),
                              "stored_on_up": {nd: up.get(nd) for nd in sorted(stored_on)}})
     for f, k in zip(fos, per_fo):
         f["lost_in_switch"] = k

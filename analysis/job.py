@@ -22,6 +22,7 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
     from analysis.signature import evaluate as signature
     from analysis.reconcile import analyze_ledgers
     from analysis.timers import timer_slack_ms
+    from analysis.verdict import truncated_words
     from analysis.session import spark_session
     from cluster.plan import plan
     from cluster.store import Store
@@ -101,7 +102,7 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
     c = summary["counts"]
     sc = summary["store_check"]
     say(f"analyze: {c['keys']} keys: ok {c['ok']}, lost {c['lost']}"
-        + (f" (in no commit log {sc['lost_from_store']}, stored but never delivered {sc['lost_in_delivery']})"
+        + (f" (in no commit log {sc['lost_from_store']}{truncated_words(sc)}, stored but never delivered {sc['lost_in_delivery']})"
            if sc else " (not checked against the store)") + ", "
         + (f"undelivered at stop {c['undelivered_at_stop']} (not verified), " if not comp["complete"] else "")
         + f"duplicated {c['duplicated']}, recovered "

@@ -18,7 +18,7 @@ from analysis.page import page
 from analysis.report_contracts import contract_sections
 from analysis.serving import rows as serving_rows, words as serving_words
 from analysis.signature import missed
-from analysis.verdict import faults_phrase, lost_phrase, pct, settings, verdict
+from analysis.verdict import faults_phrase, lost_phrase, pct, settings, truncated_words, verdict
 from rmqchaos.errors import UserError
 from rmqchaos.stagetimes import ORDER, time_by_stage
 
@@ -72,12 +72,12 @@ def _evidence(s: dict[str, Any]) -> list[str]:
     elif sc["checked"]:
         out.append(f"<h3>Lost and indeterminate keys, looked up in the brokers' stores</h3><p>{sc['checked']} keys "
                    f"looked up in the store files of {html.escape(', '.join(sc['nodes']))} (by {sc['method']}, "
-                   f"{sc['seconds']} s): lost {sc['lost_from_store']} in no commit log, <b>{sc['lost_in_delivery']} "
+                   f"{sc['seconds']} s): lost {sc['lost_from_store']} in no commit log{truncated_words(sc)}, <b>{sc['lost_in_delivery']} "
                    f"stored but never delivered</b>; indeterminate: {sc['indeterminate_stored']} stored and never "
                    f"delivered, {sc['indeterminate_not_stored']} never stored.</p>")
         rows = [[e["key"], e["class"], e["verdict"].replace("_", " "),
-                 "; ".join(f"{x['node']} queue {x['queue_id']} offset {x['queue_offset']} (commit log {x['commit_offset']})"
-                           for x in e["stored_at"])] for e in sc["examples"] if e["stored_at"]]
+                 "; ".join(f"{x['node']} queue {x['queue_id']} offset {x['queue_offset']} (commit log {x['commit_offset']}"
+                           + (", past its truncated log" if x.get("in_log") is False else "") + ")" for x in e["stored_at"])] for e in sc["examples"] if e["stored_at"]]
         if rows:  # the stored ones, with where: a consumer or offset problem, not the broker's
             out.append(_table(rows, ["key", "class", "verdict", "stored at"]))
         absent = [e["key"] for e in sc["examples"] if not e["stored_at"]]
@@ -128,11 +128,12 @@ def _failover(s: dict[str, Any]) -> list[str]:
         out.append("<p>Lost keys of the replicated groups in every replica's store: " + html.escape(", ".join(
             f"{k.replace('_', ' ')} {lost[k]}" for k in ("lost_in_switch", "stored_on_other_replica",
                                                        "stored_on_acking_node", "stored_ack_node_unknown",
-                                                       "never_stored")))
+                                                       "truncated_on_replica", "never_stored")))
                    + (f" ({lost['cut_back']} of those lost in the switch were past the end of the old master's log "
                       "once it was back, and written over)" if lost.get("cut_back") else "") + "</p>" + _table(
             [[e["key"], e["verdict"].replace("_", " "), ", ".join(e["acked_by"]),
-              ", ".join(f"{n} ({'up' if u else 'down' if u is False else '?'})" for n, u in e["stored_on_up"].items())]
+              ", ".join(f"{n} ({'up' if u else 'down' if u is False else '?'})" for n, u in e["stored_on_up"].items())
+              + "".join(f"{', ' if e['stored_on_up'] or i else ''}{n} (truncated)" for i, n in enumerate(e.get("truncated_on") or []))]
              for e in lost["examples"]], ["key", "where", "acknowledged by", "stored on (at the last sample)"]))
     again = fo.get("duplicates_after_switch")
     if again:  # absent in summaries before it; null without the receive ledger

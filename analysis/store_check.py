@@ -22,9 +22,10 @@ STORE_EXAMPLES = 50
 def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str],
                 delivered: list[str] | None = None) -> dict[str, Any]:
     """Every lost and indeterminate key looked up in the brokers' stores (`store.find(topic, key)`,
-    cluster/store.py): lost -> lost_from_store (in no commit log) or lost_in_delivery (stored, never
-    delivered; of those, lost_in_wheel: a timer or delay message stored only in the broker's scheduled
-    topics, which never put it into its own); indeterminate -> indeterminate_stored (the unanswered send was stored after all and
+    cluster/store.py): lost -> lost_from_store (in no node's log; of those, lost_truncated: its bytes
+    only past a DLedger replica's log, truncated when it followed a leader that never had it) or
+    lost_in_delivery (stored, never delivered; of those, lost_in_wheel: a timer or delay message stored
+    only in the broker's scheduled topics, which never put it into its own); indeterminate -> indeterminate_stored (the unanswered send was stored after all and
     never delivered) or indeterminate_not_stored. Bounded by the number of such keys."""
     t0 = time.monotonic()
     targets = keys.where(F.col("class").isin("lost", "indeterminate")).select("key", "class")
@@ -35,7 +36,9 @@ def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str
     small = F.broadcast(targets) if n <= BROADCAST_MAX else targets
     rows = _attempts(send, small, "class") if n else []
     split = {"lost_from_store": 0, "lost_in_delivery": 0, "indeterminate_stored": 0, "indeterminate_not_stored": 0,
-             "lost_in_wheel": 0}  # of lost_in_delivery: only in a scheduled topic, never released to its own
+             "lost_in_wheel": 0,  # of lost_in_delivery: only in a scheduled topic, never released to its own
+             # of lost_from_store: only past a DLedger replica's log end, truncated to a new leader's log
+             "lost_truncated": 0}
     stored: list[dict[str, Any]] = []
     absent: list[dict[str, Any]] = []
     by_broker: Counter[str] = Counter()  # lost keys by the broker group that acknowledged them
@@ -54,12 +57,15 @@ def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str
         # a timer or delay message may still wait in the broker's own topics (stored, not delivered)
         topics = sorted(r["topics"]) + (list(SCHEDULED_TOPICS) if due_of(r["key"]) is not None else [])
         locs = [loc for t in topics for loc in store.find(t, r["key"])]
+        live = [loc for loc in locs if loc.get("in_log", True)]  # not bytes past a truncated DLedger log
         verdict = {("lost", True): "lost_in_delivery", ("lost", False): "lost_from_store",
                    ("indeterminate", True): "indeterminate_stored",
-                   ("indeterminate", False): "indeterminate_not_stored"}[(r["class"], bool(locs))]
+                   ("indeterminate", False): "indeterminate_not_stored"}[(r["class"], bool(live))]
         split[verdict] += 1
-        if verdict == "lost_in_delivery" and all(loc["topic"] in SCHEDULED_TOPICS for loc in locs):
+        if verdict == "lost_in_delivery" and all(loc["topic"] in SCHEDULED_TOPICS for loc in live):
             split["lost_in_wheel"] += 1
+        if verdict == "lost_from_store" and locs:
+            split["lost_truncated"] += 1
         if verdict == "lost_from_store":
             count_gone(r["acked_on"], r["statuses"], r["acked_ms"])
         (stored if locs else absent).append({"key": r["key"], "class": r["class"], "verdict": verdict,
@@ -117,7 +123,7 @@ def _erased(send: DataFrame, store: Any, delivered: list[str]) -> list[tuple[str
     want = send.sparkSession.createDataFrame([(k,) for k in delivered], "key string")
     rows = _attempts(send, F.broadcast(want))
     return sorted((r["key"], sorted(r["acked_on"]), sorted(r["statuses"]), r["acked_ms"]) for r in rows
-                  if not any(store.find(t, r["key"]) for t in sorted(r["topics"])))
+                  if not any(loc.get("in_log", True) for t in sorted(r["topics"]) for loc in store.find(t, r["key"])))
 
 
 def _span(acks: dict[str, list[int]]) -> dict[str, list[int]]:

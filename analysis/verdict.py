@@ -145,10 +145,19 @@ def lost_phrase(s: dict[str, Any]) -> str:
     by = sc.get("lost_by_broker") or {}
     if len(by) > 1:  # several groups acknowledged them (the checked keys): how many each
         out += " (acknowledged by " + ", ".join(f"{b} {n:,}" for b, n in by.items()) + ")"
+    cut = sc.get("lost_truncated") or 0
+    absent = "verified absent from every broker's store" if not cut else \
+        "in no broker's log" + (f", {cut:,} of them" if cut < sc["lost_from_store"] else ", all") + \
+        " truncated from a replica's log when it followed a leader that never had them"
     if sc["lost_from_store"] == c["lost"]:
-        return out + " (verified absent from every broker's store)"
-    return out + f" ({sc['lost_from_store']} verified absent from every broker's store, {sc['lost_in_delivery']} " \
-                 "stored but never delivered)"
+        return out + f" ({absent})"
+    return out + f" ({sc['lost_from_store']} {absent}, {sc['lost_in_delivery']} stored but never delivered)"
+
+
+def truncated_words(sc: dict[str, Any]) -> str:
+    """The store check's lost_truncated in parentheses, or nothing (none, or an older analysis)."""
+    n = sc.get("lost_truncated") or 0
+    return f" ({n:,} truncated from a replica's log)" if n else ""
 
 
 def verdict(s: dict[str, Any]) -> str:

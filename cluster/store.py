@@ -22,6 +22,13 @@ the cluster up (the files are shared mappings: what the broker wrote is what we 
   commit log; a scan walks the entries, stopping where DLedger's own recovery would (an unknown magic,
   a size of 0, a pos that is not the entry's offset, an index out of sequence).
 
+A DLedger follower that follows a new leader with a shorter log truncates its own
+(DLedgerMmapFileStore.truncate): it moves its write position back and leaves the bytes past it, with
+their index entries, until it writes over them. So every copy found says whether it is in the node's
+log (`in_log`): its entry's index at most the replica's end index (`dledger-<id>/checkpoint`,
+endIndex) and the replica's index file naming that entry's position. What is past the end is in no
+log now (DLedger's recovery would read it again after a restart, as the scan above does).
+
 The index answers with candidate commit-log offsets (hash collisions included); each candidate is
 decoded and kept only if its topic and KEYS match. Records past the newest index entry (dispatched
 after the last index write, or never: a broker killed before its reput) are found by decoding that
@@ -48,6 +55,7 @@ from rmqclient.record import Record, decode, java_hash
 
 INDEX_HEADER, SLOT, ENTRY = 40, 4, 20
 DLEDGER_HEADER, DLEDGER_MAGIC, DLEDGER_BLANK = 48, 1, -1  # DLedgerEntry.BODY_OFFSET, MAGIC; MmapFileList.BLANK_MAGIC_CODE
+DLEDGER_INDEX_UNIT = 32  # DLedgerMmapFileStore.INDEX_UNIT_SIZE
 DEFAULT_SLOTS, DEFAULT_INDEX = 5_000_000, 5_000_000 * 4  # MessageStoreConfig.maxHashSlotNum / maxIndexNum
 
 
@@ -89,6 +97,56 @@ class NodeStore:
         if not self.commitlog.is_dir():
             return []
         return sorted((int(f.name), f) for f in self.commitlog.iterdir() if f.name.isdigit())
+
+    @cached_property
+    def dledger_end(self) -> int | None:
+        """A DLedger replica's last entry index as it last wrote it down (`checkpoint`'s endIndex, every
+        3 s and at shutdown: DLedgerMmapFileStore.persistCheckPoint); None: not DLedger, or no such
+        file (written without an fsync, a power loss leaves it empty)."""
+        if not self.dledger:
+            return None
+        try:
+            for line in (self.commitlog.parent / "checkpoint").read_text().splitlines():
+                k, _, v = line.partition("=")
+                if k.strip() == "endIndex":
+                    return int(v.strip())
+        except (OSError, ValueError):
+            pass
+        return None
+
+    @cached_property
+    def dledger_index_files(self) -> list[tuple[int, Path]]:
+        d = self.commitlog.parent / "index"  # DLedger's own: 32 bytes an entry, by entry index
+        return sorted((int(f.name), f) for f in d.iterdir() if f.name.isdigit()) if d.is_dir() else []
+
+    def _read(self, files: list[tuple[int, Path]], off: int, n: int) -> bytes | None:
+        """`n` bytes at absolute offset `off` of a file list named by start offset; None past its end."""
+        for start, f in reversed(files):
+            if start <= off:
+                m = self._map(f)
+                return m[off - start:off - start + n] if m is not None and off - start + n <= len(m) else None
+        return None
+
+    def in_log(self, phy: int) -> bool:
+        """Whether the record at `phy` is in the node's log. A commit log: always (a cut-back one is
+        written over: analysis/failover.py cut_back). A DLedger replica: only if its entry's index is at
+        most the replica's end index and the replica's own index file names the entry's position for it.
+        A follower truncated to a new leader's shorter log (DLedgerMmapFileStore.truncate) moves its
+        write position only: the entries past it keep their bytes, and their stale index entries too,
+        until written over. Unknown (no checkpoint): in the log."""
+        end = self.dledger_end
+        if end is None:
+            return True
+        pos = phy - DLEDGER_HEADER
+        head = self._read(self.commit_files, pos, DLEDGER_HEADER)
+        if head is None:
+            return False
+        index = struct.unpack_from(">q", head, 8)[0]
+        if index > end:
+            return False
+        idx = self._read(self.dledger_index_files, index * DLEDGER_INDEX_UNIT, DLEDGER_INDEX_UNIT)
+        # an index entry: magic 4, pos 8, size 4, index 8, term 8 (DLedgerEntryCoder.encodeIndex)
+        return idx is not None and struct.unpack_from(">q", idx, 4)[0] == pos
 
     @cached_property
     def index_files(self) -> list[Path]:
@@ -222,7 +280,8 @@ class Store:
         return self._whole[s.node]
 
     def find(self, topic: str, key: str) -> list[dict[str, Any]]:
-        """Every stored copy of `key` sent to `topic`, on every node, with where it is."""
+        """Every stored copy of `key` sent to `topic`, on every node, with where it is; `in_log` false:
+        bytes past a DLedger replica's truncated log (`NodeStore.in_log`), in no log."""
         out = []
         for s in self.stores:
             found: dict[int, Record] = {}
@@ -241,7 +300,8 @@ class Store:
                 checked = msgbody.check(r.body)
                 out.append({"node": s.node, "broker": s.broker, "topic": r.topic, "queue_id": r.queue_id,
                             "queue_offset": r.queue_offset, "commit_offset": r.commit_offset,
-                            "store_ms": r.store_ms, "msg_id": r.props.get("UNIQ_KEY"), "body_ok": checked.ok})
+                            "store_ms": r.store_ms, "msg_id": r.props.get("UNIQ_KEY"), "body_ok": checked.ok,
+                            "in_log": s.in_log(r.commit_offset)})
         return out
 
     def close(self) -> None:

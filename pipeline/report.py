@@ -107,7 +107,8 @@ def _write(run: RunDir, history: bool = False) -> None:
         sc = summ.get("store_check")
         if sc and sc["checked"]:
             lines.append(f"store check ({sc['checked']} keys, {sc['method']}): lost in no commit log "
-                         f"{sc['lost_from_store']}, stored but never delivered {sc['lost_in_delivery']}; indeterminate "
+                         f"{sc['lost_from_store']}" + (f" ({sc['lost_truncated']} truncated from a replica's log)"
+                                                        if sc.get("lost_truncated") else "") + f", stored but never delivered {sc['lost_in_delivery']}; indeterminate "
                          f"stored {sc['indeterminate_stored']}, never stored {sc['indeterminate_not_stored']}")
         ro = summ.get("reused_queue_offsets")
         if ro and ro["positions"]:
@@ -122,7 +123,7 @@ def _write(run: RunDir, history: bool = False) -> None:
                 + f"; {len(fo['failovers'])} failover(s), {len(fo['two_master_windows'])} two-master second(s)"
                 + ("; lost of the replicated groups: " + ", ".join(
                     f"{k} {fo['lost'][k]}" for k in ("lost_in_switch", "stored_on_other_replica", "stored_on_acking_node",
-                                                     "stored_ack_node_unknown", "never_stored"))
+                                                     "stored_ack_node_unknown", "truncated_on_replica", "never_stored"))
                    + (f" ({fo['lost']['cut_back']} of lost_in_switch past the end of the old master's log once it was back)"
                       if fo["lost"].get("cut_back") else "")
                    if fo.get("lost") else "")

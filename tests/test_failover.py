@@ -160,6 +160,8 @@ def test_a_lost_message_only_on_the_old_masters_store_is_lost_in_the_switch() ->
     # in no store, but the old master's log was cut back below it after the switch: stored, then written over
     assert classify_lost(old, set(), switched=True, cut_back=True) == "lost_in_switch"
     assert classify_lost(old, set(), switched=False, cut_back=True) == "never_stored"
+    # in no log, its bytes past a DLedger replica's log end: that replica held it, and truncated it
+    assert classify_lost(old, set(), switched=True, truncated=True) == "truncated_on_replica"
 
 
 @pytest.mark.fast

@@ -85,6 +85,32 @@ def test_a_dledger_replicas_log_is_read_entry_by_entry_up_to_where_its_recovery_
         s.close()
 
 
+def test_entries_past_a_truncated_dledger_log_are_found_but_in_no_log(tmp_path: Path) -> None:
+    # a follower held k0..k3, then followed a leader whose log ended at index 2 with another entry 2,
+    # at another position (entries of other sizes before it): truncated, its end index 2 in its
+    # checkpoint and its index entry 2 naming the leader's entry; the bytes of its own k2 and k3 left
+    store = tmp_path / "broker-a-1" / "store"
+    base = store / "dledger-n1"
+    offsets = dledger_log(base / "data", [("T", f"k{i}", i) for i in range(4)], [0, 1, 2, 3])
+    pos = [o - 48 for o in offsets]
+    index = b"".join(struct.pack(">iqiqq", 1, p, 0, i, 1) for i, p in enumerate([pos[0], pos[1], 7, pos[3]]))
+    (base / "index").mkdir()
+    (base / "index" / "00000000000000000000").write_bytes(index + b"\0" * 64)
+    (base / "checkpoint").write_text("#props\ncommittedIndex=2\nendIndex=2\n")
+    conf = {"storePathRootDir": str(store), "brokerName": "broker-a", "enableDLegerCommitLog": "true",
+            "dLegerSelfId": "n1", "maxHashSlotNum": str(SLOTS), "maxIndexNum": str(ENTRIES)}
+    s = Store({"broker-a-1": conf})
+    try:
+        assert [(x["queue_offset"], x["in_log"]) for k in ("k0", "k1", "k2", "k3") for x in s.find("T", k)] == \
+            [(0, True), (1, True), (2, False), (3, False)]
+        (base / "checkpoint").write_text("")  # emptied by a power loss: the end is not known, all in the log
+        s2 = Store({"broker-a-1": conf})
+        assert [x["in_log"] for x in s2.find("T", "k3")] == [True]
+        s2.close()
+    finally:
+        s.close()
+
+
 def test_a_dledger_term_elected_twice_in_a_group_is_a_reused_term(tmp_path: Path) -> None:
     from analysis.figures import value
     from analysis.log_marks import dledger_terms

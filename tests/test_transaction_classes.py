@@ -105,20 +105,21 @@ def test_a_transactional_loads_uncommitted_halves_are_never_lost_and_its_recheck
 def test_a_lost_timer_stored_only_in_the_wheels_topic_is_lost_in_the_wheel(kept_spark: Any) -> None:
     """The store check (analysis/store_check.py) on planted ledgers and a planted store: w1 is stored
     only in rmq_sys_wheel_timer (the wheel never put it into its topic), w2 there and in its topic (put,
-    then never delivered), g1 nowhere, p1 (not a timer) in its topic."""
+    then never delivered), g1 nowhere, p1 (not a timer) in its topic, c1 only past a DLedger replica's
+    truncated log (in no log: cluster/store.py in_log)."""
     from analysis.store_check import store_check
     S = "rec string, key string, topic string, outcome string, broker string, status string, end_ms long"
     K = "key string, class string"
-    keys = ["w1@5000", "w2@5000", "g1@5000", "p1"]
+    keys = ["w1@5000", "w2@5000", "g1@5000", "p1", "c1"]
     sends = [r for i, k in enumerate(keys) for r in (("intent", k, "T", None, None, None, None),
                                                      ("outcome", k, "T", "ok", "broker-a", "SEND_OK", 1000 + i))]
-    at = {"w1@5000": ["rmq_sys_wheel_timer"], "w2@5000": ["T", "rmq_sys_wheel_timer"], "p1": ["T"]}
+    at = {"w1@5000": ["rmq_sys_wheel_timer"], "w2@5000": ["T", "rmq_sys_wheel_timer"], "p1": ["T"], "c1": ["T"]}
 
     class Store:
         unread: list[str] = []
 
         def find(self, topic: str, key: str) -> list[dict[str, Any]]:
-            return [{"node": "broker-a", "topic": topic}] if topic in at.get(key, []) else []
+            return [{"node": "broker-a", "topic": topic, "in_log": key != "c1"}] if topic in at.get(key, []) else []
 
         def nodes(self) -> list[str]:
             return ["broker-a"]
@@ -127,5 +128,5 @@ def test_a_lost_timer_stored_only_in_the_wheels_topic_is_lost_in_the_wheel(kept_
             return "planted"
     r = store_check(kept_spark.createDataFrame(sends, S), kept_spark.createDataFrame([(k, "lost") for k in keys], K),
                     Store(), [])
-    assert (r["lost_from_store"], r["lost_in_delivery"], r["lost_in_wheel"]) == (1, 3, 1), r
-    assert r["gone_acked_ms_by_broker"] == {"broker-a": [1002, 1002]}, r  # g1's acknowledgement: the one in no store
+    assert (r["lost_from_store"], r["lost_in_delivery"], r["lost_in_wheel"], r["lost_truncated"]) == (2, 3, 1, 1), r
+    assert r["gone_acked_ms_by_broker"] == {"broker-a": [1002, 1004]}, r  # g1's and c1's: the ones in no log

@@ -50,6 +50,13 @@ def test_verdicts_never_claim_more_than_was_checked() -> None:
     assert "lost 5 acknowledged messages (3 verified absent from every broker's store, 2 stored but never " \
            "delivered)" in verdict(split)
     assert "lost one acknowledged message (not checked against the brokers' stores)" in verdict(summary("s", "true", 1, None))
+    # bytes past a DLedger replica's truncated log are in no log: said so, not "stored but never delivered"
+    cut_tail = summary("s", "true", 20, {**STORE, "lost_from_store": 20, "lost_in_delivery": 0, "lost_truncated": 20})
+    assert "lost 20 acknowledged messages (in no broker's log, all truncated from a replica's log when it followed " \
+           "a leader that never had them)" in verdict(cut_tail)
+    some = summary("s", "true", 5, {**STORE, "lost_from_store": 3, "lost_in_delivery": 2, "lost_truncated": 1})
+    assert "(3 in no broker's log, 1 of them truncated from a replica's log when it followed a leader that never " \
+           "had them, 2 stored but never delivered)" in verdict(some)
     cut = summary("s", "true", 0, None, counts={"undelivered_at_stop": 12})
     cut.update(complete=False, incomplete_reasons=["the drain timed out"])
     assert verdict(cut).endswith("the run did not finish (the drain timed out), so loss is not verified: 12 "

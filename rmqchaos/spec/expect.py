@@ -20,7 +20,8 @@ FIGURES = {**{k: f"counts.{k}" for k in ("keys", "attempts", "acked", "acked_wea
                                          "failed", "indeterminate", "unexpected", "corrupted_deliveries")},
            **{f"store_check.{k}": f"store_check.{k}" for k in ("lost_from_store", "lost_in_delivery",
                                                                 "indeterminate_stored", "indeterminate_not_stored",
-                                                                "erased_after_delivery", "lost_in_wheel")},
+                                                                "erased_after_delivery", "lost_in_wheel",
+                                                                "lost_truncated")},
            # lost keys that some attempt of got SEND_OK: a loss the broker promised against (a key acked
            # only with FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE was told it was not replicated)
            "lost_send_ok": "counts.lost - counts.acked_weak_lost",
