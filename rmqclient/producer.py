@@ -211,10 +211,13 @@ class Producer:
 
     # ------------------------------------------------------------ routes
     def route(self, topic: str, refresh: bool = False) -> list[MessageQueue]:
-        """Writable queues of `topic` on every master, from namesrv (cached for route_ttl).
+        """Writable queues of `topic` on every master, from namesrv (cached for route_ttl, but asked
+        again at once while it lists none: a group without a master, as after a whole group's restart;
+        the Java client asks namesrv on every send while its publish info has no queue,
+        DefaultMQProducerImpl.tryToFindTopicPublishInfo and TopicPublishInfo.ok).
         Raises RemotingError (code 17 and namesrv's remark) for a topic namesrv does not know."""
         cached = self._routes.get(topic)
-        if refresh or cached is None or time.monotonic() - cached[0] > self.route_ttl:
+        if refresh or not cached or not cached[1] or time.monotonic() - cached[0] > self.route_ttl:
             r = self.admin.topic_route(topic, missing_ok=False) or {}
             masters = {bd["brokerName"]: bd["brokerAddrs"].get("0") for bd in r.get("brokerDatas", [])}
             qs = [MessageQueue(q["brokerName"], masters[q["brokerName"]], i)

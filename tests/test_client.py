@@ -235,3 +235,26 @@ def test_a_consumer_is_started_again_only_when_its_first_route_request_went_unan
     assert c._route_fetch_failed() is True
     c.log_file.write_text("Exception in thread \"main\" java.lang.IllegalArgumentException: bad --mode\n")
     assert c._route_fetch_failed() is False  # any other early exit fails at once
+
+
+@pytest.mark.fast
+def test_a_route_without_a_writable_queue_is_asked_again_at_every_send_a_full_one_once_a_ttl() -> None:
+    # as the Java client (TopicPublishInfo.ok): a group whose master is not registered yet (a whole
+    # group restarting) gives no queue, and waiting a whole route_ttl for the next ask would keep the
+    # load off a master that registered a second later
+    prod = Producer("127.0.0.1:1", route_ttl=30)
+    slaves_only = {"brokerDatas": [{"brokerName": "broker-a", "brokerAddrs": {"1": "127.0.0.2:10911"}}],
+                   "queueDatas": [{"brokerName": "broker-a", "perm": 6, "writeQueueNums": 2}]}
+    master = {**slaves_only, "brokerDatas": [{"brokerName": "broker-a", "brokerAddrs": {"0": "127.0.0.1:10911"}}]}
+    answers = [slaves_only, slaves_only, master, {}]
+    asked: list[str] = []
+
+    class Namesrv:
+        def topic_route(self, topic: str, missing_ok: bool = False) -> dict:
+            asked.append(topic)
+            return answers[len(asked) - 1]
+    prod.admin = Namesrv()  # type: ignore[assignment]
+    assert prod.select_queue("T") is None and prod.select_queue("T") is None and len(asked) == 2
+    assert [(q.addr, q.queue_id) for q in (prod.select_queue("T"), prod.select_queue("T"))] in (
+        [("127.0.0.1:10911", 0), ("127.0.0.1:10911", 1)], [("127.0.0.1:10911", 1), ("127.0.0.1:10911", 0)])
+    assert len(asked) == 3  # a route with queues is kept for its ttl

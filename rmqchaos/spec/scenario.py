@@ -124,8 +124,9 @@ class Load(Strict):
     key_prefix: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{0,40}$")] = ""
     timeout: Duration = 3.0  # per attempt
     # how often the producers ask namesrv for a topic's route (the Java client's pollNameServerInterval:
-    # it refreshes on this period only, not after a failed send), so a failover costs what it costs an
-    # application: sends go to a dead or demoted master until the next refresh
+    # it refreshes on this period, not after a failed send, and at every send only while the route
+    # lists no writable queue), so a failover costs what it costs an application: sends go to a dead
+    # or demoted master until the next refresh
     route_refresh: Annotated[float, BeforeValidator(_duration), Field(ge=1, le=600)] = 30.0
     policy: Policy = Policy()
     # remoting: the platform's producer under Locust, to the brokers; grpc: the 5.x Java client's Producer
