@@ -15,7 +15,7 @@ SCHEMA_VERSION = 2
 
 def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -> dict[str, Any]:
     from analysis.broker_log import evidence
-    from analysis.log_marks import dledger_terms, log_marks
+    from analysis.log_marks import dledger_lines, dledger_terms, log_marks, truncations
     from analysis.completeness import completeness
     from analysis.serving import summarize as serving
     from analysis.pace import pace
@@ -42,8 +42,10 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
     small = sum(_size(f) for f in send + recv) < C1_ONLY_BELOW_BYTES
     spark = spark or spark_session(master, log_file=out / "spark.log", small=small)  # the process's session, kept
     brokers = run.broker_configs()
-    # the brokers' own store files (cluster/store.py): where a lost key is, or that it is nowhere
-    store = Store(brokers, run.path / "cluster") if brokers else None
+    # the brokers' own store files (cluster/store.py): where a lost key is, or that it is nowhere; a
+    # DLedger replica's tail it truncated is in no log (its own log lines say where)
+    dledger = dledger_lines(run.path / "cluster")
+    store = Store(brokers, run.path / "cluster", truncated=truncations(dledger)) if brokers else None
     monitor = _jsonl(run.path / "monitor" / "cluster.jsonl")
     try:
         events = [e for e in run.timeline()]
@@ -80,7 +82,7 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
                "log_marks": log_marks(run.path / "cluster"),
                # DLedger replicas' elections by term (a term elected twice), and the terms a replica
                # entered again from 0 (its term and vote forgotten)
-               **dledger_terms(run.path / "cluster")}
+               **dledger_terms(dledger)}
     # whether the consumers were really served: per group and broker, the gate, after each restart
     summary["serving"] = serving(run)
     # the load's achieved against asked (analysis/pace.py)

@@ -39,8 +39,14 @@ _ELECTED = re.compile(rb"\[VOTE_RESULT\] has been elected to be the leader in te
 _TERM = re.compile(rb"\[INCREASE_TERM\] from (\d+) to (\d+)")
 
 
-def _dledger_lines(cluster_dir: Path) -> dict[str, list[tuple[bytes, str, int, int]]]:
-    """{node: [(time, "elected" | "term", a, b)]} in time order (each line leads with its time)."""
+# ... and a follower's truncation to its leader's log, when it cut entries past it:
+# "[TRUNCATE]leaderId=n0 index=5102 truncatePos=6735097 != maxPos=6761517, this is usually happened on the old leader"
+_TRUNCATE = re.compile(rb"\[TRUNCATE\]leaderId=\S+ index=\d+ truncatePos=(\d+) != maxPos=(\d+)")
+
+
+def dledger_lines(cluster_dir: Path) -> dict[str, list[tuple[bytes, str, int, int]]]:
+    """{node: [(time, "elected" | "term" | "truncate", a, b)]} in time order (each line leads with its
+    time), read once per analysis: `dledger_terms` and `truncations` take it."""
     out: dict[str, list[tuple[bytes, str, int, int]]] = {}
     if not cluster_dir.is_dir():
         return out
@@ -53,15 +59,23 @@ def _dledger_lines(cluster_dir: Path) -> dict[str, list[tuple[bytes, str, int, i
                         lines.append((ln[:19], "elected", int(m[1]), int(m[1])))
                     elif m := _TERM.search(ln):
                         lines.append((ln[:19], "term", int(m[1]), int(m[2])))
+                    elif m := _TRUNCATE.search(ln):
+                        lines.append((ln[:19], "truncate", int(m[1]), int(m[2])))
         if lines:
             out[node.name] = sorted(lines, key=lambda x: x[0])  # stable: one second keeps its file order
     return out
 
 
-def dledger_terms(cluster_dir: Path) -> dict[str, dict[str, list[int]]]:
-    """The summary's `dledger_elections` and `dledger_terms_forgotten`, from one read of the logs."""
-    lines = _dledger_lines(cluster_dir)
+def dledger_terms(lines: dict[str, list[tuple[bytes, str, int, int]]]) -> dict[str, dict[str, list[int]]]:
+    """The summary's `dledger_elections` and `dledger_terms_forgotten` (from `dledger_lines`)."""
     return {"dledger_elections": _elections(lines), "dledger_terms_forgotten": _forgotten(lines)}
+
+
+def truncations(lines: dict[str, list[tuple[bytes, str, int, int]]]) -> dict[str, list[tuple[int, int]]]:
+    """{node: [(truncatePos, maxPos)]}: the log positions a DLedger follower cut when it followed a
+    leader with a shorter log; the bytes stay until written over (cluster/store.py `in_log`)."""
+    out = {n: [(a, b) for _, k, a, b in ls if k == "truncate"] for n, ls in lines.items()}
+    return {n: r for n, r in out.items() if r}
 
 
 def _elections(lines: dict[str, list[tuple[bytes, str, int, int]]]) -> dict[str, list[int]]:

@@ -25,8 +25,9 @@ the cluster up (the files are shared mappings: what the broker wrote is what we 
 A DLedger follower that follows a new leader with a shorter log truncates its own
 (DLedgerMmapFileStore.truncate): it moves its write position back and leaves the bytes past it, with
 their index entries, until it writes over them. So every copy found says whether it is in the node's
-log (`in_log`): its entry's index at most the replica's end index (`dledger-<id>/checkpoint`,
-endIndex) and the replica's index file naming that entry's position. What is past the end is in no
+log (`in_log`): outside every range the replica's own log lines say it truncated, or written there
+again since (the replica's index file names that entry's position for its index, and the index is
+at most the replica's end index, `dledger-<id>/checkpoint` endIndex). What is past the end is in no
 log now (DLedger's recovery would read it again after a restart, as the scan above does).
 
 The index answers with candidate commit-log offsets (hash collisions included); each candidate is
@@ -75,6 +76,7 @@ class NodeStore:
     slots: int = DEFAULT_SLOTS
     index_num: int = DEFAULT_INDEX
     dledger: bool = False  # `commitlog` is a DLedger replica's data directory (entries, the module's note)
+    truncated: list[tuple[int, int]] = field(default_factory=list)  # DLedger: (truncatePos, maxPos) it cut
     _maps: dict[Path, mmap.mmap] = field(default_factory=dict)
 
     def _map(self, f: Path) -> mmap.mmap | None:
@@ -129,20 +131,20 @@ class NodeStore:
 
     def in_log(self, phy: int) -> bool:
         """Whether the record at `phy` is in the node's log. A commit log: always (a cut-back one is
-        written over: analysis/failover.py cut_back). A DLedger replica: only if its entry's index is at
-        most the replica's end index and the replica's own index file names the entry's position for it.
-        A follower truncated to a new leader's shorter log (DLedgerMmapFileStore.truncate) moves its
-        write position only: the entries past it keep their bytes, and their stale index entries too,
-        until written over. Unknown (no checkpoint): in the log."""
-        end = self.dledger_end
-        if end is None:
-            return True
+        written over: analysis/failover.py cut_back). A DLedger replica: unless the entry lies in a range
+        the replica said it truncated (`truncated`, DLedgerMmapFileStore.truncate: it moves its write
+        position only, the entries past it keep their bytes and their index entries until written over)
+        and it was not written there again since: the replica's own index file names another position
+        for the entry's index, or the index is above the replica's end index (its checkpoint)."""
         pos = phy - DLEDGER_HEADER
+        if not self.dledger or not any(a <= pos < b for a, b in self.truncated):
+            return True
         head = self._read(self.commit_files, pos, DLEDGER_HEADER)
         if head is None:
             return False
         index = struct.unpack_from(">q", head, 8)[0]
-        if index > end:
+        end = self.dledger_end
+        if end is not None and index > end:
             return False
         idx = self._read(self.dledger_index_files, index * DLEDGER_INDEX_UNIT, DLEDGER_INDEX_UNIT)
         # an index entry: magic 4, pos 8, size 4, index 8, term 8 (DLedgerEntryCoder.encodeIndex)
@@ -232,9 +234,11 @@ class NodeStore:
 class Store:
     """Every broker node's store of a run (masters and slaves), looked up by (topic, key)."""
 
-    def __init__(self, brokers: dict[str, dict[str, str]], cluster_dir: Path | None = None) -> None:
+    def __init__(self, brokers: dict[str, dict[str, str]], cluster_dir: Path | None = None,
+                 truncated: dict[str, list[tuple[int, int]]] | None = None) -> None:
         """brokers: node -> its broker.conf (RunDir.broker_configs()). A store path that is not there
-        (a run directory copied elsewhere) falls back to `cluster_dir/<node>/store`."""
+        (a run directory copied elsewhere) falls back to `cluster_dir/<node>/store`. truncated: node ->
+        the (truncatePos, maxPos) ranges its DLedger log cut, from its own log lines (`NodeStore.in_log`)."""
         self.stores = []
         for node, conf in sorted(brokers.items()):
             # a DLedger replica's log is DLedger's own (DLedgerCommitLog: storePathDLedgerCommitLog, by
@@ -249,7 +253,8 @@ class Store:
                 commitlog = root / sub
             self.stores.append(NodeStore(node, conf.get("brokerName", node), root, commitlog,
                                          int(conf.get("maxHashSlotNum", DEFAULT_SLOTS)),
-                                         int(conf.get("maxIndexNum", DEFAULT_INDEX)), dledger))
+                                         int(conf.get("maxIndexNum", DEFAULT_INDEX)), dledger,
+                                         (truncated or {}).get(node, [])))
         self._tails: dict[str, dict[tuple[str, str], list[Record]]] = {}
         self._whole: dict[str, dict[tuple[str, str], list[int]]] = {}
 

@@ -99,21 +99,25 @@ def test_entries_past_a_truncated_dledger_log_are_found_but_in_no_log(tmp_path: 
     (base / "checkpoint").write_text("#props\ncommittedIndex=2\nendIndex=2\n")
     conf = {"storePathRootDir": str(store), "brokerName": "broker-a", "enableDLegerCommitLog": "true",
             "dLegerSelfId": "n1", "maxHashSlotNum": str(SLOTS), "maxIndexNum": str(ENTRIES)}
-    s = Store({"broker-a-1": conf})
+    cut = {"broker-a-1": [(pos[2], pos[3] + 2000)]}  # its log line: truncatePos, maxPos
+    s = Store({"broker-a-1": conf}, truncated=cut)
     try:
         assert [(x["queue_offset"], x["in_log"]) for k in ("k0", "k1", "k2", "k3") for x in s.find("T", k)] == \
             [(0, True), (1, True), (2, False), (3, False)]
-        (base / "checkpoint").write_text("")  # emptied by a power loss: the end is not known, all in the log
-        s2 = Store({"broker-a-1": conf})
-        assert [x["in_log"] for x in s2.find("T", "k3")] == [True]
+        (base / "checkpoint").write_text("")  # emptied by a power loss: the end is not known, k3's index names it
+        s2 = Store({"broker-a-1": conf}, truncated=cut)
+        assert [x["in_log"] for x in s2.find("T", "k2") + s2.find("T", "k3")] == [False, True]
         s2.close()
+        s3 = Store({"broker-a-1": conf})  # no truncation in its logs: everything found is in its log
+        assert [x["in_log"] for x in s3.find("T", "k2") + s3.find("T", "k3")] == [True, True]
+        s3.close()
     finally:
         s.close()
 
 
 def test_a_dledger_term_elected_twice_in_a_group_is_a_reused_term(tmp_path: Path) -> None:
     from analysis.figures import value
-    from analysis.log_marks import dledger_terms
+    from analysis.log_marks import dledger_lines, dledger_terms, truncations
     d = tmp_path / "cluster"
     line = "2026-12-01 02:{} INFO StateMaintainer - [{}] [VOTE_RESULT] has been elected to be the leader in term {}\n"
     for node, rows in {"broker-a-0": [("44:56", "n0", 1)], "broker-a-1": [("45:30", "n1", 3), ("44:04", "n1", 1)],
@@ -128,11 +132,16 @@ def test_a_dledger_term_elected_twice_in_a_group_is_a_reused_term(tmp_path: Path
         "2026-12-01 02:44:04 INFO StateMaintainer - n0_[INCREASE_TERM] from 0 to 1\n"
         + line.format("44:04", "n0", 1) +
         "2026-12-01 02:44:55 INFO StateMaintainer - n0_[INCREASE_TERM] from 0 to 1\n" + line.format("44:56", "n0", 1))
-    forgotten = dledger_terms(d)["dledger_terms_forgotten"]
+    (d / "broker-a-1" / "logs" / "rocketmqlogs" / "broker_default.log").write_text(
+        "2026-12-01 05:15:10 WARN EntryHandler-n1 - [TRUNCATE]leaderId=n0 index=5102 truncatePos=6735097 != "
+        "maxPos=6761517, this is usually happened on the old leader\n")
+    lines = dledger_lines(d)
+    assert truncations(lines) == {"broker-a-1": [(6735097, 6761517)]}
+    forgotten = dledger_terms(lines)["dledger_terms_forgotten"]
     assert value({"dledger_terms_forgotten": forgotten}, "dledger_terms_forgotten") == 1
     assert forgotten["broker-a-0"] == [1] and "broker-a-1" not in forgotten
     assert value({}, "dledger_terms_forgotten") is None
-    el = dledger_terms(d)["dledger_elections"]
+    el = dledger_terms(lines)["dledger_elections"]
     assert el == {"broker-a-0": [1, 1], "broker-a-1": [1, 3], "broker-b-0": [1, 2]}  # in time order
     groups = {"cluster": {"brokers": {n: {"brokerName": n[:8]} for n in el}}}
     # broker-a's term 1 elected three times (n1; n0 at its start and after its restart): one term reused
