@@ -299,9 +299,16 @@ def test_every_force_of_a_real_broker_reaches_the_layer_as_one_sync_and_a_drop_l
         finally:
             prod.close()
         assert acked == 300
-        syncs = sum(after.values()) - sum(before.get(p, 0) for p in after)
-        # SYNC_FLUSH: at least one force per group commit, so some hundreds; every one a sync of the layer
-        assert forces["msync"] >= 100 and forces["msync"] == syncs, (forces, syncs)
+        delta = {p: n - before.get(p, 0) for p, n in after.items() if n != before.get(p, 0)}
+        syncs = sum(delta.values())
+        # SYNC_FLUSH: at least one force per group commit, so some hundreds; every msync a sync of the
+        # layer. A mapped file can also be forced through its channel (DefaultMappedFile.flush takes
+        # FileChannel.force, an fdatasync, once the channel's position is not 0): one run in four here
+        # had the 4 consume queues synced once each in the window and perf counted 4 fdatasyncs, the
+        # commit log, checkpoint, timercheck and timerwheel's syncs equal to the msyncs. perf does not
+        # say which file a force named, so: no msync missing, and no sync without a force.
+        assert forces["msync"] >= 100, (forces, delta)
+        assert forces["msync"] <= syncs <= forces["msync"] + forces["fsync"] + forces["fdatasync"], (forces, delta)
 
         # After a drop a file reads exactly its synced bytes. Frozen, the broker changes nothing; a file
         # of which the layer holds nothing unsynced reads in the real directory as it was last synced
