@@ -132,8 +132,8 @@ def _failover(s: dict[str, Any]) -> list[str]:
                    + (f" ({lost['cut_back']} of those lost in the switch were past the end of the old master's log "
                       "once it was back, and written over)" if lost.get("cut_back") else "") + "</p>" + _table(
             [[e["key"], e["verdict"].replace("_", " "), ", ".join(e["acked_by"]),
-              ", ".join(f"{n} ({'up' if u else 'down' if u is False else '?'})" for n, u in e["stored_on_up"].items())
-              + "".join(f"{', ' if e['stored_on_up'] or i else ''}{n} (truncated)" for i, n in enumerate(e.get("truncated_on") or []))]
+              ", ".join([*(f"{n} ({'up' if u else 'down' if u is False else '?'})" for n, u in e["stored_on_up"].items()),
+                         *(f"{n} (truncated)" for n in e.get("truncated_on") or [])])]
              for e in lost["examples"]], ["key", "where", "acknowledged by", "stored on (at the last sample)"]))
     again = fo.get("duplicates_after_switch")
     if again:  # absent in summaries before it; null without the receive ledger

@@ -96,9 +96,7 @@ class NodeStore:
     # listed once per lookup session (like the tail below), not once per key
     @cached_property
     def commit_files(self) -> list[tuple[int, Path]]:
-        if not self.commitlog.is_dir():
-            return []
-        return sorted((int(f.name), f) for f in self.commitlog.iterdir() if f.name.isdigit())
+        return _by_start(self.commitlog)
 
     @cached_property
     def dledger_end(self) -> int | None:
@@ -118,16 +116,21 @@ class NodeStore:
 
     @cached_property
     def dledger_index_files(self) -> list[tuple[int, Path]]:
-        d = self.commitlog.parent / "index"  # DLedger's own: 32 bytes an entry, by entry index
-        return sorted((int(f.name), f) for f in d.iterdir() if f.name.isdigit()) if d.is_dir() else []
+        return _by_start(self.commitlog.parent / "index")  # DLedger's own: 32 bytes an entry, by entry index
 
-    def _read(self, files: list[tuple[int, Path]], off: int, n: int) -> bytes | None:
-        """`n` bytes at absolute offset `off` of a file list named by start offset; None past its end."""
+    def _at(self, files: list[tuple[int, Path]], off: int) -> tuple[mmap.mmap, int] | None:
+        """The mapped file of a list named by start offset that holds absolute offset `off`, and the
+        offset within it; None before the first file or for an empty one."""
         for start, f in reversed(files):
             if start <= off:
                 m = self._map(f)
-                return m[off - start:off - start + n] if m is not None and off - start + n <= len(m) else None
+                return (m, off - start) if m is not None else None
         return None
+
+    def _read(self, files: list[tuple[int, Path]], off: int, n: int) -> bytes | None:
+        """`n` bytes at absolute offset `off` of a file list named by start offset; None past its end."""
+        at = self._at(files, off)
+        return at[0][at[1]:at[1] + n] if at is not None and at[1] + n <= len(at[0]) else None
 
     def in_log(self, phy: int) -> bool:
         """Whether the record at `phy` is in the node's log. A commit log: always (a cut-back one is
@@ -157,11 +160,8 @@ class NodeStore:
         return sorted(f for f in d.iterdir() if f.is_file() and f.stat().st_size == want) if d.is_dir() else []
 
     def record_at(self, phy: int) -> Record | None:
-        for start, f in reversed(self.commit_files):
-            if start <= phy:
-                m = self._map(f)
-                return decode(m, phy - start) if m is not None else None
-        return None
+        at = self._at(self.commit_files, phy)
+        return decode(*at) if at is not None else None
 
     def indexed_until(self) -> int:
         """The commit-log offset of the newest indexed record (-1: nothing indexed)."""
@@ -229,6 +229,11 @@ class NodeStore:
                     return
                 yield r
                 last_index, pos = index, pos + size
+
+
+def _by_start(d: Path) -> list[tuple[int, Path]]:
+    """A directory's files named by their start offset (20 digits), in order; none if it is not there."""
+    return sorted((int(f.name), f) for f in d.iterdir() if f.name.isdigit()) if d.is_dir() else []
 
 
 class Store:
