@@ -35,6 +35,24 @@ def rejected() -> Any:
         F.col("code").isin(*rules.DEFINITE_REJECT_CODES) | (F.col("code").isNull() & (F.col("sent") == F.lit(False))))
 
 
+def refused() -> Any:
+    """An attempt the client refused before anything left the host: the remoting producer never chose a
+    broker for it (rmqclient/producer.py `queue_or_fail`, loadgen/context.py `_pinned_queue`), so
+    `sent` false and `broker` null; a failed connection or a dropped one names the broker it tried
+    (docs/ledgers.md). Not on the gRPC ledger: it never names a broker, so there these rows are its
+    failed connections to the proxy (analysis/pace.py sets them apart by the load's client)."""
+    return is_outcome() & (F.col("sent") == F.lit(False)) & F.col("broker").isNull()
+
+
+def refusal_kind() -> Any:
+    """Why the client refused (of a `refused()` row), in a word, from what the producer wrote."""
+    e = F.col("error")
+    return (F.when(e.endswith("has no writable queue"), "no writable queue")  # code 17 too: first
+            .when(F.col("code") == 17, "no route")  # namesrv's own answer: it routes no such topic
+            .when(e.startswith("strict order:"), "the key's queue is not in the route")
+            .otherwise("route lookup failed"))  # namesrv could not be asked
+
+
 def count_where(cond: Any) -> Any:
     return F.sum(cond.cast("long"))
 
