@@ -8,7 +8,7 @@ from typing import Any
 
 from analysis.findings import busy_refusals
 from analysis.powercuts import not_started, power_cuts
-from rmqchaos.spec.expect import DERIVED, FAMILIES, figure, parse_condition
+from rmqchaos.spec.expect import DERIVED, FAMILIES, POP_BY_FAULT, POP_TOTALS, TXN_TOTALS, figure, parse_condition
 
 _OPS = {"==": operator.eq, "!=": operator.ne, ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
 
@@ -108,18 +108,18 @@ def _family(s: dict[str, Any], fam: str, arg: str) -> int | None:
         t = s.get("transactions")
         if not t:
             return None
-        if arg in ("checked_after_end", "abandoned"):
+        if arg in TXN_TOTALS:
             return int(t.get(arg, 0))
         return int(t["classes"].get(arg, 0))
     if fam == "pop":  # pop.<class>, or pop.<class>.<cause> (analysis/pop.py)
         p = s.get("pop")
         if not p:
             return None
-        if arg in ("deliveries", "keys", "acks_ok", "acks_refused"):  # pop.acks_refused: the totals
+        if arg in POP_TOTALS:  # pop.acks_refused: the totals
             return int(p.get(arg, 0))
+        if arg.startswith(POP_BY_FAULT):  # pop.by_fault.<fault id>: redeliveries forced by that fault on the proxy
+            return int((p.get("by_fault") or {}).get(arg.removeprefix(POP_BY_FAULT), 0))
         cls, _, cause = arg.partition(".")
-        if cls == "by_fault":  # pop.by_fault.<fault id>: redeliveries forced by that fault on the proxy
-            return int((p.get("by_fault") or {}).get(cause, 0))
         return int((p["causes"].get(cls) or {}).get(cause, 0) if cause else p["classes"].get(cls, 0))
     if fam == "order_broken_on":
         o = s.get("order")

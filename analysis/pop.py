@@ -49,17 +49,14 @@ from typing import Any, Collection
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+# the figures' names (pop.<class>.<cause>): one source
+from rmqchaos.spec.expect import POP_CAUSES as CAUSES, POP_CLASSES as CLASSES
+
 #: how long after its invisible time a message not acked may take to come back: the broker's revive
 #: service advances with the messages of its revive topic and rests when none come, so on an idle broker
 #: it re-put expired checkpoints 39 s after their invisible time (a proxy kill test here; pop.log
 #: "has no new msg, take a rest"); this slack also covers the next receive's long polling
 REVIVE_SLACK_MS = 60_000
-CLASSES = ("redelivered_after_invisible", "redelivered_after_ack", "consumed_but_lost", "ack_in_doubt", "due_after_stop")
-CAUSES = {"redelivered_after_invisible": ("not_acked", "ack_refused", "ack_late", "no_ack"),
-          "redelivered_after_ack": ("re_popped", "after_broker_crash", "after_change", "plain_ack"),
-          "consumed_but_lost": ("not_acked", "ack_refused", "ack_late", "no_ack"),
-          "ack_in_doubt": ("ack_refused",),
-          "due_after_stop": ("not_acked", "ack_refused", "ack_late", "no_ack")}
 
 
 def proxy_outages(events: list[dict[str, Any]], proxies: Collection[str] = ("proxy",)) -> list[tuple[str, int, int]]:

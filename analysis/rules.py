@@ -17,11 +17,14 @@ Per business key, exactly one class, in this precedence:
 """
 from __future__ import annotations
 
+# the statuses, busy texts and duplicate causes are the figure names' (rmqchaos/spec/expect.py): one source
+from rmqchaos.spec.expect import BUSY_TEXTS, DUPLICATE_CAUSES, SEND_STATUSES
+
 CLASSES = ("ok", "lost", "duplicated", "recovered", "failed", "indeterminate", "undelivered_at_stop", "not_committed")
 
 # Stored answers (MQClientAPIImpl.processSendResponse, 5.5.0). Everything but SEND_OK is "weak".
-STORED_STATUSES = ("SEND_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")
-WEAK_STATUSES = ("FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")
+STORED_STATUSES = SEND_STATUSES
+WEAK_STATUSES = tuple(x for x in SEND_STATUSES if x != "SEND_OK")
 
 # Response codes the broker (or namesrv) sends only before appending: a definite rejection.
 #  2 SYSTEM_BUSY: every busy text ([REJECTREQUEST], [OVERLOAD], [PCBUSY_CLEAN_QUEUE],
@@ -36,7 +39,7 @@ WEAK_STATUSES = ("FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILAB
 DEFINITE_REJECT_CODES = (2, 13, 14, 16, 17, 29)
 
 # Remark prefixes reported apart (code 2 texts).
-BUSY_PREFIXES = ("[TIMEOUT_CLEAN_QUEUE]", "[PCBUSY_CLEAN_QUEUE]", "[PC_SYNCHRONIZED]", "[REJECTREQUEST]", "[OVERLOAD]")
+BUSY_PREFIXES = tuple(f"[{t}]" for t in BUSY_TEXTS)
 REMARK_PREFIX_REGEX = r"^(\[[A-Z_]+\])"
 
 # Causes of extra deliveries of a duplicated key (each extra delivery gets exactly one):
@@ -51,5 +54,4 @@ REMARK_PREFIX_REGEX = r"^(\[[A-Z_]+\])"
 #  timer_reput      another stored copy of a timer message after a single attempt: the broker's wheel
 #                   put it into its topic more than once (seen after a kill -9 and restart)
 #  unexplained      another stored copy in the same topic with one attempt only
-DUPLICATE_CAUSES = ("consumer_retry", "backup_topic", "producer_resend", "consumer_repull", "transaction_recommit",
-                    "timer_reput", "unexplained")
+# DUPLICATE_CAUSES (imported above: the figures' duplicates.<cause>) lists them in this order.

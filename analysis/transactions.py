@@ -34,10 +34,9 @@ from pyspark.sql import functions as F
 
 from analysis import sends
 from analysis.store_check import STORE_LOOKUP_MAX
+from rmqchaos.spec.expect import TXN_CLASSES as CLASSES  # the figures' names (transactions.<class>): one source
 
 SLACK_MS = 5000
-CLASSES = ("committed_delivered", "committed_lost", "committed_undelivered_at_stop", "rolled_back_delivered",
-           "rolled_back", "unknown_in_time", "unknown_late", "unknown_never", "undecided", "discarded")
 # where a broker puts a half message it has checked transactionCheckMax times (TopicValidator
 # .RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC; DefaultTransactionalMessageCheckListener.resolveDiscardMsg keeps
 # its properties, KEYS among them)

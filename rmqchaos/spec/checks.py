@@ -8,6 +8,7 @@ from pydantic import ValidationError
 
 from rmqchaos.errors import UserError
 from rmqchaos.spec.confkeys import PLATFORM_BROKER_KEYS, PLATFORM_NAMESRV_KEYS, _check_conf, config_keys
+from rmqchaos.spec.expect import POP_BY_FAULT, did_you_mean, parse_condition
 from rmqchaos.spec.messages import _dotted, _pydantic_message
 from rmqchaos.spec.grpc import grpc_errors
 from rmqchaos.spec.modes import controller_errors, controller_ports, dledger_errors
@@ -328,8 +329,8 @@ def order_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
 
 def expect_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
     """The `expect:` block against this scenario: its versions are RocketMQ versions this platform
-    knows, its probes name broker nodes of this cluster, its failovers name faults of this scenario,
-    its figures need a load to count."""
+    knows, its probes name broker nodes of this cluster, its failovers and figures name faults, nodes and
+    broker groups of this scenario, its figures need a load to count."""
     from rmqchaos.rocketmq_dist import known_versions
     if s.expect is None:
         return []
@@ -354,22 +355,37 @@ def expect_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
 
 def signature_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
     """The `signature:` block against this scenario: its failovers name faults of this scenario, its
-    per-broker figures name brokers of this cluster, its figures need a load to count."""
+    per-node, per-group and per-fault figures name those of this scenario, its figures need a load."""
     if s.signature is None:
         return []
-    errs = _condition_errors(s, "signature")
-    brokers = s.cluster.node_names()
-    for i, c in enumerate(s.signature.conditions):
-        fam, _, arg = c.split()[0].partition(".")
-        if fam in ("route_absent_samples", "link_p50_added_ms", "order_broken_on") and arg not in brokers:
-            errs.append((("signature", "conditions", i), f"no node {arg!r} in this cluster; nodes: {', '.join(brokers)}"))
-    return errs
+    return _condition_errors(s, "signature")
+
+
+# the figure families whose name is one of this scenario's nodes or broker groups (expect.py FAMILY_NAMES
+# holds the others' names; pop.by_fault.<fault id> is checked beside these)
+NODE_FAMILIES = ("route_absent_samples", "link_p50_added_ms", "order_broken_on")
+GROUP_FAMILIES = ("lost_on", "gone_on")
 
 
 def _condition_errors(s: Scenario, key: str) -> list[tuple[tuple[Any, ...], str]]:
     block = getattr(s, key)
     errs: list[tuple[tuple[Any, ...], str]] = []
     ids = [f.id for f in s.faults if f.id]
+    nodes, groups = s.cluster.node_names(), [b.name for b in s.cluster.brokers]
+    # expect's premise (the bug's setup) names figures too
+    for field, i, c in [(f, i, c) for f in ("conditions", "premise") for i, c in enumerate(getattr(block, f, []))]:
+        fam, _, arg = parse_condition(c)[0].partition(".")
+        prefix = f"{fam}."
+        if fam in NODE_FAMILIES and arg not in nodes:
+            why, known = f"no node {arg!r} in this cluster; nodes: {', '.join(nodes)}", nodes
+        elif fam in GROUP_FAMILIES and arg not in groups:
+            why, known = f"no broker group {arg!r} in this cluster; groups: {', '.join(groups)}", groups
+        elif fam == "pop" and arg.startswith(POP_BY_FAULT) and (arg := arg.removeprefix(POP_BY_FAULT)) not in ids:
+            why, known = f"no fault with id {arg!r} in this scenario; fault ids: {', '.join(ids) or '(none)'}", ids
+            prefix += POP_BY_FAULT
+        else:
+            continue
+        errs.append(((key, field, i), why + did_you_mean(arg, known, prefix)))
     for i, fo in enumerate(block.failovers):
         if fo.fault not in ids:
             errs.append(((key, "failovers", i, "fault"), f"no fault with id {fo.fault!r} in this scenario; "

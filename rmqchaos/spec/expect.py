@@ -6,8 +6,9 @@ from the monitor's per-second groups record); the run's verdict is "reproduced" 
 (analysis/expect.py evaluates them, cluster/probes.py takes the probes)."""
 from __future__ import annotations
 
+import difflib
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Iterable, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
@@ -88,6 +89,43 @@ LOG_MARKS = {
     "timer_offset_clamped": ("is larger than maxOffsetInQueue",
                              "the timer wheel's recovered queue offset clamped to its consume queue (5.3.2+)"),
 }
+# The names after the dot that the analysis can produce, per family whose names it fixes: one source,
+# analysis/ imports these (rules.py, transactions.py, pop.py), so a name that validates is one it counts.
+# The other families name a node, broker group or fault id of the scenario (checks.py _condition_errors).
+# a stored answer's status (MQClientAPIImpl.processSendResponse, response codes 0/10/12/11; rmqclient STORED_STATUS)
+SEND_STATUSES = ("SEND_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")
+# a busy refusal's (code 2) bracketed remark text, RocketMQ's own: BrokerFastFailure (TIMEOUT_, PCBUSY_CLEAN_QUEUE),
+# SendMessageProcessor (PC_SYNCHRONIZED), NettyRemotingAbstract (REJECTREQUEST, OVERLOAD); the same in 5.1-5.5
+BUSY_TEXTS = ("TIMEOUT_CLEAN_QUEUE", "PCBUSY_CLEAN_QUEUE", "PC_SYNCHRONIZED", "REJECTREQUEST", "OVERLOAD")
+# an attempt's outcome (rmqclient SendResult, GrpcProducer); `no_outcome`: an intent never answered (analysis/answers.py)
+OUTCOMES = ("ok", "error", "timeout", "no_outcome")
+# causes of extra deliveries (analysis/rules.py says what each means)
+DUPLICATE_CAUSES = ("consumer_retry", "backup_topic", "producer_resend", "consumer_repull", "transaction_recommit",
+                    "timer_reput", "unexplained")
+# a half message's class (analysis/transactions.py), and the totals beside them
+TXN_CLASSES = ("committed_delivered", "committed_lost", "committed_undelivered_at_stop", "rolled_back_delivered",
+               "rolled_back", "unknown_in_time", "unknown_late", "unknown_never", "undecided", "discarded")
+TXN_TOTALS = ("checked_after_end", "abandoned")
+# a POP delivery's class and its causes (analysis/pop.py), and the totals beside them
+POP_CLASSES = ("redelivered_after_invisible", "redelivered_after_ack", "consumed_but_lost", "ack_in_doubt", "due_after_stop")
+POP_CAUSES = {"redelivered_after_invisible": ("not_acked", "ack_refused", "ack_late", "no_ack"),
+              "redelivered_after_ack": ("re_popped", "after_broker_crash", "after_change", "plain_ack"),
+              "consumed_but_lost": ("not_acked", "ack_refused", "ack_late", "no_ack"),
+              "ack_in_doubt": ("ack_refused",),
+              "due_after_stop": ("not_acked", "ack_refused", "ack_late", "no_ack")}
+POP_TOTALS = ("deliveries", "keys", "acks_ok", "acks_refused")
+POP_BY_FAULT = "by_fault."  # pop.by_fault.<fault id>: a fault of the scenario
+FAMILY_NAMES: dict[str, tuple[str, ...]] = {
+    "status": SEND_STATUSES,
+    "outcome": OUTCOMES,
+    "busy": BUSY_TEXTS,
+    "duplicates": DUPLICATE_CAUSES,
+    # `unknown`: a key in no store whose acknowledgements carried no status (store_check.strongest)
+    "gone_status": (*SEND_STATUSES, "unknown"),
+    "transactions": (*TXN_CLASSES, *TXN_TOTALS),
+    "pop": (*POP_TOTALS, *POP_CLASSES, *(f"{c}.{x}" for c in POP_CLASSES for x in POP_CAUSES[c])),
+    "log": tuple(LOG_MARKS),
+}
 OPS = ("==", "!=", ">=", "<=", ">", "<")
 # a figure family's argument may hold dots itself (pop.redelivered_after_ack.after_change, a fault id)
 _CONDITION = re.compile(r"^\s*([a-z_0-9]+(?:\.[A-Za-z0-9_%.-]+)?)\s*(==|!=|>=|<=|>|<)\s*(-?\d+)\s*$")
@@ -100,12 +138,45 @@ def parse_condition(text: str) -> tuple[str, str, int]:
     if not m:
         raise ValueError(f"expected '<figure> <op> <integer>' such as 'lost > 0' (op: {' '.join(OPS)}), got {text!r}")
     name, op, value = m.group(1), m.group(2), int(m.group(3))
-    if name.startswith("log.") and name[4:] not in LOG_MARKS:
-        raise ValueError(f"unknown log line {name[4:]!r}; named lines: {', '.join(LOG_MARKS)}")
-    if name not in FIGURES and name not in DERIVED and name.split(".", 1)[0] not in FAMILIES:
-        raise ValueError(f"unknown figure {name!r}; figures: {', '.join([*FIGURES, *DERIVED])}, and per name: "
-                         + ", ".join(f"{f}.<name>" for f in FAMILIES))
+    if (why := figure_error(name)) is not None:
+        raise ValueError(why)
     return name, op, value
+
+
+def figure_error(name: str) -> str | None:
+    """Why `name` is no figure the analysis computes, one line naming the closest one; None when it is
+    one, or is a family's whose name the scenario supplies (checks.py checks that against it)."""
+    fam, dot, arg = name.partition(".")
+    if name in FIGURES or name in DERIVED or (dot and fam in FAMILIES and fam not in FAMILY_NAMES):
+        return None
+    if dot and fam in FAMILY_NAMES:
+        names = FAMILY_NAMES[fam]
+        if arg in names or (fam == "pop" and arg.startswith(POP_BY_FAULT)):
+            return None
+        why = (f"unknown log line {arg!r}; named lines: {', '.join(names)}" if fam == "log" else
+               f"unknown figure {name!r}; {fam}.<name>: {', '.join(names)}")
+    else:
+        why = (f"unknown figure {name!r}; figures: {', '.join([*FIGURES, *DERIVED])}, and per name: "
+               + ", ".join(f"{f}.<name>" for f in FAMILIES))
+    named = [f"{f}.{n}" for f, ns in FAMILY_NAMES.items() for n in ns]
+    # the closest of: the same name in another family (status.timeout -> outcome.timeout), a name of the
+    # same family, any figure (a misspelt family keeps its argument: lost_onn.broker-a -> lost_on.broker-a)
+    elsewhere = [n for n in named if dot and n.partition(".")[2].lower() == arg.lower()]
+    if elsewhere:
+        return f"{why}; did you mean {elsewhere[0]}?"
+    if dot and fam in FAMILY_NAMES:
+        return why + did_you_mean(arg, FAMILY_NAMES[fam], f"{fam}.")
+    return why + did_you_mean(name, [*FIGURES, *DERIVED, *named,
+                                     *(f"{f}.{arg}" for f in FAMILIES if dot and f not in FAMILY_NAMES)])
+
+
+def did_you_mean(name: str, known: Iterable[str], prefix: str = "") -> str:
+    """'; did you mean <prefix><the closest of known>?' (difflib, case aside; else the one name `name`
+    begins, transactions.checked -> checked_after_end), or '' when none is close."""
+    by_lower = {k.lower(): k for k in known}
+    begun = [k for k in by_lower if k.startswith(name.lower())]
+    best = difflib.get_close_matches(name.lower(), by_lower, n=1) or (begun if len(begun) == 1 else [])
+    return f"; did you mean {prefix}{by_lower[best[0]]}?" if best else ""
 
 
 def _condition(v: str) -> str:
@@ -167,10 +238,23 @@ class FailoverCheck(Strict):
     fault: Annotated[str, Field(min_length=1)]  # a fault's `id` in this scenario
     elected_within: Duration
     reproduced_when: Literal["not_elected", "elected"] = "not_elected"
+    # [from, to]: the group's first acknowledged send after the fault came this long after it (on any
+    # node): writes waited for the master's restart, or for the new master, as long as the scenario says
+    first_ack_between: Annotated[list[Duration], Field(min_length=2, max_length=2)] | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "FailoverCheck":
+        if self.first_ack_between and self.first_ack_between[0] > self.first_ack_between[1]:
+            raise ValueError("first_ack_between: [from, to] with from <= to")
+        return self
 
     def words(self) -> str:
-        return (f"{'no' if self.reproduced_when == 'not_elected' else 'a'} new master within "
-                f"{self.elected_within:g} s of fault {self.fault}")
+        out = (f"{'no' if self.reproduced_when == 'not_elected' else 'a'} new master within "
+               f"{self.elected_within:g} s of fault {self.fault}")
+        if self.first_ack_between:
+            lo, hi = self.first_ack_between
+            out += f", and the group's first ack {lo:g}-{hi:g} s after it"
+        return out
 
 
 class Signature(Strict):
@@ -199,6 +283,9 @@ class Expect(Strict):
     # versions upstream says nothing about (a fix unconfirmed): a run there measures, never fails
     measure_on: list[Version] = []
     conditions: list[Condition] = []  # on the summary's figures, e.g. "lost > 0"
+    # the bug's setup, which must hold on every version (a fixed one too): without it "not reproduced"
+    # says nothing about the fix, and the run reads NOT verified (e.g. "outcome.timeout > 0")
+    premise: list[Condition] = []
     probes: list[Probe] = []
     failovers: list[FailoverCheck] = []  # on a fault's failover, e.g. no new master within 60 s
 
