@@ -42,6 +42,9 @@ def evaluate(expect: Expect, summary: dict[str, Any], probes: list[dict[str, Any
     as_expected = None if reproduced is None or expected is None else (reproduced == (expected == "reproduced"))
     return {"issue": expect.issue, "version": version, "shows_on": expect.shows_on, "gone_in": expect.gone_in,
             "expected": expected, "reproduced": reproduced, "as_expected": as_expected, "evidence": evidence,
+            # the bug's setup: analysis/signature.py counts the run only when it held
+            "premise": [{**e, "what": f"the bug's setup: {e['what']}"}
+                        for e in condition_evidence(expect.premise, summary)],
             "words": words(expect.issue, version, reproduced, expected, evidence)}
 
 
@@ -64,6 +67,20 @@ def failover_evidence(fo: FailoverCheck, summary: dict[str, Any]) -> dict[str, A
 
 
 def _one_failover(fo: FailoverCheck, f: dict[str, Any]) -> tuple[bool | None, str]:
+    elected, seen = _elected(fo, f)
+    if not fo.first_ack_between:
+        return elected, seen
+    lo, hi = fo.first_ack_between
+    ack = f.get("first_ack_any_s")
+    if ack is None:
+        return (False if elected is not None else None), seen + "; " + str(
+            (f.get("reasons") or {}).get("first_ack_any") or "no ack after the fault")
+    in_range = lo <= ack <= hi
+    both = False if False in (elected, in_range) else None if elected is None else True
+    return both, seen + f"; first ack {ack:g} s after it ({f.get('first_ack_any_node')})"
+
+
+def _elected(fo: FailoverCheck, f: dict[str, Any]) -> tuple[bool | None, str]:
     el, observed, old, fid = f.get("election_s"), f.get("observed_s"), f.get("old_master"), f.get("fault_id")
     elected = el is not None and el <= fo.elected_within
     if el is not None:

@@ -94,7 +94,7 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
         summary["expect"] = evaluate(s.expect, summary, read_probes(run.probes_file), s.cluster.rocketmq_version)
         say(f"analyze: {summary['expect']['words']}")
     # what the scenario exists to show: reached or not, and why (analysis/signature.py)
-    summary["signature"] = signature(s.signature, summary)
+    summary["signature"] = signature(s.signature, summary, [(f.id, f.kind) for f in s.faults])
     if summary["signature"]:
         say(f"analyze: signature: {summary['signature']['words']}")
     out.mkdir(exist_ok=True)

@@ -46,7 +46,7 @@ def test_an_expect_block_that_cannot_be_evaluated_is_refused_with_one_line() -> 
     assert s.expect is not None and s.expect.probes[0].words() == "topic T9403 absent from broker-a-s"
     assert s.load is not None and s.load.topic_attributes == {"message.type": "NORMAL"}
     assert one_line(DOC.replace("  conditions:", "  conditionz:")) == (
-        "t.yaml:11: expect.conditionz: unknown key; allowed: issue, shows_on, gone_in, measure_on, conditions, probes, "
+        "t.yaml:11: expect.conditionz: unknown key; allowed: issue, shows_on, gone_in, measure_on, conditions, premise, probes, "
         "failovers")
     assert one_line(DOC.replace("topic_absent:", "topic_gone:")) == (
         "t.yaml:13: expect.probes[0].topic_gone: unknown key; allowed: topic_absent, topic_present, "

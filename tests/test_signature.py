@@ -14,7 +14,7 @@ import yaml
 from analysis.pace import generator_bound, pace
 from analysis.report import render, verdict
 from analysis.figures import value
-from analysis.signature import evaluate
+from analysis.signature import evaluate, missed
 from conftest import REPO, cli, write_scenario
 from pipeline.runs import load_scenario
 from rmqchaos.spec.expect import Signature
@@ -240,3 +240,67 @@ def test_the_history_keeps_whether_a_run_reached_its_signature_and_its_load_pace
     r = row(s)
     assert r["signature_reached"] is False and r["signature_words"] == "NOT reproduced: busy == 0 (busy = 5)"
     assert r["load_reached"] == 0.6 and r["load_lag_p50_ms"] == 400
+
+
+def _fixed_version_run(partition_short: bool, premise_held: bool = True, applied: bool = True) -> dict[str, Any]:
+    """A corpus run of issue 7017 on 5.5.0 (measured), where it did not reproduce: lost_send_ok = 0."""
+    from analysis.expect import evaluate as expect_evaluate
+    from rmqchaos.spec.expect import Expect
+    exp = Expect(issue="https://github.com/apache/rocketmq/issues/7017", shows_on=["5.1.1"], gone_in=["5.5.0"],
+                 conditions=["lost_send_ok > 0"], premise=["outcome.timeout > 0"])
+    intent = {"short": partition_short, "reached": 0.0 if partition_short else 1.0,
+              "words": "partition isolate-master: held 0 of 4 rules" if partition_short else "held 4 of 4 rules"}
+    s = summary("issue-7017", "false", 0, None, counts={"acked_weak_lost": 0},
+                errors={"by_outcome": {"timeout": 30 if premise_held else 0}})
+    s["events"] = [{"kind": "fault", "outcome": "ok", "target": "broker-a-0",
+                    "params": {"fault_id": "isolate-master", "fault_kind": "partition", "evidence": {"intent": intent}}}
+                   ] if applied else []
+    s["expect"] = expect_evaluate(exp, s, [], "5.5.0")
+    s["signature"] = evaluate(None, s, [("isolate-master", "partition")])
+    return s
+
+
+def test_a_fixed_version_run_counts_only_when_its_fault_took_hold_and_the_setup_held() -> None:
+    ok = _fixed_version_run(partition_short=False)
+    assert ok["expect"]["as_expected"] is True and ok["signature"]["reached"] is True, ok["signature"]["words"]
+    # the partition never took hold: "not reproduced, as expected" would say nothing about the fix
+    short = _fixed_version_run(partition_short=True)
+    assert short["expect"]["as_expected"] is True
+    assert short["signature"]["reached"] is None
+    assert short["signature"]["words"].startswith("NOT verified: isolate-master did what it was asked "
+                                                  "(partition isolate-master: held 0 of 4 rules)"), short["signature"]["words"]
+    assert missed(short)
+    # the bug's setup did not happen (no send timed out against the isolated master)
+    bare = _fixed_version_run(partition_short=False, premise_held=False)
+    assert bare["signature"]["reached"] is None
+    assert "the bug's setup: outcome.timeout > 0 (outcome.timeout = 0)" in bare["signature"]["words"]
+    # the fault was never applied at all
+    none = _fixed_version_run(partition_short=False, applied=False)
+    assert none["signature"]["reached"] is None
+    assert "fault isolate-master was applied (no occurrence of it ended ok in the timeline)" in none["signature"]["words"]
+
+
+def test_a_signature_run_whose_fault_was_never_applied_is_not_reproduced() -> None:
+    s = summary("oom-tsp-on", "true", 5, {"lost_from_store": 5})
+    s["events"] = []
+    r = evaluate(sig("loss", ["store_check.lost_from_store > 0"]), s, [("oom", "oom_kill")])
+    assert r is not None and r["reached"] is False
+    assert r["words"] == ("NOT reproduced: fault oom was applied (no occurrence of it ended ok in the timeline)")
+
+
+def test_a_failover_check_can_bound_the_first_ack_after_the_fault() -> None:
+    from rmqchaos.spec.expect import FailoverCheck
+    fo = FailoverCheck(fault="kill-master", elected_within=25, first_ack_between=[30, 45])
+
+    def run(ack: float | None) -> dict[str, Any]:
+        f = {"fault_id": "kill-master", "group": "broker-a", "old_master": "broker-a", "election_s": None,
+             "observed_s": 70, "first_ack_any_s": ack, "first_ack_any_node": "broker-a" if ack else None,
+             "reasons": {"election": "no node other than broker-a was master", "first_ack_any": "no send was acknowledged"}}
+        return {"complete": True, "failover": {"failovers": [f]}}
+    assert fo.words() == "no new master within 25 s of fault kill-master, and the group's first ack 30-45 s after it"
+    from analysis.expect import failover_evidence
+    assert failover_evidence(fo, run(35.1))["holds"] is True
+    early = failover_evidence(fo, run(3.0))  # writes came back long before the restart: something took over
+    assert early["holds"] is False and "first ack 3 s after it (broker-a)" in early["seen"]
+    assert failover_evidence(fo, run(None))["holds"] is False
+    assert failover_evidence(fo, {"complete": True})["holds"] is None  # no fault, no failover record
