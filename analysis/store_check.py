@@ -45,12 +45,18 @@ def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str
     gone: Counter[str] = Counter()  # acknowledged keys in no store now, by that group (with the erased below)
     gone_status: Counter[str] = Counter()  # the same keys by the status they were acknowledged with
     gone_acks: dict[str, list[int]] = {}  # their acknowledgements' times, by that group
+    gone_ok: Counter[str] = Counter()  # the same keys by each group that acknowledged them SEND_OK
+    gone_slots: dict[str, Counter[int]] = {}  # ... and by the slot of each group's last acknowledgement
 
-    def count_gone(groups: list[str], statuses: list[str], acked_ms: int | None) -> None:
+    def count_gone(groups: list[str], statuses: list[str], acked_ms: int | None, acks: list[Any]) -> None:
         gone.update(groups)
         gone_status[strongest(statuses)] += 1
         for g in groups if acked_ms is not None else ():
             gone_acks.setdefault(g, []).append(int(acked_ms))
+        ok, last = by_group(acks)
+        gone_ok.update(ok)
+        for g, ms in last.items():
+            gone_slots.setdefault(g, Counter())[ms // GONE_SLOT_MS * GONE_SLOT_MS] += 1
     for r in sorted(rows, key=lambda r: r["key"]):
         if r["class"] == "lost":
             by_broker.update(r["acked_on"])
@@ -67,16 +73,23 @@ def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str
         if verdict == "lost_from_store" and locs:
             split["lost_truncated"] += 1
         if verdict == "lost_from_store":
-            count_gone(r["acked_on"], r["statuses"], r["acked_ms"])
+            count_gone(r["acked_on"], r["statuses"], r["acked_ms"], r["acks"])
         (stored if locs else absent).append({"key": r["key"], "class": r["class"], "verdict": verdict,
                                              "topics": sorted(r["topics"]), "stored_at": locs})
     erased = _erased(send, store, delivered or [])
-    for _, groups, statuses, acked_ms in erased:
-        count_gone(groups, statuses, acked_ms)
-    erased_keys = [k for k, _, _, _ in erased]
+    for _, groups, statuses, acked_ms, acks in erased:
+        count_gone(groups, statuses, acked_ms, acks)
+    erased_keys = [k for k, *_ in erased]
     return {"checked": len(rows), **split, "erased_after_delivery": len(erased_keys), "erased_examples": erased_keys[:STORE_EXAMPLES],
             "gone_by_broker": dict(sorted(gone.items())), "gone_by_status": dict(sorted(gone_status.items())),
             "gone_acked_ms_by_broker": _span(gone_acks),
+            # per group, the gone keys it acknowledged SEND_OK (a SYNC_FLUSH group's promise: figure
+            # gone_ok_sync_flush), and its last acknowledgement of each in GONE_SLOT_MS slots, bounded by
+            # the run's length (figure gone_in_disk_fault: acknowledged inside a disk fault's window)
+            "gone_ok_by_broker": dict(sorted(gone_ok.items())),
+            "gone_ack_slot_ms": GONE_SLOT_MS,
+            "gone_ack_slots_by_broker": {g: {str(k): n for k, n in sorted(c.items())}
+                                         for g, c in sorted(gone_slots.items())},
             "lost_by_broker": dict(sorted(by_broker.items())), "nodes": store.nodes(), "unread_nodes": [], "method": store.method(),
             "seconds": round(time.monotonic() - t0, 3),
             "examples": (stored + [a for a in absent if a["class"] == "lost"])[:STORE_EXAMPLES]}
@@ -85,6 +98,7 @@ def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str
 #: where a broker keeps a scheduled message until it is due: the timer wheel's topic and the delay levels'
 #: (TimerMessageStore.TIMER_TOPIC, TopicValidator.RMQ_SYS_SCHEDULE_TOPIC)
 SCHEDULED_TOPICS = ("rmq_sys_wheel_timer", "SCHEDULE_TOPIC_XXXX")
+GONE_SLOT_MS = 100  # the width of the slots the gone keys' acknowledgement times are counted in
 ANSWER_MARGIN_MS = 1000  # a producer on a busy host reads an answer this late at most (a later one is another node's)
 
 
@@ -115,15 +129,33 @@ def strongest(statuses: list[str]) -> str:
     return "SEND_OK" if "SEND_OK" in st else (st[0] if st else "unknown")
 
 
-def _erased(send: DataFrame, store: Any, delivered: list[str]) -> list[tuple[str, list[str], list[str], int | None]]:
+def _erased(send: DataFrame, store: Any,
+            delivered: list[str]) -> list[tuple[str, list[str], list[str], int | None, list[Any]]]:
     """The delivered keys in no broker's store, by key, each with the broker groups that acknowledged
-    it, the statuses they acknowledged it with and when its last acknowledgement came."""
+    it, the statuses they acknowledged it with, when its last acknowledgement came and each
+    acknowledgement (broker, status, end_ms)."""
     if not delivered:
         return []
     want = send.sparkSession.createDataFrame([(k,) for k in delivered], "key string")
     rows = _attempts(send, F.broadcast(want))
-    return sorted((r["key"], sorted(r["acked_on"]), sorted(r["statuses"]), r["acked_ms"]) for r in rows
-                  if not any(loc.get("in_log", True) for t in sorted(r["topics"]) for loc in store.find(t, r["key"])))
+    return sorted(((r["key"], sorted(r["acked_on"]), sorted(r["statuses"]), r["acked_ms"], list(r["acks"]))
+                   for r in rows if not any(loc.get("in_log", True) for t in sorted(r["topics"])
+                                            for loc in store.find(t, r["key"]))), key=lambda x: x[0])
+
+
+def by_group(acks: list[Any]) -> tuple[set[str], dict[str, int]]:
+    """A key's acknowledgements, each (broker group, status, end_ms): the groups that acknowledged it
+    SEND_OK, and each group's last acknowledgement (ms)."""
+    ok: set[str] = set()
+    last: dict[str, int] = {}
+    for broker, status, end_ms in acks:
+        if broker is None:
+            continue
+        if status == "SEND_OK":
+            ok.add(broker)
+        if end_ms is not None:
+            last[broker] = max(last.get(broker, int(end_ms)), int(end_ms))
+    return ok, last
 
 
 def _span(acks: dict[str, list[int]]) -> dict[str, list[int]]:
@@ -134,9 +166,13 @@ def _span(acks: dict[str, list[int]]) -> dict[str, list[int]]:
 def _attempts(send: DataFrame, want: DataFrame, *by: str) -> list[Any]:
     """Per key of `want` (and its columns `by`): the topics its intents named (every attempt has one),
     the broker groups that acknowledged it (`acked_on`) and the statuses they answered (`statuses`),
-    and when its last acknowledgement came (`acked_ms`), in one scan of the send ledger."""
+    and when its last acknowledgement came (`acked_ms`), and each acknowledgement as (broker, status,
+    end_ms) (`acks`), in one scan of the send ledger."""
     return (send.where(sends.is_intent() | sends.acked()).join(want, "key").groupBy("key", *by)
             .agg(F.collect_set(F.when(sends.is_intent(), F.col("topic"))).alias("topics"),
                  F.collect_set(F.when(sends.acked(), F.col("broker"))).alias("acked_on"),
                  F.collect_set(F.when(sends.acked(), F.col("status"))).alias("statuses"),
-                 F.max(F.when(sends.acked(), F.col("end_ms"))).alias("acked_ms")).collect())
+                 F.max(F.when(sends.acked(), F.col("end_ms"))).alias("acked_ms"),
+                 F.collect_list(F.when(sends.acked(), F.struct(F.col("broker").alias("broker"),
+                                                             F.col("status").alias("status"),
+                                                             F.col("end_ms").alias("end_ms")))).alias("acks")).collect())

@@ -24,7 +24,9 @@ A violation outranks timeliness: a key resolved by a check-back is `rolled_back_
 
 Also the keys the broker asked about after the application had already committed or rolled them
 back (`checked_after_end`: its END_TRANSACTION did not take, e.g. apache/rocketmq#8313, or a master
-that died before it)."""
+that died before it), and the same by the broker group that stored the half, the second it did and the
+second of the last check-back (`checked_after_end_by_second`): with the run's faults, the halves a
+group stored before a fault hit it and was asked about again after it (figure txn_checked_after_fault)."""
 from __future__ import annotations
 
 from typing import Any
@@ -41,6 +43,7 @@ SLACK_MS = 5000
 # .RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC; DefaultTransactionalMessageCheckListener.resolveDiscardMsg keeps
 # its properties, KEYS among them)
 DISCARD_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+AFTER_END_ROWS = 100_000  # (group, second stored, second asked) rows of checked_after_end_by_second kept
 
 
 def txn_keys(txn: DataFrame) -> DataFrame:
@@ -63,10 +66,15 @@ def txn_keys(txn: DataFrame) -> DataFrame:
 
 def transaction_check(send: DataFrame, txn: DataFrame, recv: DataFrame, receive_complete: bool,
                       timeout_ms: int = 6000, interval_ms: int = 30000, store: Any = None) -> dict[str, Any]:
-    """{keys, classes {class: keys}, extra_deliveries, checks, checked_after_end, bound_ms, examples}.
-    With `store` (cluster/store.py's), the keys never resolved are looked up in its discard topic."""
+    """{keys, classes {class: keys}, extra_deliveries, checks, checked_after_end,
+    checked_after_end_by_second {broker group: [[second stored, second of the last check-back, halves]]},
+    bound_ms, examples}. With `store` (cluster/store.py's), the keys never resolved are looked up in its
+    discard topic."""
     bound = timeout_ms + interval_ms + SLACK_MS
-    half = (send.where(sends.acked()).groupBy("key").agg(F.min("end_ms").alias("half_ms")))
+    # the broker group that stored the half (its first acknowledgement)
+    group = F.col("broker") if "broker" in send.columns else F.lit(None).cast("string")
+    half = (send.where(sends.acked()).groupBy("key").agg(F.min("end_ms").alias("half_ms"),
+                                                         F.min_by(group, F.col("end_ms")).alias("half_group")))
     app = F.col("source") == "app"
     t = txn.groupBy("key").agg(
         F.first(F.when(app, F.col("decision")), ignorenulls=True).alias("decided"),
@@ -95,13 +103,23 @@ def transaction_check(send: DataFrame, txn: DataFrame, recv: DataFrame, receive_
            .when(committed, "committed_delivered")
            .otherwise("rolled_back"))
     k = k.withColumn("class", cls).persist()
+    # asked about after the application's own end (its END, or the broker's op record of it, did not take)
+    after_end = F.col("decided").isin("commit", "rollback") & (F.col("last_check_ms") > F.col("ended_ms"))
     try:
         by = {r["class"]: int(r["n"]) for r in k.groupBy("class").agg(F.count("*").alias("n")).collect()}
         row = k.agg(F.count("*").alias("keys"), F.sum(F.greatest(F.col("deliveries") - 1, F.lit(0))).alias("extra"),
                     F.sum("checks").alias("checks"),
                     F.sum(F.when(F.col("decided").isNull(), 1).otherwise(0)).alias("abandoned"),
-                    F.sum(F.when(F.col("decided").isin("commit", "rollback") & (F.col("last_check_ms") > F.col("ended_ms")),
-                                 1).otherwise(0)).alias("after_end")).collect()[0]
+                    F.sum(F.when(after_end, 1).otherwise(0)).alias("after_end")).collect()[0]
+        # the same halves by the group that stored them, the second it did and the second of their last
+        # check-back: a fault on that group between the two is what made the broker ask again
+        # (figure txn_checked_after_fault, analysis/figures.py); bounded by the run's length squared
+        after: dict[str, list[list[int]]] = {}
+        for r in (k.where(after_end).groupBy(F.coalesce(F.col("half_group"), F.lit("")).alias("g"),
+                                              F.floor(F.col("half_ms") / 1000).alias("h"),
+                                              F.floor(F.col("last_check_ms") / 1000).alias("c"))
+                  .agg(F.count("*").alias("n")).orderBy("g", "h", "c").limit(AFTER_END_ROWS).collect()):
+            after.setdefault(r["g"], []).append([int(r["h"]), int(r["c"]), int(r["n"])])
         ex = {c: [r["key"] for r in k.where(F.col("class") == c).orderBy("key").limit(3).collect()]
               for c in ("rolled_back_delivered", "committed_lost", "unknown_late", "unknown_never") if by.get(c)}
         if store is not None:
@@ -121,7 +139,8 @@ def transaction_check(send: DataFrame, txn: DataFrame, recv: DataFrame, receive_
     return {"keys": int(row["keys"]), "classes": {c: by.get(c, 0) for c in CLASSES},
             "extra_deliveries": int(row["extra"] or 0), "checks": int(row["checks"] or 0),
             "abandoned": int(row["abandoned"] or 0),
-            "checked_after_end": int(row["after_end"] or 0), "bound_ms": bound, "examples": ex}
+            "checked_after_end": int(row["after_end"] or 0), "checked_after_end_by_second": after,
+            "bound_ms": bound, "examples": ex}
 
 
 def transaction_phrase(s: dict[str, Any]) -> str | None:

@@ -89,7 +89,7 @@ def test_jraft_controllers_get_their_peer_and_rpc_addresses_each_its_own_store()
     ("elected_within: 60s}", "elected_within: 60s, reproduced_when: never}",
      "t.yaml:14: expect.failovers[0].reproduced_when: Input should be 'not_elected' or 'elected' (got 'never')"),
     ("elected_within: 60s}", "elected_within: 60s, within: 5s}",
-     "t.yaml:14: expect.failovers[0].within: unknown key; allowed: fault, elected_within, reproduced_when"),
+     "t.yaml:14: expect.failovers[0].within: unknown key; allowed: fault, elected_within, reproduced_when, first_ack_between"),
 ])
 def test_a_wrong_jraft_or_failover_key_is_one_line(old: str, new: str, line: str) -> None:
     assert old in DOC

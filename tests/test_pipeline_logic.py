@@ -38,7 +38,7 @@ def test_tsp_on_and_off_differ_by_one_key() -> None:
     assert (on.pop("name"), off.pop("name")) == ("oom-tsp-on", "oom-tsp-off")
     # and what each exists to show: loss in no store with TSP, none without
     assert (on.pop("signature")["conditions"], off.pop("signature")["conditions"]) == (
-        ["store_check.lost_from_store > 0"], ["lost == 0"])
+        ["store_check.lost_from_store > 0"], ["failed > 0", "lost == 0"])
     conf_on, conf_off = on["cluster"]["broker_defaults"].pop("config"), off["cluster"]["broker_defaults"].pop("config")
     assert on == off
     assert {k for k in conf_on if conf_on[k] != conf_off.get(k)} == {"transientStorePoolEnable"}

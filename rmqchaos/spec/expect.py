@@ -78,6 +78,20 @@ DERIVED = {
     "timers_late_over_5s": "timer messages first delivered more than 5 s after they were due",
     "timers_lost_no_fault": "acknowledged timer messages lost that waited through no fault (e.g. sent after a restart)",
     "timers_late_max_ms": "the most a timer message's first delivery came after its due time (ms)",
+    # what a fault did, for a signature's premise: each reads 0 (or None) on a run without the fault
+    "attempts_failed": "attempts that failed with an error other than a busy refusal, or timed out "
+                       "(errors_not_busy + outcome.timeout): a fault the producers felt",
+    "busy_stored": "attempts refused busy whose own message was stored all the same (summary.answers)",
+    "end_to_end_max_ms": "the longest a key took from its intended send to its first delivery (ms)",
+    "retry_topics_max": "the most %RETRY% topics one broker's topic table held at a monitor sample",
+    "consumer_clock_timed_out": "requests a consumer's client gave up as timed out at once when a consumer_clock "
+                                "fault stepped its clock (the fault's evidence; 0 without such a fault)",
+    "txn_checked_after_fault": "half messages the application had ended that a check-back asked about again after "
+                               "a fault on the broker group that stored them, stored before it (its END or op "
+                               "record lost to the fault); 0 without a fault on a broker",
+    "gone_ok_sync_flush": "keys in no store now that a SYNC_FLUSH broker group acknowledged SEND_OK",
+    "gone_in_disk_fault": "keys in no store now that a broker group acknowledged while a disk_error or disk_slow "
+                          "fault on its node was in force",
 }
 # named lines of RocketMQ's own logs (a substring of the line, and what it says), counted per node
 # over its logs/rocketmqlogs/*.log by analysis/log_marks.py: the figure family `log`
