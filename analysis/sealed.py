@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 from analysis import rules, schemas, sends
 from rmqchaos.seal import seal_closed
 
-STAGED_SEND = ("rec", "producer_id", "attempt_id", "key", "topic", "intended_ms", "start_ms", "end_ms", "outcome",
+STAGED_SEND = ("rec", "producer_id", "attempt_id", "key", "attempt", "topic", "intended_ms", "start_ms", "end_ms", "outcome",
                "status", "code", "sent", "broker", "msg_id", "msg_hi", "msg_lo", "offset_msg_id",
                "queue_id", "queue_offset")  # the last two: analysis/offsets.py only; pruned elsewhere
 

@@ -46,10 +46,9 @@ def refused() -> Any:
 
 def refusal_kind() -> Any:
     """Why the client refused (of a `refused()` row), in a word, from what the producer wrote."""
-    e = F.col("error")
-    return (F.when(e.endswith("has no writable queue"), "no writable queue")  # code 17 too: first
+    k = F.col("error_kind")  # the staged send ledger keeps the error's kind, not its text (analysis/sealed.py)
+    return (F.when(k.isin("no writable queue", "the key's queue is not in the route"), k)  # code 17 too: first
             .when(F.col("code") == 17, "no route")  # namesrv's own answer: it routes no such topic
-            .when(e.startswith("strict order:"), "the key's queue is not in the route")
             .otherwise("route lookup failed"))  # namesrv could not be asked
 
 
@@ -63,6 +62,9 @@ def error_kind() -> Any:
     e = F.col("error")
     return (F.when(F.col("outcome") != "error", F.lit(None))
             .when(e.startswith("route lookup failed"), "route lookup failed")  # namesrv, not the broker
+            # the client's own refusals: nothing left the host (refusal_kind below)
+            .when(e.endswith("has no writable queue"), "no writable queue")
+            .when(e.startswith("strict order:"), "the key's queue is not in the route")
             .when(e.rlike("(?i)refused"), "connection refused")
             .when(e.startswith("connect to"), "connect failed")
             .when(e.rlike("(?i)closed|reset|broken pipe"), "connection lost")
