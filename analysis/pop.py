@@ -156,10 +156,13 @@ def pop_check(recv: DataFrame, stop_ms: int | None,
             .groupBy("cls", "cause").agg(F.count("*").alias("n")).collect())
     tot = pop.agg(F.count("*").alias("n"), F.countDistinct("key").alias("keys"),
                   F.sum((F.col("ack") == "ok").cast("int")).alias("acked"),
-                  F.sum((F.col("ack") == "error").cast("int")).alias("refused")).collect()[0]
+                  F.sum((F.col("ack") == "error").cast("int")).alias("refused"),
+                  F.sum((F.col("change") == "ok").cast("int")).alias("changed")).collect()[0]
     per_fault = d.agg(*fault_cols).collect()[0] if fault_cols else None
     out: dict[str, Any] = {"deliveries": int(tot["n"]), "keys": int(tot["keys"]), "acks_ok": int(tot["acked"] or 0),
                            "acks_refused": int(tot["refused"] or 0),
+                           # deliveries whose changeInvisibleDuration was answered ok (a consumer that changes)
+                           "changes_ok": int(tot["changed"] or 0),
                            "classes": dict.fromkeys(CLASSES, 0), "keys_by_class": dict.fromkeys(CLASSES, 0),
                            "causes": {c: dict.fromkeys(CAUSES[c], 0) for c in CLASSES},
                            "by_fault": {fid: int(per_fault[f"f{i}"] or 0) for i, (fid, _, _) in enumerate(outages or [])}

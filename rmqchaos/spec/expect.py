@@ -48,7 +48,7 @@ FAMILIES = {
                        "e.g. order_broken_on.broker-b",
     "pop": "POP deliveries through the proxy in this class or class.cause (analysis/pop.py), e.g. "
            "pop.redelivered_after_ack, pop.consumed_but_lost, pop.redelivered_after_ack.after_change; "
-           "pop.by_fault.<fault id>; the totals pop.deliveries, pop.acks_ok, pop.acks_refused",
+           "pop.by_fault.<fault id>; the totals pop.deliveries, pop.acks_ok, pop.acks_refused, pop.changes_ok",
     "log": "lines a RocketMQ node wrote to its own logs that say this (LOG_MARKS), over every node, e.g. "
            "log.inactive_declared",
     "transactions": "half messages of a transactional load in this class (summary.transactions.classes), e.g. "
@@ -127,7 +127,7 @@ POP_CAUSES = {"redelivered_after_invisible": ("not_acked", "ack_refused", "ack_l
               "consumed_but_lost": ("not_acked", "ack_refused", "ack_late", "no_ack"),
               "ack_in_doubt": ("ack_refused",),
               "due_after_stop": ("not_acked", "ack_refused", "ack_late", "no_ack")}
-POP_TOTALS = ("deliveries", "keys", "acks_ok", "acks_refused")
+POP_TOTALS = ("deliveries", "keys", "acks_ok", "acks_refused", "changes_ok")
 POP_BY_FAULT = "by_fault."  # pop.by_fault.<fault id>: a fault of the scenario
 FAMILY_NAMES: dict[str, tuple[str, ...]] = {
     "status": SEND_STATUSES,
