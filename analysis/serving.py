@@ -1,9 +1,10 @@
 """Whether the consumers were really served, from the status each Java consumer wrote
-(rmqchaos/serving.py) and the timeline: per consumer group and broker node, when it first served a
-pull and how many pulls it refused (code 25, "subscription not latest", counted apart); the serving
-gate's record; and after each restart of a broker node, whether its broker group served every
-consumer group again within RESTART_SERVE_S. Pure Python: summary.json's `serving` section
-(docs/analysis.md "Serving"), and the completeness rule's restart reason (analysis/completeness.py).
+(rmqchaos/serving.py) and the timeline: per consumer group and broker node (a POP group's: per broker
+group, the proxy picks the node), when it first served a read and how many it refused (code 25,
+"subscription not latest", counted apart); the serving gate's record; and after each restart of a
+broker node, whether its broker group served every remoting consumer group again within
+RESTART_SERVE_S. Pure Python: summary.json's `serving` section (docs/analysis.md "Serving"), and the
+completeness rule's restart reason (analysis/completeness.py).
 """
 from __future__ import annotations
 
@@ -26,11 +27,14 @@ def summarize(run: RunDir) -> dict[str, Any] | None:
     for g, st in sorted(groups.items()):
         brokers = {}
         for addr, b in sorted(st["brokers"].items()):
-            node = node_of.get(addr, addr)
-            brokers[node] = {"addr": addr, "broker": group_of.get(node), "served": b["served"],
+            node, broker = _where(addr, node_of, group_of)
+            brokers[node] = {"addr": addr, "broker": broker, "served": b["served"],
                              "first_served_s": _s(b["first_served_ms"], st["started_ms"]),
                              "not_latest": b["not_latest"], "refused": b["refused"]}
-            not_latest[node] = not_latest.get(node, 0) + b["not_latest"]
+            if b.get("counts"):
+                brokers[node]["counts"] = b["counts"]
+            if ":" in addr:  # a remoting pull's address (a POP key is a broker group: no code 25 there)
+                not_latest[node] = not_latest.get(node, 0) + b["not_latest"]
         out_groups[g] = {"consumers": st["consumers"], "started_ms": st["started_ms"],
                          "heartbeats": st["heartbeats"], "brokers": brokers}
     gates = [e for e in events if e["kind"] == "serving_gate"]
@@ -38,8 +42,10 @@ def summarize(run: RunDir) -> dict[str, Any] | None:
     if gates:
         p = gates[-1]["params"]
         gate = {"outcome": gates[-1]["outcome"], "bound_s": p.get("bound_s"), "first_served_s": p.get("first_served_s"),
-                "missing": p.get("missing", []), "faults_delayed_s": p.get("faults_delayed_s")}
-    return {"served_means": "a pull answered with messages or with no new message",
+                "missing": p.get("missing", []), "faults_delayed_s": p.get("faults_delayed_s"),
+                "pop_groups": p.get("pop_groups", []), "not_gated": p.get("not_gated", {})}
+    return {"served_means": "a pull answered with messages or with no new message; through the proxy, a receive "
+                            "answered with messages the broker group popped, or with no new message when it asked it",
             "gate": gate, "groups": out_groups, "not_latest_by_broker": dict(sorted(not_latest.items())),
             "not_latest": sum(not_latest.values()), "restart_bound_s": status.RESTART_SERVE_S,
             "restarts": restarts(run, groups, events)}
@@ -53,7 +59,9 @@ def restarts(run: RunDir, groups: dict[str, dict[str, Any]] | None = None,
     broker group, and `within_bound`: true, false (the consumers ran `bound` seconds past it and it
     did not come), or null (they stopped first: not judged). In a plain group that node is the
     restarted master itself; in controller mode the restarted node comes back a slave, and the group
-    is served by whichever node is master."""
+    is served by whichever node is master. A POP group (keyed by broker group) is not judged here:
+    while a restarted broker group is not in the proxy's route yet, the proxy answers a receive that
+    asked it from another broker, and its "no new message" names none (docs/grpc.md)."""
     groups = groups if groups is not None else status.by_group(status.read_statuses(run.consumers_dir))
     events = events if events is not None else run.timeline()
     node_of, group_of = _nodes(run)
@@ -65,7 +73,7 @@ def restarts(run: RunDir, groups: dict[str, dict[str, Any]] | None = None,
         bg, back = group_of[e["target"]], int(e["end_ms"] or e["start_ms"])
         per: dict[str, Any] = {}
         for g, st in sorted(groups.items()):
-            mine = {a: b for a, b in st["brokers"].items() if group_of.get(node_of.get(a, "")) == bg}
+            mine = {a: b for a, b in st["brokers"].items() if a in node_of and group_of.get(node_of[a]) == bg}
             if not any(b["first_served_ms"] is not None and b["first_served_ms"] < e["start_ms"] for b in mine.values()):
                 continue  # that broker group never served this consumer group before: nothing to come back
             again = [t for t in (status.served_from(b["spans"], back) for b in mine.values()) if t is not None]
@@ -95,6 +103,14 @@ def _nodes(run: RunDir) -> tuple[dict[str, str], dict[str, str]]:
     return topo.addrs, topo.group_by_node
 
 
+def _where(key: str, node_of: dict[str, str], group_of: dict[str, str]) -> tuple[str, str | None]:
+    """(node, broker group) of a status key: a remoting consumer's broker address, or a POP consumer's
+    broker name (then both are that broker group: the proxy picked the node)."""
+    if key in node_of:
+        return node_of[key], group_of.get(node_of[key])
+    return (key, key) if ":" not in key else (key, None)
+
+
 def _s(ms: int | None, origin: int | None) -> float | None:
     return None if ms is None or origin is None else round((ms - origin) / 1000, 3)
 
@@ -107,11 +123,15 @@ def words(sv: dict[str, Any]) -> str:
     if g is None:
         out = ["no serving gate (no fault, or no consumer)"]
     elif g["outcome"] == "passed":
-        out = [f"gate passed: every master served every consumer group within {max(firsts, default=0):g}s of the "
-               f"consumers' start (bound {g['bound_s']:g}s)"
+        pop = [x for x in g.get("pop_groups") or [] if x not in (g.get("not_gated") or {})]
+        out = [f"gate passed: every {'broker' if pop else 'master'} served every consumer group within "
+               f"{max(firsts, default=0):g}s of the consumers' start (bound {g['bound_s']:g}s)"
+               + (f" (POP through the proxy: {', '.join(pop)})" if pop else "")
                + (f"; the faults came {g['faults_delayed_s']:g}s later than asked" if g.get("faults_delayed_s") else "")]
     else:
         out = ["gate REFUSED: " + "; ".join(f"{m['master']} never served {m['group']}" for m in g["missing"])]
+    for grp, why in sorted(((g or {}).get("not_gated") or {}).items()):
+        out.append(f"POP consumer group {grp} not waited for: {why}")
     nl = sv["not_latest_by_broker"]
     out.append("pulls refused 'subscription not latest' (code 25): "
                + (", ".join(f"{n} {k:,}" for n, k in nl.items()) if sv["not_latest"] else "none"))
@@ -128,9 +148,10 @@ def words(sv: dict[str, Any]) -> str:
 
 
 def rows(sv: dict[str, Any]) -> tuple[list[list[Any]], list[str]]:
-    """The reports' table: a row per consumer group and broker node its consumers pulled from."""
+    """The reports' table: a row per consumer group and broker node its consumers pulled from (a POP
+    group's: per broker group its receives were answered from)."""
     return ([[g, node, b["broker"], b["first_served_s"], b["served"], b["not_latest"],
               ", ".join(f"code {k} x{n}" for k, n in b["refused"].items() if k != str(status.NOT_LATEST)) or "-"]
              for g, x in sv["groups"].items() for node, b in x["brokers"].items()],
-            ["consumer group", "node", "broker", "first served (s after the consumer started)", "pulls served",
+            ["consumer group", "node", "broker", "first served (s after the consumer started)", "reads served",
              "refused 'not latest' (25)", "other refusals"])

@@ -90,7 +90,8 @@ class JavaConsumer:
         self.pid: tuple[int, int | None] | None = None  # (pid, kernel start time) once started
         self.log_file = self.workdir / f"consumer-{opts.consumer_id}.log"
         self.out_file = self.workdir / f"consumer-{opts.consumer_id}.out"  # stdout: the stop summary
-        # which brokers serve its pulls, rewritten by the Java side (rmqchaos/serving.py reads it)
+        # which brokers serve its pulls (or its receives through the proxy), rewritten by the Java side
+        # (rmqchaos/serving.py reads it)
         self.serving_file = serving.status_path(self.workdir, opts.consumer_id)
         self.clock_file = self.workdir / f"consumer-{opts.consumer_id}.{clock.CONTROL}"  # opts.faketime
         self.summary: dict | None = None
@@ -131,7 +132,7 @@ class JavaConsumer:
                 "--await-ms", str(g.await_ms), "--change-invisible-ms", str(g.change_ms),
                 "--last-ack-delay-ms", str(g.last_ack_delay_ms), "--delay-ms", str(o.delay_ms),
                 "--threads", str(o.threads), "--duration", str(o.duration_s), "--consumer-id", o.consumer_id,
-                "--run-id", self.run_id]
+                "--run-id", self.run_id, "--serving", str(self.serving_file)]
         for t in o.topics:
             args += ["--topic", t]
         return jvm_command(GRPC_MAIN, args, cp=grpc_classpath(self.version, g.client_version), heap_mb=o.heap_mb,

@@ -140,6 +140,15 @@ def test_the_proxy_killed_mid_load_forces_redeliveries_the_analysis_puts_on_the_
     events = [json.loads(x) for x in (run / "timeline.jsonl").read_text().splitlines()]
     assert [e["params"]["fault_id"] for e in events if e["kind"] == "fault" and e["target"] == "proxy"] == [
         "kill-proxy", "kill-proxy-restart"]
+    # the serving gate held the kill until both broker groups behind the proxy had answered a receive of
+    # the POP group (the long twin below: a SimpleConsumer and a PushConsumer, each its own group)
+    gate = [e for e in events if e["kind"] == "serving_gate"]
+    assert [e["outcome"] for e in gate] == ["passed"], gate
+    g = gate[0]["params"]
+    assert g["pop_groups"] == ["g_simple"] and g["not_gated"] == {} and g["missing"] == [], g
+    assert set(g["first_served_s"]["g_simple"]) == {"broker-a", "broker-b"}, g
+    kill = next(e for e in events if e["kind"] == "fault" and e["params"]["fault_id"] == "kill-proxy")
+    assert kill["start_ms"] >= gate[0]["end_ms"], (kill, gate)
 
 
 @pytest.mark.fast
@@ -179,3 +188,43 @@ def test_the_proxy_in_local_mode_runs_inside_every_broker_and_clients_get_every_
     ps2 = {p.name: p for p in plan(s2)}
     assert ps2["proxy"].serves_grpc and proxy_config(ps2["broker-a"]) is None and ps2["broker-a"].ports == [25411, 25409, 25412]
     assert main_args(ps2["broker-a"], "/x/broker.conf", "ns")[0] == MAIN["broker"]
+
+
+# long: test_the_proxy_killed_mid_load_... checks the gate on its one SimpleConsumer group in `make test`
+@pytest.mark.long
+def test_the_serving_gate_waits_for_pop_consumers_through_the_proxy(tmp_path: Path, kept_spark: Any) -> None:
+    """A SimpleConsumer and a PushConsumer, each its own POP group: the serving gate holds the fault
+    until every broker group behind the proxy answered a receive of each group (with messages it
+    popped, or "no new message" to a receive that asked it), and records when, per broker group."""
+    f = write_scenario(tmp_path / "t.yaml", {
+        "name": "grpc-serving-gate", "cluster": {**CLUSTER, "subnet": "127.0.56.0/24", "namesrv": {"port": 25676},
+                                                 "brokers": [{"name": "broker-a", "port": 25611},
+                                                             {"name": "broker-b", "port": 25621}],
+                                                 "proxy": {"enabled": True, "grpc_port": 25681, "remoting_port": 25680}},
+        "load": {"client": "grpc", "topic": "T_GRPC_GATE", "users": 4, "rate": 50, "duration": "8s"},
+        "consumers": {"settle": "2s", "drain_timeout": "60s",
+                      "instances": [{"id": "c0", "group": "g_simple", "batch_size": 16, "threads": 2,
+                                     "grpc": {"invisible": "10s", "long_polling": "5s"}},
+                                    {"id": "c1", "group": "g_push", "threads": 2, "grpc": {"kind": "push"}}]},
+        "faults": [{"id": "pause-b", "kind": "pause", "target": "broker-b", "at": "1s", "duration": "1s"}]})
+    run, s = run_here(f, tmp_path / "run")
+    events = [json.loads(x) for x in (run / "timeline.jsonl").read_text().splitlines()]
+    gate = [e for e in events if e["kind"] == "serving_gate"]
+    assert [e["outcome"] for e in gate] == ["passed"], gate
+    p = gate[0]["params"]
+    assert p["pop_groups"] == ["g_push", "g_simple"] and p["not_gated"] == {} and p["missing"] == [], p
+    firsts = p["first_served_s"]
+    assert set(firsts) == {"g_push", "g_simple"} and all(set(m) == {"broker-a", "broker-b"} for m in firsts.values()), p
+    # seconds from the consumers' start (all of them started: one served before the last started is below 0)
+    assert all(v is not None and v <= 30 for m in firsts.values() for v in m.values()), firsts
+    # the fault came after the gate passed (held back past its 1 s when the gate passed later)
+    fault = next(e for e in events if e["kind"] == "fault" and e["params"].get("fault_id") == "pause-b")
+    assert fault["start_ms"] >= gate[0]["end_ms"], (fault, gate)
+    # each POP consumer's status, keyed by broker name: both broker groups served its receives
+    for cid in ("c0", "c1"):
+        st = json.loads((run / "consumers" / f"serving-{cid}.json").read_text())
+        assert st["keyed_by"] == "broker_name" and st["unwatched"] is None, st
+        assert {b for b, v in st["brokers"].items() if v["served"] > 0} == {"broker-a", "broker-b"}, st
+    sv = s["serving"]
+    assert sv["gate"]["pop_groups"] == ["g_push", "g_simple"], sv["gate"]
+    assert s["counts"]["lost"] == 0, s["counts"]

@@ -1,11 +1,13 @@
 """Consumers that really read before the first fault (issue 47): the serving gate on a fake cluster
 (the consumers' status files planted, the cluster's answers scripted), the status files' merge per
-group, and after a restart whether the broker group served again (the completeness rule's reason).
-Pure logic; the real consumer is tested in tests/test_failover_run.py (served by the master within
-the gate's bound on 5.5.0)."""
+group, and after a restart whether the broker group served again (the completeness rule's reason);
+POP consumers through the proxy too (their status keyed by broker name). Pure logic; the real
+remoting consumer is tested in tests/test_failover_run.py (served by the master within the gate's
+bound on 5.5.0), the real POP consumers in tests/test_grpc.py."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -43,14 +45,16 @@ class Alive:
 
 
 def status(run: Any, brokers: dict[str, dict[str, Any]], cid: str = "c0", group: str = "rmqchaos_consumer",
-           started_ms: int = 1_000, written_ms: int = 100_000) -> None:
-    """A consumer's status file as the Java side writes it (io.rmqchaos.Serving)."""
-    full = {a: {"served": 0, "first_served_ms": None, "last_served_ms": None, "refused": {}, "spans": [],
+           started_ms: int = 1_000, written_ms: int = 100_000, keyed_by: str = "address",
+           unwatched: str | None = None) -> None:
+    """A consumer's status file as the Java side writes it (io.rmqchaos.ServingStatus)."""
+    full = {a: {"served": 0, "first_served_ms": None, "last_served_ms": None, "refused": {}, "counts": {}, "spans": [],
                 "spans_truncated": False, **b} for a, b in brokers.items()}
     run.consumers_dir.mkdir(exist_ok=True)
     serving.status_path(run.consumers_dir, cid).write_text(json.dumps(
-        {"consumer_id": cid, "group": group, "started_ms": started_ms, "written_ms": written_ms,
-         "heartbeats": {"sent": 2, "lock_busy": 1, "failed": 0}, "brokers": full}))
+        {"consumer_id": cid, "group": group, "keyed_by": keyed_by, "unwatched": unwatched, "started_ms": started_ms,
+         "written_ms": written_ms, "heartbeats": {"sent": 2 if keyed_by == "address" else 0, "lock_busy": 1 if keyed_by ==
+                                                  "address" else 0, "failed": 0}, "brokers": full}))
 
 
 def setup(tmp_path: Path) -> tuple[Any, Routed]:
@@ -163,3 +167,122 @@ def test_served_from_finds_the_first_service_at_or_after_a_time() -> None:
     assert serving.served_from(spans, 4_000) == 4_000  # inside a span: served within its 3 s gap
     assert serving.served_from(spans, 6_000) == 9_000
     assert serving.served_from(spans, 13_000) is None
+
+
+# a POP group beside the remoting one: read through the proxy, its status keyed by broker name
+POP_SCENARIO = SCENARIO.replace("consumers: {}", "consumers: {instances: [{id: c0}, {id: p0, group: g_pop, grpc: {}}, "
+                                "{id: p1, group: g_pop, grpc: {kind: push}}]}") \
+    .replace("  namesrv: {port: 27076}\n", "  namesrv: {port: 27076}\n  proxy: {enabled: true}\n")
+
+
+def pop_setup(tmp_path: Path) -> tuple[Any, Routed]:
+    f = tmp_path / "s.yaml"
+    f.write_text(POP_SCENARIO)
+    run = create_run(f, tmp_path / "run")
+    c = Routed(run.scenario())
+    c.reg = {"broker-a": {0: A0, 1: A1}, "broker-b": {0: B}}
+    return run, c
+
+
+def test_the_gate_waits_for_a_pop_group_to_be_served_by_every_broker_group_of_its_topics(
+        tmp_path: Path, capsys: Any) -> None:
+    run, c = pop_setup(tmp_path)
+    s = run.scenario()
+    assert wanted(c, s) == {"rmqchaos_consumer": {A0: "broker-a-0", B: "broker-b"},
+                            "g_pop": {"broker-a": "broker-a", "broker-b": "broker-b"}}
+    t0 = int(time.time() * 1000) - 1_000  # the consumers started a second ago
+    status(run, {A0: {"served": 1, "first_served_ms": t0 + 300}, B: {"served": 1, "first_served_ms": t0 + 200}})
+    # broker-a delivered messages to the SimpleConsumer; broker-b has answered nothing yet
+    status(run, {"broker-a": {"served": 2, "first_served_ms": t0 + 900, "counts": {"messages": 2}}}, cid="p0",
+           group="g_pop", keyed_by="broker_name")
+    done: list[float] = []
+    th = threading.Thread(target=lambda: done.append(
+        gate(run, c, s, [Alive()], t0, lambda: True, 1.0, bound=5.0)))  # type: ignore[list-item]
+    th.start()
+    time.sleep(0.5)
+    assert th.is_alive() and not done  # held: broker-b has not served g_pop
+    # the PushConsumer's receive that asked broker-b came back "no new message": broker-b served g_pop
+    status(run, {"broker-b": {"served": 1, "first_served_ms": t0 + 1_400, "counts": {"no_new_message": 1}}}, cid="p1",
+           group="g_pop", keyed_by="broker_name")
+    th.join(timeout=3)
+    assert done == [0.0]
+    ev = [x for x in run.timeline() if x["kind"] == "serving_gate"][0]
+    assert ev["outcome"] == "passed" and ev["params"]["pop_groups"] == ["g_pop"] and ev["params"]["not_gated"] == {}
+    assert ev["params"]["first_served_s"] == {"g_pop": {"broker-a": 0.9, "broker-b": 1.4},
+                                              "rmqchaos_consumer": {"broker-a-0": 0.3, "broker-b": 0.2}}
+    err = capsys.readouterr().err
+    assert "serving gate: every consumer group served by every broker of its topics " in err, err
+    assert "after the consumers started (POP through the proxy: g_pop)" in err, err
+
+
+def test_a_pop_group_never_served_is_one_line_naming_the_broker_group_and_its_answers(tmp_path: Path) -> None:
+    run, c = pop_setup(tmp_path)
+    status(run, {A0: {"served": 1, "first_served_ms": 1_300}, B: {"served": 1, "first_served_ms": 1_200}})
+    # broker-b refused the group (CONSUMER_GROUP_NOT_FOUND, 40403), and two receives that asked it came
+    # back with broker-a's messages: the proxy's route did not list broker-b
+    status(run, {"broker-a": {"served": 5, "first_served_ms": 1_500, "counts": {"messages": 5}},
+                 "broker-b": {"refused": {"40403": 3, "UNAVAILABLE": 1}, "counts": {"redirected": 2}}},
+           cid="p0", group="g_pop", keyed_by="broker_name")
+    with pytest.raises(UserError) as e:
+        gate(run, c, run.scenario(), [Alive()], int(time.time() * 1000), lambda: True, 1.0, bound=0.3)  # type: ignore[list-item]
+    line = str(e.value)
+    assert "\n" not in line
+    assert line.startswith("no fault applied: broker group broker-b never served POP consumer group g_pop through the "
+                           "proxy (its receives were refused: code 40403 x3, code UNAVAILABLE x1) (2 receive(s) "
+                           "asking it came back with another broker's messages: the proxy's route did not list it) "
+                           "within 0.3s of the consumers' start: see "), line
+    ev = [x for x in run.timeline() if x["kind"] == "serving_gate"][0]
+    assert ev["outcome"] == "refused" and ev["params"]["missing"] == [
+        {"group": "g_pop", "master": "broker-b", "addr": "broker-b"}]
+    assert ev["params"]["first_served_s"]["g_pop"]["broker-b"] is None
+
+
+def test_a_pop_group_whose_receives_cannot_be_watched_is_not_waited_for_and_the_run_says_why(
+        tmp_path: Path, capsys: Any) -> None:
+    run, c = pop_setup(tmp_path)
+    status(run, {A0: {"served": 1, "first_served_ms": 1_300}, B: {"served": 1, "first_served_ms": 1_200}})
+    why = "this rocketmq-client-java's gRPC has no global interceptors to watch receives with (NoClassDefFoundError)"
+    for cid in ("p0", "p1"):
+        status(run, {}, cid=cid, group="g_pop", keyed_by="broker_name", unwatched=why)
+    assert gate(run, c, run.scenario(), [Alive()], int(time.time() * 1000), lambda: True, 1.0) == 0.0  # type: ignore[list-item]
+    ev = [x for x in run.timeline() if x["kind"] == "serving_gate"][0]
+    assert ev["outcome"] == "passed" and ev["params"]["not_gated"] == {"g_pop": why}
+    assert set(ev["params"]["first_served_s"]) == {"rmqchaos_consumer"}
+    err = capsys.readouterr().err
+    assert f"serving gate: POP consumer group g_pop not waited for: {why}" in err, err
+    assert "not waited for: " + why in words(summarize(run) or {})
+    # one consumer of the group watched is enough: the group is gated on it
+    status(run, {}, cid="p0", group="g_pop", keyed_by="broker_name")
+    with pytest.raises(UserError) as e:
+        gate(run, c, run.scenario(), [Alive()], int(time.time() * 1000), lambda: True, 1.0, bound=0.2)  # type: ignore[list-item]
+    assert "broker group broker-a never served POP consumer group g_pop through the proxy (no receive answered)" \
+        in str(e.value)
+
+
+def test_pop_statuses_merge_per_group_and_show_per_broker_group_in_the_summary(tmp_path: Path) -> None:
+    run, _ = pop_setup(tmp_path)
+    for n, g, a in (("broker-a-0", "broker-a", A0), ("broker-a-1", "broker-a", A1), ("broker-b", "broker-b", B)):
+        broker_conf(run, n, g, a)
+    status(run, {A0: {"served": 3, "first_served_ms": 2_000, "refused": {"25": 2}, "spans": [[2_000, 9_000]]}})
+    status(run, {"broker-a": {"served": 4, "first_served_ms": 1_500, "last_served_ms": 9_000,
+                              "counts": {"messages": 3, "no_new_message": 1}, "spans": [[1_500, 9_000]]},
+                 "broker-b": {"served": 1, "first_served_ms": 1_800, "counts": {"no_new_message": 1},
+                              "refused": {"40403": 1}}}, cid="p0", group="g_pop", keyed_by="broker_name")
+    status(run, {"broker-a": {"served": 2, "first_served_ms": 1_200, "counts": {"messages": 2, "redirected": 1}}},
+           cid="p1", group="g_pop", keyed_by="broker_name", started_ms=900)
+    g = serving.by_group(serving.read_statuses(run.consumers_dir))
+    assert g["g_pop"]["keyed_by"] == ["broker_name"] and g["rmqchaos_consumer"]["keyed_by"] == ["address"]
+    a = g["g_pop"]["brokers"]["broker-a"]
+    assert (a["served"], a["first_served_ms"], a["counts"]) == (6, 1_200, {"messages": 5, "no_new_message": 1,
+                                                                          "redirected": 1})
+    assert g["g_pop"]["started_ms"] == 900 and g["g_pop"]["unwatched"] == {}
+    sv = summarize(run)
+    assert sv is not None
+    pop = sv["groups"]["g_pop"]["brokers"]
+    assert pop["broker-b"] == {"addr": "broker-b", "broker": "broker-b", "served": 1, "first_served_s": 0.9,
+                               "not_latest": 0, "refused": {"40403": 1}, "counts": {"no_new_message": 1}}
+    assert pop["broker-a"]["first_served_s"] == 0.3
+    assert sv["not_latest_by_broker"] == {"broker-a-0": 2}  # no code 25 through the proxy
+    # a restart of broker-a: the remoting group is judged, the POP group is not (docs/grpc.md)
+    run.event("fault", "broker-a-0", 3_000, 4_000, "ok", fault_id="r", fault_kind="restart")
+    assert set(restarts(run)[0]["groups"]) == {"rmqchaos_consumer"}

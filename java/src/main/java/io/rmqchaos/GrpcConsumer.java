@@ -2,6 +2,7 @@ package io.rmqchaos;
 
 import java.io.IOException;
 import java.nio.ByteBuffer;
+import java.nio.file.Paths;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collections;
@@ -38,6 +39,9 @@ import org.apache.rocketmq.client.java.message.MessageViewImpl;
  * delivery is the one its receive asked); topic names the POP retry topic for a revived message.
  * store_ms is null: the 5.x client does not expose the store time; served_by is null: the proxy fetched it.
  *
+ * --serving FILE: which brokers behind the proxy serve its receives, in the status file the remoting
+ * consumer writes too (ServingStatus, keyed by broker name; PopServing says how a receive is read).
+ *
  * Stop: SIGTERM; the hook stops receiving, closes the client, flushes and fsyncs the output, and prints
  * {"deliveries": N} on stdout (the platform's sign that it stopped cleanly).
  */
@@ -54,7 +58,7 @@ public final class GrpcConsumer {
             System.out.println("usage: GrpcConsumer --endpoints H:P --group G --topic T [--topic T2 ...] --out FILE "
                 + "[--kind simple|push] [--mode all|ack_first_of_batch] [--batch-size N] [--invisible-ms MS] "
                 + "[--await-ms MS] [--change-invisible-ms MS] [--delay-ms MS] [--last-ack-delay-ms MS] [--threads N] [--duration S] "
-                + "[--consumer-id ID] [--run-id ID]");
+                + "[--consumer-id ID] [--run-id ID] [--serving FILE]");
             return;
         }
         final String endpoints = Text.arg(a, "--endpoints", null);
@@ -79,12 +83,21 @@ public final class GrpcConsumer {
         final double duration = Double.parseDouble(Text.arg(a, "--duration", "600"));
         final String consumerId = Text.arg(a, "--consumer-id", "c0");
         final String runId = Text.arg(a, "--run-id", "");
+        final String servingFile = Text.arg(a, "--serving", null);
         if (!kind.equals("simple") && !kind.equals("push")) {
             System.err.println("error: --kind must be simple or push, not " + kind);
             System.exit(2);
         }
 
         final Journal journal = new Journal(out);
+        // before the client opens its first channel: the interceptor is its gRPC's global one
+        final ServingStatus serving = servingFile == null ? null
+            : new ServingStatus(Paths.get(servingFile), group, consumerId, "broker_name");
+        if (serving != null) {
+            PopServing.install(serving);
+            serving.started(); // the client starts (and a PushConsumer receives) as it is built, below
+            serving.write();
+        }
         final AtomicLong deliveries = new AtomicLong();
         final AtomicBoolean running = new AtomicBoolean(true);
         ClientServiceProvider provider = ClientServiceProvider.loadService();
@@ -193,6 +206,10 @@ public final class GrpcConsumer {
                 }).build();
         }
 
+        if (serving != null) {
+            PopServing.checkApplied(serving);
+        }
+
         final CountDownLatch stopped = new CountDownLatch(1);
         final long start = System.currentTimeMillis();
         Runnable stop = () -> {
@@ -219,6 +236,12 @@ public final class GrpcConsumer {
                 }
             } catch (IOException ignored) {
             }
+            if (serving != null) {
+                try {
+                    serving.write();
+                } catch (IOException ignored) {
+                }
+            }
             journal.close();
             System.out.println("{\"deliveries\":" + deliveries.get() + ",\"elapsed_ms\":"
                 + (System.currentTimeMillis() - start) + "}");
@@ -236,6 +259,9 @@ public final class GrpcConsumer {
         while (System.currentTimeMillis() - start < duration * 1000) {
             Thread.sleep(100);
             long now = System.currentTimeMillis();
+            if (serving != null) {
+                serving.maybeWrite(now);
+            }
             if (now - lastSync >= 1000) { // bounded loss window on a crash: flush + fsync every second
                 journal.sync();
                 lastSync = now;
