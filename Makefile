@@ -13,7 +13,7 @@ MATRIX ?= scenarios/quick.yaml
 # the whole matrix runs for longer than CI's 90-minute cap on 2 cores)
 PART ?= 1/1
 
-.PHONY: setup run nightly test test-fast test-long test-slow-day lint lock clean
+.PHONY: setup run nightly test test-fast test-long test-slow-day test-flaky lint lock clean
 setup:
 	@scripts/setup.sh
 
@@ -37,6 +37,15 @@ test-long: setup lint
 # (scripts/slow-day.sh; the README's figure for it).
 test-slow-day:
 	@scripts/slow-day.sh
+
+# `make test-flaky N=5`: the real tier (every test neither fast nor long) N times, then each test's
+# failure rate over them (failed/N, those that failed at least once, then a total line). Every session
+# runs, failed or not; the exit status is 1 when something failed. Each pytest session writes its
+# outcomes and durations to .cache/test-runs/ (tests/_outcomes.py); these N to .cache/test-runs/flaky-<UTC>-<pid>/.
+# Other pytest arguments: .venv/bin/python scripts/test_flaky.py N ARGS...
+N ?= 3
+test-flaky: setup
+	@.venv/bin/python scripts/test_flaky.py $(N)
 
 # The fast tier: pure logic, no JVM (about a minute).
 test-fast: setup lint

@@ -28,7 +28,8 @@ from typing import Any, Iterator
 
 from rmqchaos import paths
 from rmqchaos.errors import UserError
-from rmqchaos.procs import ProcessLog, record_spawn, spawn, stop as stop_pid
+from rmqchaos.procs import ProcessLog, alive, record_spawn, send, spawn, starttime, stop as stop_pid
+from rmqchaos.procs import wait_gone as pids_gone
 from rmqchaos.progress import say
 from rmqchaos.wait import poll_until
 
@@ -188,13 +189,63 @@ def _check_started() -> None:
 
 
 def stop() -> list[str]:
-    """End every component this platform started (by recorded pid), SIGTERM then SIGKILL."""
+    """End every component this platform started (by recorded pid: SIGTERM, SIGKILL after 30 s), then
+    whatever is left of its session (`_session`), the scheduler first and the api-server last.
+
+    On SIGTERM the scheduler's LocalExecutor.end() puts a None on the workers' queue for each worker
+    it finds alive, then joins each with no timeout. A None goes to whichever worker reads first: an
+    idle worker that takes an early one and exits before the loop reaches it is skipped, one None
+    short, and the last worker back from its task waits on the queue for ever (Airflow 3.3.2,
+    airflow/executors/local_executor.py). The scheduler then hangs in join() until its SIGKILL, and
+    that worker lives on under init: forked, it keeps the scheduler's SIGTERM handler (a no-op
+    outside the main process: SchedulerJobRunner._exit_gracefully), ignores SIGINT (_run_worker) and
+    holds the queue's write end itself, so its read never ends. The workers and their task processes
+    stay in the scheduler's session: found there, they are ended. The api-server goes last so that
+    tasks still running can report their end (stopped first, it left their supervisors retrying the
+    execution API for a minute and more, which held end() as well). A component that died without an
+    exit record is swept too."""
     done = []
-    for name, (pid, st) in _running().items():
-        how = stop_pid(pid, st, 30)
-        _log().record_exit(name, pid, how)
-        done.append(f"{name} pid {pid}: {how}")
+    log = _log()
+    ended = log.exited()
+    order = ("scheduler", "dag-processor", "api-server")
+    for r in sorted((r for r in log.starts() if (r.node, r.pid) not in ended),
+                    key=lambda r: order.index(r.node) if r.node in order else -1):
+        name = r.node
+        how = stop_pid(r.pid, r.starttime, 30) if alive(r.pid, r.starttime) else "already-exited"
+        left = _session(r.pid, r.starttime)
+        for p, s in left:
+            send(p, s, signal.SIGTERM)  # a task process ends as on a scheduler's kill; a worker ignores it
+        if left and not pids_gone(left, 10):
+            for p, s in left:
+                send(p, s, signal.SIGKILL)
+            pids_gone(left, 10)
+        log.record_exit(name, r.pid, how)
+        if how != "already-exited" or left:
+            done.append(f"{name} pid {r.pid}: {how}" + (f", {len(left)} more of its processes ended" if left else ""))
     return done
+
+
+def _session(leader: int, since: int) -> list[tuple[int, int]]:
+    """(pid, start time) of the live processes of the session that `leader`, started at `since`,
+    began (spawn(new_session=True)), once the leader has exited: everything a component starts stays
+    in it (the LocalExecutor's workers; their task processes move to process groups of their own,
+    not to another session). The kernel does not reuse a pid while a session of that id has a member,
+    so a process of that session id is one of them, unless the pid now belongs to another process
+    (the session had emptied): then none is."""
+    if starttime(leader) not in (None, since):
+        return []
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == leader:
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            rest = stat[stat.rindex(")") + 2:].split()
+            if rest[0] not in ("Z", "X") and int(rest[3]) == leader and int(rest[19]) >= since:
+                out.append((int(d.name), int(rest[19])))
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
 
 
 def status() -> dict[str, Any]:

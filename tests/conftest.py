@@ -12,14 +12,21 @@ import os
 import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
 import yaml
 
+import _outcomes
+
 REPO = Path(__file__).resolve().parent.parent
 RMQCHAOS = [sys.executable, "-m", "cli"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _outcomes.register(config)  # each session's outcomes and durations: .cache/test-runs/<UTC start>.json
 
 
 def scenario_dict(name: str, ns_port: int, broker_ports: list[int], **extra: object) -> dict:
@@ -81,6 +88,97 @@ def _stop_after(name: str, stop: Callable[[], None]) -> Callable[[], None]:
             stop()
     _stoppers[name] = once
     return once
+
+
+def _descendants() -> dict[int, float]:
+    """This process's descendants: pid -> kernel start time (psutil's create_time), zombies left out."""
+    import psutil
+    out = {}
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                out[p.pid] = p.create_time()
+        except psutil.Error:
+            continue
+    return out
+
+
+def _reap_new_zombies(before: dict[int, float]) -> None:
+    """Collect the exit status of our children that ended during the test (not those of before: a
+    session fixture's Popen may still want its own)."""
+    import psutil
+    for p in psutil.Process().children():
+        try:
+            if p.pid not in before and p.status() == psutil.STATUS_ZOMBIE:
+                os.waitpid(p.pid, os.WNOHANG)
+        except (psutil.Error, ChildProcessError):
+            continue
+
+
+_PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
+
+
+@contextmanager
+def reaped(grace: float = 5) -> Iterator[None]:
+    """Fails (pytest.fail) if a process started inside outlives the block; each such process is
+    killed first (SIGKILL, by pid and start time), so the rest of the suite runs on a clean machine.
+
+    Inside, this process is a child subreaper (prctl PR_SET_CHILD_SUBREAPER): a process whose parent
+    exits (the daemons `rmqchaos airflow start` leaves behind, the LocalExecutor workers of a scheduler
+    that died) becomes our child rather than init's, so it is still among our descendants. Only those
+    are ever ended, never a process found by name."""
+    import ctypes
+    import time
+
+    import psutil
+    libc = ctypes.CDLL(None, use_errno=True)
+    was = ctypes.c_int(0)
+    libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(was), 0, 0, 0)
+    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    before = _descendants()
+    left: list[str] = []
+    try:
+        yield
+    finally:
+        deadline = time.monotonic() + grace  # room for a process in the middle of exiting
+        while True:
+            _reap_new_zombies(before)
+            new = {pid: t for pid, t in _descendants().items() if before.get(pid) != t}
+            if not new or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        procs = []
+        for pid, t in sorted(new.items()):
+            try:
+                p = psutil.Process(pid)
+                if p.create_time() != t:
+                    continue
+                left.append(f"pid {pid} (parent {p.ppid()}, cwd {_cwd(p)}): {' '.join(p.cmdline())[:300]}")
+                p.kill()
+                procs.append(p)
+            except psutil.Error:
+                continue
+        psutil.wait_procs(procs, timeout=10)
+        _reap_new_zombies(before)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, was.value, 0, 0, 0)
+    if left:
+        pytest.fail(f"{len(left)} process(es) started by the test outlived it (now killed):\n" + "\n".join(left),
+                    pytrace=False)
+
+
+@pytest.fixture
+def no_survivors() -> Iterator[None]:
+    """The test fails if a process it started outlives it (`reaped`): a module opts in with
+    pytestmark = pytest.mark.usefixtures("no_survivors")."""
+    with reaped():
+        yield
+
+
+def _cwd(p: Any) -> str:
+    try:
+        return p.cwd()
+    except Exception:  # psutil.Error, or a cwd under a deleted directory
+        return "?"
 
 
 @pytest.fixture(autouse=True)

@@ -16,9 +16,13 @@ from urllib.parse import quote
 import pytest
 import yaml
 
-from conftest import REPO, RMQCHAOS, write_scenario
+from conftest import REPO, RMQCHAOS, reaped, write_scenario
 from helpers import assert_nothing_left
 from rmqchaos.wait import poll_until
+
+# every process a test here starts ends with it: Airflow's daemons, the LocalExecutor's workers, the
+# CLI's clusters (conftest.no_survivors fails the test, naming and killing any that outlives it)
+pytestmark = pytest.mark.usefixtures("no_survivors")
 
 # one set of ports for every cluster here: the cluster slot serialises them (a second cluster on
 # the same ports would fail to start)
@@ -57,6 +61,25 @@ def dag_test(env: dict[str, str], dag_id: str, conf: dict) -> tuple[subprocess.C
 def no_jvm_of(runs: list[Path]) -> None:
     for run in runs:
         assert_nothing_left(run)
+
+
+@pytest.mark.fast
+def test_a_process_that_outlives_its_test_fails_it_and_is_killed() -> None:
+    """What no_survivors does after each test here: a child left running and an orphan (its parent
+    exited, as `airflow start`'s daemons or a killed scheduler's workers) are both found, named and killed."""
+    from rmqchaos.procs import alive, starttime
+    with pytest.raises(pytest.fail.Exception) as e:
+        with reaped(grace=0.5):
+            child = subprocess.Popen(["sleep", "301"])
+            orphan = int(subprocess.run(["sh", "-c", "sleep 302 >/dev/null 2>&1 & echo $!"], capture_output=True,
+                                        text=True, check=True).stdout)
+            started = {p: starttime(p) for p in (child.pid, orphan)}
+    msg = str(e.value)
+    assert "2 process(es) started by the test outlived it" in msg, msg
+    assert f"pid {child.pid} " in msg and "sleep 301" in msg and f"pid {orphan} " in msg and "sleep 302" in msg
+    assert not any(alive(p, st) for p, st in started.items())
+    with reaped():  # one that ends in time is no survivor
+        subprocess.run(["sh", "-c", "sleep 0.3 &"], check=True)
 
 
 # long: `make test` covers the gates (tests/test_dag_logic.py), the pre-release DAG on the local backend
