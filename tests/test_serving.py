@@ -57,9 +57,9 @@ def status(run: Any, brokers: dict[str, dict[str, Any]], cid: str = "c0", group:
                                                   "address" else 0, "failed": 0}, "brokers": full}))
 
 
-def setup(tmp_path: Path) -> tuple[Any, Routed]:
+def setup(tmp_path: Path, scenario: str = SCENARIO) -> tuple[Any, Routed]:
     f = tmp_path / "s.yaml"
-    f.write_text(SCENARIO)
+    f.write_text(scenario)
     run = create_run(f, tmp_path / "run")
     c = Routed(run.scenario())
     c.reg = {"broker-a": {0: A0, 1: A1}, "broker-b": {0: B}}
@@ -176,12 +176,7 @@ POP_SCENARIO = SCENARIO.replace("consumers: {}", "consumers: {instances: [{id: c
 
 
 def pop_setup(tmp_path: Path) -> tuple[Any, Routed]:
-    f = tmp_path / "s.yaml"
-    f.write_text(POP_SCENARIO)
-    run = create_run(f, tmp_path / "run")
-    c = Routed(run.scenario())
-    c.reg = {"broker-a": {0: A0, 1: A1}, "broker-b": {0: B}}
-    return run, c
+    return setup(tmp_path, POP_SCENARIO)
 
 
 def test_the_gate_waits_for_a_pop_group_to_be_served_by_every_broker_group_of_its_topics(
