@@ -12,6 +12,33 @@ REPO = Path(__file__).resolve().parent.parent
 CACHE = REPO / ".cache"
 
 
+def user_cache() -> Path:
+    """Artifacts keyed by their whole content (a RocketMQ version's resolved jars with the Java module
+    built from given sources, the image's Debian rootfs), shared by every checkout of this user as
+    ~/.m2 and pip's cache are: a fresh clone links them instead of building them again.
+    $RMQCHAOS_CACHE, else $XDG_CACHE_HOME/rmqchaos, else ~/.cache/rmqchaos."""
+    if os.environ.get("RMQCHAOS_CACHE"):
+        return Path(os.environ["RMQCHAOS_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rmqchaos"
+
+
+def link_tree(src: Path, dest: Path) -> None:
+    """`src` copied to `dest` (which must not exist) as hard links where the file system allows, else
+    as copies; through a temporary name, so `dest` appears whole or not at all."""
+    import shutil
+
+    def link(a: str, b: str) -> None:
+        try:
+            os.link(a, b)
+        except OSError:  # another file system, or links not allowed
+            shutil.copy2(a, b)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(src, tmp, copy_function=link, symlinks=True)
+    tmp.rename(dest)
+
+
 def module_env() -> dict[str, str]:
     """This environment with the repository on PYTHONPATH: for `python -m <our module>` children
     (the load process, the cluster monitor) started from any working directory."""

@@ -101,8 +101,43 @@ def ensure(version: str) -> Path:
     with open(paths.CACHE / f"rocketmq-{version}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not installed(version):  # another process may have built it while we waited
-            _build(version)
+            if not _from_user_cache(version):
+                _build(version)
+                _to_user_cache(version)
     return home(version)
+
+
+def _shared(version: str) -> Path:
+    """The user cache's copy of this version built from today's pom.xml and Java sources."""
+    return paths.user_cache() / "rocketmq" / f"{version}-{stamp_key(version)}"
+
+
+def _from_user_cache(version: str) -> bool:
+    """Link a copy another checkout built from the same pom.xml and Java sources (its stamp says so)."""
+    src, dest = _shared(version), home(version)
+    stamp = src / ".setup-stamp"
+    if not (stamp.is_file() and stamp.read_text().strip() == stamp_key(version)):
+        return False
+    shutil.rmtree(dest, ignore_errors=True)
+    paths.link_tree(src, dest)
+    if not installed(version):  # a damaged shared copy: build instead
+        shutil.rmtree(dest, ignore_errors=True)
+        return False
+    say(f"RocketMQ {version}: linked the jars another checkout resolved from the same pom.xml and Java sources ({src})")
+    return True
+
+
+def _to_user_cache(version: str) -> None:
+    """Leave this build for the next checkout; the user cache keeps the two newest builds of a version."""
+    dest = _shared(version)
+    try:
+        if not dest.exists():
+            paths.link_tree(home(version), dest)
+        old = sorted(dest.parent.glob(f"{version}-*"), key=lambda d: d.stat().st_mtime)[:-2]
+        for d in old:
+            shutil.rmtree(d, ignore_errors=True)
+    except OSError as e:  # a read-only or full home: only the next checkout's speed is lost
+        say(f"RocketMQ {version}: not kept in the user cache ({e})")
 
 
 def _build(version: str) -> None:

@@ -85,6 +85,46 @@ def test_the_cache_key_is_the_digest_setup_sh_wrote_so_existing_caches_stay_vali
 
 
 @pytest.mark.fast
+def test_a_fresh_checkout_links_the_build_another_checkout_left_in_the_user_cache(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same pom.xml and Java sources (the stamp): linked, no Maven; another stamp: built, and left
+    for the next checkout (the two newest builds of a version kept)."""
+    from rmqchaos import paths
+    monkeypatch.setattr(paths, "CACHE", tmp_path / "clone" / ".cache")
+    monkeypatch.setenv("RMQCHAOS_CACHE", str(tmp_path / "user"))
+    v = "5.5.0"
+    shared = tmp_path / "user" / "rocketmq" / f"{v}-{rocketmq_dist.stamp_key(v)}"
+    for d in ("lib", "grpc"):
+        (shared / d).mkdir(parents=True)
+    for f in ("rmqchaos-java.jar", "config-keys.json", "lib/rocketmq-broker.jar"):
+        (shared / f).write_text(f)
+    (shared / ".setup-stamp").write_text(rocketmq_dist.stamp_key(v) + "\n")
+    built: list[str] = []
+    monkeypatch.setattr(rocketmq_dist, "_build", built.append)
+    home = rocketmq_dist.ensure(v)
+    assert built == [] and home == tmp_path / "clone" / ".cache" / f"rocketmq-{v}" and rocketmq_dist.installed(v)
+    assert (home / "lib" / "rocketmq-broker.jar").stat().st_ino == (shared / "lib" / "rocketmq-broker.jar").stat().st_ino
+    # the user cache holds other stamps only (other Java sources): Maven builds here, and the build is
+    # left in the user cache beside the newest other one
+    import os
+    import shutil
+    shutil.rmtree(shared)
+    for i, old in enumerate(("0000000000000001", "0000000000000002")):
+        (shared.parent / f"{v}-{old}").mkdir()
+        os.utime(shared.parent / f"{v}-{old}", (1_000_000 + i, 1_000_000 + i))
+    (home / ".setup-stamp").write_text("0000000000000000\n")
+
+    def build(version: str) -> None:
+        built.append(version)
+        (rocketmq_dist.home(version) / ".setup-stamp").write_text(rocketmq_dist.stamp_key(version) + "\n")
+    monkeypatch.setattr(rocketmq_dist, "_build", build)
+    assert rocketmq_dist.ensure(v) == home and built == [v]
+    assert (shared / ".setup-stamp").read_text().strip() == rocketmq_dist.stamp_key(v)
+    assert (shared / "lib" / "rocketmq-broker.jar").stat().st_ino == (home / "lib" / "rocketmq-broker.jar").stat().st_ino
+    assert sorted(d.name for d in shared.parent.iterdir()) == sorted([f"{v}-0000000000000002", shared.name])
+
+
+@pytest.mark.fast
 def test_maven_reason_names_the_missing_artifact(tmp_path: Path) -> None:
     log = tmp_path / "mvn.log"
     log.write_text("\x1b[1;31m[ERROR] Failed to execute goal on project rmqchaos-java: Could not resolve dependencies "

@@ -1,6 +1,6 @@
 """`rmqchaos image build`: the RocketMQ image, built offline (no registry is reachable here, nothing
 is ever pulled). A Debian bookworm rootfs with Debian's `openjdk-17-jre-headless` (debootstrap from
-the Debian mirror apt already uses, cached in .cache/image), plus the Maven-resolved jars of the
+the Debian mirror apt already uses, kept in the user cache: rmqchaos.paths.user_cache), plus the Maven-resolved jars of the
 pinned RocketMQ in the official image's layout (/home/rocketmq/rocketmq-VERSION/lib), the loopback
 bind() shim as LD_PRELOAD and the disk-noise programs (redis-server, fio, python3), imported with
 `docker import` as rmqchaos/rocketmq:VERSION.
@@ -31,7 +31,7 @@ JAVA_HOME = "/usr/lib/jvm/java-17-openjdk-amd64"
 def _rootfs() -> Path:
     """The JRE rootfs, made once per package set (debootstrap ~35 s, ~350 MB)."""
     key = hashlib.sha256(f"{SUITE} {MIRROR} {PACKAGES}".encode()).hexdigest()[:12]
-    d = paths.CACHE / "image" / f"rootfs-{key}"
+    d = paths.user_cache() / "image" / f"rootfs-{key}"  # its key names all it holds: shared by checkouts
     if (d / ".complete").is_file():
         return d
     if not shutil.which("debootstrap"):
