@@ -56,7 +56,9 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
                               txn_files=ledger_files(run.path, "txn") if run.scenario().load and
                               run.scenario().load.transaction else None, txn_timing=_txn_timing(brokers),
                               timer_slack_ms=timer_slack_ms(run.scenario(), brokers),
-                              proxies={p.name for p in plan(run.scenario()) if p.serves_grpc})
+                              proxies={p.name for p in plan(run.scenario()) if p.serves_grpc},
+                              revive_slack_ms=int(run.scenario().consumers.revive_wait * 1000)
+                              if run.scenario().consumers else None)
     finally:
         if store is not None:
             store.close()

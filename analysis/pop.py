@@ -52,10 +52,11 @@ from pyspark.sql import functions as F
 # the figures' names (pop.<class>.<cause>): one source
 from rmqchaos.spec.expect import POP_CAUSES as CAUSES, POP_CLASSES as CLASSES
 
-#: how long after its invisible time a message not acked may take to come back: the broker's revive
-#: service advances with the messages of its revive topic and rests when none come, so on an idle broker
-#: it re-put expired checkpoints 39 s after their invisible time (a proxy kill test here; pop.log
-#: "has no new msg, take a rest"); this slack also covers the next receive's long polling
+#: how long after its invisible time a message not acked may take to come back, unless the scenario
+#: says (consumers.revive_wait): the broker's revive service advances with the messages of its revive
+#: topic and rests when none come, so on an idle broker it re-put expired checkpoints 39 s after their
+#: invisible time (a proxy kill test here; pop.log "has no new msg, take a rest"); this slack also
+#: covers the next receive's long polling
 REVIVE_SLACK_MS = 60_000
 
 
@@ -101,9 +102,11 @@ def broker_crashes(events: list[dict[str, Any]], brokers: dict[str, dict[str, st
 
 def pop_check(recv: DataFrame, stop_ms: int | None,
               outages: list[tuple[str, int, int]] | None = None,
-              crashes: list[tuple[str, int]] | None = None) -> dict[str, Any] | None:
+              crashes: list[tuple[str, int]] | None = None,
+              revive_slack_ms: int = REVIVE_SLACK_MS) -> dict[str, Any] | None:
     """Deliveries and keys per class and cause; None when no delivery has a receipt handle.
-    `stop_ms`: when the first consumer stopped (None: not known, so no last delivery is judged lost).
+    `stop_ms`: when the first consumer stopped (None: not known, so no last delivery is judged lost);
+    a last delivery counts as due again only `revive_slack_ms` after its invisible time.
     `outages` (proxy_outages): a redelivery whose earlier delivery was acked (or not) while the proxy was
     away counts under that fault too (`by_fault`: the duplicates a proxy crash forced)."""
     # a SimpleConsumer's deliveries: a PushConsumer's (ack null: the client acked by itself, its answer
@@ -137,7 +140,7 @@ def pop_check(recv: DataFrame, stop_ms: int | None,
     in_time = (F.col("ack") == "ok") & (F.col("ack_ms") <= F.col("deadline"))
     why = (F.when(F.col("ack") == "skipped", "not_acked").when(F.col("ack") == "error", "ack_refused")
            .when(F.col("ack") == "ok", "ack_late").otherwise("no_ack"))
-    due_late = F.lit(True) if stop_ms is None else (F.col("deadline") + REVIVE_SLACK_MS > F.lit(stop_ms))
+    due_late = F.lit(True) if stop_ms is None else (F.col("deadline") + revive_slack_ms > F.lit(stop_ms))
     cls = (F.when(F.col("later") & in_time, "redelivered_after_ack")
            .when(F.col("later"), "redelivered_after_invisible")
            .when(in_time | (F.col("ack") == "ok"), None)  # acked (a late ack the broker took counts as taken)

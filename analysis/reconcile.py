@@ -27,7 +27,7 @@ from analysis.pace import lag as send_lag
 from analysis.latency import histogram as _histogram, percentiles as _percentiles
 from analysis.offsets import reused_queue_offsets
 from analysis.order import order_check
-from analysis.pop import broker_crashes, pop_check, proxy_outages
+from analysis.pop import REVIVE_SLACK_MS, broker_crashes, pop_check, proxy_outages
 from analysis.timers import timer_check
 from analysis.transactions import transaction_check, txn_keys
 from analysis.redeliveries import rollback_repeats, rollbacks
@@ -51,7 +51,8 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
                     brokers: dict[str, dict[str, str]] | None = None,
                     monitor: list[dict[str, Any]] | None = None, ordered: bool = False,
                     txn_files: list[Path] | None = None, txn_timing: tuple[int, int] | None = None,
-                    timer_slack_ms: int | None = None, proxies: Collection[str] = ("proxy",)) -> dict[str, Any]:
+                    timer_slack_ms: int | None = None, proxies: Collection[str] = ("proxy",),
+                    revive_slack_ms: int | None = None) -> dict[str, Any]:
     """The reconciliation proper; returns the `counts`, `errors`, `latency_ms`, `series`, `windows`
     parts of summary.json. With out_dir, writes keys.parquet and series.parquet there. With `store`
     (cluster/store.py's, over the run's broker stores), lost and indeterminate keys are looked up in it.
@@ -61,7 +62,9 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
     load's transaction ledgers, judged with the brokers' (transactionTimeOut, transactionCheckInterval)
     in ms (analysis/transactions.py; `transactions` is None otherwise). `timer_slack_ms`: a timer load,
     whose keys are judged early, late or lost with that slack (analysis/timers.py; `timers` is None otherwise).
-    `proxies`: the nodes that serve gRPC, whose faults force POP redeliveries (analysis/pop.py `by_fault`).
+    `proxies`: the nodes that serve gRPC, whose faults force POP redeliveries (analysis/pop.py `by_fault`);
+    `revive_slack_ms`: how long after its invisible time a POP message may take to come back (None:
+    analysis/pop.py's default).
 
     `send_files`/`recv_files` are the journals (JSON Lines); Spark reads their sealed Parquet copies
     only, sealing first whatever a crashed writer left unsealed. Passes over the data: one job by key
@@ -120,7 +123,8 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
         # POP through the proxy (analysis/pop.py): judged up to the first consumer's stop
         stops = [int(e["start_ms"]) for e in events if e.get("kind") == "consumer_stop" and e.get("start_ms")]
         res["pop"] = pop_check(recv, min(stops) if stops else None, proxy_outages(events, proxies),
-                               broker_crashes(events, brokers or {}))
+                               broker_crashes(events, brokers or {}),
+                               REVIVE_SLACK_MS if revive_slack_ms is None else revive_slack_ms)
         if res["pop"]:
             step(f"{res['pop']['deliveries']} POP deliveries judged against their invisible time")
         if res["order"]:

@@ -61,16 +61,11 @@ def settle_of(s: Scenario) -> float:
     """How long the drain waits for no new delivery. A POP consumer's message that was not acked comes
     back only after its invisible time (plus the broker's revive scan), and the group's lag cannot see
     it (the pop moved the offset): with gRPC SimpleConsumers the settle covers the longest invisible
-    time plus REVIVE_MARGIN_S."""
+    time plus `consumers.revive_wait` (60 s by default: 39 s was seen on an idle broker)."""
     assert s.consumers is not None
     inv = [(i.grpc.change_invisible or 0.0) + i.grpc.invisible for i in s.consumers.instances
            if i.grpc is not None and i.grpc.kind == "simple"]
-    return max([s.consumers.settle] + [x + REVIVE_MARGIN_S for x in inv])
-
-
-#: how long after its invisible time a message not acked may take to come back (analysis/pop.py
-#: REVIVE_SLACK_MS: 39 s was seen on an idle broker)
-REVIVE_MARGIN_S = 60.0
+    return max([s.consumers.settle] + [x + s.consumers.revive_wait for x in inv])
 
 
 def start_consumers(run: RunDir, c: ClusterBackend, s: Scenario) -> list[JavaConsumer]:

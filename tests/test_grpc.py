@@ -56,12 +56,14 @@ def test_bad_grpc_settings_are_one_line_at_load(tmp_path: Path, proxy: bool, loa
 
 @pytest.mark.fast
 def test_a_pop_consumer_stretches_the_drains_settle_over_its_invisible_time() -> None:
-    from loadgen.drain import REVIVE_MARGIN_S, settle_of
+    from loadgen.drain import settle_of
     from rmqchaos.spec import Scenario
     s = Scenario.model_validate({"name": "t", "cluster": {"proxy": {"enabled": True}}, "load": {},
                                  "consumers": {"settle": "3s", "instances": [
                                      {"id": "c0"}, {"id": "c1", "grpc": {"invisible": "20s", "change_invisible": "30s"}}]}})
-    assert settle_of(s) == 20 + 30 + REVIVE_MARGIN_S
+    assert settle_of(s) == 20 + 30 + 60  # the default revive_wait
+    s.consumers.revive_wait = 5  # type: ignore[union-attr]
+    assert settle_of(s) == 20 + 30 + 5
     s.consumers.instances.pop()  # type: ignore[union-attr]
     assert settle_of(s) == 3
 
@@ -71,8 +73,9 @@ def test_a_grpc_producer_and_a_simple_consumer_through_a_proxy_lose_and_duplicat
     f = write_scenario(tmp_path / "t.yaml", {
         "name": "grpc-plain", "cluster": CLUSTER,
         "load": {"client": "grpc", "topic": "T_GRPC", "users": 4, "rate": 100, "duration": "12s"},
-        # a SimpleConsumer and a PushConsumer in one group: POP shares the messages between them
-        "consumers": {"settle": "2s", "drain_timeout": "60s",
+        # a SimpleConsumer and a PushConsumer in one group: POP shares the messages between them; every
+        # delivery is acked, so the drain waits its invisible time plus 5 s, not plus the default 60 s
+        "consumers": {"settle": "2s", "drain_timeout": "60s", "revive_wait": "5s",
                       "instances": [{"id": "c0", "group": "g_grpc", "batch_size": 16, "threads": 2,
                                      "grpc": {"invisible": "10s", "long_polling": "5s"}},
                                     {"id": "c1", "group": "g_grpc", "threads": 2, "grpc": {"kind": "push"}}]}})

@@ -75,6 +75,17 @@ def test_without_a_stop_time_no_last_delivery_is_called_lost(kept_spark: Any) ->
     assert r is not None and r["classes"]["consumed_but_lost"] == 0 and r["classes"]["due_after_stop"] == 1
 
 
+def test_the_scenarios_revive_wait_says_when_a_last_delivery_is_due_again(kept_spark: Any) -> None:
+    """Invisible until 16 s, consumers stopped at 40 s: due after the stop with the default 60 s wait,
+    consumed but lost with consumers.revive_wait 10 s (the drain waited that long for it)."""
+    from analysis.pop import pop_check
+    rows = kept_spark.createDataFrame([("g", "T", "broker-a", 1000, handle(1000, 15_000), "skipped", 1000, None, 1, 0,
+                                        5, None)], R)
+    assert pop_check(rows, 40_000)["classes"]["due_after_stop"] == 1  # type: ignore[index]
+    r = pop_check(rows, 40_000, revive_slack_ms=10_000)
+    assert r is not None and r["classes"]["consumed_but_lost"] == 1 and r["classes"]["due_after_stop"] == 0, r
+
+
 def test_no_receipt_handle_means_no_pop_part(kept_spark: Any) -> None:
     from analysis.pop import pop_check
     assert pop_check(kept_spark.createDataFrame([("i", "T", "broker-a", 1000, None, None, None, None, None, None, None,

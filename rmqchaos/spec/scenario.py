@@ -196,9 +196,17 @@ class Consumers(Strict):
 
     `route_refresh`: how often each consumer asks namesrv for its topics' routes (the Java client's
     pollNameServerInterval, 30 s by default). A consumer learns a new broker of a topic, a broker back
-    in the route, or a %RETRY% queue its first route did not list, only at its next refresh."""
+    in the route, or a %RETRY% queue its first route did not list, only at its next refresh.
+
+    `revive_wait`: with gRPC SimpleConsumers, how long after its invisible time a popped message not
+    acked may take to come back. The drain waits the longest invisible time plus this without a new
+    delivery, and the analysis judges a delivery `consumed_but_lost` only when its invisible time plus
+    this ended before the consumers stopped. The broker's revive service rests while its revive topic
+    is idle: 39 s was seen (docs/grpc.md), hence 60 s. Shorter ends a fault-free run sooner but looks
+    for late redeliveries (a revived acked message) for that long only."""
     instances: list[ConsumerInstance] = Field(default_factory=lambda: [ConsumerInstance()])
     settle: Duration = 3.0
+    revive_wait: NonNegDuration = 60.0
     drain_timeout: Duration = 300.0
     route_refresh: Annotated[float, BeforeValidator(_duration), Field(ge=1, le=600)] = 30.0
 
