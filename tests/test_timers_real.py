@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import run_here, write_scenario
 from rmqchaos.ledgers import due_of
 
@@ -15,6 +17,26 @@ CLUSTER = {"subnet": "127.0.74.0/24", "namesrv": {"port": 27676}, "ready_timeout
            "brokers": [{"name": "broker-a", "port": 27611}, {"name": "broker-b", "port": 27621}]}
 
 
+def test_timer_messages_are_delivered_on_time_by_both_brokers_wheels(tmp_path: Path, kept_spark: Any) -> None:
+    """The short twin of the restart test below (make test): the same path, no fault. Due 8-16 s after
+    they were made; none early, none lost, each broker's wheel on time."""
+    f = write_scenario(tmp_path / "t.yaml", {
+        "name": "timer-on-time", "cluster": CLUSTER,
+        "load": {"topic": "T_TIMER", "users": 4, "rate": 15, "duration": "10s",
+                 "timer": {"delay": "8s", "spread": "8s", "wait": "5s"}},
+        "consumers": {"settle": "2s", "drain_timeout": "60s"}})
+    run, s = run_here(f, tmp_path / "run")
+    t = s["timers"]
+    assert t is not None and t["keys"] >= 100 and t["slack_ms"] == 1000, t
+    assert t["early"]["keys"] == 0 and t["lost"] == 0 and t["delivered"] == t["keys"] and t["by_fault"] == [], t
+    for b in ("broker-a", "broker-b"):
+        late = _lateness(run, b)
+        assert late and max(ms for _, ms in late) < 3000, (b, late)
+        assert t["late_ms_by_broker"][b]["p99"] < 3000, t
+    assert s["counts"]["lost"] == 0
+
+
+@pytest.mark.long  # make test: the twin above (the same path without the restart)
 def test_a_timer_message_is_delivered_on_time_across_a_broker_restart(tmp_path: Path, kept_spark: Any) -> None:
     # due 30-55 s after it was made: what broker-a holds waits in its wheel while broker-a restarts (a
     # clean stop and start, once the consumers were served: a pull on an empty queue is answered after
