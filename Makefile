@@ -23,10 +23,11 @@ run: setup
 nightly: setup
 	@.venv/bin/rmqchaos airflow test $(DAG) --conf '{"matrix": "scenarios/nightly.yaml", "part": "$(PART)"}'
 
-# The suite CI runs: the layering contracts, then every test but the long ones (the fast tier first,
-# then the ones that run RocketMQ JVMs; tests/conftest.py orders them).
+# The suite CI runs: the layering contracts, then every test but the long ones: the fast tier, the
+# real tier on two pytest-xdist workers (tests that could collide share a group: tests/_groups.py),
+# then the tests marked `alone` by themselves (scripts/test.sh).
 test: setup lint
-	@.venv/bin/python -m pytest -q -m "not long" --durations=20 tests
+	@scripts/test.sh
 
 # Everything, the long tests too (a nightly CI job's command): each long test has a shorter one in
 # `make test` on the same path (pyproject.toml's markers).
@@ -38,7 +39,7 @@ test-long: setup lint
 test-slow-day:
 	@scripts/slow-day.sh
 
-# `make test-flaky N=5`: the real tier (every test neither fast nor long) N times, then each test's
+# `make test-flaky N=5`: the real tier as make test runs it (two workers) N times, then each test's
 # failure rate over them (failed/N, those that failed at least once, then a total line). Every session
 # runs, failed or not; the exit status is 1 when something failed. Each pytest session writes its
 # outcomes and durations to .cache/test-runs/ (tests/_outcomes.py); these N to .cache/test-runs/flaky-<UTC>-<pid>/.

@@ -1,12 +1,13 @@
-"""`make test-flaky N=5`: the real tier (every test neither fast nor long) N times, then each test's
-failure rate over those N sessions (tests/_outcomes.py reads the JSON file each session wrote).
+"""`make test-flaky N=5`: the real tier as `make test` runs it (every test neither fast, long nor
+alone, on two workers: scripts/test.sh) N times, then each test's failure rate over those N sessions
+(tests/_outcomes.py reads the JSON file each session wrote).
 
 A session with failures is a result, not an error: all N run. Ctrl-C (pytest then stops as it
 does) or a session that ends with no result (collection or usage errors) stops the loop; the
 report covers the sessions so far. Exit status 1 if any test failed in any session (or a
 session did not end with a result), after the report; 0 otherwise.
 
-usage: scripts/test_flaky.py N [pytest arguments, default: -m "not fast and not long" tests]
+usage: scripts/test_flaky.py N [pytest arguments, default: -m "not fast and not long and not alone" -n 2 --dist loadgroup tests]
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 import _outcomes  # noqa: E402
 
-TIER = ["-m", "not fast and not long", "tests"]
+TIER = ["-m", "not fast and not long and not alone", "-n", "2", "--dist", "loadgroup", "tests"]
 
 
 def main(argv: list[str]) -> int:

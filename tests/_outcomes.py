@@ -9,7 +9,8 @@ The recorder (registered by tests/conftest.py, or `-p _outcomes`) writes $RMQCHA
 outcome: passed, failed (the call failed), error (setup or teardown failed), skipped, xfailed, xpassed.
 
 `failure_rates(files)` reads such files (`make test-flaky N=5`: scripts/test_flaky.py); `python
-tests/_outcomes.py FILE...` prints them.
+tests/_outcomes.py FILE...` prints them; `--totals FILE...` sums one `make test`'s sessions in one line;
+`--durations FILE...` prints the real tests' durations (tests/durations.json, tests/_groups.py's hint).
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from typing import Any, Iterable
 REPO = Path(__file__).resolve().parent.parent
 ENV = "RMQCHAOS_TEST_RUNS"  # the directory the session files go to
 BAD = ("failed", "error")  # what counts as a failure of a test
-_BUILTIN_MARKS = {"parametrize", "usefixtures", "filterwarnings", "skip", "skipif", "xfail"}
+_BUILTIN_MARKS = {"parametrize", "usefixtures", "filterwarnings", "skip", "skipif", "xfail", "xdist_group"}
+_OUR_MARKS = {"fast", "long"}  # pyproject.toml's markers
 
 
 def runs_dir() -> Path:
@@ -64,8 +66,11 @@ class Recorder:
             self.markers[item.nodeid] = sorted({m.name for m in item.iter_markers()} - _BUILTIN_MARKS)
 
     def pytest_runtest_logreport(self, report: Any) -> None:
-        t = self.tests.setdefault(report.nodeid, {"outcome": None, "duration_s": 0.0,
-                                                  "markers": self.markers.get(report.nodeid, [])})
+        # under pytest-xdist the reports come from the workers: the node id carries its xdist group
+        # ("…@group"), and the controller collected nothing, so the markers are the report's keywords
+        nodeid = report.nodeid.split("@")[0]
+        t = self.tests.setdefault(nodeid, {"outcome": None, "duration_s": 0.0, "markers": self.markers.get(
+            report.nodeid, sorted(k for k in report.keywords if k in _OUR_MARKS))})
         t["duration_s"] = round(t["duration_s"] + report.duration, 3)
         xfail = hasattr(report, "wasxfail")
         if t["outcome"] in BAD:  # the first failure of a test stays its outcome
@@ -84,8 +89,8 @@ class Recorder:
             return
         end = time.time()
         totals: dict[str, Any] = {}
-        for t in self.tests.values():
-            totals[t["outcome"]] = totals.get(t["outcome"], 0) + 1
+        for t in self.tests.values():  # an interrupted session's test may have no outcome yet
+            totals[str(t["outcome"])] = totals.get(str(t["outcome"]), 0) + 1
         totals["tests"] = len(self.tests)
         totals["duration_s"] = round(sum(t["duration_s"] for t in self.tests.values()), 1)
         doc = {"start": _iso(self.start), "end": _iso(end), "wall_s": round(end - self.start, 1),
@@ -108,6 +113,8 @@ class Recorder:
 
 def register(config: Any) -> None:
     """Record this session (tests/conftest.py calls it; `-p _outcomes` does too, as a plugin)."""
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: its controller records the session
+        return
     if not config.pluginmanager.has_plugin("rmqchaos-outcomes"):
         config.pluginmanager.register(Recorder(list(config.invocation_params.args)), "rmqchaos-outcomes")
 
@@ -154,5 +161,29 @@ def report(files: list[Path]) -> int:
     return 1 if r["rows"] or r["broken"] else 0
 
 
+def totals(files: list[Path]) -> str:
+    """Two lines over the sessions of one `make test` (scripts/test.sh's phases): the wall time of
+    each, then each test's outcome counted once, in the plain closing form CI reads."""
+    counts: dict[str, int] = {}
+    walls = []
+    for f in files:
+        s = json.loads(Path(f).read_text())
+        walls.append(f"{s['wall_s']:.0f} s")
+        for t in s["tests"].values():
+            counts[t["outcome"]] = counts.get(t["outcome"], 0) + 1
+    bad = sum(counts.get(k, 0) for k in BAD)
+    skipped = f", {counts['skipped']} skipped" if counts.get("skipped") else ""
+    return (f"sessions: {' + '.join(walls) or 'none'}\n"  # the last line alone, in the plain form CI reads
+            f"total: {counts.get('passed', 0) + counts.get('xfailed', 0)} passed, {bad + counts.get('xpassed', 0)} failed{skipped}")
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--totals"]:
+        print(totals([Path(a) for a in sys.argv[2:] if Path(a).is_file()]))
+        sys.exit(0)
+    if sys.argv[1:2] == ["--durations"]:  # the real tests' durations of session files: tests/durations.json
+        d = {k: round(t["duration_s"]) for a in sys.argv[2:] for k, t in json.loads(Path(a).read_text())["tests"].items()
+             if "fast" not in t["markers"]}
+        print(json.dumps(dict(sorted(d.items())), indent=0))
+        sys.exit(0)
     sys.exit(report([Path(a) for a in sys.argv[1:]]))

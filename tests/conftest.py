@@ -59,12 +59,29 @@ _last_user: dict[str, str] = {}  # fixture -> node id of the last test that uses
 _stoppers: dict[str, Callable[[], None]] = {}
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadgroup` (make test): tests/_groups.py's groups. (pytest-xdist 3.8's own loadgroup
+    puts a test's group into its node id, which pytest 9 no longer lets a plugin change.)"""
+    if config.getoption("dist") == "loadgroup":
+        from _groups import scheduler
+        return scheduler(config, log)
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The fast tier (pure logic, no JVM) runs first: a broken spec or schema fails in seconds. Then
     the modules that use a shared cluster, so those (four idle brokers) can stop early and leave
-    both cores to the tests that start clusters of their own."""
+    both cores to the tests that start clusters of their own.
+
+    Under pytest-xdist's `--dist loadgroup` (`make test`: two workers) the tests that may collide (a
+    port, a shared cluster, the docker engine) are one group, run by one worker (tests/_groups.py),
+    and the groups go out longest first."""
     shared = {it.module.__name__ for it in items if set(SHARED) & set(getattr(it, "fixturenames", ()))}
     items.sort(key=lambda it: (it.get_closest_marker("fast") is None, it.module.__name__ not in shared))
+    # a worker's own `dist` is "no"; xdist keeps `--dist loadgroup` as its `loadgroup` option
+    if getattr(config.option, "loadgroup", False):
+        from _groups import longest_first
+        longest_first(items)
     for it in items:
         for name in SHARED:
             if name in getattr(it, "fixturenames", ()):

@@ -91,14 +91,22 @@ def listeners() -> Iterator[dict[str, Listener]]:
 
 @pytest.fixture
 def rules() -> Iterator[RunRules]:
+    from rmqchaos.rundir import registry_dir
     before = _ipt_save()
     r = RunRules(f"t{uuid.uuid4().hex[:8]}-netrules")
+    # registered like a run's (its owner file names this entry): a test beside it on the other worker
+    # that reaps (any `up`) must leave the chain alone, as it does a live run's
+    r.registered_at.parent.mkdir(parents=True, exist_ok=True)
+    r.registered_at.touch()
+    assert r.registered_at.parent == registry_dir()
     try:
         yield r
     finally:
         r.remove()
         assert r.chain not in _ipt_save()
-        if "RMQC" not in before:  # nobody else's rules were there: none of the platform's may remain
+        # nobody else's rules were there, and no test beside this one (make test's other worker) makes
+        # any: none of the platform's may remain
+        if "RMQC" not in before and not os.environ.get("PYTEST_XDIST_WORKER"):
             assert "RMQC" not in _ipt_save()
 
 

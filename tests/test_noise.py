@@ -219,6 +219,7 @@ def assert_louder(ev: dict, quiet: diskstats.Counters, quiet_s: float, writes: f
     assert per_s(d["flushes"], d["seconds"]) > flushes * max(1.0, per_s(quiet.flushes, quiet_s)), (d, quiet)
 
 
+@pytest.mark.alone  # measures the disk against a quiet baseline: nothing beside it in make test
 def test_redis_noise_fsyncs_every_write_and_stops_on_time(tmp_path: Path) -> None:
     ev, quiet, quiet_s, run = run_noise(tmp_path, {"kind": "redis_noise", "instances": 3, "base_port": 17379,
                                                    "rate": 100}, 6)
@@ -236,6 +237,7 @@ def test_redis_noise_fsyncs_every_write_and_stops_on_time(tmp_path: Path) -> Non
     assert list((run / "noise").rglob("redis.log"))
 
 
+@pytest.mark.alone  # measures the disk against a quiet baseline: nothing beside it in make test
 def test_es_like_noise_writes_merges_and_fsyncs_and_stops_on_time(tmp_path: Path) -> None:
     ev, quiet, quiet_s, run = run_noise(tmp_path, {"kind": "es_like_noise", "instances": 2, "file_mb": 64,
                                                    "merge_mb_s": 40, "burst_mb": 8, "burst_every": "1s"}, 6)
@@ -252,6 +254,7 @@ def test_es_like_noise_writes_merges_and_fsyncs_and_stops_on_time(tmp_path: Path
     assert data == []  # fio's files deleted, the job files and results kept
 
 
+@pytest.mark.alone  # measures the disk against a quiet baseline: nothing beside it in make test
 def test_es_like_noise_stops_writing_at_its_byte_budget_and_says_so(tmp_path: Path) -> None:
     """150 MB for 2 instances (75 MB each, ~29 MB/s asked each): fio's own io_size ends every job after
     ~2.6 s of a 6 s occurrence. fio stops at whole blocks of its io_size: no slack beyond 1 MB."""
@@ -270,6 +273,7 @@ def test_es_like_noise_stops_writing_at_its_byte_budget_and_says_so(tmp_path: Pa
     assert it["reached"] == min(round(m["achieved"] / m["asked"], 3) for m in it["measures"]), it
 
 
+@pytest.mark.alone  # measures the disk against a quiet baseline: nothing beside it in make test
 def test_a_starved_redis_driver_is_reported_short_of_its_rate(tmp_path: Path) -> None:
     """20,000 SET/s on one instance from one client, each SET its own fsync and round trip: one driver
     thread cannot come near it, and the evidence must say by how much."""
@@ -284,6 +288,7 @@ def test_a_starved_redis_driver_is_reported_short_of_its_rate(tmp_path: Path) ->
     assert it["words"] == f"Redis noise reached {pct} % of its 20000 SET/s (redis 17479)", it
 
 
+@pytest.mark.alone  # measures the disk against a quiet baseline: nothing beside it in make test
 def test_disk_sampler_writes_a_record_a_second_on_the_run_clock(tmp_path: Path) -> None:
     out = tmp_path / "metrics" / "disk.jsonl"
     s = diskstats.sampler(tmp_path, out)
@@ -304,6 +309,7 @@ def test_disk_sampler_writes_a_record_a_second_on_the_run_clock(tmp_path: Path) 
     assert sum(r["flushes_s"] for r in recs) >= 10 and sum(r["write_mb_s"] for r in recs) > 0.5, recs
 
 
+@pytest.mark.alone  # measures the disk against a quiet baseline: nothing beside it in make test
 def test_a_memory_cap_can_be_raised_as_the_page_cache_allowance_follows_the_node(tmp_path: Path) -> None:
     """The mechanism under page_cache_limit's tick: a cgroup with page cache, capped with a small
     allowance, then raised (memory+swap first: the kernel refuses memory above it), then lifted."""
@@ -332,6 +338,7 @@ def test_a_memory_cap_can_be_raised_as_the_page_cache_allowance_follows_the_node
         remove_empty_parents(cg.rel)
 
 
+@pytest.mark.alone  # measures the disk against a quiet baseline: nothing beside it in make test
 def test_blkio_throttle_caps_a_cgroups_direct_writes_exactly_and_lifts(tmp_path: Path) -> None:
     """The mechanism under `blkio_throttle`: a writer in a node's cgroup, capped at 20 MB/s, then not."""
     from cluster.local.cgroups import PREFIX, Cgroup, remove_empty_parents

@@ -117,10 +117,10 @@ def test_power_loss_erases_what_async_flush_never_synced_and_nothing_sync_flush_
     # starved load acknowledge nothing on broker-a between its last flush and the cut: nothing gone)
     run, s = run_here(_write(tmp_path, {
         "extends": str(SCENARIOS / "power-loss-async.yaml"), "name": "power-loss-ci",
-        "cluster": {"namesrv": {"port": 23876}, "stop_timeout": "3s",
-                    "brokers": [{"name": "broker-a", "port": 23911,
+        "cluster": {"namesrv": {"port": 24376}, "stop_timeout": "3s",
+                    "brokers": [{"name": "broker-a", "port": 24311,
                                  "config": {"flushDiskType": "ASYNC_FLUSH", "flushIntervalCommitLog": 5000}},
-                                {"name": "broker-b", "port": 23921, "config": {"flushDiskType": "SYNC_FLUSH"}}]},
+                                {"name": "broker-b", "port": 24321, "config": {"flushDiskType": "SYNC_FLUSH"}}]},
         "load": {"duration": "36s", "rate": 300, "users": 20},
         "faults": [{"id": "power-ab", "kind": "power_loss", "target": "broker-a", "nodes": ["broker-b"], "at": "8s",
                     "back_after": "4s"}]}), tmp_path / "run")
@@ -167,9 +167,9 @@ def test_disk_errors_on_a_sync_flush_commit_log_and_what_its_broker_answered_mea
     # its answer (acknowledged with which status, or not), and nothing broker-b acknowledged is lost
     run, s = run_here(_write(tmp_path, {
         "extends": str(SCENARIOS / "power-loss-async.yaml"), "name": "disk-error-ci",
-        "cluster": {"namesrv": {"port": 22876}, "stop_timeout": "3s",
-                    "brokers": [{"name": "broker-a", "port": 22911, "config": {"flushDiskType": "SYNC_FLUSH"}},
-                                {"name": "broker-b", "port": 22921, "config": {"flushDiskType": "SYNC_FLUSH"}}]},
+        "cluster": {"namesrv": {"port": 24476}, "stop_timeout": "3s",
+                    "brokers": [{"name": "broker-a", "port": 24411, "config": {"flushDiskType": "SYNC_FLUSH"}},
+                                {"name": "broker-b", "port": 24421, "config": {"flushDiskType": "SYNC_FLUSH"}}]},
         "load": {"duration": "34s", "rate": 200, "users": 20},
         "faults": [{"id": "eio-a", "kind": "disk_error", "target": "broker-a", "at": "6s", "duration": "8s"},
                    {"id": "power-a", "kind": "power_loss", "target": "broker-a", "at": "11s", "back_after": "4s"}],

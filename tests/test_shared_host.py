@@ -115,7 +115,7 @@ def test_shared_host_scaled_for_ci_records_busy_answers_verbatim_and_classifies_
     f = tmp_path / "shared-host-ci.yaml"
     f.write_text(yaml.safe_dump({
         "extends": str(SCENARIOS / "shared-host.yaml"), "name": "shared-host-ci",
-        "cluster": {"namesrv": {"port": 22876}, "brokers": [{"name": "broker-a", "port": 22911}],
+        "cluster": {"namesrv": {"port": 24576}, "brokers": [{"name": "broker-a", "port": 24511}],
                     "broker_defaults": {"config": {"osPageCacheBusyTimeOutMills": 1}}, "stop_timeout": "3s"},
         "checks": {"witness": {"messages": 3000, "message_size": 1024, "threads": 1}},
         "load": {"duration": "25s", "rate": 800},
