@@ -40,7 +40,7 @@ def value(s: dict[str, Any], name: str) -> int | None:
     if name == "read_again_after_rollback":
         rb = s.get("offset_rollback")
         if rb is None:  # a run without a power loss: nothing rolled an offset back (with one: not recorded)
-            return 0 if "events" in s and not _of_kind(s, ("power_loss",), ok=False) else None
+            return 0 if "events" in s and not fault_events(s, ("power_loss",), ok=False) else None
         return int(rb.get("deliveries") or 0)
     if name == "not_started_after_power_loss":
         cuts = list(power_cuts(s.get("events") or []))
@@ -103,7 +103,7 @@ def _family(s: dict[str, Any], fam: str, arg: str) -> int | None:
         added = [d["during"]["p50"] - d["outside"]["p50"] for w in s.get("windows") or [] if kinds.get(w["id"]) == "link"
                  if (d := (w.get("send_ms_by_broker") or {}).get(arg)) and d["during"].get("p50") is not None
                  and d["outside"].get("p50") is not None]
-        if not added and "events" in s and not _of_kind(s, ("link",), ok=False):
+        if not added and "events" in s and not fault_events(s, ("link",), ok=False):
             return 0  # a run without a link fault: no link added anything
         return max(added) if added else None
     if fam in ("lost_on", "gone_on", "gone_status"):
@@ -139,10 +139,11 @@ def _family(s: dict[str, Any], fam: str, arg: str) -> int | None:
 
 # ---------------------------------------------------------------- what a fault did (a signature's premise)
 
-def _of_kind(s: dict[str, Any], kinds: tuple[str, ...], ok: bool = True) -> list[dict[str, Any]]:
-    """The run's fault events of these kinds (applied ones only with `ok`)."""
+def fault_events(s: dict[str, Any], kinds: tuple[str, ...] | None = None, ok: bool = True) -> list[dict[str, Any]]:
+    """The run's fault events, of these kinds when given (applied ones, ended ok, only with `ok`)."""
     return [e for e in s.get("events") or [] if e.get("kind") == "fault"
-            and (e.get("params") or {}).get("fault_kind") in kinds and (not ok or e.get("outcome") == "ok")]
+            and (kinds is None or (e.get("params") or {}).get("fault_kind") in kinds)
+            and (not ok or e.get("outcome") == "ok")]
 
 
 def broker_faults(s: dict[str, Any], kinds: tuple[str, ...] | None = None) -> list[tuple[str, int, int]]:
@@ -151,12 +152,10 @@ def broker_faults(s: dict[str, Any], kinds: tuple[str, ...] | None = None) -> li
     a fault of its own."""
     brokers = (s.get("cluster") or {}).get("brokers") or {}
     out = []
-    for e in s.get("events") or []:
+    for e in fault_events(s, kinds):
         p = e.get("params") or {}
         node = e.get("target")
-        if (e.get("kind") != "fault" or e.get("outcome") != "ok" or p.get("fault_kind") == "restart"
-                or (kinds is not None and p.get("fault_kind") not in kinds) or e.get("start_ms") is None
-                or node not in brokers):
+        if p.get("fault_kind") == "restart" or e.get("start_ms") is None or node not in brokers:
             continue
         start = int(e["start_ms"])
         out.append(((brokers[node] or {}).get("brokerName", node), start, int(e.get("end_ms") or start)))
@@ -190,7 +189,7 @@ def _consumer_clock_timed_out(s: dict[str, Any]) -> int | None:
     if "events" not in s:
         return None
     got = [((e.get("params") or {}).get("evidence") or {}).get("client_requests_timed_out")
-           for e in _of_kind(s, ("consumer_clock",))]
+           for e in fault_events(s, ("consumer_clock",))]
     return None if any(n is None for n in got) else sum(int(n) for n in got)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from analysis.expect import failover_evidence
-from analysis.figures import evidence as condition_evidence
+from analysis.figures import evidence as condition_evidence, fault_events
 from rmqchaos.spec.expect import Signature
 
 # (fault id or None, kind) of each fault the scenario names: the faults a run must show applied
@@ -26,10 +26,10 @@ def fault_shortfalls(s: dict[str, Any]) -> list[dict[str, Any]]:
     """Each applied fault occurrence whose evidence says it fell short of what it was asked
     (`intent.short`): {what, holds: False, seen}."""
     out = []
-    for e in s.get("events", []):
+    for e in fault_events(s):
         p = e.get("params") or {}
         intent = (p.get("evidence") or {}).get("intent")
-        if e.get("kind") == "fault" and e.get("outcome") == "ok" and isinstance(intent, dict) and intent.get("short"):
+        if isinstance(intent, dict) and intent.get("short"):
             out.append({"what": f"{p.get('fault_id') or p.get('fault_kind')} did what it was asked", "holds": False,
                         "seen": str(intent.get("words") or "short of its intent")})
     return out
@@ -41,7 +41,7 @@ def faults_unapplied(s: dict[str, Any], planned: Planned | None) -> list[dict[st
     did not finish is judged by `complete` instead (its faults may not have come due)."""
     if not planned or s.get("complete") is False:
         return []
-    ok = [(e.get("params") or {}) for e in s.get("events", []) if e.get("kind") == "fault" and e.get("outcome") == "ok"]
+    ok = [(e.get("params") or {}) for e in fault_events(s)]
     out = []
     for fid, kind in planned:
         if fid is not None:
