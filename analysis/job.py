@@ -29,6 +29,7 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
     from rmqchaos.ledgers import ledger_files
     from rmqchaos.progress import say
     from rmqchaos.rundir import RunDir
+    from rmqchaos.spec import Consumers
 
     run = RunDir.open(run_dir)
     out = run.path / "analysis"
@@ -57,8 +58,7 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
                               run.scenario().load.transaction else None, txn_timing=_txn_timing(brokers),
                               timer_slack_ms=timer_slack_ms(run.scenario(), brokers),
                               proxies={p.name for p in plan(run.scenario()) if p.serves_grpc},
-                              revive_slack_ms=int(run.scenario().consumers.revive_wait * 1000)
-                              if run.scenario().consumers else None)
+                              revive_slack_ms=int((run.scenario().consumers or Consumers()).revive_wait * 1000))
     finally:
         if store is not None:
             store.close()

@@ -51,13 +51,14 @@ from pyspark.sql import functions as F
 
 # the figures' names (pop.<class>.<cause>): one source
 from rmqchaos.spec.expect import POP_CAUSES as CAUSES, POP_CLASSES as CLASSES
+from rmqchaos.spec import Consumers
 
-#: how long after its invisible time a message not acked may take to come back, unless the scenario
-#: says (consumers.revive_wait): the broker's revive service advances with the messages of its revive
-#: topic and rests when none come, so on an idle broker it re-put expired checkpoints 39 s after their
-#: invisible time (a proxy kill test here; pop.log "has no new msg, take a rest"); this slack also
+#: how long after its invisible time a message not acked may take to come back: consumers.revive_wait's
+#: default, when a scenario does not say. The broker's revive service advances with the messages of its
+#: revive topic and rests when none come, so on an idle broker it re-put expired checkpoints 39 s after
+#: their invisible time (a proxy kill test here; pop.log "has no new msg, take a rest"); this slack also
 #: covers the next receive's long polling
-REVIVE_SLACK_MS = 60_000
+REVIVE_SLACK_MS = int(Consumers.model_fields["revive_wait"].default * 1000)
 
 
 def proxy_outages(events: list[dict[str, Any]], proxies: Collection[str] = ("proxy",)) -> list[tuple[str, int, int]]:

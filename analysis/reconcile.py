@@ -52,7 +52,7 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
                     monitor: list[dict[str, Any]] | None = None, ordered: bool = False,
                     txn_files: list[Path] | None = None, txn_timing: tuple[int, int] | None = None,
                     timer_slack_ms: int | None = None, proxies: Collection[str] = ("proxy",),
-                    revive_slack_ms: int | None = None) -> dict[str, Any]:
+                    revive_slack_ms: int = REVIVE_SLACK_MS) -> dict[str, Any]:
     """The reconciliation proper; returns the `counts`, `errors`, `latency_ms`, `series`, `windows`
     parts of summary.json. With out_dir, writes keys.parquet and series.parquet there. With `store`
     (cluster/store.py's, over the run's broker stores), lost and indeterminate keys are looked up in it.
@@ -63,8 +63,7 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
     in ms (analysis/transactions.py; `transactions` is None otherwise). `timer_slack_ms`: a timer load,
     whose keys are judged early, late or lost with that slack (analysis/timers.py; `timers` is None otherwise).
     `proxies`: the nodes that serve gRPC, whose faults force POP redeliveries (analysis/pop.py `by_fault`);
-    `revive_slack_ms`: how long after its invisible time a POP message may take to come back (None:
-    analysis/pop.py's default).
+    `revive_slack_ms`: how long after its invisible time a POP message may take to come back.
 
     `send_files`/`recv_files` are the journals (JSON Lines); Spark reads their sealed Parquet copies
     only, sealing first whatever a crashed writer left unsealed. Passes over the data: one job by key
@@ -123,8 +122,7 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
         # POP through the proxy (analysis/pop.py): judged up to the first consumer's stop
         stops = [int(e["start_ms"]) for e in events if e.get("kind") == "consumer_stop" and e.get("start_ms")]
         res["pop"] = pop_check(recv, min(stops) if stops else None, proxy_outages(events, proxies),
-                               broker_crashes(events, brokers or {}),
-                               REVIVE_SLACK_MS if revive_slack_ms is None else revive_slack_ms)
+                               broker_crashes(events, brokers or {}), revive_slack_ms)
         if res["pop"]:
             step(f"{res['pop']['deliveries']} POP deliveries judged against their invisible time")
         if res["order"]:
