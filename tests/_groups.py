@@ -22,10 +22,11 @@ from typing import Iterable
 
 import pytest
 
+from conftest import CLUSTER_PORTS
+
 REPO = Path(__file__).resolve().parent.parent
 #: the ports of conftest.py's clusters, so a module naming one of them joins their users
-FIXTURE_PORTS = {"cluster": {"19876", "19911", "19921"}, "strict_cluster": {"23876", "23911", "23921"},
-                 "fresh_cluster": {"29876", "29911", "29921"}}
+FIXTURE_PORTS = {f: {str(ns), *map(str, brokers)} for f, (ns, brokers) in CLUSTER_PORTS.items()}
 #: one of each per machine: the dockerd a module starts (its socket and data root), the DAG tests' Airflow port
 EXCLUSIVE_FIXTURES = {"engine": "docker-engine", "airflow_home": "airflow"}
 DEFAULT_PORTS = {"9876", "10909", "10911", "10912"}
@@ -63,12 +64,11 @@ def module_resources(source: str, fixtures: Iterable[str]) -> set[str]:
     return res
 
 
-def source_of(path: Path, running: set[str]) -> str:
-    """The module's source without the test functions not in `running` (their names)."""
-    text = path.read_text()
+def source_of(text: str, tree: ast.Module, running: set[str]) -> str:
+    """The module's source (`text`, parsed: `tree`) without the test functions not in `running` (their names)."""
     lines = text.splitlines()
     drop: list[tuple[int, int]] = []
-    for node in ast.parse(text).body:
+    for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name.startswith("test_") and node.name not in running:
             start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
             drop.append((start - 1, node.end_lineno or node.lineno))
@@ -105,7 +105,7 @@ def recorded_durations() -> dict[str, float]:
             tests = json.loads(f.read_text()).get("tests") or {}
         except (OSError, ValueError):
             continue
-        real = {k.split("@")[0]: float(v.get("duration_s") or 0) for k, v in tests.items()
+        real = {k: float(v.get("duration_s") or 0) for k, v in tests.items()
                 if "fast" not in (v.get("markers") or [])}
         if len(real) >= 20:
             return real
@@ -135,18 +135,18 @@ def groups(nodeids: Iterable[str], root: Path = REPO) -> dict[str, str]:
         tests.setdefault(path, set()).add(name.split("[")[0].split("::")[-1])
     resources = {}
     for path, names in tests.items():
-        f = root / path
-        text = f.read_text()
-        resources[path] = module_resources(source_of(f, names), _fixtures(ast.parse(text), names))
+        text = (root / path).read_text()
+        tree = ast.parse(text)
+        resources[path] = module_resources(source_of(text, tree, names), _fixtures(tree, names))
     group = components(resources)
     return {n: Path(group[n.partition("::")[0]]).stem for n in nodeids}
 
 
-def estimates(nodeids: list[str]) -> dict[str, float]:
-    """group -> its tests' seconds (recorded_durations, else REAL_TEST_S each)."""
+def estimates(group: dict[str, str]) -> dict[str, float]:
+    """group -> its tests' seconds (recorded_durations, else REAL_TEST_S each), of `groups()`'s answer."""
     known = recorded_durations()
     out: dict[str, float] = {}
-    for n, g in groups(nodeids).items():
+    for n, g in group.items():
         out[g] = out.get(g, 0.0) + known.get(n, REAL_TEST_S)
     return out
 
@@ -155,7 +155,8 @@ def longest_first(items: list[pytest.Item]) -> None:
     """Put the real tests in their groups' order, longest group first (the scheduler below sends the
     groups in the order it first sees them); the fast tier stays first."""
     real = [it.nodeid for it in items if it.get_closest_marker("fast") is None]
-    g, est = groups(real), estimates(real)
+    g = groups(real)
+    est = estimates(g)
     first = {id(it): i for i, it in enumerate(items)}
     items.sort(key=lambda it: (it.nodeid in g, -est.get(g.get(it.nodeid, ""), 0.0), g.get(it.nodeid, ""),
                                first[id(it)]))

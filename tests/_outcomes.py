@@ -26,8 +26,8 @@ from typing import Any, Iterable
 REPO = Path(__file__).resolve().parent.parent
 ENV = "RMQCHAOS_TEST_RUNS"  # the directory the session files go to
 BAD = ("failed", "error")  # what counts as a failure of a test
-_BUILTIN_MARKS = {"parametrize", "usefixtures", "filterwarnings", "skip", "skipif", "xfail", "xdist_group"}
-_OUR_MARKS = {"fast", "long"}  # pyproject.toml's markers
+_BUILTIN_MARKS = {"parametrize", "usefixtures", "filterwarnings", "skip", "skipif", "xfail"}
+_OUR_MARKS = {"fast", "long", "alone"}  # pyproject.toml's markers
 
 
 def runs_dir() -> Path:
@@ -66,11 +66,13 @@ class Recorder:
             self.markers[item.nodeid] = sorted({m.name for m in item.iter_markers()} - _BUILTIN_MARKS)
 
     def pytest_runtest_logreport(self, report: Any) -> None:
-        # under pytest-xdist the reports come from the workers: the node id carries its xdist group
-        # ("…@group"), and the controller collected nothing, so the markers are the report's keywords
-        nodeid = report.nodeid.split("@")[0]
-        t = self.tests.setdefault(nodeid, {"outcome": None, "duration_s": 0.0, "markers": self.markers.get(
-            report.nodeid, sorted(k for k in report.keywords if k in _OUR_MARKS))})
+        # under pytest-xdist the reports come from the workers and the controller collected nothing:
+        # the markers are then the report's keywords
+        t = self.tests.get(report.nodeid)
+        if t is None:
+            marks = self.markers.get(report.nodeid)
+            t = self.tests[report.nodeid] = {"outcome": None, "duration_s": 0.0, "markers": marks if marks is not None
+                                             else sorted(k for k in report.keywords if k in _OUR_MARKS)}
         t["duration_s"] = round(t["duration_s"] + report.duration, 3)
         xfail = hasattr(report, "wasxfail")
         if t["outcome"] in BAD:  # the first failure of a test stays its outcome

@@ -55,6 +55,10 @@ def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> 
 
 
 SHARED = ("cluster", "strict_cluster")  # session clusters, each stopped after its last user (_stop_after)
+# each cluster fixture's (namesrv port, broker ports): tests/_groups.py keeps a module that names one
+# of them on the worker of the fixture's users
+CLUSTER_PORTS = {"cluster": (19876, [19911, 19921]), "strict_cluster": (23876, [23911, 23921]),
+                 "fresh_cluster": (29876, [29911, 29921])}
 _last_user: dict[str, str] = {}  # fixture -> node id of the last test that uses it
 _stoppers: dict[str, Callable[[], None]] = {}
 
@@ -227,7 +231,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     mp = pytest.MonkeyPatch()
     home = tmp_path_factory.mktemp("session-home")
     mp.setenv("RMQCHAOS_HOME", str(home))
-    run, c = _start(tmp_path_factory.mktemp("session-cluster"), scenario_dict("session", 19876, [19911, 19921]))
+    run, c = _start(tmp_path_factory.mktemp("session-cluster"), scenario_dict("session", *CLUSTER_PORTS["cluster"]))
     stop = _stop_after("cluster", lambda: down.run(run))
     yield c
     stop()
@@ -238,7 +242,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
 def fresh_cluster(tmp_path: Path) -> Iterator:
     """A cluster of its own (namesrv 29876, brokers 29911/29921) for a test that breaks it."""
     from pipeline import down
-    run, c = _start(tmp_path, scenario_dict("fresh", 29876, [29911, 29921]))
+    run, c = _start(tmp_path, scenario_dict("fresh", *CLUSTER_PORTS["fresh_cluster"]))
     yield c
     down.run(run)
 
@@ -254,7 +258,7 @@ def strict_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     from rmqclient.admin import AdminClient
     mp = pytest.MonkeyPatch()
     mp.setenv("RMQCHAOS_HOME", str(tmp_path_factory.mktemp("strict-home")))
-    d = scenario_dict("strict", 23876, [23911, 23921])
+    d = scenario_dict("strict", *CLUSTER_PORTS["strict_cluster"])
     d["cluster"]["broker_defaults"] = {"config": STRICT_BROKER_CONFIG}
     run, c = _start(tmp_path_factory.mktemp("strict-cluster"), d)
     AdminClient(c.namesrv_addr).create_topic_everywhere("T_STRICT", queues=4)
