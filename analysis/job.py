@@ -8,22 +8,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-from analysis.links import link_series, without_links
+from analysis.evidence.links import link_series, without_links
 
 SCHEMA_VERSION = 2
 
 
 def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -> dict[str, Any]:
-    from analysis.broker_log import evidence
-    from analysis.log_marks import dledger_lines, dledger_terms, log_marks, truncations
-    from analysis.completeness import completeness
-    from analysis.serving import summarize as serving
-    from analysis.pace import pace
-    from analysis.signature import evaluate as signature
-    from analysis.reconcile import analyze_ledgers
-    from analysis.timers import timer_slack_ms
-    from analysis.verdict import truncated_words
-    from analysis.session import spark_session
+    from analysis.evidence.broker_log import evidence
+    from analysis.evidence.log_marks import dledger_lines, dledger_terms, log_marks, truncations
+    from analysis.judge.completeness import completeness
+    from analysis.judge.serving import summarize as serving
+    from analysis.reconcile.pace import pace
+    from analysis.judge.signature import evaluate as signature
+    from analysis.reconcile.reconcile import analyze_ledgers
+    from analysis.contracts.timers import timer_slack_ms
+    from analysis.report.verdict import truncated_words
+    from analysis.ledgers.session import spark_session
     from cluster.plan import plan
     from cluster.store import Store
     from rmqchaos.ledgers import ledger_files
@@ -39,7 +39,7 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
         say("analyze: INCOMPLETE RUN: " + "; ".join(comp["reasons"]))
     send, recv = ledger_files(run.path, "send"), ledger_files(run.path, "receive")
     say(f"analyze: {len(send)} send and {len(recv)} receive ledger file(s) with Spark")
-    from analysis.session import C1_ONLY_BELOW_BYTES
+    from analysis.ledgers.session import C1_ONLY_BELOW_BYTES
     small = sum(_size(f) for f in send + recv) < C1_ONLY_BELOW_BYTES
     spark = spark or spark_session(master, log_file=out / "spark.log", small=small)  # the process's session, kept
     brokers = run.broker_configs()
@@ -77,25 +77,25 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
                # the host's side of the time axis: disk pressure each second, the brokers' own put latency
                "disk": _jsonl(run.disk_metrics_file),
                # the cluster monitor (cluster/monitor.py) each second, without its per-queue detail;
-               # its link probes per link (analysis/links.py)
+               # its link probes per link (analysis/evidence/links.py)
                "monitor": [_compact(m) for m in monitor], "links": link_series(monitor),
                "broker_evidence": evidence(run.path / "cluster", brokers),
-               # named lines of the nodes' own logs (analysis/log_marks.py; the figure family `log`)
+               # named lines of the nodes' own logs (analysis/evidence/log_marks.py; the figure family `log`)
                "log_marks": log_marks(run.path / "cluster"),
                # DLedger replicas' elections by term (a term elected twice), and the terms a replica
                # entered again from 0 (its term and vote forgotten)
                **dledger_terms(dledger)}
     # whether the consumers were really served: per group and broker, the gate, after each restart
     summary["serving"] = serving(run)
-    # the load's achieved against asked (analysis/pace.py)
+    # the load's achieved against asked (analysis/reconcile/pace.py)
     summary["load_pace"] = pace(summary["load"], res.get("lag"))
     if summary["load_pace"] and summary["load_pace"]["short"]:
         say(f"analyze: short of schedule: {summary['load_pace']['words']}")
     if s.expect is not None:  # a known bug's signature: reproduced or not, with the evidence
-        from analysis.expect import evaluate, read_probes
+        from analysis.judge.expect import evaluate, read_probes
         summary["expect"] = evaluate(s.expect, summary, read_probes(run.probes_file), s.cluster.rocketmq_version)
         say(f"analyze: {summary['expect']['words']}")
-    # what the scenario exists to show: reached or not, and why (analysis/signature.py)
+    # what the scenario exists to show: reached or not, and why (analysis/judge/signature.py)
     summary["signature"] = signature(s.signature, summary, [(f.id, f.kind) for f in s.faults])
     if summary["signature"]:
         say(f"analyze: signature: {summary['signature']['words']}")

@@ -30,12 +30,12 @@ def cmd_bench_analyze(a: argparse.Namespace) -> int:
     JSON Lines journals, against seal (JSON → Parquet, rmqchaos/seal.py) + Spark `analyze` reading the
     sealed copies, side by side; then (--standalone) the same seal + analyze with a Spark standalone
     cluster of 1 master and 2 workers of 1 core that the benchmark starts and stops."""
-    from analysis import duckdb_ref, synthetic
-    from analysis import spark_cluster
-    from analysis.keys import key_table
-    from analysis.reconcile import analyze_ledgers
-    from analysis.sealed import read_receive, read_send, seal_all
-    from analysis.session import spark_session
+    from analysis.ledgers import duckdb_ref, synthetic
+    from analysis.ledgers import spark_cluster
+    from analysis.reconcile.keys import key_table
+    from analysis.reconcile.reconcile import analyze_ledgers
+    from analysis.ledgers.sealed import read_receive, read_send, seal_all
+    from analysis.ledgers.session import spark_session
     from rmqchaos.seal import sealed_path
 
     keys = ("keys", "ok", "lost", "duplicated", "recovered", "failed", "indeterminate", "unexpected",

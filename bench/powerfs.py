@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from analysis.loadstep import p99
+from analysis.judge.loadstep import p99
 from bench.measure import cpu_per_10k, per_s
 from bench.rounds import TOPIC
 from pipeline import down, load, up

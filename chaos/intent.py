@@ -3,7 +3,7 @@
 A measure is one thing asked and what was measured of it: a rate (a noise's SET/s), a length (the
 seconds a pause froze), a count (rules held, topics deleted) or a yes/no effect (the process died),
 which is asked 1 and achieved 0 or 1. The intent is the worst measure's share of its ask; below
-SHORT_BELOW the fault fell short, and the analysis names it so in the verdict (analysis/findings.py
+SHORT_BELOW the fault fell short, and the analysis names it so in the verdict (analysis/evidence/findings.py
 `fault_intents`). A kind measures what it did (the pid gone, the freezer's state, the rules in the
 chain, a probe through the proxy), never what it asked for.
 """

@@ -77,7 +77,7 @@ def _positive(kind: type) -> Any:
 
 
 def add_parsers(sub: Any) -> None:
-    from analysis.anomalies import CHECKS
+    from analysis.judge.anomalies import CHECKS
     checks = ", ".join(CHECKS)
     e = sub.add_parser("explore", help="seeded random fault schedules over a base scenario, keeping every anomaly",
                        description="Draws a fault schedule per run from the fault registry (kinds, targets by role, "

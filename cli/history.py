@@ -1,5 +1,5 @@
-"""`rmqchaos history`: the run history (analysis/history.py) on the command line: list, show, compare,
-import, and a run's regression flags (analysis/regress.py); --json for scripts."""
+"""`rmqchaos history`: the run history (analysis/history/history.py) on the command line: list, show, compare,
+import, and a run's regression flags (analysis/history/regress.py); --json for scripts."""
 from __future__ import annotations
 
 import argparse
@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from analysis import history
+from analysis.history import history
 from rmqchaos import paths
 from rmqchaos.errors import UserError
 
@@ -128,9 +128,9 @@ def cmd_import(a: argparse.Namespace) -> int:
 
 
 def cmd_anomalies(a: argparse.Namespace) -> int:
-    """Every recorded run that shows an anomaly (analysis/anomalies.py), with the seed that drew its
+    """Every recorded run that shows an anomaly (analysis/judge/anomalies.py), with the seed that drew its
     schedule when `rmqchaos explore` did: what an exploration found, night after night."""
-    from analysis.anomalies import anomalies
+    from analysis.judge.anomalies import anomalies
     rows = []
     for r in history.runs(a.db, a.scenario, a.version, since_ms(a.since), None, with_summary=True):
         found = [x["seen"] for x in anomalies(r["summary"] or {})] if (r["summary"] or {}).get("counts") else []
@@ -147,7 +147,7 @@ def cmd_anomalies(a: argparse.Namespace) -> int:
 
 
 def cmd_flags(a: argparse.Namespace) -> int:
-    from analysis.regress import Rule, regressions
+    from analysis.history.regress import Rule, regressions
     cur = history.get(a.run, a.db)
     res = regressions(cur, history.runs(a.db, scenario=cur["scenario"]), Rule(nights=a.nights))
     lines = [f"{res['run_id']} against {len(res['baseline'])} earlier complete run(s) of {res['scenario']}: "
@@ -233,7 +233,7 @@ def add_parsers(sub: Any) -> None:
     an.add_argument("--explored", action="store_true", help="only runs `rmqchaos explore` drew")
     an.set_defaults(fn=cmd_anomalies)
     fl = hs.add_parser("flags", parents=[common], help="what in one run left its scenario's trailing range",
-                       description="RUN against the scenario's last complete runs before it (analysis/regress.py): "
+                       description="RUN against the scenario's last complete runs before it (analysis/history/regress.py): "
                                    "any loss in a scenario none of whose runs lost (a regression: the nightly would "
                                    "fail on it), and each count, busy rate, p99 or recovery time above the trailing "
                                    "maximum by more than max(0.5 x their range, 25 % of it, a floor per figure). "

@@ -324,7 +324,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def cmd_spark(a: argparse.Namespace) -> int:
-    from analysis import spark_cluster as spark
+    from analysis.ledgers import spark_cluster as spark
 
     def started() -> str:
         r = spark.up(a.workers, a.cores, a.memory_mb, a.port, a.webui_port)

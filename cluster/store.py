@@ -134,7 +134,7 @@ class NodeStore:
 
     def in_log(self, phy: int) -> bool:
         """Whether the record at `phy` is in the node's log. A commit log: always (a cut-back one is
-        written over: analysis/failover.py cut_back). A DLedger replica: unless the entry lies in a range
+        written over: analysis/replication/failover.py cut_back). A DLedger replica: unless the entry lies in a range
         the replica said it truncated (`truncated`, DLedgerMmapFileStore.truncate: it moves its write
         position only, the entries past it keep their bytes and their index entries until written over)
         and it was not written there again since: the replica's own index file names another position

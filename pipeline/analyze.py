@@ -34,12 +34,12 @@ def run(run_dir: str | Path | RunDir, master: str | None = None) -> dict[str, An
 
 
 def _remember(r: RunDir, summ: dict[str, Any]) -> str | None:
-    """The run's row in the run history (analysis/history.py), replacing an earlier analysis's; the
+    """The run's row in the run history (analysis/history/history.py), replacing an earlier analysis's; the
     history's file when written. A history that cannot be written costs one warning line, never the
     analysis."""
     db = paths.history_db()
     try:
-        from analysis.history import record
+        from analysis.history.history import record
         record(summ, r.path, db)
     except Exception as e:  # noqa: BLE001 (a locked, full or damaged file: the summary stands on its own)
         why = str(e).splitlines()[0] if str(e) else type(e).__name__

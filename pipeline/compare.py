@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from analysis.page import page
+from analysis.report.page import page
 from pipeline import gates, maxrate, prerelease
 from pipeline.matrix import failures
 from pipeline.runs import as_run, default_run_dir
@@ -203,7 +203,7 @@ def render(v: dict[str, Any]) -> str:
         f"<tr class={'ok' if g['passed'] else 'bad'}><td>{html.escape(g['gate'])}</td>"
         f"<td>{html.escape(g['line'])}</td><td>{'held' if g['passed'] else 'CROSSED'}</td></tr>" for g in v["gates"])
     verdict = "passed" if v["passed"] else "FAILED"
-    # the reports' one frame and style (analysis/page.py); only the gates' row colours are this page's
+    # the reports' one frame and style (analysis/report/page.py); only the gates' row colours are this page's
     return page("pre-release: candidate vs baseline",
                 "<style>.bad{background:#fdd}.ok{background:#efe}</style>"
                 f"<h1>Pre-release: candidate vs baseline — {verdict}</h1>"

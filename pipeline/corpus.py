@@ -1,6 +1,6 @@
 """The upstream corpus (scenarios/upstream/corpus.yaml): which known bugs run on which RocketMQ
 versions, the run directory each (scenario, version) gets (an `extends:` overlay setting
-cluster.rocketmq_version), the corpus report (analysis/corpus.py's table over the runs' reports) and
+cluster.rocketmq_version), the corpus report (analysis/report/corpus.py's table over the runs' reports) and
 its verdict; and the pre-release gate: the corpus on a candidate version beside the pinned one, where
 any bug that reproduces on the candidate fails."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from analysis import corpus as judged
+from analysis.report import corpus as judged
 from pipeline.runs import as_run, create_run, default_run_dir, load_scenario, reap_orphans
 from rmqchaos import paths, rocketmq_dist
 from rmqchaos.errors import UserError
@@ -140,7 +140,7 @@ def record(run_dir: str | Path) -> dict[str, Any] | None:
 
 
 def judge(run_dirs: list[str]) -> dict[str, Any]:
-    """The corpus's judgment of its runs, without rendering: {bugs (analysis/corpus.py), problems
+    """The corpus's judgment of its runs, without rendering: {bugs (analysis/report/corpus.py), problems
     (each bug's, then each run that failed although it has evidence: a failed run never passes),
     records}."""
     recs = [x for d in run_dirs if (x := record(d))]

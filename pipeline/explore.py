@@ -1,6 +1,6 @@
 """`rmqchaos explore`: seeded random fault schedules over a base scenario's cluster and load, run one
 after another within a budget (runs or hours), keeping every run whose checks flag an anomaly
-(analysis/anomalies.py) with the seed that drew it. Run k of an exploration from seed S draws its
+(analysis/judge/anomalies.py) with the seed that drew it. Run k of an exploration from seed S draws its
 faults with seed S + k (chaos/explore.py), so `rmqchaos explore BASE --seed S+k --runs 1` draws it
 again, and the drawn scenario file (kept beside the run) runs it again as is.
 

@@ -1,5 +1,5 @@
 """What an explored run found (the runs `rmqchaos explore` draws: pipeline/explore.py): its seed,
-schedule and anomalies (analysis/anomalies.py), whether it is worth keeping, and the lines and
+schedule and anomalies (analysis/judge/anomalies.py), whether it is worth keeping, and the lines and
 report section that say so. Read by the exploration, the matrix's verdict and the combined report."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from analysis.anomalies import anomalies
+from analysis.judge.anomalies import anomalies
 from chaos.explore import words
 from pipeline.runs import as_run
 
@@ -44,7 +44,7 @@ def is_explored(run_dir: str | Path) -> bool:
 def section(run_dirs: list[str], db: str | Path | None = None) -> str:
     """The combined report's section on the explored runs among `run_dirs` ('' when there are none),
     each anomaly marked new when no earlier explored run of the same base showed that check."""
-    from analysis.explore_page import render
+    from analysis.report.explore_page import render
     recs = [judge(d) for d in run_dirs if is_explored(d)]
     return render(mark_new(recs, db))
 
@@ -52,7 +52,7 @@ def section(run_dirs: list[str], db: str | Path | None = None) -> str:
 def mark_new(recs: list[dict[str, Any]], db: str | Path | None = None) -> list[dict[str, Any]]:
     """Each record with `new`: its anomalies' checks that no explored run of its base recorded in the
     run history before it showed (None: the run, or the history, is not there to tell)."""
-    from analysis import history
+    from analysis.history import history
     from rmqchaos.errors import UserError
     try:
         rows = history.runs(db)

@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml
 
-from analysis.regress import flag_line
-from analysis.signature import missed
+from analysis.history.regress import flag_line
+from analysis.judge.signature import missed
 from pipeline import trends
 from pipeline.runs import as_run, create_run, load_scenario, reap_orphans
 from rmqchaos import paths
@@ -78,7 +78,7 @@ def prepare(scenario: str | Path) -> str:
 def failures(run_dir: str | Path | RunDir, signature_misses: str = "fail") -> list[str]:
     """What went wrong in a run: each stage up to the analysis that did not end ok, an analysis that
     could not verify loss, and (with signature_misses "fail") a run that did not reach its scenario's
-    signature (analysis/signature.py). Not `report`: it only renders, its own task fails if it does, and the
+    signature (analysis/judge/signature.py). Not `report`: it only renders, its own task fails if it does, and the
     loss-report DAG (triggered by the analysis) may be rebuilding it while a verdict reads the state."""
     r = as_run(run_dir)
     out = [f"stage {name} {rec.get('status')}" + (f": {rec['error']}" if rec.get("error") else "")

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from analysis import loadstep
+from analysis.judge import loadstep
 from pipeline import load, prerelease
 from pipeline.runs import as_run, attach_run
 from rmqchaos.errors import UserError

@@ -44,7 +44,7 @@ def combined(run_dirs: list[str | Path | RunDir], out: str | Path, history: bool
     """One HTML report of several analyzed runs, side by side (e.g. TSP on vs off); history: with the
     run history's trends of their scenarios and their regression flags (db: the history file, default
     paths.history_db())."""
-    from analysis.report import write_report  # matplotlib: only when a report is written
+    from analysis.report.report import write_report  # matplotlib: only when a report is written
     from pipeline.explored import is_explored, section
     runs = [as_run(d) for d in run_dirs]
     # a drawn schedule is a scenario of its own with no history to trend against: its own section
@@ -57,7 +57,7 @@ def combined(run_dirs: list[str | Path | RunDir], out: str | Path, history: bool
 def _write(run: RunDir, history: bool = False) -> None:
     summary_f = run.summary_file
     if summary_f.exists():
-        from analysis.report import write_report
+        from analysis.report.report import write_report
         write_report([run.path], run.report_html, trends.section([run]) if history else "")
     st = run.state()
     tl = run.timeline()
@@ -76,7 +76,7 @@ def _write(run: RunDir, history: bool = False) -> None:
     if summ is not None and summ.get("complete") is False:  # the first line says what it cannot claim
         lines.append(f"INCOMPLETE RUN: loss not verified: {'; '.join(summ['incomplete_reasons'])}")
     if summ is not None:  # then the verdict, in the words of the HTML report
-        from analysis.report import verdict
+        from analysis.report.report import verdict
         lines.append(verdict(summ))
     lines += [f"run {st['run_id']}  scenario {rep['scenario']}",
              f"cluster up: {rep['cluster_up_s']} s" if up_ev else "cluster up: (not run)"]
@@ -130,7 +130,7 @@ def _write(run: RunDir, history: bool = False) -> None:
                 + (f"; {fo['stale_reads']} stale read(s) (delivered, stored by a deposed master after the election)"
                    if fo.get("stale_reads") else ""))
         if summ.get("serving"):
-            from analysis.serving import words as serving_words
+            from analysis.judge.serving import words as serving_words
             lines.append("serving: " + serving_words(summ["serving"]))
         if c.get("corrupted_deliveries"):
             lines.append(f"CORRUPTED: {c['corrupted_deliveries']} damaged deliveries ("

@@ -138,14 +138,14 @@ def shrink_run(run_dir: str | Path, check: str | None = None, budget: int = 12, 
                out: str | Path | None = None) -> dict[str, Any]:
     """Shrink the schedule of an anomalous run with real runs: each candidate is the run's base (the
     explorer's base for a drawn run, else the run's resolved scenario) with the candidate's faults.
-    `check`: the anomaly to keep (analysis/anomalies.py; default the run's first). Writes the result
+    `check`: the anomaly to keep (analysis/judge/anomalies.py; default the run's first). Writes the result
     as a scenario with an `expect:` block (issue `unfiled:...`, shows_on the run's version) and returns
     {scenario, check, shrunk (Shrunk.words()), faults, trials [{step, showed, runs}], dir}."""
     import shutil
 
     import yaml
 
-    from analysis.anomalies import CHECKS
+    from analysis.judge.anomalies import CHECKS
     from pipeline.explored import judge
     from pipeline.runs import as_run, default_run_dir, load_scenario
     from pipeline.scenario import run_scenario

@@ -1,14 +1,14 @@
 """What the run history says about some analyzed runs: each one's regression flags against its
-scenario's trailing runs (analysis/regress.py), for the nightly verdict, and the report's trend
-section (analysis/trends.py). A run not (yet) in the history is judged from its own summary."""
+scenario's trailing runs (analysis/history/regress.py), for the nightly verdict, and the report's trend
+section (analysis/history/trends.py). A run not (yet) in the history is judged from its own summary."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 from typing import Any
 
-from analysis import history
-from analysis.regress import Rule, regressions
+from analysis.history import history
+from analysis.history.regress import Rule, regressions
 from pipeline.runs import as_run
 from rmqchaos import paths
 from rmqchaos.errors import UserError
@@ -49,7 +49,7 @@ def judge(run_dirs: list[str | Path | RunDir], db: str | Path | None = None, rul
 
 def section(run_dirs: list[str | Path | RunDir], db: str | Path | None = None, rule: Rule = Rule()) -> str:
     """The report's "Against the run history" section: the runs' flags and each scenario's trend."""
-    from analysis.trends import render  # matplotlib: only when a report is written
+    from analysis.history.trends import render  # matplotlib: only when a report is written
     cur, by, note = _history(run_dirs, db)
     if note and "no run history at" in note:
         note = f"no run history at {db or paths.history_db()} yet: only these runs are shown"

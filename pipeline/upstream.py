@@ -6,7 +6,7 @@ settings that matter; what was measured, with the figures; log excerpts, each wi
 lines cited from the released sources jars (`--source`), never from decompiled classes.
 
 What "showed" means for a run: its scenario's `expect:` reproduced, else its signature reached, else
-an anomaly of analysis/anomalies.py (`--check` names which)."""
+an anomaly of analysis/judge/anomalies.py (`--check` names which)."""
 from __future__ import annotations
 
 import collections
@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from analysis.anomalies import CHECKS, anomalies
+from analysis.judge.anomalies import CHECKS, anomalies
 from cluster.rmqlog import log_dir
 from pipeline.runs import as_run
 from rmqchaos import paths

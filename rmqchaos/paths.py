@@ -51,7 +51,7 @@ def state_home() -> Path:
 
 
 def history_db() -> Path:
-    """The run history (analysis/history.py): $RMQCHAOS_HISTORY, else history.duckdb under the state dir."""
+    """The run history (analysis/history/history.py): $RMQCHAOS_HISTORY, else history.duckdb under the state dir."""
     return Path(os.environ.get("RMQCHAOS_HISTORY") or state_home() / "history.duckdb")
 
 

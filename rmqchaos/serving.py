@@ -1,7 +1,7 @@
 """Which brokers serve the consumers' reads: the status file each Java consumer rewrites
 (java/src/main/java/io/rmqchaos/ServingStatus.java: per broker, reads served and refused by answer
 code, and the spans of time it served), read by the serving gate (loadgen/serving.py) and the
-analysis (analysis/serving.py). Pure logic on those files; docs/client.md says why they exist.
+analysis (analysis/judge/serving.py). Pure logic on those files; docs/client.md says why they exist.
 
 Two writers, one shape (`keyed_by` says which):
 - the remoting consumer (Serving.java), keyed by broker address: a pull answered with messages

@@ -1,6 +1,6 @@
 """The one margin for "achieved against asked": a load or a fault that reached less than this share
 of what it was asked for fell short, and the verdict says so (chaos/intent.py for faults,
-analysis/pace.py for the load). It lives in the core because both sides judge by it.
+analysis/reconcile/pace.py for the load). It lives in the core because both sides judge by it.
 
 A fault at 80 % of its ask still did what the scenario is about; below it the host (2 shared cores:
 8 Redis drivers reached ~6 % of their 200 SET/s), not the setting, decided what happened. The margin

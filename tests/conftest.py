@@ -295,10 +295,10 @@ def load_run(tmp: Path, cluster, load: dict, consumers: dict | None = None, name
 
 @pytest.fixture
 def kept_spark() -> Any:
-    """The suite's local Spark session: analysis/session.py keeps one per process, so every analysis
+    """The suite's local Spark session: analysis/ledgers/session.py keeps one per process, so every analysis
     in this process after the first skips Spark's start-up and runs on a warm JVM (a cold `analyze`
     took ~35 s here against ~11 s warm). Stopped at exit, or when a test asks for another master."""
-    from analysis.session import spark_session
+    from analysis.ledgers.session import spark_session
     return spark_session()
 
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from analysis import duckdb_ref, rules, synthetic
-from analysis.reconcile import analyze_ledgers
-from analysis.session import spark_session
-from analysis.report import verdict
-from analysis.verdict import busy_phrase
+from analysis.ledgers import duckdb_ref, rules, synthetic
+from analysis.reconcile.reconcile import analyze_ledgers
+from analysis.ledgers.session import spark_session
+from analysis.report.report import verdict
+from analysis.report.verdict import busy_phrase
 from rmqchaos.seal import LedgerError
 from tests.conftest import REPO, cli, load_run
 from tests.helpers import CHROMIUM_FLAGS, chromium, rendered_verdicts
@@ -69,7 +69,7 @@ def test_latency_percentiles_are_exact_nearest_rank_per_group(spark) -> None:
     import math
     import random
 
-    from analysis.latency import PERCENTS, histogram as _histogram, percentiles as _percentiles
+    from analysis.ledgers.latency import PERCENTS, histogram as _histogram, percentiles as _percentiles
     from pyspark.sql import functions as F
     rnd = random.Random(7)
     # skewed ms latencies (few distinct values, long tail), some nulls, groups of very different sizes
@@ -110,7 +110,7 @@ def test_event_windows_count_the_keys_and_acked_sends_meant_inside_them(spark, t
 def test_answers_stay_exact_when_the_kinds_of_answer_exceed_the_cap(spark, tmp_path: Path, monkeypatch) -> None:
     """The answers' totals come from the error grouping's rows; past ERROR_GROUPS_MAX kinds those rows
     are cut (a warning), and the answers are then counted apart: still the planted truth."""
-    import analysis.answers as answers
+    import analysis.reconcile.answers as answers
     n = 5_000
     synthetic.write(tmp_path, n)
     monkeypatch.setattr(answers, "ERROR_GROUPS_MAX", 2)
@@ -345,7 +345,7 @@ def test_html_report_renders_with_its_plots_in_headless_chromium(real_run, tmp_p
     # a busy host may refuse a send even without faults (CI once: TIMEOUT_CLEAN_QUEUE 1 of 3,000); then
     # the verdict names it from the summary's own error counts, and says nothing of it otherwise
     busy = busy_phrase(s)
-    # likewise a load that fell behind its schedule on a loaded host (analysis/pace.py): named, never silent
+    # likewise a load that fell behind its schedule on a loaded host (analysis/reconcile/pace.py): named, never silent
     pace = s["load_pace"]["words"] if s["load_pace"]["short"] else ""
     assert verdict(s) == ("analyzed: with ASYNC_MASTER, ASYNC_FLUSH, transientStorePoolEnable=false and the "
                           "no_retry send policy, a run without faults lost 0 acknowledged messages; none delivered twice"

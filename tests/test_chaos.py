@@ -175,7 +175,7 @@ def test_oom_kill_loses_acked_messages_with_tsp_on_and_none_with_tsp_off(kept_sp
     assert any(on["counts"]["lost"] > 0 for on in tsp_runs), [on["counts"] for on in tsp_runs]
     assert off["counts"]["lost"] == 0, off["counts"]  # the page cache outlives the process
     # the report says so at its top, in the browser: one sentence per run and one comparing them
-    from analysis.report import comparisons, verdict
+    from analysis.report.report import comparisons, verdict
     from pipeline.report import combined
     page = Path(combined([tsp_runs[-1]["run_dir"], off["run_dir"]], tmp_path / "report.html")["html"])
     said = rendered_verdicts(page, tmp_path / "profile")

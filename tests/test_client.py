@@ -11,7 +11,7 @@ import gevent
 from gevent.pool import Pool
 import pytest
 
-from analysis.rules import BUSY_PREFIXES
+from analysis.ledgers.rules import BUSY_PREFIXES
 from loadgen.consumer import ConsumerOptions, JavaConsumer, read_deliveries
 from rmqclient.admin import AdminClient
 from rmqclient.producer import Producer, SendResult, send_many

@@ -1,10 +1,10 @@
-"""The upstream corpus (pipeline/corpus.py, analysis/corpus.py, DAG rocketmq_upstream_corpus).
+"""The upstream corpus (pipeline/corpus.py, analysis/report/corpus.py, DAG rocketmq_upstream_corpus).
 
 Fast: the corpus file's entries and its one-line refusals; the verdict over planted run directories
 (apache/rocketmq#9403 on 5.3.3 and 5.5.0: reproduced / stopped reproducing / regressed / could not
 tell); the pre-release gate; the report's table in real Chromium. The planted runs hold what a real
 run writes (scenario.yaml as stored, state.json's stages, analysis/summary.json with the `expect`
-result analysis/expect.py computes from the probes) and are never validated again, so no version's
+result analysis/judge/expect.py computes from the probes) and are never validated again, so no version's
 jars are resolved here.
 Real, long (two clusters, one after the other; 5.3.3 resolves on its first use, ~100 s): the DAG
 itself, on this machine; 746 s measured here with the host at load average 40-80 (the up and load
@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from analysis.expect import evaluate
+from analysis.judge.expect import evaluate
 from pipeline import corpus
 from rmqchaos.errors import UserError
 from rmqchaos.procs import now_ms

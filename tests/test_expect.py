@@ -1,5 +1,5 @@
 """Issue 37, first steps: versions as a dimension (rmqchaos/rocketmq_dist.py) and the `expect:` block
-(rmqchaos/spec/expect.py, analysis/expect.py, cluster/probes.py).
+(rmqchaos/spec/expect.py, analysis/judge/expect.py, cluster/probes.py).
 
 Fast: the validation lines (unknown field, unknown version, unknown figure, a probe on no node), the
 evaluation and its verdict clause, the cache key shared with setup.sh's old digest.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.expect import evaluate
+from analysis.judge.expect import evaluate
 from rmqchaos import rocketmq_dist
 from rmqchaos.errors import UserError
 from helpers import one_line
@@ -223,7 +223,7 @@ def test_the_probes_read_the_live_cluster_in_down_and_the_analysis_evaluates_the
 
     import yaml
 
-    from analysis.expect import read_probes
+    from analysis.judge.expect import read_probes
     from conftest import _start
     from pipeline import down
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from analysis.anomalies import CHECKS, anomalies
+from analysis.judge.anomalies import CHECKS, anomalies
 from chaos.explore import schedule, words
 from chaos.kinds import registry
 from pipeline.bisect import Unavailable, bisect, versions_in
@@ -346,7 +346,7 @@ def test_a_drawn_runs_anomaly_and_failure_are_named_in_the_nightly_never_failing
 @pytest.mark.fast
 def test_an_anomaly_no_earlier_exploration_of_its_base_showed_is_marked_new(tmp_path: Path, monkeypatch: Any) -> None:
     import json
-    from analysis import history
+    from analysis.history import history
     from pipeline.explored import section
     from pipeline.runs import create_run
     monkeypatch.setenv("RMQCHAOS_HISTORY", str(tmp_path / "history.duckdb"))

@@ -1,4 +1,4 @@
-"""The analysis of a failover (analysis/failover.py, analysis/acks.py) on a planted run: a three-node
+"""The analysis of a failover (analysis/replication/failover.py, analysis/replication/acks.py) on a planted run: a three-node
 group whose master is killed, monitor samples as cluster/monitor.py writes them, a send ledger whose
 offsetMsgIds name the storing node, and commit logs planted in the nodes' store directories in the
 format the brokers write (cluster/store.py reads them as it reads a real one)."""
@@ -12,10 +12,10 @@ from typing import Any
 import jsonschema
 import pytest
 
-from analysis.acks import two_master_windows
-from analysis.topology import Topology, decode_store_host, store_host_prefix
-from analysis.failover import classify_lost, cut_back, failover, log_floor, occurrences, switched_ms, timing
-from analysis.verdict import failover_phrases, hms
+from analysis.replication.acks import two_master_windows
+from analysis.evidence.topology import Topology, decode_store_host, store_host_prefix
+from analysis.replication.failover import classify_lost, cut_back, failover, log_floor, occurrences, switched_ms, timing
+from analysis.report.verdict import failover_phrases, hms
 from cluster.store import Store
 from rmqclient.record import MAGIC_V1
 from rmqchaos.ledgers import RECEIVE_KEYS, intent_record, outcome_record
@@ -268,7 +268,7 @@ def planted(tmp: Path) -> tuple[list[Path], list[Path], list[dict[str, Any]]]:
 
 
 def test_planted_failover_times_two_master_seconds_and_loss_in_the_switch(spark, tmp_path: Path) -> None:
-    from analysis.reconcile import analyze_ledgers
+    from analysis.reconcile.reconcile import analyze_ledgers
     send, recv, events = planted(tmp_path)
     conf = brokers(tmp_path / "cluster")
     store = Store(conf)
@@ -321,7 +321,7 @@ def test_a_run_without_replicated_groups_has_no_failover_section(tmp_path: Path)
 def test_deliveries_a_deposed_master_stored_after_the_election_are_stale_reads(spark) -> None:
     """apache/rocketmq#6662's signature: consumers read what the old master stored after the new one
     was elected and before its own switch ended (a partition: its heal)."""
-    from analysis.failover import stale_reads
+    from analysis.replication.failover import stale_reads
     topo = Topology.of(brokers(Path("/x")))
     elected, heal = FAULT + 12_000, FAULT + 40_000
     fo = {"old_master": "broker-a-0", "new_master": "broker-a-2", "start_ms": FAULT, "detected_ms": elected,

@@ -13,12 +13,13 @@ from typing import Any, Callable
 import pytest
 import yaml
 
-from analysis import pop, rules, transactions
-from analysis.answers import error_counts
-from analysis.figures import value
-from analysis.findings import busy_refusals
-from analysis.log_marks import LOG_MARKS
-from analysis.store_check import strongest
+from analysis.contracts import pop, transactions
+from analysis.ledgers import rules
+from analysis.reconcile.answers import error_counts
+from analysis.judge.figures import value
+from analysis.evidence.findings import busy_refusals
+from analysis.evidence.log_marks import LOG_MARKS
+from analysis.durability.store_check import strongest
 from conftest import REPO, cli, write_scenario
 from rmqchaos.errors import UserError
 from rmqchaos.spec import parse_scenario

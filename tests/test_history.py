@@ -1,4 +1,4 @@
-"""The run history (analysis/history.py, `rmqchaos history`): planted summaries shaped like a real
+"""The run history (analysis/history/history.py, `rmqchaos history`): planted summaries shaped like a real
 analysis/summary.json, small, built here (pure logic, no JVM)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from analysis import history
+from analysis.history import history
 from cli import history as history_cli
 from cli.main import main
 
@@ -263,7 +263,7 @@ def test_help_texts(capsys: pytest.CaptureFixture[str]) -> None:
         assert "usage: rmqchaos history" in capsys.readouterr().out
 
 
-# ---------------------------------------------------------------- regression flags (analysis/regress.py)
+# ---------------------------------------------------------------- regression flags (analysis/history/regress.py)
 
 def night(i: int, scenario: str = "control", lost: int = 0, p99: int = 150, complete: bool = True,
           **more: Any) -> dict[str, Any]:
@@ -274,7 +274,7 @@ def night(i: int, scenario: str = "control", lost: int = 0, p99: int = 150, comp
 
 
 def test_a_control_night_that_loses_one_key_fails() -> None:
-    from analysis.regress import regressions
+    from analysis.history.regress import regressions
     rows = [night(i, p99=140 + 5 * i) for i in range(5)]
     assert regressions(night(5, p99=160), rows) == {
         "run_id": night(5)["run_id"], "scenario": "control", "baseline": [r["run_id"] for r in rows], "flags": [],
@@ -286,7 +286,7 @@ def test_a_control_night_that_loses_one_key_fails() -> None:
 
 
 def test_a_p99_far_outside_its_range_is_named_but_does_not_fail() -> None:
-    from analysis.regress import regressions
+    from analysis.history.regress import regressions
     rows = [night(i, p99=p) for i, p in enumerate([140, 150, 160, 150])]
     # send p99: max 160 + max(0.5 x 20, 25 % of 160 = 40, 50 ms) = 210; intended p99 (+20) the same
     assert regressions(night(4, p99=210), rows)["flags"] == []
@@ -299,7 +299,7 @@ def test_a_p99_far_outside_its_range_is_named_but_does_not_fail() -> None:
 
 
 def test_a_lossy_scenario_that_keeps_losing_is_no_regression() -> None:
-    from analysis.regress import regressions
+    from analysis.history.regress import regressions
     rows = [night(i, "oom-tsp-on", lost=n) for i, n in enumerate([97, 79, 82, 1, 7, 25])]  # six `make run`s
     assert regressions(night(6, "oom-tsp-on", lost=140), rows)["flags"] == []  # limit 97 + 0.5 x 96 = 145
     res = regressions(night(6, "oom-tsp-on", lost=300), rows)
@@ -308,7 +308,7 @@ def test_a_lossy_scenario_that_keeps_losing_is_no_regression() -> None:
 
 
 def test_the_baseline() -> None:
-    from analysis.regress import Rule, baseline, regressions
+    from analysis.history.regress import Rule, baseline, regressions
     rows = [night(0), night(1, complete=False, lost=5), night(2, "oom-tsp-on", lost=50), night(3), night(4),
             night(9)]  # night 9 is after the judged one
     cur = night(5, lost=2)

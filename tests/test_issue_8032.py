@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.expect import evaluate
+from analysis.judge.expect import evaluate
 from helpers import one_line
 from rmqchaos import rocketmq_dist
 from rmqchaos.spec import load_scenario, parse_scenario

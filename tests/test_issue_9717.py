@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from analysis.expect import evaluate
+from analysis.judge.expect import evaluate
 from cluster.plan import plan, render_config
 from rmqchaos import rocketmq_dist
 from helpers import one_line
@@ -151,7 +151,7 @@ def _watch_a_paused_master(tmp: Path, version: str, pause_s: float, controllers:
     group base+30..), its master paused by the
     FaultScheduler for `pause_s`, the group sampled each second as the monitor samples it; ->
     (the failover record analysis/failover.timing makes of the samples, the pause's event, up_s)."""
-    from analysis.failover import timing
+    from analysis.replication.failover import timing
     from chaos.scheduler import FaultScheduler
     from cluster.groups import GroupSampler
     from cluster.plan import controller_addrs

@@ -418,6 +418,6 @@ def test_slow_link_to_broker_a_slows_its_own_sends_only(tmp_path: Path) -> None:
 
     w = next(w for w in s["windows"] if w["id"] == "slow-a")["send_ms_by_broker"]
     assert w["broker-a"]["during"]["p50"] > max(w["broker-b"]["during"]["p50"], w["broker-a"]["outside"]["p50"]), w
-    from analysis.verdict import verdict
+    from analysis.report.verdict import verdict
     assert "one link fault (producers -> broker-a)" in verdict(s) and "during link fault slow-a" in verdict(s)
     assert s["counts"]["lost"] == 0 and s["complete"] is True

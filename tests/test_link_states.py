@@ -1,5 +1,5 @@
 """The links the monitor probes (cluster/probe.py `fault_links`) from a scenario's network faults,
-and what the analysis makes of the probes (analysis/links.py, the report's links plot), from
+and what the analysis makes of the probes (analysis/evidence/links.py, the report's links plot), from
 synthetic monitor samples. The probes on a real cut: test_partition.py."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from analysis.links import link_series, without_links
-from analysis.plots import plot_links
+from analysis.evidence.links import link_series, without_links
+from analysis.report.plots import plot_links
 from cluster.probe import fault_links
 from rmqchaos.spec import Scenario
 from tests.conftest import REPO

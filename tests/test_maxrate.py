@@ -1,4 +1,4 @@
-"""The pre-release maximum-rate search (pipeline/maxrate.py, analysis/loadstep.py): its Param, the
+"""The pre-release maximum-rate search (pipeline/maxrate.py, analysis/judge/loadstep.py): its Param, the
 rule on planted step results (fast), and a short search on one small real cluster (make test)."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis import loadstep
+from analysis.judge import loadstep
 from pipeline import compare, maxrate
 from rmqchaos.errors import UserError
 from rmqchaos.rundir import RunDir

@@ -5,7 +5,7 @@ signature that holds, or only cannot be verified, where nothing happened tests n
 The fault-free runs are recorded, not planted: tests/fixtures/no_fault/<kind>.yaml is a matrix scenario
 without its fault, and scripts/record-no-fault-fixtures.sh keeps each real run's summary as
 <kind>.json.gz (normal, ordered, transactional, timer, POP, replicated). A scenario is judged on its
-own conditions and failover checks (analysis/signature.py `own_evidence`), not on the run checks
+own conditions and failover checks (analysis/judge/signature.py `own_evidence`), not on the run checks
 (a fault never applied would fail every one alike). Controls are the other way round: a fault-free run
 is what they exist to show, so theirs must hold. A corpus scenario (`expect:`) must not read reached on
 any version it runs on: a fixed version's "not reproduced" must not count where the fault did nothing."""
@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from analysis.expect import evaluate as expect_evaluate
-from analysis.signature import evaluate, own_evidence
+from analysis.judge.expect import evaluate as expect_evaluate
+from analysis.judge.signature import evaluate, own_evidence
 from conftest import REPO
 from pipeline.runs import load_scenario
 from rmqchaos.spec import Scenario

@@ -1,4 +1,4 @@
-"""Queue positions acknowledged to two keys (analysis/offsets.py), on planted ledgers: apache/rocketmq
+"""Queue positions acknowledged to two keys (analysis/durability/offsets.py), on planted ledgers: apache/rocketmq
 #7689's fingerprint, whichever key of each pair the consumer got."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 import jsonschema
 
-from analysis.offsets import reused_queue_offsets
-from analysis.verdict import verdict
+from analysis.durability.offsets import reused_queue_offsets
+from analysis.report.verdict import verdict
 from rmqchaos.spec.expect import figure
 from test_failover import SCHEMA
 from test_verdict import summary

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from analysis.order import order_check, windows
+from analysis.contracts.order import order_check, windows
 from rmqchaos.ledgers import shard_of
 
 RECV = "key string, receive_ms long, queue_offset long, broker string"
@@ -58,8 +58,8 @@ def test_every_order_anomaly_is_counted_exactly(kept_spark: Any) -> None:
 
 @pytest.mark.fast
 def test_the_verdict_and_the_figures_say_which_keys_broke_order() -> None:
-    from analysis.figures import value
-    from analysis.order import order_phrase
+    from analysis.judge.figures import value
+    from analysis.contracts.order import order_phrase
     o = {"keys": 80, "messages": 4000, "keys_in_order": 68, "keys_by_anomaly": {"reordered": 5, "repeat_out_of_order": 7,
                                                                                "gap": 0},
          "messages_by_anomaly": {"reordered": 9, "repeat_out_of_order": 40, "gap": 0, "repeat_in_order": 3},

@@ -1,4 +1,4 @@
-"""The load's pace (analysis/pace.py) on planted per-second figures, as `lag()` hands them over: what
+"""The load's pace (analysis/reconcile/pace.py) on planted per-second figures, as `lag()` hands them over: what
 reached a broker (a send the client refused never left the host), and a generator that slips a little
 every second. Pure logic; the Spark side (`lag`) runs in the real tier (test_analysis.py)."""
 from __future__ import annotations
@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from analysis.pace import generator_bound, nothing_reached, pace, slip_ms
-from analysis.report import verdict
-from analysis.signature import evaluate
+from analysis.reconcile.pace import generator_bound, nothing_reached, pace, slip_ms
+from analysis.report.report import verdict
+from analysis.judge.signature import evaluate
 from rmqchaos.spec.expect import Signature
 from test_verdict import shared_host
 

@@ -207,7 +207,7 @@ def test_sync_master_cut_from_its_slave_answers_flush_slave_timeout_and_the_slav
     c = s["counts"]
     assert s["complete"] is True and c["lost"] == 0 and c["acked_weak"] > 0 and c["acked_weak_lost"] == 0, c
     # the slave stood still during the cut and held all the master had stored at the heal afterwards
-    from analysis.findings import replica_catchup
+    from analysis.evidence.findings import replica_catchup
     rc = replica_catchup(s)
     assert [r["slave"] for r in rc] == ["broker-a-s"] and rc[0]["max_behind_bytes"] > 0, rc
     assert rc[0]["caught_up_ms"] is not None and rc[0]["caught_up_ms"] >= cut["end_ms"], rc

@@ -259,7 +259,7 @@ def test_a_tick_that_fails_fails_the_fault_and_its_stop_still_undoes_it(tmp_path
 # ---------------------------------------------------------------- the one ledger schema
 
 def test_writers_and_readers_share_the_ledger_schema(tmp_path: Path) -> None:
-    from analysis import duckdb_ref, schemas, synthetic
+    from analysis.ledgers import duckdb_ref, schemas, synthetic
     extra = [n for n, _ in ledgers.SEALED_EXTRA]  # the seal's msgId halves, after the journal's fields
     assert [f.name for f in schemas.SEND.fields][:-1] == list(ledgers.OUTCOME_KEYS) + extra
     assert [f.name for f in schemas.RECEIVE.fields][:-1] == list(ledgers.RECEIVE_KEYS) + extra
@@ -318,7 +318,7 @@ def _load_run(tmp_path: Path):
 
 
 def test_a_run_is_complete_only_when_the_load_finished_the_drain_reached_zero_and_consumers_stopped(tmp_path):
-    from analysis.completeness import completeness
+    from analysis.judge.completeness import completeness
     run, finish = _load_run(tmp_path)
     c = completeness(run)
     assert c["complete"] is False and c["receive_complete"] is False
@@ -336,7 +336,7 @@ def test_a_run_is_complete_only_when_the_load_finished_the_drain_reached_zero_an
 ])
 def test_an_unfinished_receive_side_means_no_loss_can_be_claimed(tmp_path: Path, kw: dict, reason: str,
                                                                   receive_ok: bool) -> None:
-    from analysis.completeness import completeness
+    from analysis.judge.completeness import completeness
     run, finish = _load_run(tmp_path)
     finish(**kw)
     c = completeness(run)
@@ -345,7 +345,7 @@ def test_an_unfinished_receive_side_means_no_loss_can_be_claimed(tmp_path: Path,
 
 
 def test_a_group_that_did_not_start_after_its_power_loss_is_named_in_the_drain_reason(tmp_path: Path) -> None:
-    from analysis.completeness import completeness
+    from analysis.judge.completeness import completeness
     run, finish = _load_run(tmp_path)
     run.event("fault", "broker-a", 1, 2, "ok", fault_id="power", fault_kind="power_loss",
               evidence={"nodes_lost": {"broker-a": {}}, "not_started": {"broker-a": "java.lang.NumberFormatException"}})
@@ -363,7 +363,7 @@ def test_a_stage_left_running_by_a_killed_process_reads_as_killed(tmp_path: Path
     p.wait()
     run.set_stage("load", {"status": "running", "start_ms": 1, "pid": p.pid, "starttime": 1})
     assert run.stages()["load"]["status"] == "killed"
-    from analysis.completeness import completeness
+    from analysis.judge.completeness import completeness
     assert any("the load stage did not finish (killed" in r for r in completeness(run)["reasons"])
 
 

@@ -14,7 +14,7 @@ def handle(pop_ms: int, invisible_ms: int) -> str:
 
 
 def test_every_pop_class_and_cause_is_counted_exactly(kept_spark: Any) -> None:
-    from analysis.pop import pop_check
+    from analysis.contracts.pop import pop_check
     h = handle(1000, 15_000)  # invisible until 16,000
     rows = [
         # a: acked in time, delivered once: no class
@@ -69,7 +69,7 @@ def test_every_pop_class_and_cause_is_counted_exactly(kept_spark: Any) -> None:
 
 
 def test_without_a_stop_time_no_last_delivery_is_called_lost(kept_spark: Any) -> None:
-    from analysis.pop import pop_check
+    from analysis.contracts.pop import pop_check
     r = pop_check(kept_spark.createDataFrame([("g", "T", "broker-a", 1000, handle(1000, 15_000), "skipped", 1000, None, 1, 0,
                                                 5, None)], R), None)
     assert r is not None and r["classes"]["consumed_but_lost"] == 0 and r["classes"]["due_after_stop"] == 1
@@ -78,7 +78,7 @@ def test_without_a_stop_time_no_last_delivery_is_called_lost(kept_spark: Any) ->
 def test_the_scenarios_revive_wait_says_when_a_last_delivery_is_due_again(kept_spark: Any) -> None:
     """Invisible until 16 s, consumers stopped at 40 s: due after the stop with the default 60 s wait,
     consumed but lost with consumers.revive_wait 10 s (the drain waited that long for it)."""
-    from analysis.pop import pop_check
+    from analysis.contracts.pop import pop_check
     rows = kept_spark.createDataFrame([("g", "T", "broker-a", 1000, handle(1000, 15_000), "skipped", 1000, None, 1, 0,
                                         5, None)], R)
     assert pop_check(rows, 40_000)["classes"]["due_after_stop"] == 1  # type: ignore[index]
@@ -87,15 +87,15 @@ def test_the_scenarios_revive_wait_says_when_a_last_delivery_is_due_again(kept_s
 
 
 def test_no_receipt_handle_means_no_pop_part(kept_spark: Any) -> None:
-    from analysis.pop import pop_check
+    from analysis.contracts.pop import pop_check
     assert pop_check(kept_spark.createDataFrame([("i", "T", "broker-a", 1000, None, None, None, None, None, None, None,
                                                   None)], R),
                      5000) is None
 
 
 def test_pop_figures_and_the_verdicts_clause() -> None:
-    from analysis.figures import value
-    from analysis.pop import pop_phrase
+    from analysis.judge.figures import value
+    from analysis.contracts.pop import pop_phrase
     s = {"pop": {"deliveries": 15, "keys": 8, "acks_ok": 10, "acks_refused": 1,
                  "classes": {"redelivered_after_invisible": 3, "redelivered_after_ack": 2, "consumed_but_lost": 1,
                              "ack_in_doubt": 0, "due_after_stop": 0},
@@ -112,7 +112,7 @@ def test_pop_figures_and_the_verdicts_clause() -> None:
 def test_a_fault_on_the_proxy_is_one_that_targets_cuts_or_slows_a_node_serving_grpc() -> None:
     """proxy_outages: a kill of the proxy until the restart that follows it, a partition with the proxy
     in a group, a link to it; in local mode a broker's kill (the proxy inside it). Not a fault elsewhere."""
-    from analysis.pop import OUTAGE_SLACK_MS, proxy_outages
+    from analysis.contracts.pop import OUTAGE_SLACK_MS, proxy_outages
 
     def fault(fid: str, kind: str, target: str, a: int, b: int, **p: Any) -> dict[str, Any]:
         return {"kind": "fault", "target": target, "start_ms": a, "end_ms": b,

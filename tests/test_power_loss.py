@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from analysis.figures import value
+from analysis.judge.figures import value
 from chaos.kinds.power_loss import power_intent
 from cluster.plan import plan
 from conftest import REPO, RMQCHAOS, cli, run_here
@@ -52,7 +52,7 @@ def test_a_role_puts_its_whole_group_on_the_layer(tmp_path: Path) -> None:
 
 @pytest.mark.fast
 def test_a_slow_disk_puts_its_node_on_the_layer_and_a_key_counts_under_its_strongest_status() -> None:
-    from analysis.store_check import strongest
+    from analysis.durability.store_check import strongest
     s = load_scenario(SCENARIOS / "power-loss-weak.yaml")
     assert s.cluster.powerfs == ["broker-a"]  # the slow disk and the power loss hit broker-a only
     assert strongest(["FLUSH_DISK_TIMEOUT", "SEND_OK"]) == "SEND_OK"  # acknowledged twice: SEND_OK wins
@@ -186,7 +186,7 @@ def test_disk_errors_on_a_sync_flush_commit_log_and_what_its_broker_answered_mea
     mine = [r for r in outcomes if r["rec"] == "outcome" and r.get("broker") == "broker-a"
             and w["start_ms"] <= r["end_ms"] <= w["end_ms"]]
     assert sum(w["answers_by_broker"].get("broker-a", {}).values()) == len(mine) > 0, w["answers_by_broker"]
-    from analysis.verdict import verdict
+    from analysis.report.verdict import verdict
     assert "while broker-a's fsyncs failed (eio-a:" in verdict(s)
     assert s["store_check"]["gone_by_broker"].get("broker-b", 0) == 0
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from analysis.figures import broker_faults, evidence, value
-from analysis.signature import own_evidence
-from analysis.store_check import by_group
+from analysis.judge.figures import broker_faults, evidence, value
+from analysis.judge.signature import own_evidence
+from analysis.durability.store_check import by_group
 from conftest import REPO
 from pipeline.runs import load_scenario
 from rmqchaos.spec.expect import DERIVED, DUPLICATE_CAUSES, LOG_MARKS, POP_CAUSES, POP_CLASSES, TXN_CLASSES, parse_condition

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from analysis.power_words import disk_error_phrases, power_phrases
-from analysis.redeliveries import rollback_repeats, rollbacks
+from analysis.report.power_words import disk_error_phrases, power_phrases
+from analysis.replication.redeliveries import rollback_repeats, rollbacks
 from cluster.metadata import forgot, on_disk
 
 BEFORE = {"topics": ["RMQCHAOS_POWER", "TBW102", "%RETRY%rmqchaos_consumer"], "groups": ["rmqchaos_consumer"],
@@ -58,7 +58,7 @@ def test_the_verdict_says_what_a_restarted_broker_knew_and_what_was_read_again()
         "broker-a came back with config files that lack 2 of 3 topics (%RETRY%rmqchaos_consumer, RMQCHAOS_POWER) and 1 of 1 groups "
         "(rmqchaos_consumer), its consumer offsets of 3 queue(s) 1,450 messages back"]
     assert power_phrases({"events": [power_event(None)]}) == []  # it did not answer before the cut: nothing said
-    from analysis.figures import value
+    from analysis.judge.figures import value
     assert value(s, "read_again_after_rollback") == 48 and value({}, "read_again_after_rollback") is None
     assert value(s, "not_started_after_power_loss") == 0 and value({}, "not_started_after_power_loss") is None
 
@@ -70,7 +70,7 @@ def test_a_node_that_did_not_start_again_is_named_with_its_exception() -> None:
     s = {"events": [ev]}
     assert power_phrases(s) == ["broker-a did not start again when its power came back: "
                                 "java.lang.NumberFormatException: Cannot parse null string"]
-    from analysis.figures import value
+    from analysis.judge.figures import value
     assert value(s, "not_started_after_power_loss") == 1
 
 

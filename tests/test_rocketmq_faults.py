@@ -232,7 +232,7 @@ def test_retry_flood_drives_a_broker_out_of_the_route_and_the_cleanup_brings_it_
     assert s["counts"]["lost"] == 0 and s["complete"] is True
     assert "Broker registration with namesrv" in (run / "report.html").read_text()
     # the verdict names what the run found: the route outage, its length, the sends acked on broker-a meanwhile
-    from analysis.report import verdict
+    from analysis.report.report import verdict
     assert s["extends"] == "retry-flood" and "; broker-a was missing from namesrv's route for " in verdict(s), verdict(s)
 
 
@@ -312,7 +312,7 @@ def test_flush_timeouts_are_recorded_and_classified_acknowledged_weak(tmp_path: 
 
 @pytest.mark.fast
 def test_route_outages_come_from_the_monitor_and_count_the_sends_of_that_time() -> None:
-    from analysis.report import route_outages
+    from analysis.report.report import route_outages
 
     def sample(t: int, reg_a: bool | None) -> dict:
         return {"ts_ms": t * 1000, "brokers": {"broker-a": {"up": True, "registered": reg_a},

@@ -324,7 +324,7 @@ def test_a_partition_side_named_by_role_is_cut_at_its_holder_when_it_starts() ->
 
 
 def test_the_verdict_names_the_node_hit_and_the_role_it_held_and_not_the_restart_after_it() -> None:
-    from analysis.verdict import faults_phrase
+    from analysis.report.verdict import faults_phrase
     ev = [{"kind": "fault", "outcome": "ok", "target": "broker-a-1",
            "params": {"fault_kind": "kill", "role": "master-of:broker-a"}},
           {"kind": "fault", "outcome": "ok", "target": "broker-a-1",

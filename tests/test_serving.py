@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from analysis.completeness import completeness
-from analysis.serving import restarts, summarize, words
+from analysis.judge.completeness import completeness
+from analysis.judge.serving import restarts, summarize, words
 from loadgen.serving import gate, wanted
 from pipeline.runs import create_run
 from rmqchaos import serving

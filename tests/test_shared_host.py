@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from analysis import broker_log
+from analysis.evidence import broker_log
 from conftest import REPO, run_here
 from pipeline.runs import load_scenario
 from pipeline.matrix import scenarios as matrix
@@ -60,7 +60,7 @@ def test_each_variant_changes_only_its_remedy(variant: str, changed: dict) -> No
     base = _flat(load_scenario(SCENARIOS / "shared-host.yaml").model_dump(mode="json"))
     var = _flat(load_scenario(SCENARIOS / f"{variant}.yaml").model_dump(mode="json"))
     diff = {k: var.get(k) for k in set(base) | set(var) if base.get(k) != var.get(k)}
-    # its own signature: what the remedy exists to show (analysis/signature.py)
+    # its own signature: what the remedy exists to show (analysis/judge/signature.py)
     diff = {k: v for k, v in diff.items() if k not in ("name", "description") and not k.startswith("signature.")}
     assert diff == changed
 
@@ -148,7 +148,7 @@ def test_shared_host_scaled_for_ci_records_busy_answers_verbatim_and_classifies_
     assert answers["SEND_OK"]["stored"] == answers["SEND_OK"]["attempts"]  # no_retry, nothing lost
     assert c["failed"] == len(busy) and c["lost"] == 0  # no_retry: each busy key is a definite failure
     # the verdict names what the run found: the busy refusals, by kind, with their rate (and its base by name)
-    from analysis.report import verdict
+    from analysis.report.report import verdict
     assert s["extends"] == "shared-host" and f"; {len(busy):,} of {c['attempts']:,} sends (" in verdict(s) and all(
         f"{k.strip('[]')} {a['attempts']:,}" in verdict(s) for k, a in busy_answers.items()), verdict(s)
 
@@ -202,9 +202,9 @@ def test_answers_say_which_attempts_were_stored_and_what_first_answer_duplicated
         kept_spark: Any, tmp_path: Path, form: str) -> None:
     """The same planted answers with msgIds of no particular form (every key matched by msgId) and in
     RocketMQ's form (keys whose one attempt was delivered under its own msgId settled in the key table)."""
-    from analysis.keys import key_table
-    from analysis.reconcile import analyze_ledgers
-    from analysis.sealed import attribute, read_receive, read_send
+    from analysis.reconcile.keys import key_table
+    from analysis.reconcile.reconcile import analyze_ledgers
+    from analysis.ledgers.sealed import attribute, read_receive, read_send
     mid = _canonical if form == "canonical" else (lambda m: m)
     other_case = (lambda m: _canonical(m).lower()) if form == "canonical" else (lambda m: m.upper())
     busy = "[PCBUSY_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: 12ms, size of queue: 3"

@@ -1,6 +1,6 @@
 """Every scenario states what it exists to show (its signature), and a run that misses it says so:
 the verdict's first clause, the combined report (misses first), the nightly's verdict and the run
-history. Also the load's achieved against asked (analysis/pace.py). Pure logic on planted summaries;
+history. Also the load's achieved against asked (analysis/reconcile/pace.py). Pure logic on planted summaries;
 the real runs that reach their signatures are the real tier's (test_rocketmq_faults.py and others)."""
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from analysis.pace import generator_bound, pace
-from analysis.report import render, verdict
-from analysis.figures import value
-from analysis.signature import evaluate, missed
+from analysis.reconcile.pace import generator_bound, pace
+from analysis.report.report import render, verdict
+from analysis.judge.figures import value
+from analysis.judge.signature import evaluate, missed
 from conftest import REPO, cli, write_scenario
 from pipeline.runs import load_scenario
 from rmqchaos.spec.expect import Signature
@@ -77,7 +77,7 @@ def test_a_control_with_a_finding_is_not_reproduced_and_says_which_figure() -> N
 
 
 def test_errors_not_busy_leave_out_the_busy_refusals() -> None:
-    from analysis.figures import value
+    from analysis.judge.figures import value
     s = {"counts": {"attempts": 6115}, "errors": {"by_outcome": {"error": 19, "timeout": 128}},
          "answers": [{"answer": "[TIMEOUT_CLEAN_QUEUE]", "attempts": 19}, {"answer": "timeout", "attempts": 128}]}
     assert (value(s, "outcome.error"), value(s, "busy"), value(s, "errors_not_busy")) == (19, 19, 0)
@@ -235,7 +235,7 @@ def test_the_nightly_fails_a_run_that_missed_its_signature_unless_asked_to_flag_
 
 
 def test_the_history_keeps_whether_a_run_reached_its_signature_and_its_load_pace() -> None:
-    from analysis.history import row
+    from analysis.history.history import row
     s = judged(shared_host(busy={"[REJECTREQUEST]": 5}), sig("no finding", ["busy == 0"]))
     s.update(run_id="r1", load_pace={"reached": 0.6, "lag_ms": {"p50": 400}})
     r = row(s)
@@ -245,7 +245,7 @@ def test_the_history_keeps_whether_a_run_reached_its_signature_and_its_load_pace
 
 def _fixed_version_run(partition_short: bool, premise_held: bool = True, applied: bool = True) -> dict[str, Any]:
     """A corpus run of issue 7017 on 5.5.0 (measured), where it did not reproduce: lost_send_ok = 0."""
-    from analysis.expect import evaluate as expect_evaluate
+    from analysis.judge.expect import evaluate as expect_evaluate
     from rmqchaos.spec.expect import Expect
     exp = Expect(issue="https://github.com/apache/rocketmq/issues/7017", shows_on=["5.1.1"], gone_in=["5.5.0"],
                  conditions=["lost_send_ok > 0"], premise=["outcome.timeout > 0"])
@@ -299,7 +299,7 @@ def test_a_failover_check_can_bound_the_first_ack_after_the_fault() -> None:
              "reasons": {"election": "no node other than broker-a was master", "first_ack_any": "no send was acknowledged"}}
         return {"complete": True, "failover": {"failovers": [f]}}
     assert fo.words() == "no new master within 25 s of fault kill-master, and the group's first ack 30-45 s after it"
-    from analysis.expect import failover_evidence
+    from analysis.judge.expect import failover_evidence
     assert failover_evidence(fo, run(35.1))["holds"] is True
     early = failover_evidence(fo, run(3.0))  # writes came back long before the restart: something took over
     assert early["holds"] is False and "first ack 3 s after it (broker-a)" in early["seen"]

@@ -116,8 +116,8 @@ def test_entries_past_a_truncated_dledger_log_are_found_but_in_no_log(tmp_path: 
 
 
 def test_a_dledger_term_elected_twice_in_a_group_is_a_reused_term(tmp_path: Path) -> None:
-    from analysis.figures import value
-    from analysis.log_marks import dledger_lines, dledger_terms, truncations
+    from analysis.judge.figures import value
+    from analysis.evidence.log_marks import dledger_lines, dledger_terms, truncations
     d = tmp_path / "cluster"
     line = "2026-12-01 02:{} INFO StateMaintainer - [{}] [VOTE_RESULT] has been elected to be the leader in term {}\n"
     for node, rows in {"broker-a-0": [("44:56", "n0", 1)], "broker-a-1": [("45:30", "n1", 3), ("44:04", "n1", 1)],

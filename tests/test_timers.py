@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from analysis.timers import fault_windows, timer_check, timer_phrase
+from analysis.contracts.timers import fault_windows, timer_check, timer_phrase
 from rmqchaos.ledgers import due_of
 
 KEYS = "key string, class string, acked int, first_start_ms long, first_receive_ms long"
@@ -82,7 +82,7 @@ def test_fault_windows_are_the_timelines_faults_by_start() -> None:
 
 @pytest.mark.fast
 def test_timer_figures() -> None:
-    from analysis.figures import value
+    from analysis.judge.figures import value
     t = {"early": {"keys": 3}, "lost": 2, "late_over": {"ms": 5000, "keys": 7}, "late_ms": {"max": 61_000},
          "no_fault": {"lost": 1}}
     assert [value({"timers": t}, f) for f in ("timers_early", "timers_lost", "timers_late_over_5s",
@@ -252,8 +252,8 @@ def test_disk_full_reads_the_brokers_own_marks_and_falls_short_without_one(tmp_p
 
 @pytest.mark.fast
 def test_named_log_lines_are_counted_per_node_and_an_unknown_name_is_refused(tmp_path: Path) -> None:
-    from analysis.figures import value
-    from analysis.log_marks import log_marks
+    from analysis.judge.figures import value
+    from analysis.evidence.log_marks import log_marks
     from rmqchaos.spec.expect import parse_condition
     d = tmp_path / "cluster"
     (d / "controller-1" / "logs" / "rocketmqlogs").mkdir(parents=True)

@@ -201,8 +201,8 @@ def test_a_bad_transaction_mix_is_one_line_at_load(tmp_path: Any, load: dict, li
 
 
 def test_the_verdict_and_the_figures_say_what_became_of_the_transactions() -> None:
-    from analysis.figures import value
-    from analysis.transactions import CLASSES, transaction_phrase
+    from analysis.judge.figures import value
+    from analysis.contracts.transactions import CLASSES, transaction_phrase
     t = {"keys": 3000, "classes": {**{c: 0 for c in CLASSES}, "committed_delivered": 2100, "rolled_back": 598,
                                    "rolled_back_delivered": 2, "unknown_in_time": 280, "unknown_late": 20},
          "extra_deliveries": 12, "checks": 320, "checked_after_end": 5, "bound_ms": 41000, "examples": {}}

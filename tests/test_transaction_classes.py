@@ -5,7 +5,7 @@ from typing import Any
 
 
 def test_every_transaction_class_is_counted_exactly(kept_spark: Any) -> None:
-    from analysis.transactions import transaction_check
+    from analysis.contracts.transactions import transaction_check
     S = "rec string, key string, outcome string, end_ms long"
     T = "key string, source string, decision string, answer string, decided_ms long, error string"
     R = "key string, receive_ms long"
@@ -35,7 +35,7 @@ def test_every_transaction_class_is_counted_exactly(kept_spark: Any) -> None:
 
 def test_a_never_resolved_half_the_broker_discarded_after_transaction_check_max_is_its_own_class(kept_spark: Any) -> None:
     """The store holds u1's half in TRANS_CHECK_MAX_TIME_TOPIC; u2 and x1 are nowhere there."""
-    from analysis.transactions import DISCARD_TOPIC, transaction_check
+    from analysis.contracts.transactions import DISCARD_TOPIC, transaction_check
     S = "rec string, key string, outcome string, end_ms long"
     T = "key string, source string, decision string, answer string, decided_ms long, error string"
     R = "key string, receive_ms long"
@@ -67,7 +67,7 @@ def test_a_transactional_loads_uncommitted_halves_are_never_lost_and_its_recheck
     # t5 committed and never delivered: the one loss; t6 ended unknown, answered commit to two check-backs
     # (a slow answer: the broker asked again, about another re-appended copy), stored and delivered twice
     import json
-    from analysis.reconcile import analyze_ledgers
+    from analysis.reconcile.reconcile import analyze_ledgers
     from rmqchaos.ledgers import intent_record, outcome_record
 
     def attempt(key: str, start: int, msg: str) -> list[dict]:
@@ -103,11 +103,11 @@ def test_a_transactional_loads_uncommitted_halves_are_never_lost_and_its_recheck
 
 
 def test_a_lost_timer_stored_only_in_the_wheels_topic_is_lost_in_the_wheel(kept_spark: Any) -> None:
-    """The store check (analysis/store_check.py) on planted ledgers and a planted store: w1 is stored
+    """The store check (analysis/durability/store_check.py) on planted ledgers and a planted store: w1 is stored
     only in rmq_sys_wheel_timer (the wheel never put it into its topic), w2 there and in its topic (put,
     then never delivered), g1 nowhere, p1 (not a timer) in its topic, c1 only past a DLedger replica's
     truncated log (in no log: cluster/store.py in_log)."""
-    from analysis.store_check import store_check
+    from analysis.durability.store_check import store_check
     S = "rec string, key string, topic string, outcome string, broker string, status string, end_ms long"
     K = "key string, class string"
     keys = ["w1@5000", "w2@5000", "g1@5000", "p1", "c1"]

@@ -1,6 +1,6 @@
 """The run history in the nightly and the report (issue 38 items 2 and 3): the nightly verdict judges
 each run against its scenario's trailing runs (pipeline/matrix.py `verdict`, pipeline/trends.py) and
-the report shows each scenario's trend (analysis/trends.py). Planted history rows (summaries shaped
+the report shows each scenario's trend (analysis/history/trends.py). Planted history rows (summaries shaped
 like a real analysis/summary.json, tests/test_history.py) and planted run directories; no JVM."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from analysis import history
+from analysis.history import history
 from cli.main import main
 from pipeline import matrix
 from pipeline.report import rebuild
@@ -185,7 +185,7 @@ def test_the_loss_report_and_the_nightly_report_carry_the_trends(tmp_path: Path,
 
 
 def test_each_point_sits_over_the_range_of_its_own_baseline(db: Path) -> None:
-    from analysis.trends import points
+    from analysis.history.trends import points
     rows = history.runs(db, scenario="oom-tsp-on")
     pts = points(rows)
     assert [p["row"]["lost"] for p in pts] == LOSSY

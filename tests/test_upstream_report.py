@@ -86,7 +86,7 @@ def test_a_report_has_every_section_filled_or_marked_not_measured(tmp_path: Path
 
 @pytest.mark.fast
 def test_the_history_row_names_a_runs_anomalies_and_the_seed_that_drew_it(tmp_path: Path) -> None:
-    from analysis.history import row
+    from analysis.history.history import row
     d = recorded(tmp_path, "explore-41", "5.5.0", 7, explore_seed=41)
     r = row(json.loads((d / "analysis" / "summary.json").read_text()), d)
     assert r["anomalies"] == ["lost"] and r["explore_seed"] == 41 and r["explore_base"].endswith("failover-kill-master.yaml")

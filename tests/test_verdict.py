@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from analysis.report import comparisons, fmt, render, verdict
+from analysis.report.report import comparisons, fmt, render, verdict
 
 pytestmark = pytest.mark.fast
 
@@ -182,7 +182,7 @@ def test_a_slave_cut_from_its_master_names_the_weak_statuses_and_the_catch_up() 
 def test_weak_acknowledgements_a_power_loss_erased_are_counted_and_testable_as_a_figure() -> None:
     """Seed 003 with power loss: of the FLUSH_DISK_TIMEOUT answers the application took as sent, how many
     are in no store now (never delivered, or delivered and then erased); SEND_OK ones apart."""
-    from analysis.figures import value
+    from analysis.judge.figures import value
     store = {"lost_from_store": 40, "lost_in_delivery": 0, "indeterminate_stored": 0, "erased_after_delivery": 25,
              "gone_by_broker": {"broker-a": 65}, "gone_by_status": {"FLUSH_DISK_TIMEOUT": 61, "SEND_OK": 4},
              "lost_by_broker": {"broker-a": 40}}
@@ -381,7 +381,7 @@ def test_a_policy_against_its_base_names_the_timeouts_and_the_keys_delivered_tho
 
 
 def failover_section(**f: Any) -> dict[str, Any]:
-    """A `failover` section as analysis/failover.py writes it: broker-a-0 SIGKILLed, broker-a-1 elected."""
+    """A `failover` section as analysis/replication/failover.py writes it: broker-a-0 SIGKILLed, broker-a-1 elected."""
     fo = {"fault_id": "kill-a", "fault_kind": "kill", "outcome": "ok", "group": "broker-a", "old_master": "broker-a-0",
           "role": "master-of:broker-a", "start_ms": 1_700_000_010_000, "end_ms": 1_700_000_010_200, "mode": "controller",
           "was_master": True, "samples_after": 15, "detected_ms": 1_700_000_012_000, "detection_s": 2.0,

@@ -151,7 +151,7 @@ class Clock(FaultKind):
                          # beyond the host's: ~0 unless cluster.faketime_monotonic
                          "monotonic_moved_s": None if up0 is None or up1 is None else
                          round((up1[0] - up0[0]) - (up1[1] - up0[1]), 1),
-                         # a jump stays: its effect outlasts the occurrence (analysis/timers.py windows)
+                         # a jump stays: its effect outlasts the occurrence (analysis/contracts/timers.py windows)
                          **({"persists": True} if p.duration is None else {})}
 
     def tick(self) -> None:  # a strobe

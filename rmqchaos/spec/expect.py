@@ -3,7 +3,7 @@ reproduces a known bug (scenarios/upstream/). Conditions on named figures of the
 (`lost > 0`), on probes of the live cluster taken before it stops (a topic absent from a node's
 topic config table) and on a fault's failover (no new master within N s of it: summary.failover,
 from the monitor's per-second groups record); the run's verdict is "reproduced" when every condition holds
-(analysis/expect.py evaluates them, cluster/probes.py takes the probes)."""
+(analysis/judge/expect.py evaluates them, cluster/probes.py takes the probes)."""
 from __future__ import annotations
 
 import difflib
@@ -27,12 +27,12 @@ FIGURES = {**{k: f"counts.{k}" for k in ("keys", "attempts", "acked", "acked_wea
            # only with FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE was told it was not replicated)
            "lost_send_ok": "counts.lost - counts.acked_weak_lost",
            # keys consumers read from a deposed master: stored by a failover's old master after the
-           # new one was elected (analysis/failover.py stale_reads)
+           # new one was elected (analysis/replication/failover.py stale_reads)
            "failover.stale_reads": "failover.stale_reads",
-           # queue positions acknowledged to two different keys (analysis/offsets.py)
+           # queue positions acknowledged to two different keys (analysis/durability/offsets.py)
            "reused_queue_offsets": "reused_queue_offsets.positions"}
 # figure families: `<family>.<name>`, a figure per broker, status, outcome, cause or fault the run has
-# (analysis/signature.py computes them from the summary); a name the run does not have reads as 0
+# (analysis/judge/signature.py computes them from the summary); a name the run does not have reads as 0
 # where counting makes it so (a status never answered), else as absent
 FAMILIES = {
     "busy": "sends refused busy with this text, e.g. busy.PCBUSY_CLEAN_QUEUE (without its brackets)",
@@ -46,7 +46,7 @@ FAMILIES = {
     "gone_status": "the same keys (in no store now) by the status they were acknowledged with, e.g. gone_status.FLUSH_DISK_TIMEOUT",
     "order_broken_on": "sharding keys that broke order, by the broker their first acknowledged message went to, "
                        "e.g. order_broken_on.broker-b",
-    "pop": "POP deliveries through the proxy in this class or class.cause (analysis/pop.py), e.g. "
+    "pop": "POP deliveries through the proxy in this class or class.cause (analysis/contracts/pop.py), e.g. "
            "pop.redelivered_after_ack, pop.consumed_but_lost, pop.redelivered_after_ack.after_change; "
            "pop.by_fault.<fault id>; the totals pop.deliveries, pop.acks_ok, pop.acks_refused, pop.changes_ok",
     "log": "lines a RocketMQ node wrote to its own logs that say this (LOG_MARKS), over every node, e.g. "
@@ -54,7 +54,7 @@ FAMILIES = {
     "transactions": "half messages of a transactional load in this class (summary.transactions.classes), e.g. "
                     "transactions.rolled_back_delivered, or transactions.checked_after_end / transactions.abandoned",
 }
-# figures computed from several parts of the summary (analysis/signature.py)
+# figures computed from several parts of the summary (analysis/judge/signature.py)
 DERIVED = {
     "busy": "sends the broker refused as busy (code 2)",
     "errors_not_busy": "attempts that failed with an answer or a transport error, other than busy refusals",
@@ -94,7 +94,7 @@ DERIVED = {
                           "fault on its node was in force",
 }
 # named lines of RocketMQ's own logs (a substring of the line, and what it says), counted per node
-# over its logs/rocketmqlogs/*.log by analysis/log_marks.py: the figure family `log`
+# over its logs/rocketmqlogs/*.log by analysis/evidence/log_marks.py: the figure family `log`
 LOG_MARKS = {
     "inactive_declared": ("has been inactive", "a controller declared a replica inactive (its heartbeats timed out)"),
     "disk_marked_full": ("so mark disk full", "a broker marked its disk full: it refuses every put"),
@@ -111,16 +111,16 @@ SEND_STATUSES = ("SEND_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_
 # a busy refusal's (code 2) bracketed remark text, RocketMQ's own: BrokerFastFailure (TIMEOUT_, PCBUSY_CLEAN_QUEUE),
 # SendMessageProcessor (PC_SYNCHRONIZED), NettyRemotingAbstract (REJECTREQUEST, OVERLOAD); the same in 5.1-5.5
 BUSY_TEXTS = ("TIMEOUT_CLEAN_QUEUE", "PCBUSY_CLEAN_QUEUE", "PC_SYNCHRONIZED", "REJECTREQUEST", "OVERLOAD")
-# an attempt's outcome (rmqclient SendResult, GrpcProducer); `no_outcome`: an intent never answered (analysis/answers.py)
+# an attempt's outcome (rmqclient SendResult, GrpcProducer); `no_outcome`: an intent never answered (analysis/reconcile/answers.py)
 OUTCOMES = ("ok", "error", "timeout", "no_outcome")
-# causes of extra deliveries (analysis/rules.py says what each means)
+# causes of extra deliveries (analysis/ledgers/rules.py says what each means)
 DUPLICATE_CAUSES = ("consumer_retry", "backup_topic", "producer_resend", "consumer_repull", "transaction_recommit",
                     "timer_reput", "unexplained")
-# a half message's class (analysis/transactions.py), and the totals beside them
+# a half message's class (analysis/contracts/transactions.py), and the totals beside them
 TXN_CLASSES = ("committed_delivered", "committed_lost", "committed_undelivered_at_stop", "rolled_back_delivered",
                "rolled_back", "unknown_in_time", "unknown_late", "unknown_never", "undecided", "discarded")
 TXN_TOTALS = ("checked_after_end", "abandoned")
-# a POP delivery's class and its causes (analysis/pop.py), and the totals beside them
+# a POP delivery's class and its causes (analysis/contracts/pop.py), and the totals beside them
 POP_CLASSES = ("redelivered_after_invisible", "redelivered_after_ack", "consumed_but_lost", "ack_in_doubt", "due_after_stop")
 POP_CAUSES = {"redelivered_after_invisible": ("not_acked", "ack_refused", "ack_late", "no_ack"),
               "redelivered_after_ack": ("re_popped", "after_broker_crash", "after_change", "plain_ack"),
@@ -275,7 +275,7 @@ class Signature(Strict):
     """What a scenario exists to show, as conditions on its own figures (the form `expect:` uses):
     `shows` in words, then conditions, probes and failover checks that must all hold. The verdict's
     first clause says reproduced, or NOT reproduced naming the condition that failed with its figure
-    (analysis/signature.py); a fault or load that fell short of what it was asked counts as a miss too."""
+    (analysis/judge/signature.py); a fault or load that fell short of what it was asked counts as a miss too."""
     shows: Annotated[str, Field(min_length=3, max_length=160)]
     conditions: list[Condition] = []
     failovers: list[FailoverCheck] = []
@@ -319,7 +319,7 @@ class Expect(Strict):
 
 def figure(summary: dict[str, Any], name: str) -> int | None:
     """A named figure of FIGURES in a summary; None when the summary has no value for it (no store
-    check, or a derived or family figure: analysis/signature.py computes those)."""
+    check, or a derived or family figure: analysis/judge/signature.py computes those)."""
     if name not in FIGURES:
         return None
     vals = []
