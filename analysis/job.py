@@ -24,8 +24,8 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
     from analysis.contracts.timers import timer_slack_ms
     from analysis.report.verdict import truncated_words
     from analysis.ledgers.session import spark_session
-    from cluster.plan import plan
-    from cluster.store import Store
+    from cluster.plan.nodes import plan
+    from cluster.stored.messages import Store
     from rmqchaos.ledgers import ledger_files
     from rmqchaos.progress import say
     from rmqchaos.rundir import RunDir
@@ -43,7 +43,7 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
     small = sum(_size(f) for f in send + recv) < C1_ONLY_BELOW_BYTES
     spark = spark or spark_session(master, log_file=out / "spark.log", small=small)  # the process's session, kept
     brokers = run.broker_configs()
-    # the brokers' own store files (cluster/store.py): where a lost key is, or that it is nowhere; a
+    # the brokers' own store files (cluster/stored/messages.py): where a lost key is, or that it is nowhere; a
     # DLedger replica's tail it truncated is in no log (its own log lines say where)
     dledger = dledger_lines(run.path / "cluster")
     store = Store(brokers, run.path / "cluster", truncated=truncations(dledger)) if brokers else None
@@ -76,7 +76,7 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
                "events": events, "series": res["series"],
                # the host's side of the time axis: disk pressure each second, the brokers' own put latency
                "disk": _jsonl(run.disk_metrics_file),
-               # the cluster monitor (cluster/monitor.py) each second, without its per-queue detail;
+               # the cluster monitor (cluster/watch/monitor.py) each second, without its per-queue detail;
                # its link probes per link (analysis/evidence/links.py)
                "monitor": [_compact(m) for m in monitor], "links": link_series(monitor),
                "broker_evidence": evidence(run.path / "cluster", brokers),

@@ -30,8 +30,8 @@ from pathlib import Path
 from bench.measure import Sample, measure
 from bench.rounds import TOPIC, bench_topic
 from cluster import get_backend
-from cluster.jvm import classpath, grpc_classpath, jvm_command
-from cluster.tools import BENCH_PRODUCER, bench_args, bench_complete
+from cluster.plan.jvm import classpath, grpc_classpath, jvm_command
+from cluster.plan.tools import BENCH_PRODUCER, bench_args, bench_complete
 from pipeline import down, up
 from pipeline.runs import create_run, namesrv_target, reap_orphans
 from rmqchaos import paths, rocketmq_dist

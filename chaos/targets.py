@@ -17,8 +17,8 @@ from typing import Iterable
 
 from chaos.protocol import FaultError
 from cluster.backend import ClusterBackend
-from cluster.groups import group_plans
-from cluster.plan import NodePlan
+from cluster.watch.groups import group_plans
+from cluster.plan.nodes import NodePlan
 from rmqchaos.spec import (CONTROLLER_FOLLOWERS, CONTROLLER_LEADER, MASTER_OF, SLAVE_OF, SLAVES_OF, is_role, role_group,
                            slave_index)
 from rmqchaos.wait import poll_until

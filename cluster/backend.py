@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from cluster.node import Neighbour, Node, NodeStatus, ProcNeighbour, same_value
-from cluster.plan import NodePlan, controller_addrs, plan
-from cluster.tools import ToolResult
+from cluster.plan.nodes import NodePlan, controller_addrs, plan
+from cluster.plan.tools import ToolResult
 from rmqchaos import paths
 from rmqchaos.errors import UserError
 from rmqchaos.rundir import RunDir
@@ -227,11 +227,11 @@ class ClusterBackend(ABC):
         return out
 
     def start_monitor(self) -> None:
-        """The cluster monitor (cluster/monitor.py) as a client process of the run: it samples until
+        """The cluster monitor (cluster/watch/monitor.py) as a client process of the run: it samples until
         `down` reaps it, whichever process (CLI, DAG task) brought the cluster up."""
         d = self.run.path / "monitor"
         d.mkdir(exist_ok=True)
-        self.spawn_client("monitor", [sys.executable, "-m", "cluster.monitor", str(self.run.path)], cwd=self.run.path,
+        self.spawn_client("monitor", [sys.executable, "-m", "cluster.watch.monitor", str(self.run.path)], cwd=self.run.path,
                           env=paths.module_env(), log_file=d / "monitor.log", new_session=True, outlive=True)
 
     def create_groups(self, groups: list[str]) -> None:

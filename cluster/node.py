@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from cluster.plan import NodePlan
-from cluster.powerfs import PowerFS
+from cluster.plan.nodes import NodePlan
+from cluster.substrate.powerfs import PowerFS
 from rmqchaos.errors import UserError
 from rmqchaos.procs import starttime, stop as stop_pid
 from rmqchaos.rundir import RunDir

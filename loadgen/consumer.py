@@ -21,8 +21,8 @@ from pathlib import Path
 
 from typing import Callable
 
-from cluster import clock
-from cluster.jvm import classpath, grpc_classpath, jcmd, jvm_command
+from cluster.substrate import clock
+from cluster.plan.jvm import classpath, grpc_classpath, jcmd, jvm_command
 from rmqchaos import paths, serving
 from rmqchaos.errors import UserError
 from rmqchaos.progress import say
@@ -66,7 +66,7 @@ class ConsumerOptions:
     consumer_id: str = "c0"
     heap_mb: int = 256
     extra_jvm: list[str] = field(default_factory=list)
-    # its own loopback address (cluster/plan.py addresses): the loopback shim binds its connections
+    # its own loopback address (cluster/plan/nodes.py addresses): the loopback shim binds its connections
     # to it, so a network rule can name the consumer's links; None: the kernel's choice (127.0.0.1)
     address: str | None = None
     # its JVM under libfaketime, with a clock of its own the consumer_clock fault moves (wall clock only:
@@ -216,7 +216,7 @@ class JavaConsumer:
         return clock.write(self.clock_file, offset_s)
 
     def clock_now(self) -> tuple[float, float] | None:
-        """(its own time, the host's then), read from its JVM (cluster/clock.py node_time)."""
+        """(its own time, the host's then), read from its JVM (cluster/substrate/clock.py node_time)."""
         return None if self.pid is None else clock.node_time(jcmd(), self.pid[0])
 
     def uptime(self) -> tuple[float, float] | None:

@@ -49,7 +49,7 @@ class LoadPlan:
     run_dir: str
     run_id: str
     namesrv: str
-    source: str | None  # the producers' own loopback address (cluster/plan.py addresses)
+    source: str | None  # the producers' own loopback address (cluster/plan/nodes.py addresses)
     load: Load
     worker: int  # 0-based process index
     workers: int  # processes producing (1 with the local runner)

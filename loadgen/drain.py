@@ -10,7 +10,7 @@ import time
 from typing import Callable
 
 from cluster.backend import ClusterBackend
-from cluster.plan import addresses
+from cluster.plan.nodes import addresses
 from loadgen import grpc_load
 from loadgen.consumer import ConsumerOptions, GrpcOptions, JavaConsumer
 from rmqchaos import paths

@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 
 from cluster.backend import ClusterBackend
-from cluster.jvm import grpc_classpath, jvm_command
+from cluster.plan.jvm import grpc_classpath, jvm_command
 from rmqchaos.ledgers import send_ledger_path
 from rmqchaos.rundir import RunDir
 from rmqchaos.spec import Scenario

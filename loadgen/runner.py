@@ -25,7 +25,7 @@ from locust.html import get_html_report
 from locust.stats import CSV_STATS_INTERVAL_SEC, PERCENTILES_TO_REPORT, StatsCSVFileWriter, stats_history
 
 from cluster import get_backend
-from cluster.plan import addresses, free_port
+from cluster.plan.nodes import addresses, free_port
 from loadgen.context import LoadContext, LoadPlan
 from loadgen.user import ProducerUser
 from rmqchaos.errors import UserError

@@ -162,7 +162,7 @@ def start(timeout: float = 180) -> dict[str, Any]:
     if running:
         raise UserError(f"the embedded Airflow is already running ({', '.join(running)})",
                         f"open {url()} or stop it with `rmqchaos airflow stop`")
-    from cluster.plan import port_in_use  # noqa: PLC0415 - the one port probe
+    from cluster.plan.nodes import port_in_use  # noqa: PLC0415 - the one port probe
     if port_in_use(port()):
         raise UserError(f"port {port()} is in use", "set RMQCHAOS_AIRFLOW_PORT to a free port")
     init()

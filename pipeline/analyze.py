@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from cluster.jvm import find_java, java_home
+from cluster.plan.jvm import find_java, java_home
 from pipeline.runs import as_run
 from pipeline.stage import stage
 from rmqchaos import paths

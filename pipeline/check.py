@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster import get_backend
-from cluster import tools
+from cluster.plan import tools
 from cluster.backend import ClusterBackend
 from pipeline.runs import as_run
 from pipeline.stage import stage

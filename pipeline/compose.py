@@ -1,5 +1,5 @@
 """`rmqchaos compose render`: docker-compose.yml and its files for a scenario. The cluster's services
-come from the node plan (cluster/compose.py); the disk-noise services (profile `noise`, started with
+come from the node plan (cluster/plan/compose.py); the disk-noise services (profile `noise`, started with
 `docker compose --profile noise up`) from the noise kinds, on the first broker's store volume.
 The scenario's own noise settings are used where it has them, else each kind's defaults."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 from chaos.kinds import KINDS
 from chaos.noise import NoiseKind
-from cluster.compose import STORE, image_tag, render as render_cluster
+from cluster.plan.compose import STORE, image_tag, render as render_cluster
 from pipeline.runs import load_scenario
 
 NOISE_IMAGE = "NOISE_IMAGE"  # the variable that picks another image with redis-server, fio and python3

@@ -40,7 +40,7 @@ def _probe(r: RunDir, c: ClusterBackend) -> None:
     `down` finds them stopped). A probe that cannot be read is recorded so, never a failed `down`."""
     if r.probes_file.exists() or not r.stages().get("up", {}).get("status") == "ok":
         return
-    from cluster.probes import take
+    from cluster.watch.end_probes import take
     try:
         got = take(r, c)
     except Exception as e:  # noqa: BLE001 - stopping the cluster matters more than any probe

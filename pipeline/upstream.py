@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from analysis.judge.anomalies import CHECKS, anomalies
-from cluster.rmqlog import log_dir
+from cluster.plan.rmqlog import log_dir
 from pipeline.runs import as_run
 from rmqchaos import paths
 from rmqchaos.errors import UserError

@@ -233,7 +233,7 @@ def parse_signal(name: str) -> signal.Signals:
 
 
 def forget_faketime(pid: int) -> None:
-    """Remove what libfaketime left in /dev/shm for our process `pid`, now ended (cluster/clock.py): a
+    """Remove what libfaketime left in /dev/shm for our process `pid`, now ended (cluster/substrate/clock.py): a
     later process given the same pid would fail on it ("shm_open failed: File exists")."""
     for f in (Path(f"/dev/shm/faketime_shm_{pid}"), Path(f"/dev/shm/sem.faketime_sem_{pid}")):
         try:

@@ -111,7 +111,7 @@ class RunDir:
 
     @property
     def probes_file(self) -> Path:
-        """The `expect:` block's probes of the live cluster, taken before `down` (cluster/probes.py)."""
+        """The `expect:` block's probes of the live cluster, taken before `down` (cluster/watch/end_probes.py)."""
         return self.path / "expect" / "probes.json"
 
     @property

@@ -195,7 +195,7 @@ class Producer:
                  connect_timeout: float = 3.0, route_ttl: float = 30.0, source: str | None = None) -> None:
         """timeout: per attempt, from its start to the broker's answer. route_ttl: how long a topic
         route is trusted before namesrv is asked again (DefaultMQProducer polls every 30 s). source:
-        the loopback address every connection comes from (the producers' own, cluster/plan.py)."""
+        the loopback address every connection comes from (the producers' own, cluster/plan/nodes.py)."""
         self.namesrv = namesrv
         self.source = source
         self.group = group

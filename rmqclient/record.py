@@ -6,7 +6,7 @@ transaction check-back's body (common/message/MessageDecoder.encode / decode):
   bit 5), RECONSUMETIMES 4, PREPAREDTRANSACTIONOFFSET 8, BODYLENGTH 4, BODY, TOPICLENGTH 1 (2 with
   MESSAGE_MAGIC_CODE_V2), TOPIC, PROPERTIESLENGTH 2, PROPERTIES (`name\\x01value\\x02`…).
 
-And Java's String.hashCode, which the index (cluster/store.py) and the hash queue selector
+And Java's String.hashCode, which the index (cluster/stored/messages.py) and the hash queue selector
 (SelectMessageQueueByHash, rmqclient/producer.py) both use."""
 from __future__ import annotations
 

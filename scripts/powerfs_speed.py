@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from cluster.powerfs import PowerFS  # noqa: E402
+from cluster.substrate.powerfs import PowerFS  # noqa: E402
 from rmqchaos.procs import ProcessLog  # noqa: E402
 
 REC, SYNC_EVERY = 1024, 16 * 1024

@@ -82,7 +82,7 @@ if [ ! -f "$EXT" ] || [ rmqchaos/native/send_lines.c -nt "$EXT" ]; then
 fi
 # --- Toxiproxy for link faults (latency, bandwidth, blackhole, reset: there is no netem here), built from
 #     the Go module proxy; without Go, link faults refuse with one line and everything else works ---
-TOXIPROXY_VERSION=v2.12.0  # cluster/toxiproxy.py VERSION
+TOXIPROXY_VERSION=v2.12.0  # cluster/net/toxiproxy.py VERSION
 TP=.cache/toxiproxy
 if ! stamp_ok "$TP/.setup-stamp" "$TOXIPROXY_VERSION" || [ ! -x "$TP/bin/toxiproxy-server" ]; then
   if command -v go >/dev/null 2>&1; then
@@ -97,7 +97,7 @@ if ! stamp_ok "$TP/.setup-stamp" "$TOXIPROXY_VERSION" || [ ! -x "$TP/bin/toxipro
     say "go not found: toxiproxy-server not built, link faults unavailable (apt-get install golang-go)"
   fi
 fi
-# --- powerfs, the FUSE layer that forgets unsynced writes (docs/powerfs.md; cluster/powerfs.py), built
+# --- powerfs, the FUSE layer that forgets unsynced writes (docs/powerfs.md; cluster/substrate/powerfs.py), built
 #     from powerfs/ (go-fuse pinned in its go.mod); without Go, power loss is refused in one line ---
 PF=.cache/powerfs
 pf_key=$(cat powerfs/go.mod powerfs/go.sum powerfs/*.go | sha256sum | cut -c1-16)

@@ -332,7 +332,7 @@ def engine() -> Iterator[Any]:
     """The engine the tests use: a dockerd this checkout runs (started here, stopped at the end, if
     it was not running), or the one DOCKER_HOST names; the image built offline if it is missing."""
     import docker
-    from cluster.compose import image_tag
+    from cluster.plan.compose import image_tag
     from cluster.container import engine as eng, image
     from rmqchaos.errors import UserError
     from rmqchaos.spec import load_scenario

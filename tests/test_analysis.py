@@ -231,7 +231,7 @@ def test_store_check_and_self_verifying_bodies_on_the_real_cluster(real_run, clu
     - deliveries crafted through the real broker and the Java consumer: a copy of a sent key with no
       KEYS property but an intact body is counted for its key (properties_damaged, not unexpected); a
       body with a flipped byte is body_damaged; the consumer's verdicts equal rmqchaos.body.check's."""
-    from cluster.store import Store
+    from cluster.stored.messages import Store
     from rmqchaos import body
     from rmqchaos.ledgers import intent_record, outcome_record
     from rmqclient.producer import Producer

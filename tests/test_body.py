@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from cluster.store import index_hash
+from cluster.stored.messages import index_hash
 from rmqclient.record import MAGIC_V1, decode, java_hash, properties
 from rmqchaos import body
 

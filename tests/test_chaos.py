@@ -154,7 +154,7 @@ def test_oom_kill_loses_acked_messages_with_tsp_on_and_none_with_tsp_off(kept_sp
         assert on["counts"]["unexpected_deliveries"] <= kinds["body_damaged"] and kinds["msgid_only"] == 0, kinds
         assert on["cluster"]["brokers"]["broker-a"]["transientStorePoolEnable"] == "true"
         # every lost key looked up in both brokers' commit logs: acked in the off-heap buffer, never
-        # committed, so in no commit log (the store check, cluster/store.py)
+        # committed, so in no commit log (the store check, cluster/stored/messages.py)
         sc = on["store_check"]
         assert sc["method"] == "index" and sc["checked"] == on["counts"]["lost"] + on["counts"]["indeterminate"]
         assert (sc["lost_from_store"], sc["lost_in_delivery"]) == (on["counts"]["lost"], 0), sc

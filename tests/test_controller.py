@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.plan import addresses, plan, render_config
+from cluster.plan.nodes import addresses, plan, render_config
 from rmqchaos.spec import SpecError, dump_scenario, load_scenario, parse_scenario
 
 REPO = Path(__file__).resolve().parent.parent
@@ -181,7 +181,7 @@ def test_a_controller_mode_group_is_ready_only_with_an_elected_master_in_namesrv
 
 def _route_master(c, group: str) -> str | None:
     """The master namesrv routes `group` to for a topic (brokerAddrs["0"]: what a producer takes)."""
-    from cluster.plan import READY_TOPIC
+    from cluster.plan.nodes import READY_TOPIC
     from rmqclient.admin import RemotingError
     try:
         route = c.admin(timeout=2).topic_route(READY_TOPIC) or {}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.plan import addresses, plan, render_config
+from cluster.plan.nodes import addresses, plan, render_config
 from rmqchaos.spec import SpecError, dump_scenario, parse_scenario
 
 DL = """name: dl

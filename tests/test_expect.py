@@ -1,5 +1,5 @@
 """Issue 37, first steps: versions as a dimension (rmqchaos/rocketmq_dist.py) and the `expect:` block
-(rmqchaos/spec/expect.py, analysis/judge/expect.py, cluster/probes.py).
+(rmqchaos/spec/expect.py, analysis/judge/expect.py, cluster/watch/end_probes.py).
 
 Fast: the validation lines (unknown field, unknown version, unknown figure, a probe on no node), the
 evaluation and its verdict clause, the cache key shared with setup.sh's old digest.
@@ -187,7 +187,7 @@ def test_9403_reproduces_on_533_and_not_on_550(tmp_path: Path, monkeypatch: pyte
     master's table version), evaluated as the analysis does."""
     import time
 
-    from cluster.probes import take
+    from cluster.watch.end_probes import take
     from conftest import _start
     from pipeline import down
 

@@ -1,7 +1,7 @@
 """The analysis of a failover (analysis/replication/failover.py, analysis/replication/acks.py) on a planted run: a three-node
-group whose master is killed, monitor samples as cluster/monitor.py writes them, a send ledger whose
+group whose master is killed, monitor samples as cluster/watch/monitor.py writes them, a send ledger whose
 offsetMsgIds name the storing node, and commit logs planted in the nodes' store directories in the
-format the brokers write (cluster/store.py reads them as it reads a real one)."""
+format the brokers write (cluster/stored/messages.py reads them as it reads a real one)."""
 from __future__ import annotations
 
 import json
@@ -16,7 +16,7 @@ from analysis.replication.acks import two_master_windows
 from analysis.evidence.topology import Topology, decode_store_host, store_host_prefix
 from analysis.replication.failover import classify_lost, cut_back, failover, log_floor, occurrences, switched_ms, timing
 from analysis.report.verdict import failover_phrases, hms
-from cluster.store import Store
+from cluster.stored.messages import Store
 from rmqclient.record import MAGIC_V1
 from rmqchaos.ledgers import RECEIVE_KEYS, intent_record, outcome_record
 from tests.conftest import REPO

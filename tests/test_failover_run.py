@@ -94,7 +94,7 @@ def test_a_replicated_cluster_fails_over_under_load_and_the_analysis_times_each_
     assert last["epoch"] > first["epoch"] and last["master"] != faults["kill-a"]["target"]
     assert last["replicas"][faults["kill-a"]["target"]]["up"] is True
     assert last["replicas"][faults["kill-a"]["target"]]["role"] == "slave"
-    # each replica's confirm offset as it sent it to the controllers (cluster/heartbeats.py): there
+    # each replica's confirm offset as it sent it to the controllers (cluster/watch/heartbeats.py): there
     # while it runs (a heartbeat a second; a sample takes the last of the past 3 s), gone while it
     # is dead, and at the end, the load over, the master's has reached its max offset
     killed, kill_ms = faults["kill-a"]["target"], faults["kill-a"]["start_ms"]

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from cluster import tools
+from cluster.plan import tools
 from pipeline.check import witness
 from rmqchaos.spec import WitnessCheck
 from rmqclient.admin import AdminClient, RemotingError

@@ -163,9 +163,9 @@ def test_the_proxy_in_local_mode_runs_inside_every_broker_and_clients_get_every_
     broker.conf and rmq-proxy.json (the same gRPC port on every broker's own address), listens on the
     proxy's ports too (so the port check and partitions cover them), and the clients get every
     broker's endpoint. The compose file mounts each broker's rmq-proxy.json."""
-    from cluster.compose import render
-    from cluster.local import LocalCluster
-    from cluster.plan import MAIN, main_args, plan, proxy_config
+    from cluster.plan.compose import render
+    from cluster.local.cluster import LocalCluster
+    from cluster.plan.nodes import MAIN, main_args, plan, proxy_config
     from rmqchaos.spec import Scenario
     d = {"name": "t", "cluster": {"subnet": "127.0.54.0/24", "proxy": {"enabled": True, "mode": "local", "grpc_port": 25481,
                                                                           "remoting_port": 25480},

@@ -1,5 +1,5 @@
-"""The heartbeat tap's parsing (cluster/heartbeats.py) on pcap streams built here with dpkt, and the
-monitor's use of what it captured (cluster/groups.py). The tap on a real controller-mode cluster is
+"""The heartbeat tap's parsing (cluster/watch/heartbeats.py) on pcap streams built here with dpkt, and the
+monitor's use of what it captured (cluster/watch/groups.py). The tap on a real controller-mode cluster is
 in tests/test_failover_run.py (the monitor's record of a switch)."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import socket
 import dpkt
 import pytest
 
-from cluster.groups import GroupPlan, ReplicaAnswer, group_record
-from cluster.heartbeats import BROKER_HEARTBEAT, Heartbeat, HeartbeatParser, capture_filter
+from cluster.watch.groups import GroupPlan, ReplicaAnswer, group_record
+from cluster.watch.heartbeats import BROKER_HEARTBEAT, Heartbeat, HeartbeatParser, capture_filter
 from rmqclient.controllers import ReplicaGroup
 from rmqclient.frame import FLAG_ONEWAY, FLAG_RESPONSE, Frame, encode_frame
 
@@ -123,7 +123,7 @@ def test_a_capture_that_ends_says_so_and_keeps_what_it_read(tmp_path) -> None:
     import subprocess
     import sys
 
-    from cluster.heartbeats import HeartbeatTap
+    from cluster.watch.heartbeats import HeartbeatTap
     from rmqchaos.wait import poll_until
     f = tmp_path / "one.pcap"
     f.write_bytes(pcap([(5.0, segment(1, heartbeat(70, 80)))]))

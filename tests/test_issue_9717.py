@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from analysis.judge.expect import evaluate
-from cluster.plan import plan, render_config
+from cluster.plan.nodes import plan, render_config
 from rmqchaos import rocketmq_dist
 from helpers import one_line
 from rmqchaos.spec import load_scenario, parse_scenario
@@ -153,8 +153,8 @@ def _watch_a_paused_master(tmp: Path, version: str, pause_s: float, controllers:
     (the failover record analysis/failover.timing makes of the samples, the pause's event, up_s)."""
     from analysis.replication.failover import timing
     from chaos.scheduler import FaultScheduler
-    from cluster.groups import GroupSampler
-    from cluster.plan import controller_addrs
+    from cluster.watch.groups import GroupSampler
+    from cluster.plan.nodes import controller_addrs
     from conftest import _start
     from pipeline import down
 

@@ -1,4 +1,4 @@
-"""The link fault (chaos/kinds/link.py) through its core (cluster/links.py), with the real iptables
+"""The link fault (chaos/kinds/link.py) through its core (cluster/net/links.py), with the real iptables
 and the real Toxiproxy but no JVM (the fast tier): echo servers on 127.0.79.1 and .2 stand in for two
 nodes, clients bind .3 and .4, proxies listen on .200. A latency measures on its link and adds
 nothing on the others; a blackhole holds the connection and drops the data; a reset resets;
@@ -24,11 +24,11 @@ from typing import Iterator
 import pytest
 
 from chaos.kinds.link import LinkParams, link_intent
-from cluster import links as lk
-from cluster import netrules
-from cluster import toxiproxy as tp
-from cluster.links import Link, LinkFault
-from cluster.toxiproxy import measure_rtt
+from cluster.net import links as lk
+from cluster.net import netrules
+from cluster.net import toxiproxy as tp
+from cluster.net.links import Link, LinkFault
+from cluster.net.toxiproxy import measure_rtt
 from conftest import REPO, cli, write_scenario
 from helpers import assert_nothing_left
 from rmqchaos.procs import ProcessLog, alive

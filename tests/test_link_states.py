@@ -1,4 +1,4 @@
-"""The links the monitor probes (cluster/probe.py `fault_links`) from a scenario's network faults,
+"""The links the monitor probes (cluster/net/roundtrip.py `fault_links`) from a scenario's network faults,
 and what the analysis makes of the probes (analysis/evidence/links.py, the report's links plot), from
 synthetic monitor samples. The probes on a real cut: test_partition.py."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from analysis.evidence.links import link_series, without_links
 from analysis.report.plots import plot_links
-from cluster.probe import fault_links
+from cluster.net.roundtrip import fault_links
 from rmqchaos.spec import Scenario
 from tests.conftest import REPO
 

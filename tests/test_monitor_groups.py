@@ -1,4 +1,4 @@
-"""The monitor's `groups` (issue 36 item 4, cluster/groups.py): building a group's record from the
+"""The monitor's `groups` (issue 36 item 4, cluster/watch/groups.py): building a group's record from the
 answers (fast), and a real controller-mode group whose master is killed while the monitor samples.
 
 Subnet 127.0.62.0/24, ports 28876..28920: no other test uses them."""
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from cluster.groups import GroupPlan, ReplicaAnswer, group_plans, group_record, role_of
+from cluster.watch.groups import GroupPlan, ReplicaAnswer, group_plans, group_record, role_of
 from rmqclient.controllers import ReplicaGroup
 
 A = [("broker-a-0", "127.0.62.11:28911"), ("broker-a-1", "127.0.62.12:28915"), ("broker-a-2", "127.0.62.13:28919")]
@@ -72,7 +72,7 @@ def test_a_classic_or_dledger_record_takes_the_master_from_namesrv_and_has_no_ep
 
 @pytest.mark.fast
 def test_a_groups_mode_comes_from_the_keys_its_nodes_run_with() -> None:
-    from cluster.plan import plan
+    from cluster.plan.nodes import plan
     from rmqchaos.spec import parse_scenario
 
     s = parse_scenario(CTL, "t.yaml")
@@ -116,7 +116,7 @@ def test_the_monitor_follows_a_controller_mode_failover_in_its_groups(tmp_path: 
     no more than one timeout."""
     import yaml
 
-    from cluster.plan import READY_TOPIC
+    from cluster.plan.nodes import READY_TOPIC
     from conftest import _start
     from pipeline import down
     from rmqclient.producer import Producer

@@ -1,4 +1,4 @@
-"""Partition rules (cluster/netrules.py) against the real iptables, probed with real TCP connections
+"""Partition rules (cluster/net/netrules.py) against the real iptables, probed with real TCP connections
 between addresses of 127.0.77.0/24: listeners on .1 and .2, clients binding .3 and .4. No JVM; needs
 root and iptables. Every test removes its chains in a fixture, so a failing test leaves no rule."""
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Iterator
 
 import pytest
 
-from cluster import netrules
-from cluster.netrules import RunRules
+from cluster.net import netrules
+from cluster.net.netrules import RunRules
 from rmqchaos.errors import UserError
 
 pytestmark = [

@@ -87,8 +87,8 @@ def test_a_partition_blocks_exactly_the_named_links_during_and_none_after(fresh_
         return {(a, b): connects(nodes[a].host, nodes[b].host, nodes[b].ports[0])
                 for a, b in itertools.permutations(nodes, 2)}
 
-    # the monitor's probes of the links this fault names (cluster/monitor.py `links`), both ways
-    from cluster.probe import fault_links, probe as rtt
+    # the monitor's probes of the links this fault names (cluster/watch/monitor.py `links`), both ways
+    from cluster.net.roundtrip import fault_links, probe as rtt
     watched = fault_links(c.scenario.model_copy(update={"faults": [fault]}))
     assert sorted(ln.key for ln in watched) == ["broker-a -> namesrv", "namesrv -> broker-a"]
     # up before the cut: each answers (a just-started namesrv took 286 ms to answer its first probe
@@ -120,7 +120,7 @@ def test_a_partition_blocks_exactly_the_named_links_during_and_none_after(fresh_
     assert [r for r in ours_in_iptables() if r.startswith("-A RMQC-")] == []
     # a cut whose rules something else removed before its stop fails: it did not hold as asked
     from chaos.protocol import FaultError
-    from cluster.netrules import RunRules
+    from cluster.net.netrules import RunRules
     again = kind(FaultContext(c.run, c), fault, kind.Params.model_validate(fault.params))
     again.start()
     assert RunRules(c.run.run_id).remove() == 8

@@ -17,7 +17,7 @@ import yaml
 
 from analysis.judge.figures import value
 from chaos.kinds.power_loss import power_intent
-from cluster.plan import plan
+from cluster.plan.nodes import plan
 from conftest import REPO, RMQCHAOS, cli, run_here
 from helpers import assert_nothing_left
 from pipeline.runs import load_scenario
@@ -90,7 +90,7 @@ def test_the_intent_is_died_cut_off_and_remounted_per_node() -> None:
 
 @pytest.mark.fast
 def test_the_exception_that_ended_a_nodes_start_is_read_from_its_stdout(tmp_path: Path) -> None:
-    from cluster.local import exit_cause
+    from cluster.local.cluster import exit_cause
     assert exit_cause(tmp_path) is None  # no stdout at all
     (tmp_path / "stdout.log").write_text(
         "The broker[broker-a, 127.0.10.13:10919] boot success.\n"

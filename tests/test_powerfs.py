@@ -1,4 +1,4 @@
-"""powerfs (cluster/powerfs.py, powerfs/): a real FUSE mount over a real directory, driven through its
+"""powerfs (cluster/substrate/powerfs.py, powerfs/): a real FUSE mount over a real directory, driven through its
 control socket. After `abort` and `drop` a file reads exactly its synced bytes; an msync arrives as a
 sync; the kernel's dirty pages never reach the layer after the abort; renames and files never synced
 follow docs/powerfs.md; injected fsync/write errors hit matching files only; refusals are one line;
@@ -20,8 +20,8 @@ from typing import Iterator
 
 import pytest
 
-from cluster import powerfs
-from cluster.powerfs import PowerFS
+from cluster.substrate import powerfs
+from cluster.substrate.powerfs import PowerFS
 from rmqchaos.errors import UserError
 from rmqchaos.procs import ProcessLog, alive
 
@@ -303,7 +303,7 @@ def test_refusals_are_one_line(run: Path, tmp_path_factory: pytest.TempPathFacto
 CHILD = """
 import sys, time
 from pathlib import Path
-from cluster.powerfs import PowerFS
+from cluster.substrate.powerfs import PowerFS
 from rmqchaos.procs import ProcessLog
 run = Path(sys.argv[1])
 p = PowerFS.mount(run / "real", run / "mnt", run / "pfs.sock", ProcessLog(run / "processes.jsonl"))

@@ -11,7 +11,7 @@ import pytest
 
 from analysis.report.power_words import disk_error_phrases, power_phrases
 from analysis.replication.redeliveries import rollback_repeats, rollbacks
-from cluster.metadata import forgot, on_disk
+from cluster.stored.metadata import forgot, on_disk
 
 BEFORE = {"topics": ["RMQCHAOS_POWER", "TBW102", "%RETRY%rmqchaos_consumer"], "groups": ["rmqchaos_consumer"],
           "offsets": {"RMQCHAOS_POWER@rmqchaos_consumer": {0: 500, 1: 480, 2: 470}}}

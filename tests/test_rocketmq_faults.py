@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cluster.monitor import TOO_LONG, LogTail, allocate, by_type
+from cluster.watch.monitor import TOO_LONG, LogTail, allocate, by_type
 from conftest import REPO, cli, run_here, write_scenario
 from pipeline.matrix import scenarios as matrix
 from pipeline.runs import load_scenario

@@ -18,7 +18,7 @@ from chaos.kinds import registry
 from chaos.protocol import FaultError
 from chaos.scheduler import FaultScheduler, occurrences
 from cluster.backend import ClusterBackend
-from cluster.probe import named_endpoints, role_candidates
+from cluster.net.roundtrip import named_endpoints, role_candidates
 from pipeline.runs import create_run
 from rmqchaos.spec import SpecError, parse_scenario
 from rmqclient.admin import RemotingError

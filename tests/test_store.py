@@ -1,4 +1,4 @@
-"""cluster/store.py's lookups on planted store files: a record the index does not name (a broker that
+"""cluster/stored/messages.py's lookups on planted store files: a record the index does not name (a broker that
 cut its log back and was sent it again does not index below its index's old end) is found in the
 node's whole log; a key stored nowhere is found nowhere."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from cluster.store import ENTRY, INDEX_HEADER, SLOT, Store, index_hash
+from cluster.stored.messages import ENTRY, INDEX_HEADER, SLOT, Store, index_hash
 from tests.test_failover import commit_log
 
 SLOTS, ENTRIES = 8, 8

@@ -168,7 +168,7 @@ def test_a_clock_fault_on_a_node_not_under_faketime_is_one_line() -> None:
 
 @pytest.mark.fast
 def test_the_clock_control_line_is_one_libfaketime_reads() -> None:
-    from cluster.clock import line
+    from cluster.substrate.clock import line
     assert (line(120), line(-40), line(0.25), line(-3.5, 1.5)) == ("+120.000", "-40.000", "+0.250", "-3.500 x1.500000")
     with pytest.raises(ValueError):
         line(0, 0)
@@ -217,7 +217,7 @@ def test_a_consumer_clock_fault_needs_a_consumer_under_faketime_and_takes_no_rat
 @pytest.mark.fast
 def test_a_control_file_gives_its_offset_and_the_client_log_its_timed_out_requests(tmp_path: Path) -> None:
     from chaos.kinds.clock import timed_out_requests
-    from cluster.clock import offset_of, write
+    from cluster.substrate.clock import offset_of, write
     rc = tmp_path / "consumer-c0.clock.rc"
     assert offset_of(rc) == 0.0  # none yet: the host's time
     write(rc, -90.5)

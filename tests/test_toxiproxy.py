@@ -1,4 +1,4 @@
-"""Link faults through the real Toxiproxy (cluster/toxiproxy.py), measured with real TCP round trips:
+"""Link faults through the real Toxiproxy (cluster/net/toxiproxy.py), measured with real TCP round trips:
 an echo server on 127.0.78.1, a proxy listening on 127.0.78.2 in front of it. Each toxic does what
 it says through the proxy and adds nothing to the direct connection; the server leaves no process
 and no listener behind. No JVM; needs the binary scripts/setup.sh builds when Go is installed."""
@@ -12,8 +12,8 @@ from typing import Iterator
 
 import pytest
 
-from cluster import toxiproxy as tp
-from cluster.toxiproxy import Toxiproxy, measure_rtt
+from cluster.net import toxiproxy as tp
+from cluster.net.toxiproxy import Toxiproxy, measure_rtt
 from rmqchaos.errors import UserError
 from rmqchaos.procs import alive
 

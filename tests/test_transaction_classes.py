@@ -106,7 +106,7 @@ def test_a_lost_timer_stored_only_in_the_wheels_topic_is_lost_in_the_wheel(kept_
     """The store check (analysis/durability/store_check.py) on planted ledgers and a planted store: w1 is stored
     only in rmq_sys_wheel_timer (the wheel never put it into its topic), w2 there and in its topic (put,
     then never delivered), g1 nowhere, p1 (not a timer) in its topic, c1 only past a DLedger replica's
-    truncated log (in no log: cluster/store.py in_log)."""
+    truncated log (in no log: cluster/stored/messages.py in_log)."""
     from analysis.durability.store_check import store_check
     S = "rec string, key string, topic string, outcome string, broker string, status string, end_ms long"
     K = "key string, class string"

@@ -1,13 +1,13 @@
 """RocketMQ versions other than the pinned one, on this JDK: a 5.1.x broker killed -9 restarts over
 its own store (5.1.x frees mapped buffers through sun.nio.ch, which JDK 16+ exports only when asked:
-cluster/plan.py JDK_EXPORTS) and keeps what it stored."""
+cluster/plan/nodes.py JDK_EXPORTS) and keeps what it stored."""
 from __future__ import annotations
 
 import signal
 from pathlib import Path
 
 from conftest import _start, scenario_dict
-from cluster import tools
+from cluster.plan import tools
 from pipeline import down
 from pipeline.check import witness
 from rmqchaos.spec import WitnessCheck

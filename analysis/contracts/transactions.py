@@ -17,7 +17,7 @@ to check-backs: rmqchaos/ledgers.py TXN_FIELDS) and the receive ledger. Each key
   half message and its end) and no check-back resolved it;
 - `discarded`: of those two (never resolved), the ones the broker gave up on after transactionCheckMax
   check-backs: their half is in its TRANS_CHECK_MAX_TIME_TOPIC (looked up in the brokers' stores,
-  cluster/store.py; without a store, or past STORE_LOOKUP_MAX keys, they stay where they were).
+  cluster/stored/messages.py; without a store, or past STORE_LOOKUP_MAX keys, they stay where they were).
 
 A violation outranks timeliness: a key resolved by a check-back is `rolled_back_delivered` or
 `committed_lost` before it is in time or late.
@@ -68,7 +68,7 @@ def transaction_check(send: DataFrame, txn: DataFrame, recv: DataFrame, receive_
                       timeout_ms: int = 6000, interval_ms: int = 30000, store: Any = None) -> dict[str, Any]:
     """{keys, classes {class: keys}, extra_deliveries, checks, checked_after_end,
     checked_after_end_by_second {broker group: [[second stored, second of the last check-back, halves]]},
-    bound_ms, examples}. With `store` (cluster/store.py's), the keys never resolved are looked up in its
+    bound_ms, examples}. With `store` (cluster/stored/messages.py's), the keys never resolved are looked up in its
     discard topic."""
     bound = timeout_ms + interval_ms + SLACK_MS
     # the broker group that stored the half (its first acknowledgement)

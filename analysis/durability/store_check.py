@@ -1,4 +1,4 @@
-"""Whether the lost and indeterminate keys are in the brokers' stores (cluster/store.py): lost in the
+"""Whether the lost and indeterminate keys are in the brokers' stores (cluster/stored/messages.py): lost in the
 store or in delivery, an unanswered send stored after all or not."""
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ STORE_EXAMPLES = 50
 def store_check(send: DataFrame, keys: DataFrame, store: Any, warnings: list[str],
                 delivered: list[str] | None = None) -> dict[str, Any]:
     """Every lost and indeterminate key looked up in the brokers' stores (`store.find(topic, key)`,
-    cluster/store.py): lost -> lost_from_store (in no node's log; of those, lost_truncated: its bytes
+    cluster/stored/messages.py): lost -> lost_from_store (in no node's log; of those, lost_truncated: its bytes
     only past a DLedger replica's log, truncated when it followed a leader that never had it) or
     lost_in_delivery (stored, never delivered; of those, lost_in_wheel: a timer or delay message stored
     only in the broker's scheduled topics, which never put it into its own); indeterminate -> indeterminate_stored (the unanswered send was stored after all and

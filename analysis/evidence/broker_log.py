@@ -18,8 +18,8 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
-from cluster.rmqlog import LINE_TS as _TS
-from cluster.rmqlog import epoch_ms, log_dir
+from cluster.plan.rmqlog import LINE_TS as _TS
+from cluster.plan.rmqlog import epoch_ms, log_dir
 SLOW_PUTS_MAX = 10_000  # slow-put lines kept per broker (a sick broker can write one per put)
 
 PAGECACHERT = re.compile(_TS + r"\[PAGECACHERT\] TotalPut (\d+), PutMessageDistributeTime (.*)$")

@@ -153,7 +153,7 @@ def _commit_max(m: dict[str, Any], node: str) -> int | None:
 
 def replica_catchup(s: dict[str, Any]) -> list[dict[str, Any]]:
     """Each slave a partition fault put behind its master, from the monitor's `commit_max` of both
-    (cluster/monitor.py): {slave, fault_id, max_behind_bytes (during the fault), heal_ms, caught_up_ms
+    (cluster/watch/monitor.py): {slave, fault_id, max_behind_bytes (during the fault), heal_ms, caught_up_ms
     (the first sample from the heal on in which the slave held everything its master had stored at
     the heal; None: never, up to the last sample), caught_up_s}. Nothing for a slave never behind."""
     mon = [m for m in s.get("monitor") or [] if "brokers" in m]

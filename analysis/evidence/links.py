@@ -1,4 +1,4 @@
-"""What the monitor's probes saw on each link a network fault names (cluster/monitor.py `links`):
+"""What the monitor's probes saw on each link a network fault names (cluster/watch/monitor.py `links`):
 per link its round trip each second and the stretches with no answer, for summary.json's `links`
 and the report's links plot (analysis/report/plots.py `plot_links`)."""
 from __future__ import annotations

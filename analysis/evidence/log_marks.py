@@ -73,7 +73,7 @@ def dledger_terms(lines: dict[str, list[tuple[bytes, str, int, int]]]) -> dict[s
 
 def truncations(lines: dict[str, list[tuple[bytes, str, int, int]]]) -> dict[str, list[tuple[int, int]]]:
     """{node: [(truncatePos, maxPos)]}: the log positions a DLedger follower cut when it followed a
-    leader with a shorter log; the bytes stay until written over (cluster/store.py `in_log`)."""
+    leader with a shorter log; the bytes stay until written over (cluster/stored/messages.py `in_log`)."""
     out = {n: [(a, b) for _, k, a, b in ls if k == "truncate"] for n, ls in lines.items()}
     return {n: r for n, r in out.items() if r}
 

@@ -5,7 +5,7 @@ The broker's msgId of a stored message (send ledger `offset_msg_id`, Java's offs
 MessageDecoder.createMessageId (5.5.0): the store host's IPv4 address (4 bytes), its port (4 bytes,
 an int) and the commit-log offset (8 bytes), in upper-case hex; decodeMessageId reads it back the same
 way (32 hex digits: IPv4; 40: IPv6). The store host is BrokerController's storeHost: brokerIP1 and the
-listen port, both in each node's broker.conf (cluster/plan.py). So the first 16 hex digits name the
+listen port, both in each node's broker.conf (cluster/plan/nodes.py). So the first 16 hex digits name the
 node that appended the message, whichever node the group called master at the time.
 """
 from __future__ import annotations

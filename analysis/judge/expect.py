@@ -1,6 +1,6 @@
 """Whether a run reproduced the known bug its scenario's `expect:` block describes
 (rmqchaos/spec/expect.py): every condition on the summary's figures, every probe of the live
-cluster (cluster/probes.py, taken before `down`) and every failover check (on summary.failover,
+cluster (cluster/watch/end_probes.py, taken before `down`) and every failover check (on summary.failover,
 analysis/replication/failover.py) must hold. The result goes into the summary
 (`expect`) and the verdict sentence; a run on a version the bug was reported on that does not
 reproduce it, or one on a fixed version that does, is `as_expected: false`: a failure of the

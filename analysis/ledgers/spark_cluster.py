@@ -18,8 +18,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from cluster.jvm import find_java, java_home
-from cluster.plan import port_in_use
+from cluster.plan.jvm import find_java, java_home
+from cluster.plan.nodes import port_in_use
 from rmqchaos import paths
 from rmqchaos.errors import UserError
 from rmqchaos.procs import ProcessLog, record_spawn, spawn, stop as stop_pid

@@ -56,7 +56,7 @@ def analyze_ledgers(spark: SparkSession, send_files: list[Path], recv_files: lis
                     revive_slack_ms: int = REVIVE_SLACK_MS) -> dict[str, Any]:
     """The reconciliation proper; returns the `counts`, `errors`, `latency_ms`, `series`, `windows`
     parts of summary.json. With out_dir, writes keys.parquet and series.parquet there. With `store`
-    (cluster/store.py's, over the run's broker stores), lost and indeterminate keys are looked up in it.
+    (cluster/stored/messages.py's, over the run's broker stores), lost and indeterminate keys are looked up in it.
     With `brokers` (node -> broker.conf) and the `monitor` samples, the `failover` part
     (analysis/replication/failover.py; None without a replicated group). `ordered`: an ordered load, whose keys get
     the per-key order check (analysis/contracts/order.py; `order` is None otherwise). `txn_files`: a transactional

@@ -4,10 +4,10 @@ was master (election) and until a send was acknowledged on the new master (recov
 it); the seconds in which two nodes of one group acknowledged sends; and where the acknowledged
 messages the group lost are, on every replica's store.
 
-Inputs: the monitor's per-group record in each sample (cluster/monitor.py: `groups.<group>` with
+Inputs: the monitor's per-group record in each sample (cluster/watch/monitor.py: `groups.<group>` with
 `mode`, `master`, `sync_state_set`, `routed_master`, `replicas`), the timeline's fault events (their
 `target`: the node the fault hit), the send ledger (which node stored each ack: analysis/replication/acks.py) and
-the brokers' stores (cluster/store.py). What the run did not see is null with its reason, never a claim.
+the brokers' stores (cluster/stored/messages.py). What the run did not see is null with its reason, never a claim.
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from typing import Any
 from analysis.evidence.findings import NONE, busy_refusals, lasting_outages, outage_seconds
 from analysis.report.verdict import faults_phrase, lost_phrase, settings, share, short_intents
 
-# broker.conf keys that name or place a node, not how it behaves (cluster/plan.py)
+# broker.conf keys that name or place a node, not how it behaves (cluster/plan/nodes.py)
 IDENTITY = ("brokerClusterName", "brokerName", "brokerId", "listenPort", "haListenPort", "namesrvAddr",
             "brokerIP1", "brokerIP2", "bindAddress")
 ARROW = " \u2192 "

@@ -1,4 +1,4 @@
-"""clock: move one node's own clock (a node under libfaketime: cluster.faketime; cluster/clock.py), in
+"""clock: move one node's own clock (a node under libfaketime: cluster.faketime; cluster/substrate/clock.py), in
 Jepsen's clock nemesis terms:
 - a jump: `offset` (± seconds) from `at` on, kept (no `duration`);
 - an offset held for `duration`, then reset to the host's time;

@@ -10,7 +10,7 @@ from typing import Any
 
 from chaos.intent import happened, intent
 from chaos.protocol import FaultError, FaultKind, register
-from cluster.jvm import jvm_command, platform_jar
+from cluster.plan.jvm import jvm_command, platform_jar
 from rmqchaos.spec import Fault, Scenario, role_group
 
 EXIT_FLAG = "-XX:+ExitOnOutOfMemoryError"

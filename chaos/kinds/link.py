@@ -1,5 +1,5 @@
 """link: a slow or broken link between two members (latency with jitter, a bandwidth limit, a
-blackhole, resets) through Toxiproxy, placed by iptables DNAT (cluster/links.py), for `duration`
+blackhole, resets) through Toxiproxy, placed by iptables DNAT (cluster/net/links.py), for `duration`
 or until the load ends. The kernel here has no netem.
 
 `from` is the side that connects (a node, `producers`, `consumers`, `consumer-<id>`), `to` the side
@@ -38,11 +38,11 @@ from chaos.draw import Draw, Topology, dur, seconds
 from chaos.intent import happened, intent, measure, num
 from chaos.kinds.partition import Member
 from chaos.protocol import FaultError, Lasting, LastingKind, register
-from cluster import toxiproxy as tp
-from cluster.conns import established
-from cluster.links import Link, LinkFault, Probe
-from cluster.plan import addresses
-from cluster.probe import PROBE_REQUEST, endpoints, members, read_frame, remoting_port
+from cluster.net import toxiproxy as tp
+from cluster.net.conns import established
+from cluster.net.links import Link, LinkFault, Probe
+from cluster.plan.nodes import addresses
+from cluster.net.roundtrip import PROBE_REQUEST, endpoints, members, read_frame, remoting_port
 from rmqchaos.errors import UserError
 from rmqchaos.spec import Duration, Fault, Scenario
 

@@ -1,12 +1,12 @@
 """partition: cut named groups of nodes and clients apart (Jepsen's partition nemesis) with iptables
-DROP rules in the run's own chain (cluster/netrules.py), for `duration` or until the load ends.
+DROP rules in the run's own chain (cluster/net/netrules.py), for `duration` or until the load ends.
 
 Members are names, never addresses: a node (namesrv, broker-a, broker-a-s, proxy), `producers`
 (the load), `consumers` (every consumer instance) or `consumer-<id>`, or a role (`master-of:<group>`,
 `controller-leader`, the several-node `slaves-of:<group>`, `controller-followers`, and one of a
 group's slaves, `slave-of:<group>#<k>`) resolved to its nodes when the occurrence starts
 (chaos/targets.py; the evidence's `groups` are the resolved names, `asked` the groups as written).
-Each has its own loopback address in the cluster's subnet (cluster/plan.py `addresses`), so the
+Each has its own loopback address in the cluster's subnet (cluster/plan/nodes.py `addresses`), so the
 rules can only name 127.0.0.0/8. Every rule also names a node's listening port, so another cluster
 on the same addresses (other ports) is untouched: a link between a and b is a's connections to b's listeners
 and b's connections to a's. `one_way`: only what the first group sends to the others is dropped
@@ -15,7 +15,7 @@ and b's connections to a's. `one_way`: only what the first group sends to the ot
 Evidence: the rules, and the established connections across the cut when it started and which
 of them were gone when it ended (`ss`). Its intent: the rules the kernel lists in the run's chain
 once they are added and again at the end, against those asked; and the links across the cut (a
-probe on a fresh connection, as the monitor's `links`, cluster/probe.py) that answered just before
+probe on a fresh connection, as the monitor's `links`, cluster/net/roundtrip.py) that answered just before
 it and gave no answer once it was in place. A DROP does not close an open connection (its packets
 are retransmitted until a timeout), so the connections closed by the end are told, not measured."""
 from __future__ import annotations
@@ -31,9 +31,9 @@ from chaos.draw import Draw, Topology, dur, seconds
 from chaos.intent import intent, measure
 from chaos.protocol import FaultError, Lasting, LastingKind, register
 from chaos.targets import resolve_all
-from cluster import netrules
-from cluster.conns import established
-from cluster.probe import cross_pairs, endpoints, members, pair_links, probe_now
+from cluster.net import netrules
+from cluster.net.conns import established
+from cluster.net.roundtrip import cross_pairs, endpoints, members, pair_links, probe_now
 from rmqchaos.errors import UserError
 from rmqchaos.spec import Fault, Scenario, is_role, role_error
 

@@ -23,7 +23,7 @@ from chaos.draw import Draw, Topology, dur, seconds
 from chaos.intent import happened, intent
 from chaos.protocol import BackAfter, ComingBackKind, register
 from chaos.targets import resolve_all
-from cluster.groups import ask_max_offset
+from cluster.watch.groups import ask_max_offset
 from cluster.node import ClusterStartError
 from rmqchaos.spec import Fault, FaultTarget, Scenario, is_role, role_error
 from rmqchaos.progress import say

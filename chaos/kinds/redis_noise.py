@@ -20,7 +20,7 @@ from pydantic import Field
 from chaos.intent import intent, measure
 from chaos.noise import NoiseKind, NoiseParams, require
 from chaos.protocol import register
-from cluster.plan import HOST, plan, port_in_use
+from cluster.plan.nodes import HOST, plan, port_in_use
 from rmqchaos.spec import Fault, Port, Scenario
 from rmqchaos.wait import poll_until
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cluster.compose import HOME, image_tag, rocketmq_home
+from cluster.plan.compose import HOME, image_tag, rocketmq_home
 from cluster.container import engine
 from rmqchaos import paths, rocketmq_dist
 from rmqchaos.errors import UserError

@@ -9,14 +9,14 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from cluster import clock, powerfs
+from cluster.substrate import clock, powerfs
 from cluster.node import Node, NodeMemory
-from cluster.jvm import find_java, jcmd, jvm_command
+from cluster.plan.jvm import find_java, jcmd, jvm_command
 from cluster.local.cgroups import Cgroup
-from cluster.powerfs import PowerFS
-from cluster.plan import (NODE_SYSTEM_PROPERTIES, NodePlan, jvm_options, main_args, port_in_use, proxy_config,
+from cluster.substrate.powerfs import PowerFS
+from cluster.plan.nodes import (NODE_SYSTEM_PROPERTIES, NodePlan, jvm_options, main_args, port_in_use, proxy_config,
                           render_config)
-from cluster.rmqlog import log_dir
+from cluster.plan.rmqlog import log_dir
 from rmqchaos import paths, rocketmq_dist
 from rmqchaos.errors import UserError
 from rmqchaos.procs import ProcRecord, alive, now_ms, record_spawn, send, spawn, stop, wait_gone
@@ -24,7 +24,7 @@ from rmqchaos.progress import say
 from rmqchaos.wait import poll_until
 
 if TYPE_CHECKING:
-    from cluster.local import LocalCluster
+    from cluster.local.cluster import LocalCluster
 
 
 class CgroupMemory(NodeMemory):

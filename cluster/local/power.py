@@ -8,21 +8,21 @@ never reach the layer: tests/test_powerfs.py proves it), SIGKILL it, then let ea
 was never synced, unmount it and mount a fresh one on the same store. The node stays
 down; a restart finds the store as it was at its last syncs. For a broker, what it knew just before
 (topics, groups, consumer offsets, asked) is set against what its store's config files now hold
-(cluster/metadata.py): what a restart will have forgotten.
+(cluster/stored/metadata.py): what a restart will have forgotten.
 """
 from __future__ import annotations
 
 import signal
 from typing import TYPE_CHECKING, Any
 
-from cluster import metadata
-from cluster.powerfs import PowerFS
+from cluster.stored import metadata
+from cluster.substrate.powerfs import PowerFS
 from rmqchaos.errors import UserError
 from rmqclient.admin import RemotingError
 from rmqchaos.procs import now_ms
 
 if TYPE_CHECKING:
-    from cluster.local import LocalCluster
+    from cluster.local.cluster import LocalCluster
     from cluster.local.node import LocalNode
 
 

@@ -132,7 +132,7 @@ class Cluster(Strict):
     ready_timeout: Duration = 120.0
     stop_timeout: Duration = 20.0  # SIGTERM grace: a broker's shutdown hooks take ~5-15 s here
     # Every node and client listens on and connects from its own address in this loopback /24
-    # (cluster/plan.py `addresses`), so that every link is an address pair a partition can name.
+    # (cluster/plan/nodes.py `addresses`), so that every link is an address pair a partition can name.
     subnet: Annotated[str, BeforeValidator(lambda v: _loopback_subnet(v))] = "127.0.10.0/24"
     # Nodes whose store sits on the powerfs layer (docs/powerfs.md): node names, broker group names
     # (every node of the group) or `controllers`. A power_loss, disk_error or disk_slow fault adds the

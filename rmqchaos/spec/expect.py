@@ -3,7 +3,7 @@ reproduces a known bug (scenarios/upstream/). Conditions on named figures of the
 (`lost > 0`), on probes of the live cluster taken before it stops (a topic absent from a node's
 topic config table) and on a fault's failover (no new master within N s of it: summary.failover,
 from the monitor's per-second groups record); the run's verdict is "reproduced" when every condition holds
-(analysis/judge/expect.py evaluates them, cluster/probes.py takes the probes)."""
+(analysis/judge/expect.py evaluates them, cluster/watch/end_probes.py takes the probes)."""
 from __future__ import annotations
 
 import difflib

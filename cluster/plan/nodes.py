@@ -74,7 +74,7 @@ class NodePlan:
     replication: str | None = None  # a replica's group: controller | dledger (Broker.replication)
     powerfs: bool = False  # its store sits on the powerfs layer (cluster.powerfs; docs/powerfs.md)
     powerfs_expire_s: float | None = None  # the layer's durable-by-age (cluster.powerfs_expire)
-    faketime: bool = False  # started under libfaketime: its own clock (cluster.faketime; cluster/clock.py)
+    faketime: bool = False  # started under libfaketime: its own clock (cluster.faketime; cluster/substrate/clock.py)
     faketime_monotonic: bool = False  # its monotonic clock moves too (cluster.faketime_monotonic)
     proxy_conf: dict[str, object] | None = None  # a broker with the proxy inside (proxy.mode local): rmq-proxy.json
 

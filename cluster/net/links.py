@@ -9,7 +9,7 @@ and a server's listeners by iptables DNAT (the `link` fault kind, chaos/kinds/li
   127.0.0.1 (the kernel's choice), so no DNAT rule (which names the client's address) matches it again.
 - Only connections opened after the rules are in place go through the proxy: conntrack keeps an
   established connection's (absent) translation, so a client that keeps its connection is untouched.
-  With `reconnect`, the links' established connections are broken (`ss -K`, cluster/conns.py) once
+  With `reconnect`, the links' established connections are broken (`ss -K`, cluster/net/conns.py) once
   the rules and proxies are in place, so a client that keeps one (every RocketMQ client) reconnects
   through the proxy; and again at stop, once the rules are gone, so it reconnects direct.
 - One toxiproxy-server per run, started by the first link fault and stopped by the last one to stop
@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from cluster import conns, netrules
-from cluster.plan import free_port
-from cluster.toxiproxy import API_HOST, Rtt, Toxic, Toxiproxy, measure_rtt
+from cluster.net import conns, netrules
+from cluster.plan.nodes import free_port
+from cluster.net.toxiproxy import API_HOST, Rtt, Toxic, Toxiproxy, measure_rtt
 from rmqchaos.errors import UserError
 from rmqchaos.loopback import loopback, port
 from rmqchaos.procs import ProcessLog

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from cluster.plan import port_in_use
+from cluster.plan.nodes import port_in_use
 from rmqchaos.errors import UserError
 from rmqchaos.loopback import endpoint, loopback, port
 from rmqchaos.paths import CACHE

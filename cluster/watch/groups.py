@@ -1,5 +1,5 @@
 """The monitor's `groups`: per broker group of the plan, each second, who is master and what each
-replica says of itself (cluster/monitor.py; the format is documented in docs/broker-evidence.md and
+replica says of itself (cluster/watch/monitor.py; the format is documented in docs/broker-evidence.md and
 read by the failover analysis, so keep it as it is):
 
 - `mode`: controller (replicas with enableControllerMode), dledger (enableDLegerCommitLog), classic;
@@ -10,7 +10,7 @@ read by the failover analysis, so keep it as it is):
   monitor's timeout), `role` as the node itself runs (its effective `brokerRole`: the
   ReplicasManager and DLedger's role handler rewrite it on a switch), `max_offset` (runtime info's
   commitLogMaxOffset); controller mode only: `confirm_offset` and `confirm_ms`, the confirm offset
-  the node last sent the controllers in its heartbeat and when (cluster/heartbeats.py: no admin
+  the node last sent the controllers in its heartbeat and when (cluster/watch/heartbeats.py: no admin
   request returns it), null when it sent none in the last HEARTBEAT_FRESH_MS.
 
 The asks all run at once beside the rest of the sample, so a dead node costs the sample nothing and
@@ -23,8 +23,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from cluster.heartbeats import Heartbeat
-from cluster.plan import NodePlan
+from cluster.watch.heartbeats import Heartbeat
+from cluster.plan.nodes import NodePlan
 from rmqclient.admin import AdminClient, RemotingError
 from rmqclient.controllers import ReplicaGroup, sync_state
 

@@ -3,7 +3,7 @@
 `link` fault names, and a probe that any RocketMQ remoting server answers at once.
 
 Shared by the fault kinds (chaos/kinds/partition.py, chaos/kinds/link.py) and the cluster monitor
-(cluster/monitor.py), which probes every such link once a second (its `links` field)."""
+(cluster/watch/monitor.py), which probes every such link once a second (its `links` field)."""
 from __future__ import annotations
 
 import socket
@@ -12,8 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
-from cluster.plan import addresses, plan
-from cluster.toxiproxy import measure_rtt
+from cluster.plan.nodes import addresses, plan
+from cluster.net.toxiproxy import measure_rtt
 from rmqchaos.errors import UserError
 from rmqchaos.spec import Scenario, is_role, role_group
 from rmqclient.frame import Frame, encode_frame

@@ -2,7 +2,7 @@
 its topics, groups, backlog and routes, appended to `monitor/cluster.jsonl` on the run's clock.
 
 Started by `up` as a client process of the run (so `down` reaps it, by PID); `python -m
-cluster.monitor RUN_DIR`. Each sample asks every broker of the plan directly (not through namesrv's
+cluster.watch.monitor RUN_DIR`. Each sample asks every broker of the plan directly (not through namesrv's
 route: a broker that left the route is exactly what must still be seen), and namesrv separately:
 
 - `namesrv`: whether it answers, its topics by type, the broker groups it lists;
@@ -20,7 +20,7 @@ route: a broker that left the route is exactly what must still be seen), and nam
   so far, and per consumer instance its lag on the group's own topics: the queues RocketMQ's
   default allocation (AllocateMessageQueueAveragely) gives it among the group's online clients;
 - `links` (only in a scenario with `partition` or `link` faults): {"<from> -> <to>": rtt_ms or null}
-  for every link those faults name (cluster/probe.py `fault_links`: a partition's cross-group pairs
+  for every link those faults name (cluster/net/roundtrip.py `fault_links`: a partition's cross-group pairs
   where one side listens, a link fault's from -> to), member names as keys: one PROBE_CODE round trip
   on a fresh connection from the client's own address to the server's remoting port, so the fault's
   iptables rules and proxies apply to it; null when nothing answered within 0.5 s. The probes run
@@ -29,9 +29,9 @@ route: a broker that left the route is exactly what must still be seen), and nam
   stretches a sample to about 2 s (a dead one refuses at once);
 - `groups[broker group]`: its mode, master (elected by the controllers, or namesrv's id 0), master
   epoch and SyncStateSet (controller mode), the master namesrv routes to, and each replica's own
-  view: up, role, commit-log max offset (cluster/groups.py; asked concurrently with the rest), and
+  view: up, role, commit-log max offset (cluster/watch/groups.py; asked concurrently with the rest), and
   in controller mode the confirm offset each replica last sent the controllers in its heartbeat
-  (cluster/heartbeats.py: read off lo by a tcpdump the monitor starts as a client of the run;
+  (cluster/watch/heartbeats.py: read off lo by a tcpdump the monitor starts as a client of the run;
   `heartbeat_tap_error` says when it could not).
 
 A sample that cannot ask something records it as null: the monitor never stops the run.
@@ -48,11 +48,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from cluster.groups import GroupSampler
-from cluster.heartbeats import HeartbeatTap
-from cluster.plan import NodePlan, controller_addrs
-from cluster.probe import fault_links, probe_all
-from cluster.rmqlog import line_ms, log_dir
+from cluster.watch.groups import GroupSampler
+from cluster.watch.heartbeats import HeartbeatTap
+from cluster.plan.nodes import NodePlan, controller_addrs
+from cluster.net.roundtrip import fault_links, probe_all
+from cluster.plan.rmqlog import line_ms, log_dir
 from rmqchaos.rundir import RunDir
 from rmqclient.admin import AdminClient, RemotingError
 
@@ -152,7 +152,7 @@ class Monitor:
         self.links = fault_links(s)  # none without network faults: no probes, no `links` field
         self.pool = ThreadPoolExecutor(min(32, len(self.links)), "probe") if self.links else None
         ctl = controller_addrs(s)
-        # the confirm offsets of controller-mode replicas, from their heartbeats (cluster/heartbeats.py);
+        # the confirm offsets of controller-mode replicas, from their heartbeats (cluster/watch/heartbeats.py);
         # started here, in the main thread, which tcpdump dies with
         self.group_sampler = GroupSampler(self.cluster.plans.values(), ctl, ASK_TIMEOUT_S)
         self.tap = HeartbeatTap(ctl, self._spawn_tap) if self.group_sampler.ctl_groups else None

@@ -45,7 +45,7 @@ def find_java() -> tuple[str, int, str]:
 
 
 def jcmd() -> str:
-    """The jcmd beside the java that runs the nodes (reads a JVM's own clock: cluster/clock.py)."""
+    """The jcmd beside the java that runs the nodes (reads a JVM's own clock: cluster/substrate/clock.py)."""
     return str(Path(find_java()[0]).parent / "jcmd")
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from cluster.jvm import classpath, jvm_command
+from cluster.plan.jvm import classpath, jvm_command
 from rmqchaos.errors import UserError
 from rmqchaos.procs import spawn
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import yaml
 
-from cluster.jvm import jvm_command
-from cluster.plan import NODE_SYSTEM_PROPERTIES, NodePlan, jvm_options, main_args, plan, proxy_config, render_config
+from cluster.plan.jvm import jvm_command
+from cluster.plan.nodes import NODE_SYSTEM_PROPERTIES, NodePlan, jvm_options, main_args, plan, proxy_config, render_config
 from rmqchaos.spec import Scenario
 
 IMAGE_REPO = "rmqchaos/rocketmq"
