@@ -26,9 +26,9 @@ def analyze(run_dir: str | Path, master: str | None = None, spark: Any = None) -
     from analysis.ledgers.session import spark_session
     from cluster.plan.nodes import plan
     from cluster.stored.messages import Store
-    from rmqchaos.ledgers import ledger_files
+    from rmqchaos.ledger.schema import ledger_files
     from rmqchaos.progress import say
-    from rmqchaos.rundir import RunDir
+    from rmqchaos.run.rundir import RunDir
     from rmqchaos.spec import Consumers
 
     run = RunDir.open(run_dir)

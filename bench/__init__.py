@@ -11,7 +11,7 @@ import argparse
 
 from bench import analyze, ledger, locust, powerfs, producer
 from bench.load import UNPACED
-from rmqchaos import paths
+from rmqchaos.machine import paths
 
 
 def _rate(v: str) -> float:

@@ -27,7 +27,7 @@ def _driver_peak_mib() -> float | None:
 
 def cmd_bench_analyze(a: argparse.Namespace) -> int:
     """Synthetic ledgers with planted classes, per size: DuckDB's reference classification reading the
-    JSON Lines journals, against seal (JSON → Parquet, rmqchaos/seal.py) + Spark `analyze` reading the
+    JSON Lines journals, against seal (JSON → Parquet, rmqchaos/ledger/seal.py) + Spark `analyze` reading the
     sealed copies, side by side; then (--standalone) the same seal + analyze with a Spark standalone
     cluster of 1 master and 2 workers of 1 core that the benchmark starts and stops."""
     from analysis.ledgers import duckdb_ref, synthetic
@@ -36,7 +36,7 @@ def cmd_bench_analyze(a: argparse.Namespace) -> int:
     from analysis.reconcile.reconcile import analyze_ledgers
     from analysis.ledgers.sealed import read_receive, read_send, seal_all
     from analysis.ledgers.session import spark_session
-    from rmqchaos.seal import sealed_path
+    from rmqchaos.ledger.seal import sealed_path
 
     keys = ("keys", "ok", "lost", "duplicated", "recovered", "failed", "indeterminate", "unexpected",
             "acked", "acked_weak", "attempts", "duplicate_deliveries")

@@ -67,14 +67,14 @@ def _alternating(a: argparse.Namespace) -> int:
 def cmd_bench_ledger(a: argparse.Namespace) -> int:
     """The same Locust load (unpaced, or at --rate) with the send ledger on and off: the ledger's cost as CPU per
     acknowledged message of the load process (whole process, start-up included on both sides). The
-    seal that follows a closed journal (rmqchaos/seal.py, in the pipeline's process, not the
+    seal that follows a closed journal (rmqchaos/ledger/seal.py, in the pipeline's process, not the
     producer's) is timed apart and printed beside it."""
     import resource
 
     if a.alternate:
         return _alternating(a)
-    from rmqchaos.ledgers import ledger_files
-    from rmqchaos.seal import seal_closed
+    from rmqchaos.ledger.schema import ledger_files
+    from rmqchaos.ledger.seal import seal_closed
     seal_cpu: list[tuple[float, int]] = []  # (CPU-s, records) of each ledger-on round's seal
 
     def cpu() -> float:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bench.measure import Sample, measure
 from bench.rounds import TOPIC
-from rmqchaos import paths
+from rmqchaos.machine import paths
 from rmqchaos.errors import UserError
 
 UNPACED = 200_000  # msg/s: above what one load process reaches here, so the load runs as fast as it can
@@ -21,7 +21,7 @@ def load_run_dir(base: Path, cluster_scenario: Path, i: int, messages: int, user
     messages/s in total (UNPACED: as fast as it goes)."""
     import yaml
 
-    from rmqchaos.rundir import RunDir
+    from rmqchaos.run.rundir import RunDir
     from rmqchaos.spec import parse_scenario
     d = yaml.safe_load(cluster_scenario.read_text())
     d.update(name=f"bench{i}", checks={}, consumers=None,

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rmqchaos.errors import UserError
-from rmqchaos.procs import spawn
+from rmqchaos.machine.procs import spawn
 
 
 def per_s(n: int, seconds: float) -> float:

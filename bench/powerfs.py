@@ -32,10 +32,10 @@ from bench.rounds import TOPIC
 from pipeline import down, load, up
 from pipeline.runs import attach_run, create_run, load_scenario, reap_orphans
 from rmqchaos.errors import UserError
-from rmqchaos.journal_read import read_ledger
-from rmqchaos.ledgers import ledger_files
+from rmqchaos.ledger.journal_read import read_ledger
+from rmqchaos.ledger.schema import ledger_files
 from rmqchaos.progress import say
-from rmqchaos.rundir import RunDir
+from rmqchaos.run.rundir import RunDir
 from rmqchaos.spec import dump_scenario
 
 

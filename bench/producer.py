@@ -34,10 +34,11 @@ from cluster.plan.jvm import classpath, grpc_classpath, jvm_command
 from cluster.plan.tools import BENCH_PRODUCER, bench_args, bench_complete
 from pipeline import down, up
 from pipeline.runs import create_run, namesrv_target, reap_orphans
-from rmqchaos import paths, rocketmq_dist
+from rmqchaos.machine import paths
+from rmqchaos.rocketmq import dist as rocketmq_dist
 from rmqchaos.errors import UserError
 from rmqchaos.progress import say
-from rmqchaos.rundir import RunDir
+from rmqchaos.run.rundir import RunDir
 
 
 MODES = ("normal", "ordered", "transactional", "grpc")

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Sequence
 
 from chaos.protocol import FaultError, FaultKind, Lasting, lasting_span
 from cluster.node import Neighbour
-from rmqchaos import diskstats
+from rmqchaos.machine import diskstats
 from rmqchaos.spec import Fault, Scenario
 
 

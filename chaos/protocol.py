@@ -26,7 +26,7 @@ from chaos.draw import Draw, Topology
 from cluster.backend import ClusterBackend
 from cluster.node import Node
 from rmqchaos.errors import UserError
-from rmqchaos.rundir import RunDir
+from rmqchaos.run.rundir import RunDir
 from rmqchaos.spec import Duration, Fault, Scenario, Strict
 
 

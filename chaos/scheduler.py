@@ -32,9 +32,9 @@ from chaos import targets
 from chaos.targets import resolve
 from cluster.backend import ClusterBackend
 from rmqchaos.errors import UserError
-from rmqchaos.procs import now_ms
+from rmqchaos.machine.procs import now_ms
 from rmqchaos.progress import say
-from rmqchaos.rundir import RunDir
+from rmqchaos.run.rundir import RunDir
 from rmqchaos.spec import Fault, is_role
 
 MAX_CONCURRENT = 16

@@ -21,7 +21,7 @@ from cluster.watch.groups import group_plans
 from cluster.plan.nodes import NodePlan
 from rmqchaos.spec import (CONTROLLER_FOLLOWERS, CONTROLLER_LEADER, MASTER_OF, SLAVE_OF, SLAVES_OF, is_role, role_group,
                            slave_index)
-from rmqchaos.wait import poll_until
+from rmqchaos.machine.wait import poll_until
 from rmqclient.admin import RemotingError
 
 RESOLVE_WAIT_S = 10.0  # longer than a kill -9 election (~5 s); a SIGSTOP one takes ~15 s and fails here

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.history import history
-from rmqchaos import paths
+from rmqchaos.machine import paths
 from rmqchaos.errors import UserError
 
 LIST_COLS = (("run_id", "run"), ("scenario", "scenario"), ("rocketmq_version", "rocketmq"),

@@ -12,11 +12,11 @@ from typing import Any, Callable
 from pipeline import analyze, check, down, drain, load, report, up
 from pipeline.runs import cluster_run_dir, create_run, load_scenario, open_cluster_run, reap_orphans
 from pipeline.scenario import run_many
-from rmqchaos import paths
+from rmqchaos.machine import paths
 from rmqchaos.errors import UserError
-from rmqchaos.procs import parse_signal
+from rmqchaos.machine.procs import parse_signal
 from rmqchaos.progress import say
-from rmqchaos.rundir import RunDir
+from rmqchaos.run.rundir import RunDir
 
 
 def _on_sigterm(signum: int, _frame: Any) -> None:

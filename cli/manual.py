@@ -11,10 +11,10 @@ from pathlib import Path
 
 from cluster import get_backend
 from pipeline.runs import namesrv_target
-from rmqchaos import paths
+from rmqchaos.machine import paths
 from rmqchaos.errors import UserError
 from rmqchaos.progress import say
-from rmqchaos.rundir import RunDir
+from rmqchaos.run.rundir import RunDir
 
 MAX_COUNT = 10_000_000
 MAX_TIME_S = 3600.0

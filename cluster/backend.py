@@ -18,11 +18,11 @@ from typing import Mapping, Sequence
 from cluster.node import Neighbour, Node, NodeStatus, ProcNeighbour, same_value
 from cluster.plan.nodes import NodePlan, controller_addrs, plan
 from cluster.plan.tools import ToolResult
-from rmqchaos import paths
+from rmqchaos.machine import paths
 from rmqchaos.errors import UserError
-from rmqchaos.rundir import RunDir
+from rmqchaos.run.rundir import RunDir
 from rmqchaos.spec import Scenario
-from rmqchaos.wait import poll_until
+from rmqchaos.machine.wait import poll_until
 from rmqclient.admin import AdminClient, RemotingError
 from rmqclient.controllers import ReplicaGroup, controller_leader, sync_state
 

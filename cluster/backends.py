@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from cluster.backend import ClusterBackend
 from rmqchaos.errors import UserError
-from rmqchaos.rundir import RunDir
+from rmqchaos.run.rundir import RunDir
 
 def get_backend(run: RunDir) -> ClusterBackend:
     """The cluster of `run`: its own, or, for a run attached to another run's cluster (state.json
@@ -29,7 +29,7 @@ def reap_lost_runs() -> list[str]:
     from cluster.substrate import powerfs
     from cluster.container.cluster import reap_lost_containers
     from cluster.local.orphans import reap_lost_runs as local_lost
-    from rmqchaos.rundir import lost_run_ids, registry_dir
+    from rmqchaos.run.rundir import lost_run_ids, registry_dir
     done = reap_lost_containers(lost_run_ids()) + local_lost()  # containers first: local_lost forgets the ids
     done += powerfs.reap_lost()  # mounts whose server died or whose run directory is gone
     from cluster.local.orphans import has_processes

@@ -13,8 +13,8 @@ from typing import Sequence
 from cluster.plan.nodes import NodePlan
 from cluster.substrate.powerfs import PowerFS
 from rmqchaos.errors import UserError
-from rmqchaos.procs import starttime, stop as stop_pid
-from rmqchaos.rundir import RunDir
+from rmqchaos.machine.procs import starttime, stop as stop_pid
+from rmqchaos.run.rundir import RunDir
 
 
 class ClusterStartError(UserError):

@@ -23,11 +23,12 @@ from typing import Callable
 
 from cluster.substrate import clock
 from cluster.plan.jvm import classpath, grpc_classpath, jcmd, jvm_command
-from rmqchaos import paths, serving
+from rmqchaos.machine import paths
+from rmqchaos.run import serving
 from rmqchaos.errors import UserError
 from rmqchaos.progress import say
-from rmqchaos.procs import ProcessLog, ProcRecord, alive, spawn, starttime, stop
-from rmqchaos.wait import poll_until
+from rmqchaos.machine.procs import ProcessLog, ProcRecord, alive, spawn, starttime, stop
+from rmqchaos.machine.wait import poll_until
 
 #: how a consumer process is started: (node name, cmd, cwd=, stdout=, stderr=, new_session=) -> Popen. The
 #: cluster backend's `spawn_client` records it for reaping; by hand without a run, plain `spawn`.
@@ -91,7 +92,7 @@ class JavaConsumer:
         self.log_file = self.workdir / f"consumer-{opts.consumer_id}.log"
         self.out_file = self.workdir / f"consumer-{opts.consumer_id}.out"  # stdout: the stop summary
         # which brokers serve its pulls (or its receives through the proxy), rewritten by the Java side
-        # (rmqchaos/serving.py reads it)
+        # (rmqchaos/run/serving.py reads it)
         self.serving_file = serving.status_path(self.workdir, opts.consumer_id)
         self.clock_file = self.workdir / f"consumer-{opts.consumer_id}.{clock.CONTROL}"  # opts.faketime
         self.summary: dict | None = None

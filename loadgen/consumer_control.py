@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.consumer import JavaConsumer
-from rmqchaos.ledgers import receive_ledger_path
-from rmqchaos.procs import alive, now_ms
+from rmqchaos.ledger.schema import receive_ledger_path
+from rmqchaos.machine.procs import alive, now_ms
 from rmqchaos.progress import say
-from rmqchaos.rundir import RunDir
-from rmqchaos.wait import poll_until
+from rmqchaos.run.rundir import RunDir
+from rmqchaos.machine.wait import poll_until
 
 GONE_WAIT_S = 10.0  # a SIGKILLed JVM is gone in well under a second; SIGTERM runs its shutdown hook
 

@@ -15,11 +15,11 @@ import gevent.event
 
 from loadgen.policies import accepted, run_policy
 from loadgen.transactions import TransactionApp
-from rmqchaos import body as msgbody
-from rmqchaos import producer_control as pc
-from rmqchaos.journal_write import DRAIN_S, LedgerWriter
-from rmqchaos.ledger_lines import SendLines
-from rmqchaos.ledgers import DUE_SEP, ORDER_SEP, send_ledger_path, txn_ledger_path
+from rmqchaos.ledger import body as msgbody
+from rmqchaos.run import producer_control as pc
+from rmqchaos.ledger.journal_write import DRAIN_S, LedgerWriter
+from rmqchaos.ledger.lines import SendLines
+from rmqchaos.ledger.schema import DUE_SEP, ORDER_SEP, send_ledger_path, txn_ledger_path
 from rmqchaos.progress import say
 from rmqchaos.spec import Load
 from rmqclient.producer import MessageQueue, Producer, SendResult
@@ -74,7 +74,7 @@ class LoadContext:
                                   key_prefix=self.key_base) if self.load.transaction else None
         self.group = group
         self.producer = self._new_producer()
-        # the producer_crash fault (rmqchaos/producer_control.py): crashes so far, and whether it is up
+        # the producer_crash fault (rmqchaos/run/producer_control.py): crashes so far, and whether it is up
         self.generation = 0
         self._up = gevent.event.Event()
         self._up.set()
@@ -93,7 +93,7 @@ class LoadContext:
         self.attempts = 0
         self.accepted = 0
         self._attempt_ids = itertools.count(1)
-        # the payload that fills each self-verifying body (rmqchaos/body.py) up to message_size
+        # the payload that fills each self-verifying body (rmqchaos/ledger/body.py) up to message_size
         self.filler = os.urandom(self.load.message_size // 2 + 1).hex()[: self.load.message_size].encode()
         self.backup_topic = self.load.backup_topic()
         self._streams = itertools.count()  # an ordered load's message streams (Locust users), new_stream()
@@ -164,12 +164,12 @@ class LoadContext:
 
     def send_message(self, seq: int, intended_s: float, shard: tuple[str, int] | None = None) -> list[SendResult]:
         """One business message: any queue; or with `shard` (sharding key, its sequence number) the key's
-        queue, its key `<sharding key>~<number>` (rmqchaos/ledgers.py ORDER_SEP)."""
+        queue, its key `<sharding key>~<number>` (rmqchaos/ledger/schema.py ORDER_SEP)."""
         self._up.wait()  # a crashed application sends nothing until it is back
         gen = self.generation
         key = f"{shard[0]}{ORDER_SEP}{shard[1]}" if shard else f"{self.key_base}{seq}"
         props = None
-        if self.load.timer is not None:  # scheduled: due at a time the key records (rmqchaos/ledgers.py DUE_SEP)
+        if self.load.timer is not None:  # scheduled: due at a time the key records (rmqchaos/ledger/schema.py DUE_SEP)
             key, props = self._timer(key)
         body = msgbody.encode(key, self.producer_id, seq, self.filler, self.load.message_size)
         intended_ms = int(intended_s * 1000)

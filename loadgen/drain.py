@@ -13,13 +13,13 @@ from cluster.backend import ClusterBackend
 from cluster.plan.nodes import addresses
 from loadgen import grpc_load
 from loadgen.consumer import ConsumerOptions, GrpcOptions, JavaConsumer
-from rmqchaos import paths
+from rmqchaos.machine import paths
 from rmqchaos.errors import UserError
-from rmqchaos.ledgers import ledger_files, receive_ledger_path
-from rmqchaos.procs import now_ms
+from rmqchaos.ledger.schema import ledger_files, receive_ledger_path
+from rmqchaos.machine.procs import now_ms
 from rmqchaos.progress import say
-from rmqchaos.rundir import RunDir
-from rmqchaos.seal import seal_closed
+from rmqchaos.run.rundir import RunDir
+from rmqchaos.ledger.seal import seal_closed
 from rmqchaos.spec import ConsumerInstance, Scenario
 from rmqclient.admin import RemotingError
 

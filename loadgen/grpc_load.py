@@ -15,8 +15,8 @@ from pathlib import Path
 
 from cluster.backend import ClusterBackend
 from cluster.plan.jvm import grpc_classpath, jvm_command
-from rmqchaos.ledgers import send_ledger_path
-from rmqchaos.rundir import RunDir
+from rmqchaos.ledger.schema import send_ledger_path
+from rmqchaos.run.rundir import RunDir
 from rmqchaos.spec import Scenario
 
 MAIN = "io.rmqchaos.GrpcProducer"

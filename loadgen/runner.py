@@ -30,10 +30,10 @@ from loadgen.context import LoadContext, LoadPlan
 from loadgen.user import ProducerUser
 from rmqchaos.errors import UserError
 from rmqchaos.progress import say
-from rmqchaos.procs import spawn
-from rmqchaos.rundir import RunDir
+from rmqchaos.machine.procs import spawn
+from rmqchaos.run.rundir import RunDir
 from rmqchaos.spec.timing import level_ms
-from rmqchaos.wait import poll_until
+from rmqchaos.machine.wait import poll_until
 
 STOP_GRACE_S = 30.0  # after the deadline: in-flight attempts end within their timeouts
 

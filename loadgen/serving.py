@@ -1,5 +1,5 @@
 """The serving gate: no fault before every consumer group has been served by every broker of its
-topics, within SERVE_BOUND_S of the consumers' start (rmqchaos/serving.py). A remoting group by every
+topics, within SERVE_BOUND_S of the consumers' start (rmqchaos/run/serving.py). A remoting group by every
 master (a pull answered with messages or with no new message, from the master's address); a POP
 group, read through the proxy, by every broker group its topics route to (a receive answered with
 messages that broker group popped, or with "no new message" to a receive that asked it: docs/grpc.md).
@@ -23,12 +23,12 @@ from typing import Any, Callable
 
 from cluster.backend import ClusterBackend
 from loadgen.consumer import JavaConsumer
-from rmqchaos import serving
+from rmqchaos.run import serving
 from rmqchaos.errors import UserError
-from rmqchaos.procs import now_ms
+from rmqchaos.machine.procs import now_ms
 from rmqchaos.progress import say
-from rmqchaos.rundir import RunDir
-from rmqchaos.wait import poll_until
+from rmqchaos.run.rundir import RunDir
+from rmqchaos.machine.wait import poll_until
 from rmqchaos.spec import Scenario
 
 POLL_S = 0.1  # the Java side rewrites its status within 0.1 s of a broker's first served pull

@@ -1,6 +1,6 @@
 """The application side of a transactional load (load.transaction, issue 50): what it decides for each
 half message, when, and what it answers the broker's check-backs, each decision recorded in the
-transaction ledger (rmqchaos/ledgers.py TXN_FIELDS) as it is made.
+transaction ledger (rmqchaos/ledger/schema.py TXN_FIELDS) as it is made.
 
 The decision for a key is drawn from the mix by the key's own hash, so a run's mix does not depend
 on timing, and the same key gets the same decision in a re-run."""
@@ -13,7 +13,7 @@ from typing import Any
 
 import gevent
 
-from rmqchaos.journal_write import LedgerWriter
+from rmqchaos.ledger.journal_write import LedgerWriter
 from rmqchaos.spec import Transaction
 
 

@@ -26,12 +26,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from rmqchaos import paths
+from rmqchaos.machine import paths
 from rmqchaos.errors import UserError
-from rmqchaos.procs import ProcessLog, alive, record_spawn, send, spawn, starttime, stop as stop_pid
-from rmqchaos.procs import wait_gone as pids_gone
+from rmqchaos.machine.procs import ProcessLog, alive, record_spawn, send, spawn, starttime, stop as stop_pid
+from rmqchaos.machine.procs import wait_gone as pids_gone
 from rmqchaos.progress import say
-from rmqchaos.wait import poll_until
+from rmqchaos.machine.wait import poll_until
 
 POOL = "rmqchaos_cluster"  # the DAGs' cluster tasks run in it (dags/rmqchaos_tasks.py)
 USER = "admin"

@@ -8,10 +8,10 @@ from typing import Any
 from cluster.plan.jvm import find_java, java_home
 from pipeline.runs import as_run
 from pipeline.stage import stage
-from rmqchaos import paths
-from rmqchaos.ledgers import ledger_files
+from rmqchaos.machine import paths
+from rmqchaos.ledger.schema import ledger_files
 from rmqchaos.progress import say
-from rmqchaos.rundir import RunDir
+from rmqchaos.run.rundir import RunDir
 
 
 def run(run_dir: str | Path | RunDir, master: str | None = None) -> dict[str, Any]:

@@ -9,7 +9,7 @@ the repeats, and a version no run could tell for stops the search with one line 
 
 Which versions: the released 5.x versions in the range, in order. A release Maven does not serve
 whole runs mixed when what it lacks is a client-side program, namesrv or the proxy (an older or the
-pinned release's stands in: rmqchaos/rocketmq_dist.py), and says so in one line; one whose broker,
+pinned release's stands in: rmqchaos/rocketmq/dist.py), and says so in one line; one whose broker,
 store or controller does not resolve, or on which the scenario does not validate, is skipped with
 one line."""
 from __future__ import annotations
@@ -59,7 +59,7 @@ def versions_in(spec: str) -> tuple[list[str], list[str], list[str]]:
         for v in asked:
             if v not in RELEASED:
                 raise UserError(f"--versions {spec}: {v} is not a 5.x release", f"releases: {', '.join(RELEASED)}")
-    from rmqchaos.rocketmq_dist import CORE
+    from rmqchaos.rocketmq.dist import CORE
 
     def lacks(v: str) -> tuple[str, ...]:
         return tuple(m for m in RELEASED[v] if m in CORE)
@@ -206,7 +206,7 @@ def bisect_scenario(scenario: str | Path, versions: str = "5.1.0..5.5.0", repeat
     from pipeline.corpus import _name
     from pipeline.runs import default_run_dir, load_scenario
     from pipeline.scenario import run_scenario
-    from rmqchaos import rocketmq_dist
+    from rmqchaos.rocketmq import dist as rocketmq_dist
     from rmqchaos.progress import say
 
     if not 1 <= repeats <= 20:

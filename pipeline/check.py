@@ -12,9 +12,9 @@ from cluster.backend import ClusterBackend
 from pipeline.runs import as_run
 from pipeline.stage import stage
 from rmqchaos.errors import UserError
-from rmqchaos.procs import now_ms
+from rmqchaos.machine.procs import now_ms
 from rmqchaos.progress import say
-from rmqchaos.rundir import RunDir
+from rmqchaos.run.rundir import RunDir
 from rmqchaos.spec import WitnessCheck
 from rmqclient.admin import RemotingError
 

@@ -21,7 +21,7 @@ from pipeline import gates, maxrate, prerelease
 from pipeline.matrix import failures
 from pipeline.runs import as_run, default_run_dir
 from rmqchaos.errors import UserError
-from rmqchaos.rundir import RunDir
+from rmqchaos.run.rundir import RunDir
 
 #: busy answers per attempt the candidate may exceed the baseline by: two healthy runs of a few
 #: thousand attempts differ by a handful of busy answers, which is not a regression

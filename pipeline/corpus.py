@@ -14,7 +14,8 @@ import yaml
 
 from analysis.report import corpus as judged
 from pipeline.runs import as_run, create_run, default_run_dir, load_scenario, reap_orphans
-from rmqchaos import paths, rocketmq_dist
+from rmqchaos.machine import paths
+from rmqchaos.rocketmq import dist as rocketmq_dist
 from rmqchaos.errors import UserError
 from rmqchaos.spec import read_text
 from rmqchaos.spec.expect import Expect

@@ -11,7 +11,7 @@ from pipeline import slot
 from pipeline.runs import as_run
 from pipeline.stage import stage
 from rmqchaos.progress import say
-from rmqchaos.rundir import RunDir
+from rmqchaos.run.rundir import RunDir
 
 
 #: SIGTERM, then SIGKILL after this long. Past the drain nothing the analysis reads needs a broker's
@@ -53,7 +53,7 @@ def _probe(r: RunDir, c: ClusterBackend) -> None:
 def all_runs() -> list[RunDir]:
     """`cluster down --all`: every registered run brought down (and what lost runs left, reaped)."""
     from cluster import reap_lost_runs
-    from rmqchaos.rundir import registered_runs
+    from rmqchaos.run.rundir import registered_runs
     for line in reap_lost_runs():
         say(line)
     out = []
@@ -64,7 +64,7 @@ def all_runs() -> list[RunDir]:
 
 
 def registered() -> set[Path]:
-    from rmqchaos.rundir import registered_runs
+    from rmqchaos.run.rundir import registered_runs
     return {r.path for r in registered_runs()}
 
 
@@ -72,7 +72,7 @@ def owned(but: Collection[Path] = ()) -> list[RunDir]:
     """Every registered run this process owns (but those in `but`), brought down: a DAG run stopped
     before its `down` tasks ran (`dag.test` runs every task in this process, and a run's cluster
     outlives its `up` task)."""
-    from rmqchaos.rundir import registered_runs
+    from rmqchaos.run.rundir import registered_runs
     out = []
     for r in registered_runs():
         try:

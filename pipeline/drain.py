@@ -12,9 +12,9 @@ from cluster import get_backend
 from loadgen.drain import dead_groups, drain, group_lag, settle_of, started_consumers, stop_consumers
 from pipeline.runs import as_run
 from pipeline.stage import stage
-from rmqchaos.procs import now_ms
+from rmqchaos.machine.procs import now_ms
 from rmqchaos.progress import say
-from rmqchaos.rundir import RunDir
+from rmqchaos.run.rundir import RunDir
 from rmqchaos.spec.timing import max_due_after_s
 
 

@@ -23,7 +23,7 @@ from chaos.kinds import registry
 from pipeline.explored import judge, kept, lines
 from pipeline.runs import default_run_dir, load_scenario
 from pipeline.stage import error_line
-from rmqchaos import paths
+from rmqchaos.machine import paths
 from rmqchaos.errors import UserError
 from rmqchaos.progress import say
 

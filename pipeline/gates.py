@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from pipeline.runs import as_run
 from rmqchaos.errors import UserError
-from rmqchaos.rundir import RunDir
+from rmqchaos.run.rundir import RunDir
 
 
 def _busy_rate(s: dict[str, Any]) -> float | None:

@@ -12,11 +12,11 @@ from loadgen.drain import run_loadgen, start_consumers, stop_consumers
 from loadgen.serving import gate
 from pipeline.runs import as_run
 from pipeline.stage import stage
-from rmqchaos import diskstats
+from rmqchaos.machine import diskstats
 from rmqchaos.errors import UserError
-from rmqchaos.procs import now_ms
+from rmqchaos.machine.procs import now_ms
 from rmqchaos.progress import say
-from rmqchaos.rundir import RunDir
+from rmqchaos.run.rundir import RunDir
 
 
 def run(run_dir: str | Path | RunDir, ledger: bool | None = None) -> dict[str, Any]:

@@ -13,9 +13,9 @@ from analysis.history.regress import flag_line
 from analysis.judge.signature import missed
 from pipeline import trends
 from pipeline.runs import as_run, create_run, load_scenario, reap_orphans
-from rmqchaos import paths
+from rmqchaos.machine import paths
 from rmqchaos.errors import UserError
-from rmqchaos.rundir import RunDir
+from rmqchaos.run.rundir import RunDir
 from rmqchaos.spec import Scenario, read_text
 
 NIGHTLY = paths.REPO / "scenarios" / "nightly.yaml"

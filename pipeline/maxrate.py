@@ -20,7 +20,7 @@ from pipeline import load, prerelease
 from pipeline.runs import as_run, attach_run
 from rmqchaos.errors import UserError
 from rmqchaos.progress import say
-from rmqchaos.rundir import RunDir
+from rmqchaos.run.rundir import RunDir
 
 #: the Param's keys: default, lowest, highest (a bound of None: open), whole number
 KEYS: dict[str, tuple[float, float, float | None, bool]] = {

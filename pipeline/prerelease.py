@@ -8,8 +8,8 @@ from typing import Any
 import yaml
 
 from pipeline.runs import create_run, default_run_dir
-from rmqchaos import paths
-from rmqchaos.rundir import RunDir
+from rmqchaos.machine import paths
+from rmqchaos.run.rundir import RunDir
 
 DEFAULT_BASE = paths.REPO / "scenarios" / "prerelease.yaml"
 

@@ -10,8 +10,8 @@ from pipeline import trends
 from pipeline.runs import as_run
 from pipeline.stage import stage
 from rmqchaos.errors import UserError
-from rmqchaos.rundir import RunDir
-from rmqchaos.stagetimes import time_by_stage, time_line
+from rmqchaos.run.rundir import RunDir
+from rmqchaos.run.stagetimes import time_by_stage, time_line
 
 
 def run(run_dir: str | Path | RunDir, history: bool = False) -> dict[str, Any]:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from chaos.kinds import registry
 from cluster import get_backend, reap_lost_runs
-from rmqchaos import paths
+from rmqchaos.machine import paths
 from rmqchaos.errors import UserError
 from rmqchaos.progress import say
-from rmqchaos.rundir import RunDir, registered_runs
+from rmqchaos.run.rundir import RunDir, registered_runs
 from rmqchaos.spec import Scenario
 from rmqchaos.spec import load_scenario as _load
 

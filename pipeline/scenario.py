@@ -23,7 +23,7 @@ from pipeline.runs import create_run, load_scenario, reap_orphans
 from pipeline.stage import error_line
 from rmqchaos.errors import UserError
 from rmqchaos.progress import say
-from rmqchaos.rundir import RunDir
+from rmqchaos.run.rundir import RunDir
 
 #: the stages before `down`, in order; each is `run(run_dir) -> small result`
 BEFORE_DOWN: tuple[tuple[str, Callable[[RunDir], object]], ...] = (

@@ -20,9 +20,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from rmqchaos import paths
-from rmqchaos.procs import now_ms
-from rmqchaos.rundir import RunDir
+from rmqchaos.machine import paths
+from rmqchaos.machine.procs import now_ms
+from rmqchaos.run.rundir import RunDir
 
 STALE_S = 1800.0  # a run that took the slot and then never started (its DAG run was cancelled)
 

@@ -14,8 +14,8 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from rmqchaos.errors import UserError
-from rmqchaos.procs import now_ms, starttime
-from rmqchaos.rundir import RunDir
+from rmqchaos.machine.procs import now_ms, starttime
+from rmqchaos.run.rundir import RunDir
 
 
 def error_line(e: BaseException) -> str:

@@ -10,9 +10,9 @@ from typing import Any
 from analysis.history import history
 from analysis.history.regress import Rule, regressions
 from pipeline.runs import as_run
-from rmqchaos import paths
+from rmqchaos.machine import paths
 from rmqchaos.errors import UserError
-from rmqchaos.rundir import RunDir
+from rmqchaos.run.rundir import RunDir
 
 
 def _history(run_dirs: list[str | Path | RunDir], db: str | Path | None

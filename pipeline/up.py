@@ -7,7 +7,7 @@ from typing import Any
 from cluster import get_backend
 from pipeline.runs import as_run
 from pipeline.stage import stage
-from rmqchaos.rundir import RunDir
+from rmqchaos.run.rundir import RunDir
 
 
 def run(run_dir: str | Path | RunDir) -> dict[str, Any]:

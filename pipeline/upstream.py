@@ -21,7 +21,7 @@ import yaml
 from analysis.judge.anomalies import CHECKS, anomalies
 from cluster.plan.rmqlog import log_dir
 from pipeline.runs import as_run
-from rmqchaos import paths
+from rmqchaos.machine import paths
 from rmqchaos.errors import UserError
 
 OUT_DIR = paths.REPO / "docs" / "upstream-reports"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from cluster.substrate.powerfs import PowerFS  # noqa: E402
-from rmqchaos.procs import ProcessLog  # noqa: E402
+from rmqchaos.machine.procs import ProcessLog  # noqa: E402
 
 REC, SYNC_EVERY = 1024, 16 * 1024
 

@@ -57,13 +57,13 @@ if ! stamp_ok .venv/.setup-stamp "$venv_key" || [ ! -x .venv/bin/python ]; then
 fi
 
 # --- RocketMQ jars (pinned in pom.xml) + the platform's Java module, built against that version ---
-# rmqchaos/rocketmq_dist.py: the one Maven resolution (any other version resolves the same way on first use)
+# rmqchaos/rocketmq/dist.py: the one Maven resolution (any other version resolves the same way on first use)
 RMQ_VERSION=${ROCKETMQ_VERSION:-$(sed -n 's:.*<rocketmq.version>\(.*\)</rocketmq.version>.*:\1:p' pom.xml | head -1)}
-.venv/bin/python -m rmqchaos.rocketmq_dist "$RMQ_VERSION" >/dev/null || exit 1  # its error is one line
+.venv/bin/python -m rmqchaos.rocketmq.dist "$RMQ_VERSION" >/dev/null || exit 1  # its error is one line
 # and the versions the upstream-bug corpus runs on (scenarios/upstream/: each names its own), so the
 # corpus validates against each version's own jars without a first-use wait (~100 s each, once)
 for v in $(sed -n 's/^ *rocketmq_version: *\([0-9][0-9.]*\).*/\1/p' scenarios/upstream/*.yaml | sort -u); do
-  .venv/bin/python -m rmqchaos.rocketmq_dist "$v" >/dev/null || exit 1
+  .venv/bin/python -m rmqchaos.rocketmq.dist "$v" >/dev/null || exit 1
 done
 
 # --- LD_PRELOAD shim that keeps every listener of our JVMs on loopback ---
@@ -73,12 +73,12 @@ if [ ! -f "$SHIM" ] || [ cluster/native/loopback_bind.c -nt "$SHIM" ]; then
   mkdir -p .cache/native
   gcc -O2 -Wall -shared -fPIC -o "$SHIM" cluster/native/loopback_bind.c -ldl
 fi
-# --- the send ledger's lines in C (rmqchaos/ledger_lines.py; without it, the same bytes from Python) ---
-EXT=rmqchaos/_send_lines$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
-if [ ! -f "$EXT" ] || [ rmqchaos/native/send_lines.c -nt "$EXT" ]; then
+# --- the send ledger's lines in C (rmqchaos/ledger/lines.py; without it, the same bytes from Python) ---
+EXT=rmqchaos/ledger/_send_lines$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+if [ ! -f "$EXT" ] || [ rmqchaos/ledger/native/send_lines.c -nt "$EXT" ]; then
   say "building $EXT"
   gcc -O2 -Wall -shared -fPIC -I"$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
-      -o "$EXT" rmqchaos/native/send_lines.c || die "could not build $EXT (gcc and Python's headers)"
+      -o "$EXT" rmqchaos/ledger/native/send_lines.c || die "could not build $EXT (gcc and Python's headers)"
 fi
 # --- Toxiproxy for link faults (latency, bandwidth, blackhole, reset: there is no netem here), built from
 #     the Go module proxy; without Go, link faults refuse with one line and everything else works ---

@@ -7,7 +7,7 @@ import socket
 from pathlib import Path
 
 from cluster.local import cgroups
-from rmqchaos.procs import alive
+from rmqchaos.machine.procs import alive
 
 
 def started(run_dir: Path) -> list[tuple[str, int, int]]:

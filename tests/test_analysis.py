@@ -17,7 +17,7 @@ from analysis.reconcile.reconcile import analyze_ledgers
 from analysis.ledgers.session import spark_session
 from analysis.report.report import verdict
 from analysis.report.verdict import busy_phrase
-from rmqchaos.seal import LedgerError
+from rmqchaos.ledger.seal import LedgerError
 from tests.conftest import REPO, cli, load_run
 from tests.helpers import CHROMIUM_FLAGS, chromium, rendered_verdicts
 from tests.test_client import consume_all
@@ -204,7 +204,7 @@ def test_fault_free_real_run_reports_zero_lost_zero_duplicated(real_run) -> None
     # the Java consumer writes the ledger's schema, field for field; each delivery served by its group's
     # master (the only node of each group here): the address its pull went to
     from cluster import get_backend
-    from rmqchaos.ledgers import RECEIVE_KEYS
+    from rmqchaos.ledger.schema import RECEIVE_KEYS
     recv = [json.loads(x) for f in (real_run.path / "ledgers").glob("receive-*.jsonl") for x in f.read_text().splitlines()]
     assert recv and {tuple(r) for r in recv} == {RECEIVE_KEYS}
     addr = {p.broker_name: p.addr for p in get_backend(real_run).plans.values() if p.is_broker}
@@ -230,10 +230,10 @@ def test_store_check_and_self_verifying_bodies_on_the_real_cluster(real_run, clu
       broker said it stored it; an acknowledgement planted for a message never sent: lost_from_store;
     - deliveries crafted through the real broker and the Java consumer: a copy of a sent key with no
       KEYS property but an intact body is counted for its key (properties_damaged, not unexpected); a
-      body with a flipped byte is body_damaged; the consumer's verdicts equal rmqchaos.body.check's."""
+      body with a flipped byte is body_damaged; the consumer's verdicts equal rmqchaos.ledger.body.check's."""
     from cluster.stored.messages import Store
-    from rmqchaos import body
-    from rmqchaos.ledgers import intent_record, outcome_record
+    from rmqchaos.ledger import body
+    from rmqchaos.ledger.schema import intent_record, outcome_record
     from rmqclient.producer import Producer
     d = tmp_path / "ledgers"
     shutil.copytree(real_run.path / "ledgers", d)
@@ -295,7 +295,7 @@ def test_store_check_and_self_verifying_bodies_on_the_real_cluster(real_run, clu
 def test_same_counts_on_a_standalone_spark_cluster_that_stops_leaving_nothing(real_run, tmp_path: Path) -> None:
     """`rmqchaos spark up` (1 master, 2 workers of 1 core, on 127.0.0.1), `analyze --master spark://…`
     on the real run, the same summary counts as local[*]; `spark down` ends every process it started."""
-    from rmqchaos.procs import alive
+    from rmqchaos.machine.procs import alive
     local = json.loads((real_run.path / "analysis" / "summary.json").read_text())
     run = tmp_path / "run"
     shutil.copytree(real_run.path, run, ignore=shutil.ignore_patterns("analysis"))

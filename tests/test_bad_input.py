@@ -70,7 +70,7 @@ def test_a_disk_too_full_for_a_broker_is_one_line_before_anything_starts(tmp_pat
 
 @pytest.mark.fast
 def test_full_disk_thresholds_are_rocketmqs() -> None:
-    from rmqchaos.diskstats import full_disk_error
+    from rmqchaos.machine.diskstats import full_disk_error
     assert full_disk_error("/x", 0.84) is None
     e85, e90 = full_disk_error("/x", 0.86), full_disk_error("/x", 0.93)
     assert e85 is not None and "86% full" in e85.message and "delete their oldest commit log files at once above 85%" \

@@ -8,7 +8,7 @@ import pytest
 
 from cluster.stored.messages import index_hash
 from rmqclient.record import MAGIC_V1, decode, java_hash, properties
-from rmqchaos import body
+from rmqchaos.ledger import body
 
 pytestmark = pytest.mark.fast
 

@@ -9,7 +9,7 @@ import yaml
 
 from chaos.kinds import registry
 from pipeline import drain, load
-from rmqchaos.procs import alive
+from rmqchaos.machine.procs import alive
 from tests.conftest import REPO, cli, load_run, write_scenario
 from tests.helpers import rendered_verdicts
 from tests.test_load import ledgers

@@ -15,7 +15,7 @@ from analysis.ledgers.rules import BUSY_PREFIXES
 from loadgen.consumer import ConsumerOptions, JavaConsumer, read_deliveries
 from rmqclient.admin import AdminClient
 from rmqclient.producer import Producer, SendResult, send_many
-from rmqchaos.wait import poll_until
+from rmqchaos.machine.wait import poll_until
 
 TIMEOUT_CLEAN_QUEUE = "[TIMEOUT_CLEAN_QUEUE]broker busy"
 

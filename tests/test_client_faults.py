@@ -1,5 +1,5 @@
 """The faults on the load's own clients (issue 50): producer_crash (a control file every load process
-polls: rmqchaos/producer_control.py), consumer_kill and topic_queues, their checks at load time and
+polls: rmqchaos/run/producer_control.py), consumer_kill and topic_queues, their checks at load time and
 their intents. The real runs are tests/test_order_txn_real.py's."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.fast
 
 
 def test_a_control_request_is_seen_once_and_answered_per_process(tmp_path: Path) -> None:
-    from rmqchaos import producer_control as pc
+    from rmqchaos.run import producer_control as pc
     assert pc.pending(tmp_path, set()) == []  # no control directory yet
     pc.request(tmp_path, "crash", "down")
     got = pc.pending(tmp_path, set())

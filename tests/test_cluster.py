@@ -7,7 +7,7 @@ import subprocess
 from cluster.local.cgroups import Cgroup
 from pipeline.check import witness
 from rmqchaos.spec import WitnessCheck
-from rmqchaos.wait import poll_until
+from rmqchaos.machine.wait import poll_until
 
 
 BOTH = {"broker-a": {0: "127.0.10.11:19911"}, "broker-b": {0: "127.0.10.21:19921"}}  # each its own address

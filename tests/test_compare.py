@@ -10,7 +10,7 @@ import pytest
 
 from pipeline import compare, slot
 from rmqchaos.errors import UserError
-from rmqchaos.rundir import RunDir
+from rmqchaos.run.rundir import RunDir
 
 pytestmark = pytest.mark.fast
 CANDIDATE = {"rocketmq_version": "5.5.0", "broker_config": {"flushDiskType": "SYNC_FLUSH"}, "rate": 50,

@@ -209,8 +209,8 @@ def test_a_kill_of_the_master_of_a_group_and_of_the_controller_leader_hits_the_h
     from chaos.scheduler import FaultScheduler
     from conftest import _start
     from pipeline import down
-    from rmqchaos.procs import alive
-    from rmqchaos.wait import poll_until
+    from rmqchaos.machine.procs import alive
+    from rmqchaos.machine.wait import poll_until
 
     d = yaml.safe_load(CTL)
     d["cluster"].update({"subnet": "127.0.61.0/24", "namesrv": {"port": 27076}, "ready_timeout": "60s",

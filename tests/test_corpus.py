@@ -24,7 +24,7 @@ import yaml
 from analysis.judge.expect import evaluate
 from pipeline import corpus
 from rmqchaos.errors import UserError
-from rmqchaos.procs import now_ms
+from rmqchaos.machine.procs import now_ms
 from rmqchaos.spec.expect import Expect
 from tests.helpers import CHROMIUM_FLAGS, chromium
 from tests.test_history import T0, summary

@@ -16,7 +16,7 @@ from pipeline import gates, matrix, prerelease, slot
 from pipeline.runs import create_run
 from pipeline.scenario import runs_after_failure
 from rmqchaos.errors import UserError
-from rmqchaos.procs import now_ms
+from rmqchaos.machine.procs import now_ms
 from rmqchaos.spec import SpecError
 
 pytestmark = pytest.mark.fast

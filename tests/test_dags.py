@@ -18,7 +18,7 @@ import yaml
 
 from conftest import REPO, RMQCHAOS, reaped, write_scenario
 from helpers import assert_nothing_left
-from rmqchaos.wait import poll_until
+from rmqchaos.machine.wait import poll_until
 
 # every process a test here starts ends with it: Airflow's daemons, the LocalExecutor's workers, the
 # CLI's clusters (conftest.no_survivors fails the test, naming and killing any that outlives it)
@@ -67,7 +67,7 @@ def no_jvm_of(runs: list[Path]) -> None:
 def test_a_process_that_outlives_its_test_fails_it_and_is_killed() -> None:
     """What no_survivors does after each test here: a child left running and an orphan (its parent
     exited, as `airflow start`'s daemons or a killed scheduler's workers) are both found, named and killed."""
-    from rmqchaos.procs import alive, starttime
+    from rmqchaos.machine.procs import alive, starttime
     with pytest.raises(pytest.fail.Exception) as e:
         with reaped(grace=0.5):
             child = subprocess.Popen(["sleep", "301"])

@@ -157,7 +157,7 @@ def test_killing_the_leader_of_a_dledger_group_lists_a_new_leader_as_id_0(tmp_pa
 
     from conftest import _start
     from pipeline import down
-    from rmqchaos.procs import alive
+    from rmqchaos.machine.procs import alive
 
     d = yaml.safe_load(DL)
     d["cluster"]["brokers"] = [d["cluster"]["brokers"][0]]

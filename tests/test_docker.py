@@ -92,7 +92,7 @@ def test_compose_file_brings_up_a_cluster_the_platforms_clients_use_and_down_lea
                                                                                              tmp_path: Path) -> None:
     from cluster.container.engine import docker_host
     from loadgen.consumer import ConsumerOptions, JavaConsumer, read_deliveries
-    from rmqchaos.wait import poll_until
+    from rmqchaos.machine.wait import poll_until
     from rmqclient.admin import AdminClient, RemotingError
     from rmqclient.producer import Producer, send_many
     import shutil
@@ -249,7 +249,7 @@ def test_docker_cluster_by_hand_faults_status_loopback_and_a_lost_run_reaped(eng
         assert r.returncode == 0, r.stderr
         assert len(re.findall(r": 200/200 acked in", r.stderr)) == 2 and "ratio acked_per_cpu=" in r.stdout, (r.stdout, r.stderr)
         from cluster import get_backend
-        from rmqchaos.rundir import RunDir
+        from rmqchaos.run.rundir import RunDir
         backend = get_backend(RunDir.open(run))
         # a partition on containers: host networking, so each node's own address and the same rules
         # apply; the broker and namesrv are cut from each other, the producers' address reaches both
@@ -361,7 +361,7 @@ def test_a_controller_mode_group_in_containers_elects_another_master_when_its_ma
     import time
 
     from pipeline import down
-    from rmqchaos.wait import poll_until
+    from rmqchaos.machine.wait import poll_until
     d = scenario_dict("ctl-docker", 31876, [31911])
     d["cluster"].update({
         "backend": "docker", "subnet": "127.0.65.0/24", "ready_timeout": "90s", "stop_timeout": "3s",

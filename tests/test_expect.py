@@ -1,4 +1,4 @@
-"""Issue 37, first steps: versions as a dimension (rmqchaos/rocketmq_dist.py) and the `expect:` block
+"""Issue 37, first steps: versions as a dimension (rmqchaos/rocketmq/dist.py) and the `expect:` block
 (rmqchaos/spec/expect.py, analysis/judge/expect.py, cluster/watch/end_probes.py).
 
 Fast: the validation lines (unknown field, unknown version, unknown figure, a probe on no node), the
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from analysis.judge.expect import evaluate
-from rmqchaos import rocketmq_dist
+from rmqchaos.rocketmq import dist as rocketmq_dist
 from rmqchaos.errors import UserError
 from helpers import one_line
 from rmqchaos.spec import parse_scenario
@@ -89,7 +89,7 @@ def test_a_fresh_checkout_links_the_build_another_checkout_left_in_the_user_cach
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same pom.xml and Java sources (the stamp): linked, no Maven; another stamp: built, and left
     for the next checkout (the two newest builds of a version kept)."""
-    from rmqchaos import paths
+    from rmqchaos.machine import paths
     monkeypatch.setattr(paths, "CACHE", tmp_path / "clone" / ".cache")
     monkeypatch.setenv("RMQCHAOS_CACHE", str(tmp_path / "user"))
     v = "5.5.0"

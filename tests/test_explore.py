@@ -275,7 +275,8 @@ def test_the_version_range_says_which_releases_run_mixed_in_one_line_each() -> N
 
 @pytest.mark.fast
 def test_a_release_lacking_a_client_program_or_namesrv_takes_it_from_an_older_or_the_pinned_one() -> None:
-    from rmqchaos import paths, rocketmq_dist
+    from rmqchaos.machine import paths
+    from rmqchaos.rocketmq import dist as rocketmq_dist
     assert rocketmq_dist.donor("5.5.1", "rocketmq-namesrv") == "5.5.0"
     assert rocketmq_dist.donor("5.3.4", "rocketmq-proxy") == "5.3.3"
     assert rocketmq_dist.donor("5.3.4", "rocketmq-client") == paths.pinned_rocketmq_version()

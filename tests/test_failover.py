@@ -18,7 +18,7 @@ from analysis.replication.failover import classify_lost, cut_back, failover, log
 from analysis.report.verdict import failover_phrases, hms
 from cluster.stored.messages import Store
 from rmqclient.record import MAGIC_V1
-from rmqchaos.ledgers import RECEIVE_KEYS, intent_record, outcome_record
+from rmqchaos.ledger.schema import RECEIVE_KEYS, intent_record, outcome_record
 from tests.conftest import REPO
 
 T = 1_700_000_000_000  # second 0 of the planted run

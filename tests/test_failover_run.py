@@ -119,7 +119,7 @@ def test_a_replicated_cluster_fails_over_under_load_and_the_analysis_times_each_
     # serving gate held the faults until every master had served the group, within its bound of the
     # consumer's start (on 5.5.0 its first pulls could be refused "subscription not latest" for 30 s
     # until the consumer's heartbeat after a refused pull: docs/client.md)
-    from rmqchaos.serving import SERVE_BOUND_S
+    from rmqchaos.run.serving import SERVE_BOUND_S
     sv = s["serving"]
     gate = sv["gate"]
     print("serving:", gate["first_served_s"], "code 25 by broker:", sv["not_latest_by_broker"],

@@ -88,7 +88,7 @@ def test_a_grpc_producer_and_a_simple_consumer_through_a_proxy_lose_and_duplicat
     assert (c["lost"], c["duplicated"], c["indeterminate"], c["unexpected"], c["corrupted_deliveries"]) == (0, 0, 0, 0, 0)
     # the ledgers: one schema for both paths; every delivery through the proxy carries its receipt handle;
     # the SimpleConsumer's acks were answered ok, the PushConsumer's client acked by itself (none recorded)
-    from rmqchaos.ledgers import RECEIVE_KEYS
+    from rmqchaos.ledger.schema import RECEIVE_KEYS
     simple, push = ([json.loads(x) for x in (run / "ledgers" / f"receive-{i}.jsonl").read_text().splitlines()]
                     for i in ("c0", "c1"))
     assert len(simple) + len(push) == c["ok"] and simple and push, (len(simple), len(push))

@@ -124,7 +124,7 @@ def test_a_capture_that_ends_says_so_and_keeps_what_it_read(tmp_path) -> None:
     import sys
 
     from cluster.watch.heartbeats import HeartbeatTap
-    from rmqchaos.wait import poll_until
+    from rmqchaos.machine.wait import poll_until
     f = tmp_path / "one.pcap"
     f.write_bytes(pcap([(5.0, segment(1, heartbeat(70, 80)))]))
     tap = HeartbeatTap(["127.0.99.3:28878"], lambda cmd: subprocess.Popen(

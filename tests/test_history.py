@@ -238,8 +238,8 @@ def test_default_location_and_analyze_records(tmp_path: Path, monkeypatch: pytes
     """$RMQCHAOS_HOME/history.duckdb unless $RMQCHAOS_HISTORY says otherwise; the analyze stage's
     recording, and a history it cannot write: one warning line, the analysis stands."""
     from pipeline.analyze import _remember
-    from rmqchaos import paths
-    from rmqchaos.rundir import RunDir
+    from rmqchaos.machine import paths
+    from rmqchaos.run.rundir import RunDir
     monkeypatch.delenv("RMQCHAOS_HISTORY", raising=False)
     monkeypatch.setenv("RMQCHAOS_HOME", str(tmp_path / "home"))
     assert paths.history_db() == tmp_path / "home" / "history.duckdb"
@@ -348,7 +348,7 @@ def test_a_history_locked_by_another_process(tmp_path: Path, monkeypatch: pytest
     import subprocess
     import sys
     from pipeline.analyze import _remember
-    from rmqchaos.rundir import RunDir
+    from rmqchaos.run.rundir import RunDir
     db = tmp_path / "h.duckdb"
     d = plant(tmp_path / "runs", summary("20261127T084944-control-dddddd", "control", T0))
     s = json.loads((d / "analysis" / "summary.json").read_text())
@@ -374,7 +374,7 @@ def test_a_history_locked_by_another_process(tmp_path: Path, monkeypatch: pytest
 def test_signatures_per_scenario_of_a_matrix_since_a_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`history signatures`: each scenario of the matrix with its last run since --since, reproduced or
     NOT (with the failed condition), how many of its runs reached it, and the scenarios never run."""
-    from rmqchaos.paths import REPO
+    from rmqchaos.machine.paths import REPO
     def sig(reached: bool | None, words: str) -> dict[str, Any]:
         return {"signature": {"reached": reached, "words": words, "shows": "x", "source": "signature"}}
     runs = tmp_path / "runs"

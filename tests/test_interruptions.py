@@ -16,7 +16,7 @@ import pytest
 
 from conftest import RMQCHAOS, REPO, cli, scenario_dict, write_scenario
 from helpers import assert_nothing_left
-from rmqchaos.journal_read import check_run, journal_tail
+from rmqchaos.ledger.journal_read import check_run, journal_tail
 
 
 def _state(out: Path) -> dict:

@@ -9,7 +9,7 @@ import pytest
 
 from analysis.judge.expect import evaluate
 from helpers import one_line
-from rmqchaos import rocketmq_dist
+from rmqchaos.rocketmq import dist as rocketmq_dist
 from rmqchaos.spec import load_scenario, parse_scenario
 
 SCENARIO = next((Path(__file__).resolve().parent.parent / "scenarios" / "upstream").glob("issue-8032-*.yaml"))

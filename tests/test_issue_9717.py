@@ -25,7 +25,7 @@ import yaml
 
 from analysis.judge.expect import evaluate
 from cluster.plan.nodes import plan, render_config
-from rmqchaos import rocketmq_dist
+from rmqchaos.rocketmq import dist as rocketmq_dist
 from helpers import one_line
 from rmqchaos.spec import load_scenario, parse_scenario
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rmqchaos.ledger_lines import SendLines
-from rmqchaos.ledgers import OUTCOME_KEYS, intent_record, outcome_record
+from rmqchaos.ledger.lines import SendLines
+from rmqchaos.ledger.schema import OUTCOME_KEYS, intent_record, outcome_record
 
 pytestmark = pytest.mark.fast
 
@@ -33,7 +33,7 @@ def _line(rec: dict) -> bytes:
 def test_lines_equal_the_records_serialised(run_id, producer, policy, aid, key, attempt, topic, intended, start, end,
                                             outcome, status, code, remark, error, sent, msg_id, omid, broker, qid,
                                             qoff, ok) -> None:
-    from rmqchaos.ledger_lines import c_intent
+    from rmqchaos.ledger.lines import c_intent
     lines = SendLines(run_id, producer, policy)
     intent = lines.intent(aid, key, attempt, topic, intended, start)
     base = (run_id, producer, aid, key, attempt, topic, policy, intended, start)
@@ -82,7 +82,7 @@ def test_outcome_of_an_answer_is_the_record_serialised_on_both_paths(answer: tup
     where both encode the record, json.dumps of it gives the same bytes."""
     from types import SimpleNamespace
 
-    from rmqchaos.ledger_lines import c_outcome
+    from rmqchaos.ledger.lines import c_outcome
     lines = SendLines("r1", "w0-1", "sync")
     intent = lines.intent(7, "k7", 1, "T", 100, 101)
     r = SimpleNamespace(**dict(zip(("end_ms", "outcome", "status", "code", "remark", "error", "sent", "uniq_key",
@@ -101,9 +101,9 @@ def test_outcome_of_an_answer_is_the_record_serialised_on_both_paths(answer: tup
 def test_the_c_encoder_is_built_and_writes_the_common_lines() -> None:
     """scripts/setup.sh builds it; an attempt of the load and a stored answer of the real producer go
     through it."""
-    from rmqchaos.ledger_lines import c_intent, c_outcome
+    from rmqchaos.ledger.lines import c_intent, c_outcome
     from rmqclient.producer import SendResult
-    assert c_outcome is not None and c_intent is not None, "rmqchaos/_send_lines*.so is missing: run scripts/setup.sh"
+    assert c_outcome is not None and c_intent is not None, "rmqchaos/ledger/_send_lines*.so is missing: run scripts/setup.sh"
     lines = SendLines("r1", "w0-1", "sync")
     intent = c_intent(lines._head, lines._policy, 7, "rmqchaos-ab12cd-w0-4242-7", 1, "rmqchaos_T", 100, 101)
     assert intent == lines.intent_py(7, "rmqchaos-ab12cd-w0-4242-7", 1, "rmqchaos_T", 100, 101)
@@ -117,9 +117,9 @@ def test_the_c_encoder_is_built_and_writes_the_common_lines() -> None:
 
 
 def test_writer_spools_its_records_and_drains_them_into_the_journal_exactly(tmp_path, monkeypatch) -> None:
-    from rmqchaos.journal_read import read_ledger
-    from rmqchaos.journal_write import LedgerWriter, spool_paths
-    from rmqchaos.ledger_lines import record_line
+    from rmqchaos.ledger.journal_read import read_ledger
+    from rmqchaos.ledger.journal_write import LedgerWriter, spool_paths
+    from rmqchaos.ledger.lines import record_line
     f = tmp_path / "send-w0-1.jsonl"
     monkeypatch.setattr(LedgerWriter, "SPOOL", 4096)  # full, and drained by the write that finds it so, often
     w = LedgerWriter(f)
@@ -147,7 +147,7 @@ def test_writer_spools_its_records_and_drains_them_into_the_journal_exactly(tmp_
 
 def _half_drained(f: Path, n: int, drained: int):  # noqa: ANN202
     """A writer of `f` with n records written, the first `drained` of them drained into the journal."""
-    from rmqchaos.journal_write import LedgerWriter
+    from rmqchaos.ledger.journal_write import LedgerWriter
     w = LedgerWriter(f)
     recs = [{"rec": "intent", "key": f"k{i}", "attempt_id": i} for i in range(n)]
     for r in recs[:drained]:
@@ -172,9 +172,9 @@ def test_a_dead_writers_spool_is_recovered_once_whatever_step_the_kill_hit(tmp_p
     (write() into the journal, clear the spool's first byte, record the new base — 8 bytes, which a
     kill may tear —, clear the rest), and a record whose copy the kill cut short becomes a torn tail."""
     import struct
-    from rmqchaos.journal_read import read_ledger
-    from rmqchaos.journal_write import recover_spool, spool_paths
-    from rmqchaos.ledger_lines import record_line
+    from rmqchaos.ledger.journal_read import read_ledger
+    from rmqchaos.ledger.journal_write import recover_spool, spool_paths
+    from rmqchaos.ledger.lines import record_line
     f = tmp_path / "send-w0-1.jsonl"
     w, recs = _half_drained(f, 40, 10)
     assert recover_spool(f) == 0 and f.stat().st_size == sum(map(len, map(record_line, recs[:10])))  # it lives
@@ -200,8 +200,8 @@ def test_a_dead_writers_spool_is_recovered_once_whatever_step_the_kill_hit(tmp_p
 
 
 def test_a_dead_writers_spool_is_never_appended_to_another_file_of_its_journals_name(tmp_path) -> None:
-    from rmqchaos.journal_read import read_ledger
-    from rmqchaos.journal_write import LedgerWriter, recover_spool, spool_paths
+    from rmqchaos.ledger.journal_read import read_ledger
+    from rmqchaos.ledger.journal_write import LedgerWriter, recover_spool, spool_paths
     f = tmp_path / "send-w0-1.jsonl"
     w = LedgerWriter(f)
     for i in range(5):
@@ -218,9 +218,9 @@ def test_a_dead_writers_spool_is_never_appended_to_another_file_of_its_journals_
 def test_a_spool_beside_the_journal_where_tmpfs_is_not_writable(tmp_path, monkeypatch) -> None:
     """No writable /dev/shm: the spool is a hidden file beside the journal, and the next writer of the
     journal recovers a dead one's (the sweep looks on tmpfs only)."""
-    from rmqchaos import journal_write
-    from rmqchaos.journal_read import read_ledger
-    from rmqchaos.journal_write import LedgerWriter, spool_paths
+    from rmqchaos.ledger import journal_write
+    from rmqchaos.ledger.journal_read import read_ledger
+    from rmqchaos.ledger.journal_write import LedgerWriter, spool_paths
     monkeypatch.setattr(journal_write, "SPOOL_DIR", tmp_path / "no-such-tmpfs")
     f = tmp_path / "send-w0-1.jsonl"
     w = LedgerWriter(f)
@@ -238,8 +238,8 @@ def test_a_failed_write_leaves_the_journal_as_it_was_and_the_records_spooled(tmp
     """A disk that fills mid-write(): the journal is cut back to what it held, the spool keeps the
     records, and the next drain writes them once."""
     import errno
-    from rmqchaos import journal_write
-    from rmqchaos.journal_read import read_ledger
+    from rmqchaos.ledger import journal_write
+    from rmqchaos.ledger.journal_read import read_ledger
     f = tmp_path / "send-w0-1.jsonl"
     w, recs = _half_drained(f, 20, 5)
     real_write = os.write
@@ -259,8 +259,8 @@ def test_a_failed_write_leaves_the_journal_as_it_was_and_the_records_spooled(tmp
 
 
 def test_a_new_writer_cuts_a_dead_writers_torn_record_before_its_own(tmp_path) -> None:
-    from rmqchaos.journal_read import read_ledger
-    from rmqchaos.journal_write import LedgerWriter
+    from rmqchaos.ledger.journal_read import read_ledger
+    from rmqchaos.ledger.journal_write import LedgerWriter
     f = tmp_path / "send-w0-1.jsonl"
     f.write_bytes(b'{"rec":"intent","key":"k0","attempt_id":0}\n{"rec":"intent","ke')
     w = LedgerWriter(f)
@@ -274,8 +274,8 @@ def test_a_spool_another_process_recovers_is_left_to_it(tmp_path) -> None:
     """Two recoverers at once (the new writers of a distributed load sweep together): the one that
     holds the spool's lock appends it, the other leaves it alone — never both."""
     import fcntl
-    from rmqchaos.journal_read import read_ledger
-    from rmqchaos.journal_write import LedgerWriter, recover_spool, spool_paths
+    from rmqchaos.ledger.journal_read import read_ledger
+    from rmqchaos.ledger.journal_write import LedgerWriter, recover_spool, spool_paths
     f = tmp_path / "send-w0-1.jsonl"
     w = LedgerWriter(f)
     w.write_record({"rec": "intent", "key": "k0", "attempt_id": 0})
@@ -291,8 +291,8 @@ def test_a_spool_another_process_recovers_is_left_to_it(tmp_path) -> None:
 def test_a_new_writer_sweeps_dead_writers_spools(tmp_path) -> None:
     """A killed load whose journals nobody sealed: the next writer recovers them, or removes the
     spool of one whose run directory is gone."""
-    from rmqchaos.journal_read import read_ledger
-    from rmqchaos.journal_write import LedgerWriter, spool_paths
+    from rmqchaos.ledger.journal_read import read_ledger
+    from rmqchaos.ledger.journal_write import LedgerWriter, spool_paths
     kept, gone = tmp_path / "a" / "send-w0-1.jsonl", tmp_path / "b" / "send-w0-2.jsonl"
     writers = [LedgerWriter(f) for f in (kept, gone)]  # both live while the other starts
     for w in writers:
@@ -311,7 +311,7 @@ def test_a_new_writer_sweeps_dead_writers_spools(tmp_path) -> None:
     b'\0\0\0\0\0\0\0\0\0\0":"k9"}\n',                 # the hole at its start
 ])
 def test_torn_last_record_of_a_killed_writer(tmp_path, tail: bytes) -> None:
-    from rmqchaos.journal_read import journal_tail, read_ledger
+    from rmqchaos.ledger.journal_read import journal_tail, read_ledger
     f = tmp_path / "send-w0-1.jsonl"
     good = b'{"rec":"intent","key":"k1"}\n{"rec":"intent","key":"k2"}\n'
     f.write_bytes(good + tail + b"\0" * 5000)

@@ -31,7 +31,7 @@ from cluster.net.links import Link, LinkFault
 from cluster.net.toxiproxy import measure_rtt
 from conftest import REPO, cli, write_scenario
 from helpers import assert_nothing_left
-from rmqchaos.procs import ProcessLog, alive
+from rmqchaos.machine.procs import ProcessLog, alive
 from test_toxiproxy import DIRECT_MS, Echo
 
 def _missing() -> str | None:

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from pipeline import drain, load
-from rmqchaos.journal_read import check_run, journal_tail, read_ledger
-from rmqchaos.journal_write import recover_spool, spool_paths
-from rmqchaos.ledgers import ledger_files
+from rmqchaos.ledger.journal_read import check_run, journal_tail, read_ledger
+from rmqchaos.ledger.journal_write import recover_spool, spool_paths
+from rmqchaos.ledger.schema import ledger_files
 from tests.conftest import REPO, cli, load_run, write_scenario
 
 

@@ -10,7 +10,7 @@ import pytest
 from analysis.judge import loadstep
 from pipeline import compare, maxrate
 from rmqchaos.errors import UserError
-from rmqchaos.rundir import RunDir
+from rmqchaos.run.rundir import RunDir
 
 S = {"start": 100.0, "factor": 2.0, "steps": 4, "step_duration": 5.0, "max_p99_send_ms": 50.0,
      "max_error_rate": 0.01}

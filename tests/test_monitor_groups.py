@@ -120,8 +120,8 @@ def test_the_monitor_follows_a_controller_mode_failover_in_its_groups(tmp_path: 
     from conftest import _start
     from pipeline import down
     from rmqclient.producer import Producer
-    from rmqchaos.procs import alive
-    from rmqchaos.wait import poll_until
+    from rmqchaos.machine.procs import alive
+    from rmqchaos.machine.wait import poll_until
 
     d = yaml.safe_load(CTL)
     d["cluster"]["brokers"] = d["cluster"]["brokers"][:1]

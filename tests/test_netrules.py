@@ -91,7 +91,7 @@ def listeners() -> Iterator[dict[str, Listener]]:
 
 @pytest.fixture
 def rules() -> Iterator[RunRules]:
-    from rmqchaos.rundir import registry_dir
+    from rmqchaos.run.rundir import registry_dir
     before = _ipt_save()
     r = RunRules(f"t{uuid.uuid4().hex[:8]}-netrules")
     # registered like a run's (its owner file names this entry): a test beside it on the other worker

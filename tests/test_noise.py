@@ -22,8 +22,8 @@ from chaos.scheduler import FaultScheduler
 from cluster import get_backend
 from conftest import cli
 from pipeline.runs import create_run, load_scenario
-from rmqchaos import diskstats
-from rmqchaos.procs import alive
+from rmqchaos.machine import diskstats
+from rmqchaos.machine.procs import alive
 from rmqchaos.spec import SpecError
 
 
@@ -314,7 +314,7 @@ def test_a_memory_cap_can_be_raised_as_the_page_cache_allowance_follows_the_node
     """The mechanism under page_cache_limit's tick: a cgroup with page cache, capped with a small
     allowance, then raised (memory+swap first: the kernel refuses memory above it), then lifted."""
     from cluster.local.cgroups import PREFIX, Cgroup, remove_empty_parents
-    from rmqchaos.procs import spawn
+    from rmqchaos.machine.procs import spawn
     cg = Cgroup(f"{PREFIX}/test-memcap-{os.getpid()}/broker-a")
     cg.create()
     mib = 1 << 20
@@ -342,7 +342,7 @@ def test_a_memory_cap_can_be_raised_as_the_page_cache_allowance_follows_the_node
 def test_blkio_throttle_caps_a_cgroups_direct_writes_exactly_and_lifts(tmp_path: Path) -> None:
     """The mechanism under `blkio_throttle`: a writer in a node's cgroup, capped at 20 MB/s, then not."""
     from cluster.local.cgroups import PREFIX, Cgroup, remove_empty_parents
-    from rmqchaos.procs import spawn
+    from rmqchaos.machine.procs import spawn
     cg = Cgroup(f"{PREFIX}/test-blkio-{os.getpid()}/broker-a")
     cg.create()
     dev = diskstats.device_of(tmp_path)

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from analysis.contracts.order import order_check, windows
-from rmqchaos.ledgers import shard_of
+from rmqchaos.ledger.schema import shard_of
 
 RECV = "key string, receive_ms long, queue_offset long, broker string"
 SEND = "rec string, key string, outcome string, end_ms long, broker string, queue_id int"

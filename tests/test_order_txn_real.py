@@ -74,7 +74,7 @@ def test_an_ordered_run_with_a_broker_kill_breaks_exactly_the_keys_of_its_queues
     o = s["order"]
     # the keys whose order broke, computed here from the ledgers: per sharding key, a number delivered
     # after a higher one (first time or again), or an acknowledged number never delivered below the top
-    from rmqchaos.ledgers import shard_of
+    from rmqchaos.ledger.schema import shard_of
     acked = [r for r in _records(run, "send") if r["rec"] == "outcome" and r.get("app_ok")]
     home: dict[str, str] = {}
     for r in sorted(acked, key=lambda r: r["end_ms"]):

@@ -17,7 +17,7 @@ import yaml
 
 from conftest import REPO, RMQCHAOS, cli, run_here, write_scenario
 from helpers import assert_nothing_left, connects
-from rmqchaos.procs import alive
+from rmqchaos.machine.procs import alive
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="iptables rules need root")
 SCENARIOS = REPO / "scenarios"
@@ -224,8 +224,8 @@ def test_clients_cut_from_a_broker_consumers_get_its_messages_after_the_heal_pro
     producers dropped (one way) for 8 s under the retry policy: each attempt that timed out there
     was stored all the same and its key sent again to broker-b, a duplicate the analysis attributes
     to the producer's resend."""
-    from rmqchaos.journal_read import read_ledger
-    from rmqchaos.ledgers import ledger_files
+    from rmqchaos.ledger.journal_read import read_ledger
+    from rmqchaos.ledger.schema import ledger_files
     s = _run_ci(tmp_path, {
         "extends": str(SCENARIOS / "partition-consumers.yaml"), "name": "partition-clients-ci",
         "cluster": {"subnet": "127.0.44.0/24", "namesrv": {"port": 13576}, "stop_timeout": "3s",

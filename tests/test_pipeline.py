@@ -11,7 +11,7 @@ import pytest
 
 from conftest import cli, scenario_dict, write_scenario
 from helpers import assert_nothing_left
-from rmqchaos.stagetimes import time_by_stage, time_line
+from rmqchaos.run.stagetimes import time_by_stage, time_line
 
 
 def fault_events(run_dir: Path) -> dict[str, dict]:

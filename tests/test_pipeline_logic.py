@@ -15,10 +15,10 @@ from chaos.protocol import KINDS, FaultKind, register
 from chaos.scheduler import FaultScheduler
 from cluster import get_backend
 from pipeline.runs import create_run, load_scenario
-from rmqchaos import ledgers
+from rmqchaos.ledger import schema as ledgers
 from rmqchaos.errors import UserError
 from rmqchaos.spec import Duration, SpecError, Strict
-from rmqchaos.wait import poll_until
+from rmqchaos.machine.wait import poll_until
 
 pytestmark = pytest.mark.fast
 REPO = Path(__file__).resolve().parent.parent
@@ -298,7 +298,7 @@ def test_poll_until_returns_the_value_checks_and_times_out() -> None:
 # ---------------------------------------------------------------- completeness of a run's verdict
 
 def _load_run(tmp_path: Path):
-    from rmqchaos.procs import now_ms
+    from rmqchaos.machine.procs import now_ms
     f = tmp_path / "s.yaml"
     f.write_text(yaml.safe_dump({"name": "s", "load": {"duration": "10s"}}))
     run = create_run(f, tmp_path / "run")

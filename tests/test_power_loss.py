@@ -22,7 +22,7 @@ from conftest import REPO, RMQCHAOS, cli, run_here
 from helpers import assert_nothing_left
 from pipeline.runs import load_scenario
 from rmqchaos.errors import UserError
-from rmqchaos.procs import ProcessLog
+from rmqchaos.machine.procs import ProcessLog
 
 SCENARIOS = REPO / "scenarios"
 

@@ -23,7 +23,7 @@ import pytest
 from cluster.substrate import powerfs
 from cluster.substrate.powerfs import PowerFS
 from rmqchaos.errors import UserError
-from rmqchaos.procs import ProcessLog, alive
+from rmqchaos.machine.procs import ProcessLog, alive
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -259,7 +259,7 @@ def test_slow_holds_matching_fsyncs_and_one_cut_short_by_the_power_makes_nothing
             p2.unmount()
 
 def test_full_makes_statfs_read_full_as_rocketmq_computes_it_and_writes_still_succeed(run: Path) -> None:
-    from rmqchaos.diskstats import used_ratio
+    from rmqchaos.machine.diskstats import used_ratio
 
     def used_pct(path: Path) -> float:
         return 100.0 * used_ratio(path)
@@ -304,7 +304,7 @@ CHILD = """
 import sys, time
 from pathlib import Path
 from cluster.substrate.powerfs import PowerFS
-from rmqchaos.procs import ProcessLog
+from rmqchaos.machine.procs import ProcessLog
 run = Path(sys.argv[1])
 p = PowerFS.mount(run / "real", run / "mnt", run / "pfs.sock", ProcessLog(run / "processes.jsonl"))
 (p.mount_point / "f").write_bytes(b"x")

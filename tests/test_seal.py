@@ -13,12 +13,12 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from rmqchaos.journal_read import journal_tail
-from rmqchaos.journal_write import LedgerWriter
-from rmqchaos.ledgers import RECEIVE_KEYS, SEALED_EXTRA, intent_record, send_ledger_path
+from rmqchaos.ledger.journal_read import journal_tail
+from rmqchaos.ledger.journal_write import LedgerWriter
+from rmqchaos.ledger.schema import RECEIVE_KEYS, SEALED_EXTRA, intent_record, send_ledger_path
 from rmqchaos import progress
-from rmqchaos import seal as seal_mod
-from rmqchaos.seal import LedgerError, read_seal, seal, seal_closed, sealed_path
+from rmqchaos.ledger import seal as seal_mod
+from rmqchaos.ledger.seal import LedgerError, read_seal, seal, seal_closed, sealed_path
 
 pytestmark = pytest.mark.fast
 
@@ -73,8 +73,8 @@ def test_crashed_writer_journal_seals_to_its_complete_records(tmp_path: Path) ->
     seals to every complete record."""
     j = send_ledger_path(tmp_path, "w0-1")
     code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parents[1])!r})\n"
-            "from rmqchaos.journal_write import LedgerWriter\n"
-            "from rmqchaos.ledgers import intent_record\n"
+            "from rmqchaos.ledger.journal_write import LedgerWriter\n"
+            "from rmqchaos.ledger.schema import intent_record\n"
             "LedgerWriter.SPOOL = 1 << 20\n"  # drained every ~14k records (by the write that finds it full)
             f"w = LedgerWriter({str(j)!r})\n"
             "i = 0\n"

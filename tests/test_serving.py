@@ -18,7 +18,7 @@ from analysis.judge.completeness import completeness
 from analysis.judge.serving import restarts, summarize, words
 from loadgen.serving import gate, wanted
 from pipeline.runs import create_run
-from rmqchaos import serving
+from rmqchaos.run import serving
 from rmqchaos.errors import UserError
 from tests.test_role_targets import CTL, Answers
 

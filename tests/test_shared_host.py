@@ -177,7 +177,7 @@ def test_shared_host_scaled_for_ci_records_busy_answers_verbatim_and_classifies_
 
 def _attempt(key: str, n: int, topic: str, start: int, outcome: str, code: int | None = None, remark: str | None = None,
              msg_id: str | None = None) -> list[dict]:
-    from rmqchaos.ledgers import intent_record, outcome_record
+    from rmqchaos.ledger.schema import intent_record, outcome_record
     i = intent_record("intent", "r", "p0", start * 10 + n, key, n, topic, "resend_to_backup_topic", start, start)
     o = outcome_record("outcome", "r", "p0", start * 10 + n, key, n, topic, "resend_to_backup_topic", start, start,
                        start + 30,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from rmqchaos.stagetimes import time_by_stage, time_line
+from rmqchaos.run.stagetimes import time_by_stage, time_line
 
 pytestmark = pytest.mark.fast
 

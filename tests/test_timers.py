@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from analysis.contracts.timers import fault_windows, timer_check, timer_phrase
-from rmqchaos.ledgers import due_of
+from rmqchaos.ledger.schema import due_of
 
 KEYS = "key string, class string, acked int, first_start_ms long, first_receive_ms long"
 

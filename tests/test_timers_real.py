@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from conftest import run_here, write_scenario
-from rmqchaos.ledgers import due_of
+from rmqchaos.ledger.schema import due_of
 
 CLUSTER = {"subnet": "127.0.74.0/24", "namesrv": {"port": 27676}, "ready_timeout": "90s", "stop_timeout": "10s",
            "broker_defaults": {"jvm": {"heap_mb": 384, "max_direct_memory_mb": 256},

@@ -15,7 +15,7 @@ import pytest
 from cluster.net import toxiproxy as tp
 from cluster.net.toxiproxy import Toxiproxy, measure_rtt
 from rmqchaos.errors import UserError
-from rmqchaos.procs import alive
+from rmqchaos.machine.procs import alive
 
 pytestmark = [
     pytest.mark.fast,

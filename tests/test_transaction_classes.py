@@ -68,7 +68,7 @@ def test_a_transactional_loads_uncommitted_halves_are_never_lost_and_its_recheck
     # (a slow answer: the broker asked again, about another re-appended copy), stored and delivered twice
     import json
     from analysis.reconcile.reconcile import analyze_ledgers
-    from rmqchaos.ledgers import intent_record, outcome_record
+    from rmqchaos.ledger.schema import intent_record, outcome_record
 
     def attempt(key: str, start: int, msg: str) -> list[dict]:
         return [intent_record("intent", "r", "p0", start, key, 1, "T", "no_retry", start, start),

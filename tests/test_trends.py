@@ -18,8 +18,8 @@ from pipeline import matrix
 from pipeline.report import rebuild
 from pipeline.runs import create_run
 from rmqchaos.errors import UserError
-from rmqchaos.procs import now_ms
-from rmqchaos.rundir import RunDir
+from rmqchaos.machine.procs import now_ms
+from rmqchaos.run.rundir import RunDir
 from tests.helpers import CHROMIUM_FLAGS, chromium
 from tests.test_history import DAY, T0, plant, summary
 

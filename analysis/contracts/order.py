@@ -1,5 +1,5 @@
 """Per-key order (issue 50): for an ordered load (each message's key names its sharding key and its
-sequence in it: rmqchaos/ledgers.py `shard_of`), whether each sharding key's messages were delivered
+sequence in it: rmqchaos/ledger/schema.py `shard_of`), whether each sharding key's messages were delivered
 in the order they were sent, in Jepsen's and OpenChaos's terms.
 
 Deliveries of one sharding key are taken in the order they were received (receive time, then queue
@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 
 from analysis.ledgers import sends
 from analysis.evidence.findings import time_origin
-from rmqchaos.ledgers import ORDER_SEP
+from rmqchaos.ledger.schema import ORDER_SEP
 
 KINDS = ("reordered", "repeat_out_of_order", "gap")
 WINDOW_JOIN_S = 2  # anomalous seconds closer than this form one window

@@ -1,5 +1,5 @@
 """POP through the proxy (issue 52): what became of each delivery a gRPC SimpleConsumer received, from
-the receive ledger's POP fields (rmqchaos/ledgers.py: delivery_attempt, receipt_handle, ack, ack_ms,
+the receive ledger's POP fields (rmqchaos/ledger/schema.py: delivery_attempt, receipt_handle, ack, ack_ms,
 change). Only a SimpleConsumer's deliveries count (a receipt handle and an ack recorded); a remoting
 consumer's have neither, a PushConsumer's no ack (its client acks by itself).
 

@@ -1,5 +1,5 @@
 """Timers (issue 51): for a timer load (each message's key records the time it is due at:
-rmqchaos/ledgers.py `due_of`), whether each acknowledged message was delivered on time.
+rmqchaos/ledger/schema.py `due_of`), whether each acknowledged message was delivered on time.
 
 Per acknowledged key, by its first delivery (a later copy cannot be earlier):
 - `early`: delivered before it was due, less `slack_ms` (a violation). The slack is the broker's
@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 
 from analysis.ledgers import sends
 from analysis.ledgers.latency import histogram, pct_result, percentiles
-from rmqchaos.ledgers import DUE_SEP
+from rmqchaos.ledger.schema import DUE_SEP
 
 LATE_MS = 5_000  # late enough to count against a fault (the wheel's usual lateness here is < 1.5 s)
 #: lateness buckets, upper bounds in ms (the last is open)
@@ -32,7 +32,7 @@ FOREVER = 2 ** 62  # the end of a fault window that never closes (ms)
 
 
 def is_timer_key() -> Any:
-    """A timer load's key (rmqchaos/ledgers.py due_of), as a column expression."""
+    """A timer load's key (rmqchaos/ledger/schema.py due_of), as a column expression."""
     return F.col("key").rlike(f"{DUE_SEP}[0-9]+$")
 
 

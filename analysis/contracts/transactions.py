@@ -1,6 +1,6 @@
 """Transactions (issue 50): what became of every half message a transactional load stored, from the
 send ledger (the half's answer), the transaction ledger (the application's decision and its answers
-to check-backs: rmqchaos/ledgers.py TXN_FIELDS) and the receive ledger. Each key is one of:
+to check-backs: rmqchaos/ledger/schema.py TXN_FIELDS) and the receive ledger. Each key is one of:
 
 - `committed_delivered`: committed (the application's own end, or its answer to a check-back) and
   delivered, once or more (the extra deliveries counted apart);

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from analysis.ledgers import sends
 from analysis.durability.powercuts import power_cuts
 from analysis.ledgers.session import BROADCAST_MAX
-from rmqchaos.ledgers import due_of
+from rmqchaos.ledger.schema import due_of
 
 STORE_LOOKUP_MAX = 100_000  # keys looked up in the brokers' stores per run
 STORE_EXAMPLES = 50

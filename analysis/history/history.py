@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 from analysis.judge.anomalies import anomalies
 from analysis.evidence.findings import busy_refusals, lasting_outages, noise_intents, outage_seconds, reached_pct
-from rmqchaos import paths
+from rmqchaos.machine import paths
 from rmqchaos.errors import UserError
 
 ROW_SCHEMA = 1  # what `row` derives from a summary; older rows can be re-derived from their `summary`
@@ -149,7 +149,7 @@ def connect(db: str | Path | None = None, read_only: bool = False) -> Iterator[A
     """A connection to the history file (created with its table on the first write). DuckDB lets one
     process write at a time: another holder is waited for up to LOCK_WAIT_S."""
     import duckdb
-    from rmqchaos.wait import poll_until
+    from rmqchaos.machine.wait import poll_until
     f = Path(db) if db else paths.history_db()
     if read_only and not f.is_file():
         raise UserError(f"no run history at {f}", "analyze a run, or `rmqchaos history import runs/`")

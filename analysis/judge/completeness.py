@@ -20,7 +20,7 @@ from typing import Any
 
 from analysis.durability.powercuts import not_started
 from analysis.judge.serving import restart_reasons
-from rmqchaos.rundir import RunDir
+from rmqchaos.run.rundir import RunDir
 
 
 def completeness(run: RunDir) -> dict[str, Any]:

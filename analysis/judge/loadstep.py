@@ -7,8 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from rmqchaos.journal_read import read_ledger
-from rmqchaos.ledgers import ledger_files
+from rmqchaos.ledger.journal_read import read_ledger
+from rmqchaos.ledger.schema import ledger_files
 
 
 def p99(values: list[int]) -> int | None:

@@ -1,5 +1,5 @@
 """Whether the consumers were really served, from the status each Java consumer wrote
-(rmqchaos/serving.py) and the timeline: per consumer group and broker node (a POP group's: per broker
+(rmqchaos/run/serving.py) and the timeline: per consumer group and broker node (a POP group's: per broker
 group, the proxy picks the node), when it first served a read and how many it refused (code 25,
 "subscription not latest", counted apart); the serving gate's record; and after each restart of a
 broker node, whether its broker group served every remoting consumer group again within
@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from analysis.evidence.topology import Topology
-from rmqchaos import serving as status
-from rmqchaos.rundir import RunDir
+from rmqchaos.run import serving as status
+from rmqchaos.run.rundir import RunDir
 
 
 def summarize(run: RunDir) -> dict[str, Any] | None:

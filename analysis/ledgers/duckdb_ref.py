@@ -7,7 +7,7 @@ from typing import Any
 
 from analysis.ledgers import rules
 
-from rmqchaos.ledgers import RECEIVE_FIELDS, SEND_FIELDS
+from rmqchaos.ledger.schema import RECEIVE_FIELDS, SEND_FIELDS
 
 _DUCK = {"string": "VARCHAR", "int": "INTEGER", "long": "BIGINT", "bool": "BOOLEAN"}
 

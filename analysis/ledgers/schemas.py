@@ -1,11 +1,11 @@
-"""Spark schemas of the ledgers, derived from the one schema source (rmqchaos/ledgers.py). Explicit,
+"""Spark schemas of the ledgers, derived from the one schema source (rmqchaos/ledger/schema.py). Explicit,
 so reading needs no inference pass; the `_corrupt` column catches malformed records, which the job
 reports with file and position."""
 from __future__ import annotations
 
 from pyspark.sql.types import BooleanType, IntegerType, LongType, StringType, StructField, StructType
 
-from rmqchaos.ledgers import RECEIVE_FIELDS, SEALED_EXTRA, SEND_FIELDS, TXN_FIELDS
+from rmqchaos.ledger.schema import RECEIVE_FIELDS, SEALED_EXTRA, SEND_FIELDS, TXN_FIELDS
 
 CORRUPT = "_corrupt"
 _SPARK = {"string": StringType(), "int": IntegerType(), "long": LongType(), "bool": BooleanType()}

@@ -9,7 +9,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from analysis.ledgers import rules, schemas, sends
-from rmqchaos.seal import seal_closed
+from rmqchaos.ledger.seal import seal_closed
 
 STAGED_SEND = ("rec", "producer_id", "attempt_id", "key", "attempt", "topic", "intended_ms", "start_ms", "end_ms", "outcome",
                "status", "code", "sent", "broker", "msg_id", "msg_hi", "msg_lo", "offset_msg_id",
@@ -19,7 +19,7 @@ STAGED_SEND = ("rec", "producer_id", "attempt_id", "key", "attempt", "topic", "i
 def seal_all(files: list[Path], warnings: list[str], what: str = "send and receive") -> list[Path]:
     """Seal every journal that has no current sealed copy (a crashed writer's, or one sealed before
     it grew): the sealed paths, in the journals' order. A torn last record is a warning; a malformed
-    record fails with its file and byte offset (rmqchaos/seal.py)."""
+    record fails with its file and byte offset (rmqchaos/ledger/seal.py)."""
     done = seal_closed(files, what, strict=True)
     warnings.extend(x.warning for x in done if x.warning)
     return [x.path for x in done]
@@ -39,7 +39,7 @@ def read_receive(spark: SparkSession, files: list[Path], warnings: list[str]) ->
 
 
 def read_txn(spark: SparkSession, files: list[Path], warnings: list[str]) -> DataFrame:
-    """The transaction ledger (rmqchaos/ledgers.py TXN_FIELDS), from the sealed copies of `files`."""
+    """The transaction ledger (rmqchaos/ledger/schema.py TXN_FIELDS), from the sealed copies of `files`."""
     return _parquet(spark, seal_all(files, warnings, "transaction"), schemas.TXN)
 
 
@@ -55,7 +55,7 @@ def read_send(spark: SparkSession, files: list[Path], warnings: list[str]) -> Da
 
 
 def attribute(recv: DataFrame) -> DataFrame:
-    """Each delivery under the key its intact self-verifying body names (rmqchaos/body.py), else its
+    """Each delivery under the key its intact self-verifying body names (rmqchaos/ledger/body.py), else its
     KEYS property (kept as `prop_key`): a copy whose properties were damaged still counts for its key."""
     return (recv.withColumn("prop_key", F.col("key"))
             .withColumn("key", F.when(F.col("body_ok") == F.lit(True), F.col("body_key")).otherwise(F.col("key"))))

@@ -20,11 +20,11 @@ from typing import Any
 
 from cluster.plan.jvm import find_java, java_home
 from cluster.plan.nodes import port_in_use
-from rmqchaos import paths
+from rmqchaos.machine import paths
 from rmqchaos.errors import UserError
-from rmqchaos.procs import ProcessLog, record_spawn, spawn, stop as stop_pid
+from rmqchaos.machine.procs import ProcessLog, record_spawn, spawn, stop as stop_pid
 from rmqchaos.progress import say
-from rmqchaos.wait import poll_until
+from rmqchaos.machine.wait import poll_until
 
 PORT, WEBUI_PORT = 17077, 18180
 

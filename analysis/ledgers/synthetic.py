@@ -25,7 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rmqchaos.ledgers import INTENT_KEYS, OUTCOME_KEYS
+from rmqchaos.ledger.schema import INTENT_KEYS, OUTCOME_KEYS
 
 
 # msgIds in RocketMQ's form (32 uppercase hex digits), a fresh one per attempt: attempt a of key i,
@@ -104,7 +104,7 @@ def write(run_ledgers: Path, n: int, files: int = 4, run_id: str = "synthetic") 
     """)
     for j in range(files):
         pid = f"w{j}-1"
-        # each line as the load writes it (rmqchaos/ledger_lines.py SendLines): an intent carries the
+        # each line as the load writes it (rmqchaos/ledger/lines.py SendLines): an intent carries the
         # intent's fields only, an outcome all of them, nulls included
         con.execute(f"""COPY (
           SELECT CASE WHEN sub = 0 THEN json_object({_pairs(INTENT_KEYS)}) ELSE json_object({_pairs(OUTCOME_KEYS)})

@@ -20,7 +20,7 @@ from analysis.judge.serving import rows as serving_rows, words as serving_words
 from analysis.judge.signature import missed
 from analysis.report.verdict import faults_phrase, lost_phrase, pct, settings, truncated_words, verdict
 from rmqchaos.errors import UserError
-from rmqchaos.stagetimes import ORDER, time_by_stage
+from rmqchaos.run.stagetimes import ORDER, time_by_stage
 
 __all__ = ["NONE", "comparisons", "faults_phrase", "fmt", "load_summary", "lost_phrase", "render", "route_outages",
            "settings", "verdict", "write_report"]

@@ -11,7 +11,7 @@ from pydantic import Field, model_validator
 
 from chaos.intent import happened, intent
 from chaos.protocol import FaultError, FaultKind, Lasting, lasting_span, register
-from rmqchaos import diskstats
+from rmqchaos.machine import diskstats
 
 
 class BlkioParams(Lasting):

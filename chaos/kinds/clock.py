@@ -23,7 +23,7 @@ from pydantic import BeforeValidator, Field, model_validator
 from chaos.draw import Draw, Topology, dur, seconds
 from chaos.intent import intent, measure
 from chaos.protocol import Clocked, FaultError, FaultKind, register
-from rmqchaos.procs import starttime
+from rmqchaos.machine.procs import starttime
 from rmqchaos.spec import Duration, Fault, Scenario, Strict
 from rmqchaos.spec.checks import reach
 from rmqchaos.spec.types import _duration

@@ -18,7 +18,7 @@ from chaos.draw import Draw, Topology, dur, seconds
 from chaos.intent import happened, intent
 from chaos.kinds.kill import KillParams
 from chaos.protocol import BackAfter, ComingBackKind, FaultError, register
-from rmqchaos.procs import parse_signal
+from rmqchaos.machine.procs import parse_signal
 from rmqchaos.spec import Fault, Scenario
 
 

@@ -22,7 +22,7 @@ from pydantic import Field, StrictInt
 from chaos.draw import Draw, Topology, dur, seconds
 from chaos.intent import happened, intent, measure
 from chaos.protocol import FaultError, Lasting, LastingKind, register
-from rmqchaos import diskstats
+from rmqchaos.machine import diskstats
 from rmqchaos.errors import UserError
 
 FULL_MARK, OK_MARK = "so mark disk full", "so mark disk ok"

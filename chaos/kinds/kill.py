@@ -12,7 +12,7 @@ from pydantic import AfterValidator
 from chaos.draw import Draw, Topology, dur, seconds
 from chaos.intent import happened, intent
 from chaos.protocol import FaultKind, register
-from rmqchaos.procs import parse_signal
+from rmqchaos.machine.procs import parse_signal
 from rmqchaos.spec import Strict
 
 # a JVM ends on these (SIGTERM, SIGINT, SIGHUP through its shutdown hooks); SIGQUIT dumps its threads,

@@ -27,7 +27,7 @@ from cluster.watch.groups import ask_max_offset
 from cluster.node import ClusterStartError
 from rmqchaos.spec import Fault, FaultTarget, Scenario, is_role, role_error
 from rmqchaos.progress import say
-from rmqchaos.wait import poll_until
+from rmqchaos.machine.wait import poll_until
 from rmqclient.admin import RemotingError
 
 OFFSET_TIMEOUT_S = 2.0

@@ -1,7 +1,7 @@
 """producer_crash: the producer application dies, and with `back_after` starts again (issue 50: a
 transactional producer killed between its half messages and their ends).
 
-In every load process (rmqchaos/producer_control.py carries the request): the sends stop; an
+In every load process (rmqchaos/run/producer_control.py carries the request): the sends stop; an
 attempt in flight gets no outcome (a dead application never learns it: its key is indeterminate);
 every half message not yet ended stays without an end (`abandoned`), so the broker has to ask. Its
 connections close, so the broker cannot ask the dead instance. The decisions already made survive,
@@ -18,9 +18,9 @@ from typing import Any
 from chaos.draw import Draw, Topology, dur, seconds
 from chaos.intent import happened, intent
 from chaos.protocol import BackAfter, ComingBackKind, FaultError, register
-from rmqchaos import producer_control as pc
+from rmqchaos.run import producer_control as pc
 from rmqchaos.spec import Fault, Scenario
-from rmqchaos.wait import poll_until
+from rmqchaos.machine.wait import poll_until
 
 PROCESSES = 1  # the load runs in one process (check)
 ACK_TIMEOUT_S = 10.0  # a load process polls every 0.1 s; a starved one may take a while

@@ -22,7 +22,7 @@ from chaos.noise import NoiseKind, NoiseParams, require
 from chaos.protocol import register
 from cluster.plan.nodes import HOST, plan, port_in_use
 from rmqchaos.spec import Fault, Port, Scenario
-from rmqchaos.wait import poll_until
+from rmqchaos.machine.wait import poll_until
 
 DRIVER = Path(__file__).resolve().parent.parent / "redis_driver.py"
 

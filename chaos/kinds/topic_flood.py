@@ -45,7 +45,7 @@ from pydantic import Field, StrictInt
 from chaos.intent import intent, measure, num
 from chaos.protocol import FaultError, FaultKind, register
 from rmqchaos.spec import Duration, Fault, Scenario, Strict
-from rmqchaos.wait import poll_until
+from rmqchaos.machine.wait import poll_until
 from rmqclient.admin import RemotingError
 from rmqclient.frame import MAX_FRAME
 

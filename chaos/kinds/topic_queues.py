@@ -16,7 +16,7 @@ from chaos.draw import Draw, Topology, dur, seconds
 from chaos.intent import measure, intent
 from chaos.protocol import BackAfter, ComingBackKind, FaultError, register
 from rmqchaos.spec import Fault, Scenario, TopicName
-from rmqchaos.wait import poll_until
+from rmqchaos.machine.wait import poll_until
 from rmqclient.admin import RemotingError
 
 ROUTE_WAIT_S = 10.0

@@ -32,9 +32,9 @@ from cluster.local.cluster import LocalCluster, reap
 from cluster.local.node import CgroupMemory, LocalNode
 from cluster.local.cgroups import Cgroup
 from rmqchaos.errors import UserError
-from rmqchaos.procs import send, starttime, wait_gone
-from rmqchaos.rundir import RunDir
-from rmqchaos.wait import poll_until
+from rmqchaos.machine.procs import send, starttime, wait_gone
+from rmqchaos.run.rundir import RunDir
+from rmqchaos.machine.wait import poll_until
 
 LABEL_RUN, LABEL_DIR, LABEL_NODE = "rmqchaos.run_id", "rmqchaos.run_dir", "rmqchaos.node"
 

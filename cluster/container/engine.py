@@ -14,11 +14,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from rmqchaos import paths
+from rmqchaos.machine import paths
 from rmqchaos.errors import UserError
-from rmqchaos.procs import ProcessLog, record_spawn, spawn, stop as stop_pid
+from rmqchaos.machine.procs import ProcessLog, record_spawn, spawn, stop as stop_pid
 from rmqchaos.progress import say
-from rmqchaos.wait import poll_until
+from rmqchaos.machine.wait import poll_until
 
 SAFE_FLAGS = ["--bridge=none", "--iptables=false", "--ip6tables=false", "--ip-masq=false", "--ip-forward=false"]
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"

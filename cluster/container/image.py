@@ -1,6 +1,6 @@
 """`rmqchaos image build`: the RocketMQ image, built offline (no registry is reachable here, nothing
 is ever pulled). A Debian bookworm rootfs with Debian's `openjdk-17-jre-headless` (debootstrap from
-the Debian mirror apt already uses, kept in the user cache: rmqchaos.paths.user_cache), plus the Maven-resolved jars of the
+the Debian mirror apt already uses, kept in the user cache: rmqchaos.machine.paths.user_cache), plus the Maven-resolved jars of the
 pinned RocketMQ in the official image's layout (/home/rocketmq/rocketmq-VERSION/lib), the loopback
 bind() shim as LD_PRELOAD and the disk-noise programs (redis-server, fio, python3), imported with
 `docker import` as rmqchaos/rocketmq:VERSION.
@@ -16,7 +16,8 @@ from typing import Any
 
 from cluster.plan.compose import HOME, image_tag, rocketmq_home
 from cluster.container import engine
-from rmqchaos import paths, rocketmq_dist
+from rmqchaos.machine import paths
+from rmqchaos.rocketmq import dist as rocketmq_dist
 from rmqchaos.errors import UserError
 from rmqchaos.progress import say
 

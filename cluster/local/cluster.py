@@ -25,12 +25,13 @@ from cluster.local.cgroups import Cgroup
 from cluster.local.node import LocalNode
 from cluster.plan.nodes import READY_TOPIC, port_in_use
 from cluster.plan.rmqlog import log_dir
-from rmqchaos import diskstats, paths, rocketmq_dist
+from rmqchaos.machine import diskstats, paths
+from rmqchaos.rocketmq import dist as rocketmq_dist
 from rmqchaos.errors import UserError
-from rmqchaos.procs import alive, now_ms, record_spawn, send, spawn, state_char, wait_gone
+from rmqchaos.machine.procs import alive, now_ms, record_spawn, send, spawn, state_char, wait_gone
 from rmqchaos.progress import say
-from rmqchaos.rundir import RunDir
-from rmqchaos.wait import poll_until
+from rmqchaos.run.rundir import RunDir
+from rmqchaos.machine.wait import poll_until
 from rmqclient.admin import RemotingError
 
 

@@ -17,11 +17,12 @@ from cluster.substrate.powerfs import PowerFS
 from cluster.plan.nodes import (NODE_SYSTEM_PROPERTIES, NodePlan, jvm_options, main_args, port_in_use, proxy_config,
                           render_config)
 from cluster.plan.rmqlog import log_dir
-from rmqchaos import paths, rocketmq_dist
+from rmqchaos.machine import paths
+from rmqchaos.rocketmq import dist as rocketmq_dist
 from rmqchaos.errors import UserError
-from rmqchaos.procs import ProcRecord, alive, now_ms, record_spawn, send, spawn, stop, wait_gone
+from rmqchaos.machine.procs import ProcRecord, alive, now_ms, record_spawn, send, spawn, stop, wait_gone
 from rmqchaos.progress import say
-from rmqchaos.wait import poll_until
+from rmqchaos.machine.wait import poll_until
 
 if TYPE_CHECKING:
     from cluster.local.cluster import LocalCluster

@@ -6,8 +6,8 @@ import signal
 
 from cluster.local import cgroups
 from cluster.local.cgroups import Cgroup
-from rmqchaos.procs import send, wait_gone
-from rmqchaos.rundir import lost_run_ids, registry_dir
+from rmqchaos.machine.procs import send, wait_gone
+from rmqchaos.run.rundir import lost_run_ids, registry_dir
 
 
 def _node_cgroups(run_id: str) -> list[Cgroup]:

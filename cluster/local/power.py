@@ -19,7 +19,7 @@ from cluster.stored import metadata
 from cluster.substrate.powerfs import PowerFS
 from rmqchaos.errors import UserError
 from rmqclient.admin import RemotingError
-from rmqchaos.procs import now_ms
+from rmqchaos.machine.procs import now_ms
 
 if TYPE_CHECKING:
     from cluster.local.cluster import LocalCluster

@@ -6,7 +6,7 @@ gets a RST). It needs CONFIG_INET_DIAG_DESTROY and CAP_NET_ADMIN; measured on th
 kernel (6.18, CONFIG_INET_DIAG_DESTROY=y): an IPv4 socket and an IPv6 one with v4-mapped addresses
 (as a JVM opens) are both matched by the IPv4 filter and aborted. The filter always names one
 client address, one server address and its port, each checked to be inside 127.0.0.0/8
-(`rmqchaos.loopback`): only the client side of those connections matches (a server's accepted
+(`rmqchaos.machine.loopback`): only the client side of those connections matches (a server's accepted
 socket has the server's address as its local one), and nothing off loopback can.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import subprocess
 
 from rmqchaos.errors import UserError
-from rmqchaos.loopback import loopback, port
+from rmqchaos.machine.loopback import loopback, port
 
 #: (local address, local port, peer address, peer port)
 Conn = tuple[str, int, str, int]

@@ -30,8 +30,8 @@ from cluster.net import conns, netrules
 from cluster.plan.nodes import free_port
 from cluster.net.toxiproxy import API_HOST, Rtt, Toxic, Toxiproxy, measure_rtt
 from rmqchaos.errors import UserError
-from rmqchaos.loopback import loopback, port
-from rmqchaos.procs import ProcessLog
+from rmqchaos.machine.loopback import loopback, port
+from rmqchaos.machine.procs import ProcessLog
 
 NODE = "toxiproxy"  # its name in processes.jsonl
 

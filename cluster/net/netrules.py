@@ -12,7 +12,7 @@ port off the proxy (below).
 
 Loopback packets traverse OUTPUT once on their way out, so one DROP there stops them; each rule
 carries `rmqchaos:<run id>:<fault id>` so a leftover rule says whose it is. Only addresses inside
-127.0.0.0/8 can be named (`rmqchaos.loopback`); every one is checked before any chain is touched.
+127.0.0.0/8 can be named (`rmqchaos.machine.loopback`); every one is checked before any chain is touched.
 Chain names: `RMQC-` + 12 hex digits of sha256(run id). Run ids start with their creation time
 (`20261127T122500-…`), so a prefix of the run id would be the same for every run of a day.
 
@@ -39,9 +39,9 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from rmqchaos.errors import UserError
-from rmqchaos.loopback import loopback, port
-from rmqchaos.rundir import registry_dir
-from rmqchaos.wait import poll_until
+from rmqchaos.machine.loopback import loopback, port
+from rmqchaos.run.rundir import registry_dir
+from rmqchaos.machine.wait import poll_until
 
 PARENT = "RMQCHAOS"
 FILTER, NAT = "filter", "nat"
@@ -65,7 +65,7 @@ class RunRules:
     def __init__(self, run_id: str, registered_at: Path | None = None) -> None:
         self.run_id = _ident(run_id, "run id")
         self.chain = chain_name(run_id)
-        # the run's registry entry in the home that runs it (rmqchaos.rundir.registry_dir)
+        # the run's registry entry in the home that runs it (rmqchaos.run.rundir.registry_dir)
         self.registered_at = registered_at or registry_dir() / self.run_id
 
     def drop(self, src: str, dst: str, *, tag: str, dport: int | None = None, sport: int | None = None) -> str:

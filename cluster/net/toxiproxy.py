@@ -31,10 +31,10 @@ from typing import Any, Callable
 
 from cluster.plan.nodes import port_in_use
 from rmqchaos.errors import UserError
-from rmqchaos.loopback import endpoint, loopback, port
-from rmqchaos.paths import CACHE
-from rmqchaos.procs import ProcessLog, alive, record_spawn, spawn, starttime, stop
-from rmqchaos.wait import poll_until
+from rmqchaos.machine.loopback import endpoint, loopback, port
+from rmqchaos.machine.paths import CACHE
+from rmqchaos.machine.procs import ProcessLog, alive, record_spawn, spawn, starttime, stop
+from rmqchaos.machine.wait import poll_until
 
 VERSION = "v2.12.0"  # scripts/setup.sh builds this one
 BINARY = CACHE / "toxiproxy" / "bin" / "toxiproxy-server"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from typing import Mapping, Sequence
 
-from rmqchaos import grpc_client, rocketmq_dist
+from rmqchaos.rocketmq import grpc_client, dist as rocketmq_dist
 from rmqchaos.errors import UserError
 
 MIN_JAVA = 11  # RocketMQ 5.x jars are Java 8 bytecode; the JVM options used here (-Xlog) need 9+; 11 is LTS
@@ -64,7 +64,7 @@ def classpath(version: str, platform_jar: bool = False) -> str:
 def grpc_classpath(version: str, client_version: str | None = None) -> str:
     """The platform's module and the 5.x gRPC client alone (its programs GrpcProducer, GrpcConsumer): no
     remoting client and no server jar beside the shaded client. `client_version`: another client than
-    pom.xml's (rmqchaos/grpc_client.py)."""
+    pom.xml's (rmqchaos/rocketmq/grpc_client.py)."""
     home = rocketmq_dist.rocketmq_home(version)
     jars = home / "grpc" if client_version in (None, grpc_client.pinned()) else grpc_client.ensure(client_version)
     return f"{home / 'rmqchaos-java.jar'}:{jars}/*"

@@ -7,7 +7,7 @@ import json
 import socket
 from dataclasses import dataclass
 
-from rmqchaos.loopback import loopback
+from rmqchaos.machine.loopback import loopback
 from rmqchaos.spec import Broker, Jvm, Scenario
 from rmqchaos.spec.cluster import DLEDGER_PORT_OFFSET
 

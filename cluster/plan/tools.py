@@ -12,7 +12,7 @@ from typing import Callable
 
 from cluster.plan.jvm import classpath, jvm_command
 from rmqchaos.errors import UserError
-from rmqchaos.procs import spawn
+from rmqchaos.machine.procs import spawn
 
 MQADMIN = "org.apache.rocketmq.tools.command.MQAdminStartup"
 BENCH_PRODUCER = "org.apache.rocketmq.example.benchmark.Producer"

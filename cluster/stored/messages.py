@@ -51,7 +51,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator
 
-from rmqchaos import body as msgbody
+from rmqchaos.ledger import body as msgbody
 from rmqclient.record import Record, decode, java_hash
 
 INDEX_HEADER, SLOT, ENTRY = 40, 4, 20

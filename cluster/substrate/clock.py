@@ -11,7 +11,7 @@ the platform rewrites at run time (the `clock` fault). Measured here (docs/fault
   With `monotonic`, CLOCK_MONOTONIC moves too (needed for a drift rate): nanoTime follows the faked
   clock, a backward step stops nanoTime-based schedulers until it catches up, a forward one bursts them;
 - each preloaded process leaves /dev/shm/faketime_shm_<pid> and sem.faketime_sem_<pid> when it is
-  killed, which would fail a later process given the same pid: rmqchaos.procs removes a node's own
+  killed, which would fail a later process given the same pid: rmqchaos.machine.procs removes a node's own
   when it records its end.
 The node's time is read back from the node itself: the first line of `jcmd <pid> Thread.print` is
 the JVM's own local time (whole seconds)."""

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from rmqchaos.errors import UserError
-from rmqchaos.paths import CACHE
-from rmqchaos.procs import ProcessLog, ProcRecord, alive, record_spawn, spawn, starttime, stop, wait_gone
-from rmqchaos.wait import poll_until
+from rmqchaos.machine.paths import CACHE
+from rmqchaos.machine.procs import ProcessLog, ProcRecord, alive, record_spawn, spawn, starttime, stop, wait_gone
+from rmqchaos.machine.wait import poll_until
 
 BINARY = CACHE / "powerfs" / "bin" / "powerfs"
 FSNAME = "rmqchaos-powerfs"  # powerfs/main.go FsName

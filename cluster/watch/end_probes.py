@@ -6,10 +6,10 @@ import json
 from typing import Any
 
 from cluster.backend import ClusterBackend
-from rmqchaos.procs import now_ms
+from rmqchaos.machine.procs import now_ms
 from rmqchaos.spec.expect import TopicOnGroup
-from rmqchaos.rundir import RunDir
-from rmqchaos.wait import poll_until
+from rmqchaos.run.rundir import RunDir
+from rmqchaos.machine.wait import poll_until
 from rmqclient.admin import RemotingError
 
 #: how long a probe of a slave waits for it to have synced its master's current topic table: a

@@ -53,7 +53,7 @@ from cluster.watch.heartbeats import HeartbeatTap
 from cluster.plan.nodes import NodePlan, controller_addrs
 from cluster.net.roundtrip import fault_links, probe_all
 from cluster.plan.rmqlog import line_ms, log_dir
-from rmqchaos.rundir import RunDir
+from rmqchaos.run.rundir import RunDir
 from rmqclient.admin import AdminClient, RemotingError
 
 INTERVAL_S = 1.0

@@ -331,7 +331,7 @@ def expect_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
     """The `expect:` block against this scenario: its versions are RocketMQ versions this platform
     knows, its probes name broker nodes of this cluster, its failovers and figures name faults, nodes and
     broker groups of this scenario, its figures need a load to count."""
-    from rmqchaos.rocketmq_dist import known_versions
+    from rmqchaos.rocketmq.dist import known_versions
     if s.expect is None:
         return []
     errs: list[tuple[tuple[Any, ...], str]] = []

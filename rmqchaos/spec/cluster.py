@@ -5,7 +5,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, StrictInt, model_validator
 
-from rmqchaos import paths
+from rmqchaos.machine import paths
 from rmqchaos.spec.types import ConfValue, Duration, NodeName, Port, Strict
 
 class Jvm(Strict):

@@ -7,7 +7,7 @@ import json
 from functools import lru_cache
 from typing import Any
 
-from rmqchaos import rocketmq_dist
+from rmqchaos.rocketmq import dist as rocketmq_dist
 from rmqchaos.errors import UserError
 
 # Keys the platform sets itself (addresses, identity, store location); overriding them would
@@ -59,7 +59,7 @@ CLASSIC_BROKER_KEYS = {"brokerRole": "a controller-mode replica starts as SLAVE 
 @lru_cache(maxsize=4)
 def config_keys(version: str) -> dict[str, dict[str, str]]:
     """{'broker': {key: type}, 'namesrv': {...}} read by reflection from that version's own jars
-    (rmqchaos/rocketmq_dist.py; resolved on the version's first use)."""
+    (rmqchaos/rocketmq/dist.py; resolved on the version's first use)."""
     f = rocketmq_dist.rocketmq_home(version) / "config-keys.json"
     if not f.is_file():
         raise UserError(f"{f} is missing", f"remove {f.parent} to resolve RocketMQ {version} again")

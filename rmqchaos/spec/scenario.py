@@ -88,7 +88,7 @@ class Transaction(Strict):
 
 class Timer(Strict):
     """A timer load (issue 51): every message is a scheduled one, due at a time the producer records in
-    its key (rmqchaos/ledgers.py DUE_SEP). `delay_level`: a 4.x delay level (the DELAY property; level 1
+    its key (rmqchaos/ledger/schema.py DUE_SEP). `delay_level`: a 4.x delay level (the DELAY property; level 1
     is the first delay of the brokers' messageDelayLevel), due its delay after the message was made;
     or `delay` (+ `spread`): the TIMER_DELIVER_MS property, due at the time the message was made plus
     `delay` plus a share of `spread` drawn by the key's hash. `wait`: how long the drain waits past

@@ -28,7 +28,7 @@ import org.apache.rocketmq.client.java.message.MessageViewImpl;
 /**
  * The receive witness through the proxy: the RocketMQ 5.x Java client's SimpleConsumer (receive, then
  * optionally changeInvisibleDuration, then ack, each answer recorded) or PushConsumer, writing the
- * receive ledger in its one schema (rmqchaos/ledgers.py RECEIVE_FIELDS), one line per delivery, written
+ * receive ledger in its one schema (rmqchaos/ledger/schema.py RECEIVE_FIELDS), one line per delivery, written
  * once the delivery's ack has been answered (SimpleConsumer) or its listener returned (PushConsumer).
  *
  * POP's fields: delivery_attempt (the proxy's count, 1 the first time), receipt_handle, ack (ok: the

@@ -21,7 +21,7 @@ import org.apache.rocketmq.client.apis.producer.SendReceipt;
 /**
  * The gRPC load: the RocketMQ 5.x Java client's Producer (apache/rocketmq-clients) sending through the
  * proxy, on the schedule the Locust load keeps (message i intended at start + i / rate, bounded by
- * --duration and --messages), writing the send ledger in its one schema (rmqchaos/ledgers.py): an
+ * --duration and --messages), writing the send ledger in its one schema (rmqchaos/ledger/schema.py): an
  * intent line before each attempt, an outcome line when it ends.
  *
  * Each attempt is one call: the client's own retries are off (maxAttempts 1), so every attempt the
@@ -253,7 +253,7 @@ public final class GrpcProducer {
         return false;
     }
 
-    /** The self-verifying body (rmqchaos/body.py encode): rmqc1|crc|producer|seq|key\n + filler, size bytes. */
+    /** The self-verifying body (rmqchaos/ledger/body.py encode): rmqc1|crc|producer|seq|key\n + filler, size bytes. */
     static byte[] body(String key, String producerId, long seq, byte[] filler, int size) {
         byte[] head = (producerId + "|" + seq + "|" + key + "\n").getBytes(StandardCharsets.UTF_8);
         int crcEnd = 6 + 9;

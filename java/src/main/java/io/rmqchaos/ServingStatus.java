@@ -12,7 +12,7 @@ import java.util.TreeMap;
 
 /**
  * The status file of which brokers serve one consumer's reads, the one writer for both kinds of
- * consumer (rmqchaos/serving.py reads it; docs/client.md): per key, reads served and refused by
+ * consumer (rmqchaos/run/serving.py reads it; docs/client.md): per key, reads served and refused by
  * answer code, the first and last served time and the spans of time it served. The keys are broker
  * addresses for the remoting consumer (Serving: the RPC hook's address of each pull's answer) and
  * broker names for a consumer through the proxy (PopServing: the broker a receive was answered from),

@@ -74,7 +74,7 @@ final class Text {
     private static final int CRC_END = MAGIC.length + 9;
 
     /**
-     * The self-verifying body (rmqchaos/body.py): {@code rmqc1|<crc32 hex>|<producer>|<seq>|<key>\n<payload>},
+     * The self-verifying body (rmqchaos/ledger/body.py): {@code rmqc1|<crc32 hex>|<producer>|<seq>|<key>\n<payload>},
      * the CRC-32 over every byte after {@code rmqc1|<crc>|}. Returns {key or null, "true"/"false"/null}:
      * null when the body is not ours (no prefix), false when it is and does not check out.
      */

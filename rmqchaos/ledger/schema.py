@@ -3,8 +3,8 @@
 The record schemas below are the one source: the load builds its records from them, the Spark
 schemas and the DuckDB reference are derived from them, and a test holds the Java consumer's
 records to them. This module answers what a ledger holds and where a run's ledgers are; how a
-record becomes its journal line is rmqchaos/ledger_lines.py, how a journal is written (the spool)
-rmqchaos/journal_write.py, how it is read back (torn tails) rmqchaos/journal_read.py.
+record becomes its journal line is rmqchaos/ledger/lines.py, how a journal is written (the spool)
+rmqchaos/ledger/journal_write.py, how it is read back (torn tails) rmqchaos/ledger/journal_read.py.
 
 Format: JSON Lines, one file per writing process, append-only.
 - Crash safety: a record is one line; a crash can only tear the last line, which the reader detects
@@ -15,7 +15,7 @@ Format: JSON Lines, one file per writing process, append-only.
   them, without a system call per record; the spool is appended to the journal every DRAIN_S and
   the journal fsync'd every FSYNC_S and on close (a machine crash loses at most that window); a
   dead writer's spool is appended by `recover_spool` (the seal calls it).
-- Analysis: a closed journal is sealed into Parquet (rmqchaos/seal.py); people read the journals
+- Analysis: a closed journal is sealed into Parquet (rmqchaos/ledger/seal.py); people read the journals
   with `less` or `jq`.
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ RECEIVE_FIELDS = (("run_id", "string"), ("key", "string"), ("msg_id", "string"),
                   ("topic", "string"), ("origin_topic", "string"), ("broker", "string"), ("queue_id", "int"),
                   ("queue_offset", "long"), ("reconsume_times", "int"), ("consumer_id", "string"),
                   ("batch_size", "int"), ("batch_index", "int"), ("store_ms", "long"), ("receive_ms", "long"),
-                  # what the self-verifying body (rmqchaos/body.py) says: its key, and whether it checked out
+                  # what the self-verifying body (rmqchaos/ledger/body.py) says: its key, and whether it checked out
                   ("body_key", "string"), ("body_ok", "bool"),
                   # the node (ip:port) whose pull fetched this delivery; null when the client did not say
                   ("served_by", "string"),
@@ -61,7 +61,7 @@ RECEIVE_FIELDS = (("run_id", "string"), ("key", "string"), ("msg_id", "string"),
 TXN_FIELDS = (("run_id", "string"), ("producer_id", "string"), ("key", "string"), ("source", "string"),
               ("decision", "string"), ("answer", "string"), ("decided_ms", "long"), ("error", "string"))
 
-#: columns the seal adds to both sealed ledgers (rmqchaos/seal.py, docs/ledgers.md): the msgId as two
+#: columns the seal adds to both sealed ledgers (rmqchaos/ledger/seal.py, docs/ledgers.md): the msgId as two
 #: numbers when it has RocketMQ's form (32 uppercase hex digits; null otherwise), so that the analysis
 #: compares msgIds inside its numeric per-key aggregations, exactly, instead of joining strings
 SEALED_EXTRA = (("msg_hi", "long"), ("msg_lo", "long"))

@@ -9,7 +9,7 @@ Layout (in full: docs/ledgers.md, "The run directory"):
   versions.json        RocketMQ, Java, Python versions, the platform's git commit
   cluster/<node>/      rendered config, store/, logs/ (RocketMQ's own), stdout.log
   checks/              outputs of checks; report.json / report.txt
-  metrics/disk.jsonl   the store's disk, once a second during the load (rmqchaos/diskstats.py)
+  metrics/disk.jsonl   the store's disk, once a second during the load (rmqchaos/machine/diskstats.py)
   noise/<occurrence>/  disk-noise faults: their configs, logs and results (their data is deleted)
 A run with live processes is registered in $RMQCHAOS_HOME/active/<run id> so that `down --all`
 and the next `up` can find it even after the platform itself was killed.
@@ -26,9 +26,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from rmqchaos import paths
-from rmqchaos.ledgers import LEDGER_DIR
-from rmqchaos.procs import ProcessLog, alive, now_ms, starttime
+from rmqchaos.machine import paths
+from rmqchaos.ledger.schema import LEDGER_DIR
+from rmqchaos.machine.procs import ProcessLog, alive, now_ms, starttime
 from rmqchaos.errors import UserError
 from rmqchaos.spec import Scenario, dump_scenario, parse_scenario
 

@@ -10,7 +10,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from rmqchaos import paths
+from rmqchaos.machine import paths
 from rmqchaos.errors import UserError
 from rmqchaos.progress import say
 

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rmqchaos.journal_read import journal_tail
-from rmqchaos.ledger_lines import record_line
-from rmqchaos.procs import alive, starttime
+from rmqchaos.ledger.journal_read import journal_tail
+from rmqchaos.ledger.lines import record_line
+from rmqchaos.machine.procs import alive, starttime
 
 FSYNC_S = 1.0
 DRAIN_S = 0.1  # the load's flusher drains each writer's spool into its journal this often

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from rmqchaos.ledgers import ledger_files
+from rmqchaos.ledger.schema import ledger_files
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,16 @@
 """A record's journal line, as bytes: any record through orjson (`record_line`), and the send
 ledger's two lines of an attempt made fast (`SendLines`), in C where it is built, byte for byte the
-same as the records of the schema (rmqchaos/ledgers.py)."""
+same as the records of the schema (rmqchaos/ledger/schema.py)."""
 from __future__ import annotations
 
 from typing import Any
 
 import orjson
 
-from rmqchaos.ledgers import INTENT_KEYS
+from rmqchaos.ledger.schema import INTENT_KEYS
 
-try:  # the send ledger's lines in C, built by scripts/setup.sh from rmqchaos/native/send_lines.c
-    from rmqchaos._send_lines import intent as c_intent, outcome as c_outcome
+try:  # the send ledger's lines in C, built by scripts/setup.sh from rmqchaos/ledger/native/send_lines.c
+    from rmqchaos.ledger._send_lines import intent as c_intent, outcome as c_outcome
 except ImportError:  # not built: the Python path alone, the same bytes
     c_intent = c_outcome = None
 

@@ -1,7 +1,7 @@
 """A RocketMQ version's jars on this machine: resolved with Maven on first use, cached in
 .cache/rocketmq-<version>/ (lib/, rmqchaos-java.jar built against that version, config-keys.json
 read from those jars by reflection). The one place the Maven resolution lives: scripts/setup.sh
-calls it for the pinned version (`python -m rmqchaos.rocketmq_dist VERSION`), a scenario naming
+calls it for the pinned version (`python -m rmqchaos.rocketmq.dist VERSION`), a scenario naming
 another version (cluster.rocketmq_version) calls it when the spec is validated."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from rmqchaos import paths
+from rmqchaos.machine import paths
 from rmqchaos.errors import UserError
 from rmqchaos.progress import say
 
@@ -284,7 +284,7 @@ def _maven_reason(log: Path) -> str:
     return "Maven failed"
 
 
-if __name__ == "__main__":  # scripts/setup.sh: python -m rmqchaos.rocketmq_dist VERSION
+if __name__ == "__main__":  # scripts/setup.sh: python -m rmqchaos.rocketmq.dist VERSION
     try:
         print(ensure(sys.argv[1]))
     except UserError as e:

@@ -2,7 +2,7 @@
 analysis reads (docs/ledgers.md "Sealed ledgers").
 
 `ledgers/send-w0-123.jsonl` seals to `ledgers/send-w0-123.parquet`: every field of the schema
-(rmqchaos/ledgers.py) as a typed column, plus what the seal found in the journal, kept in the
+(rmqchaos/ledger/schema.py) as a typed column, plus what the seal found in the journal, kept in the
 Parquet file's key-value metadata: the journal's size, and a torn last record (offset, bytes) when
 its writer died mid-write (the records sealed are the file's row count). A journal that holds a malformed record is not
 sealed: the seal fails with the file and the record's byte offset.
@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rmqchaos.errors import UserError
-from rmqchaos.journal_read import journal_tail
-from rmqchaos.journal_write import recover_spool
-from rmqchaos.ledgers import RECEIVE_FIELDS, SEALED_EXTRA, SEND_FIELDS, TXN_FIELDS
+from rmqchaos.ledger.journal_read import journal_tail
+from rmqchaos.ledger.journal_write import recover_spool
+from rmqchaos.ledger.schema import RECEIVE_FIELDS, SEALED_EXTRA, SEND_FIELDS, TXN_FIELDS
 
 if TYPE_CHECKING:  # imported where used: sealing is the only DuckDB user here
     import duckdb

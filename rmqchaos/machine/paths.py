@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rmqchaos.errors import UserError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache"
 
 
