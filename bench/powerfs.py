@@ -29,7 +29,7 @@ import yaml
 from analysis.judge.loadstep import p99
 from bench.measure import cpu_per_10k, per_s
 from bench.rounds import TOPIC
-from pipeline import down, load, up
+from pipeline.stages import down, load, up
 from pipeline.runs import attach_run, create_run, load_scenario, reap_orphans
 from rmqchaos.errors import UserError
 from rmqchaos.ledger.journal_read import read_ledger

@@ -32,7 +32,7 @@ from bench.rounds import TOPIC, bench_topic
 from cluster import get_backend
 from cluster.plan.jvm import classpath, grpc_classpath, jvm_command
 from cluster.plan.tools import BENCH_PRODUCER, bench_args, bench_complete
-from pipeline import down, up
+from pipeline.stages import down, up
 from pipeline.runs import create_run, namesrv_target, reap_orphans
 from rmqchaos.machine import paths
 from rmqchaos.rocketmq import dist as rocketmq_dist

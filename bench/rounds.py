@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from bench.measure import Sample
 from cluster import get_backend
-from pipeline import down, up
+from pipeline.stages import down, up
 from pipeline.runs import create_run, open_cluster_run, reap_orphans
 from rmqchaos.progress import say
 

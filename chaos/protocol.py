@@ -49,7 +49,7 @@ def lasting_span(params: Lasting) -> float:
 
 class Clients(Protocol):
     """The run's consumer processes, for the faults that end and start them again (consumer_kill).
-    The stage that started them supplies it (pipeline/load.py, with loadgen/consumers.py's)."""
+    The stage that started them supplies it (pipeline/stages/load.py, with loadgen/consumers.py's)."""
 
     def kill_consumer(self, consumer_id: str, sig: int) -> dict[str, Any]:
         """Signal the instance's process; {pid, signal, gone_after_ms (None: still alive), deliveries}."""

@@ -1,5 +1,5 @@
 """`rmqchaos explore`, `shrink`, `bisect` and `report-upstream`: finding what nobody has reported
-(pipeline/explore.py, shrink.py, bisect.py, upstream.py; docs/explore.md)."""
+(pipeline/workflows/explore.py, shrink.py, bisect.py, upstream.py; docs/explore.md)."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +8,7 @@ from typing import Any
 
 
 def cmd_explore(a: argparse.Namespace) -> int:
-    from pipeline.explore import check_budget, draw, explore, lines, plan, words
+    from pipeline.workflows.explore import check_budget, draw, explore, lines, plan, words
     kinds = a.kinds.split(",") if a.kinds else None
     if a.dry_run:  # the schedules only: what the seeds draw
         n = a.runs or 1
@@ -27,7 +27,7 @@ def cmd_explore(a: argparse.Namespace) -> int:
 
 
 def cmd_shrink(a: argparse.Namespace) -> int:
-    from pipeline.shrink import shrink_run
+    from pipeline.workflows.shrink import shrink_run
     res = shrink_run(a.run, a.check, a.budget, a.repeats, a.out)
     if a.json:
         print(json.dumps(res, indent=1))
@@ -40,7 +40,7 @@ def cmd_shrink(a: argparse.Namespace) -> int:
 
 
 def cmd_bisect(a: argparse.Namespace) -> int:
-    from pipeline.bisect import bisect_scenario
+    from pipeline.workflows.bisect import bisect_scenario
     res = bisect_scenario(a.scenario, a.versions, a.repeats, a.out)
     if a.json:
         print(json.dumps(res, indent=1))
@@ -56,7 +56,7 @@ def cmd_bisect(a: argparse.Namespace) -> int:
 
 
 def cmd_report_upstream(a: argparse.Namespace) -> int:
-    from pipeline.upstream import DEFAULT_GREP, report_upstream
+    from pipeline.workflows.upstream import DEFAULT_GREP, report_upstream
     res = report_upstream(a.runs, a.title, a.check, a.grep or DEFAULT_GREP, a.source, a.notes, a.out)
     print(json.dumps(res, indent=1) if a.json else
           f"report: {res['report']} (affected: {', '.join(res['affected']) or 'none'}; "

@@ -161,7 +161,7 @@ def cmd_flags(a: argparse.Namespace) -> int:
 
 def cmd_signatures(a: argparse.Namespace) -> int:
     """Per scenario of a matrix, its last run since --since: reproduced or NOT, when, on which commit."""
-    from pipeline.matrix import signature_status
+    from pipeline.workflows.matrix import signature_status
     st = signature_status(history.runs(a.db, since_ms=since_ms(a.since)), a.matrix)
     for x in st:
         x["last"] = x["last"] and {k: x["last"][k] for k in ("run_id", "started_ms", "platform_commit",

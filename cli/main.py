@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from pipeline import analyze, check, down, drain, load, report, up
+from pipeline.stages import analyze, check, down, drain, load, report, up
 from pipeline.runs import cluster_run_dir, create_run, load_scenario, open_cluster_run, reap_orphans
 from pipeline.scenario import run_many
 from rmqchaos.machine import paths

@@ -14,7 +14,7 @@ def corpus_runs(entries: Any) -> Any:
     is made afresh for each DAG (a decorated group is bound to the DAG it is first called in)."""
     @task
     def prepare(entry: dict[str, str]) -> str:
-        from pipeline.corpus import prepare as make_run
+        from pipeline.workflows.corpus import prepare as make_run
         return make_run(entry)
 
     @task_group
@@ -28,5 +28,5 @@ def corpus_runs(entries: Any) -> Any:
 def corpus_report(reports: list[dict[str, Any] | None] | None) -> dict[str, Any]:
     """The corpus table ('reproduced on X · not on Y' per bug) and the runs' sections in one HTML
     report (its path is the return value), corpus.json beside it."""
-    from pipeline.corpus import report
+    from pipeline.workflows.corpus import report
     return report(reports)

@@ -6,7 +6,7 @@ Not a DAG file (listed in .airflowignore): the DAG files import it.
 
 Cluster tasks (up, check, load, drain, down) run in the pool POOL of one slot, ordered depth-first
 (weight rule "upstream") and never retried: a retried load would double the messages. Before `up`
-a run takes the machine's one cluster slot (pipeline/slot.py), which also holds under `dag.test()`,
+a run takes the machine's one cluster slot (pipeline/stages/slot.py), which also holds under `dag.test()`,
 which ignores pools. The JVMs a task starts outlive it (own session, output in files); `down`, a
 teardown, ends them whatever failed in between."""
 from __future__ import annotations
@@ -40,7 +40,7 @@ class ClusterSlotSensor(BaseSensorOperator):
         self.run_dir = run_dir
 
     def poke(self, context: Any) -> bool:
-        from pipeline import slot
+        from pipeline.stages import slot
         from pipeline.runs import as_run
         return slot.acquire(as_run(self.run_dir))
 
@@ -48,30 +48,30 @@ class ClusterSlotSensor(BaseSensorOperator):
 @setup
 @task(**_CLUSTER)
 def up(run_dir: str) -> dict[str, Any]:
-    from pipeline import up as stage
+    from pipeline.stages import up as stage
     return stage.run(run_dir)
 
 
 @task(**_CLUSTER)
 def check(run_dir: str) -> dict[str, Any]:
-    from pipeline import check as stage
+    from pipeline.stages import check as stage
     return stage.run(run_dir)
 
 
 @task(**_CLUSTER)
 def load(run_dir: str) -> dict[str, Any]:
-    from pipeline import load as stage
+    from pipeline.stages import load as stage
     return stage.run(run_dir)
 
 
 @task(trigger_rule="all_done", **_CLUSTER)  # after a failed load too: its consumers still stop cleanly
 def drain(run_dir: str) -> dict[str, Any]:
-    from pipeline import drain as stage
+    from pipeline.stages import drain as stage
     return stage.run(run_dir)
 
 
 def _down(run_dir: str) -> dict[str, Any]:
-    from pipeline import down as stage
+    from pipeline.stages import down as stage
     return stage.run(run_dir)
 
 
@@ -83,7 +83,7 @@ def down() -> Any:
 
 @task(trigger_rule="all_done", outlets=[ANALYSIS])  # on whatever the ledgers hold after a failed stage
 def analyze(run_dir: str) -> dict[str, Any]:
-    from pipeline import analyze as stage
+    from pipeline.stages import analyze as stage
     res = stage.run(run_dir)
     if res.get("summary"):
         get_current_context()["outlet_events"][ANALYSIS].extra = {"run_dir": run_dir}
@@ -93,7 +93,7 @@ def analyze(run_dir: str) -> dict[str, Any]:
 @task(trigger_rule="all_done")
 def report(run_dir: str) -> dict[str, Any]:
     """The run's report; its path in the return value (and behind the task's "rmqchaos report" link)."""
-    from pipeline import report as stage
+    from pipeline.stages import report as stage
     res = stage.run(run_dir)
     return {"run_dir": run_dir, "report": res["html"] or res["txt"], **res}
 
@@ -117,8 +117,8 @@ def cluster_run(run_dir: Any) -> Any:
 
 @task(**_CLUSTER)
 def max_rate(run_dir: str) -> dict[str, Any]:
-    """The maximum-rate search's steps on the cluster `up` started (pipeline/maxrate.py)."""
-    from pipeline import maxrate
+    """The maximum-rate search's steps on the cluster `up` started (pipeline/workflows/maxrate.py)."""
+    from pipeline.workflows import maxrate
     return maxrate.run(run_dir)
 
 

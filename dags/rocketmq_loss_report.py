@@ -30,7 +30,7 @@ def rocketmq_loss_report() -> None:
         dirs = list(ctx["params"]["run_dirs"] or [])
         for events in (ctx.get("triggering_asset_events") or {}).values():
             dirs += [e.extra["run_dir"] for e in events if (e.extra or {}).get("run_dir")]
-        from pipeline.report import rebuild
+        from pipeline.stages.report import rebuild
         return rebuild(dirs, history=True)
 
     build()

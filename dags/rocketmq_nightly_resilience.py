@@ -52,8 +52,8 @@ def rocketmq_nightly_resilience() -> None:
     def matrix() -> list[str]:
         from airflow.sdk import get_current_context
 
-        from pipeline.explore import plan_params
-        from pipeline.matrix import part_of, scenarios
+        from pipeline.workflows.explore import plan_params
+        from pipeline.workflows.matrix import part_of, scenarios
         p = get_current_context()["params"]
         k, n = part_of(p["part"])
         drawn = plan_params({"base": p["explore_base"], "runs": p["explore_runs"], "seed": None}) \
@@ -62,7 +62,7 @@ def rocketmq_nightly_resilience() -> None:
 
     @task
     def prepare(scenario: str) -> str:
-        from pipeline.matrix import prepare as make_run
+        from pipeline.workflows.matrix import prepare as make_run
         return make_run(scenario)
 
     @task_group
@@ -73,7 +73,7 @@ def rocketmq_nightly_resilience() -> None:
     def combined_report(reports: list[dict[str, Any] | None] | None) -> dict[str, Any]:
         from airflow.sdk import get_current_context
 
-        from pipeline.matrix import combined_report as write
+        from pipeline.workflows.matrix import combined_report as write
         return write(reports, part=get_current_context()["params"]["part"])
 
     @task(retries=0)
@@ -82,7 +82,7 @@ def rocketmq_nightly_resilience() -> None:
         (against its trailing runs in the run history); logs each figure that left its range."""
         from airflow.sdk import get_current_context
 
-        from pipeline.matrix import verdict as judge
+        from pipeline.workflows.matrix import verdict as judge
         return judge(rep["runs"], signature_misses=get_current_context()["params"]["signature_misses"])
 
     verdict(combined_report(scenario_run.expand(scenario=matrix())))

@@ -76,7 +76,7 @@ PARAMS = {
 def rocketmq_prerelease_load_test() -> None:
     @task
     def prepare() -> list[str]:
-        from pipeline import compare
+        from pipeline.workflows import compare
         from pipeline.runs import reap_orphans
         reap_orphans()
         return compare.prepare(dict(get_current_context()["params"]))
@@ -84,7 +84,7 @@ def rocketmq_prerelease_load_test() -> None:
     @task
     def side(run_dir: str) -> str:
         """Names the run (candidate or baseline, which round) in the log; hands its directory on."""
-        from pipeline.compare import label
+        from pipeline.workflows.compare import label
         print(f"{label(run_dir)}: {run_dir}", flush=True)
         return run_dir
 
@@ -94,7 +94,7 @@ def rocketmq_prerelease_load_test() -> None:
 
     @task
     def search_sides(runs: list[str]) -> list[str]:  # none unless `max_rate_search` is set
-        from pipeline import maxrate
+        from pipeline.workflows import maxrate
         return maxrate.prepare(dict(get_current_context()["params"]), runs[-1] if runs else None)
 
     @task_group
@@ -103,7 +103,7 @@ def rocketmq_prerelease_load_test() -> None:
 
     @task(retries=0, trigger_rule="all_done")  # after a failed run too: it names what failed
     def gates(runs: list[str], searches: list[str] | None) -> dict[str, Any]:
-        from pipeline.compare import judge
+        from pipeline.workflows.compare import judge
         return judge(runs, dict(get_current_context()["params"]), searches or [])
 
     runs = prepare()
@@ -112,13 +112,13 @@ def rocketmq_prerelease_load_test() -> None:
 
     @task
     def corpus_entries() -> list[dict[str, str]]:  # none unless `corpus` is set: the runs below are skipped
-        from pipeline.corpus import candidate_entries
+        from pipeline.workflows.corpus import candidate_entries
         p = get_current_context()["params"]
         return candidate_entries(p.get("rocketmq_version")) if p.get("corpus") else []
 
     @task(trigger_rule="all_done", retries=0)
     def corpus_gate(reports: list[dict[str, Any] | None] | None) -> dict[str, Any]:
-        from pipeline.corpus import gate
+        from pipeline.workflows.corpus import gate
         p = get_current_context()["params"]
         return gate(reports, p["rocketmq_version"]) if p.get("corpus") else {"corpus": "not run (param corpus)"}
 

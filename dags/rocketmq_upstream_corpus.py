@@ -1,6 +1,6 @@
 """rocketmq_upstream_corpus: known upstream RocketMQ bugs (scenarios/upstream/corpus.yaml), each on
 the version it was reported on and on one with the fix, then the corpus report and its verdict. The
-work is in the `pipeline` package (pipeline/corpus.py)."""
+work is in the `pipeline` package (pipeline/workflows/corpus.py)."""
 from __future__ import annotations
 
 from datetime import datetime
@@ -32,13 +32,13 @@ version with the fix (a regression upstream, named as such), or could not be tol
 def rocketmq_upstream_corpus() -> None:
     @task
     def entries() -> list[dict[str, str]]:
-        from pipeline.corpus import entries as listed
+        from pipeline.workflows.corpus import entries as listed
         return listed(get_current_context()["params"]["corpus"])
 
     @task(retries=0)
     def verdict(rep: dict[str, Any]) -> dict[str, Any]:
         """Fails the DAG run naming each bug that stopped reproducing, came back, or could not be told."""
-        from pipeline.corpus import verdict as judge
+        from pipeline.workflows.corpus import verdict as judge
         return judge(rep)
 
     verdict(corpus_report(corpus_runs(entries())))

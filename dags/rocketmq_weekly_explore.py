@@ -1,6 +1,6 @@
 """rocketmq_weekly_explore: seeded random fault schedules over a base scenario, each on a fresh
 cluster, then what they found. The DAG is the pipeline's table of contents; the work is in the
-`pipeline` package (pipeline/explore.py)."""
+`pipeline` package (pipeline/workflows/explore.py)."""
 from __future__ import annotations
 
 from datetime import datetime
@@ -36,12 +36,12 @@ def rocketmq_weekly_explore() -> None:
     def schedules() -> list[str]:
         from airflow.sdk import get_current_context
 
-        from pipeline.explore import plan_params
+        from pipeline.workflows.explore import plan_params
         return plan_params(get_current_context()["params"])
 
     @task
     def prepare(scenario: str) -> str:
-        from pipeline.explore import prepare as make_run
+        from pipeline.workflows.explore import prepare as make_run
         return make_run(scenario)
 
     @task_group
@@ -50,7 +50,7 @@ def rocketmq_weekly_explore() -> None:
 
     @task(trigger_rule="all_done")
     def findings(reports: list[dict[str, Any] | None] | None) -> dict[str, Any]:
-        from pipeline.explore import collect
+        from pipeline.workflows.explore import collect
         return collect([r["run_dir"] for r in reports or [] if r])
 
     findings(explored_run.expand(scenario=schedules()))

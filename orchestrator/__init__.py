@@ -298,11 +298,11 @@ def _stoppable() -> Iterator[None]:
     """Ctrl-C stops the whole DAG run, not only its running task (SIGTERM too until the first task:
     Airflow's in-process task runner then sets its own SIGTERM handler): the signal interrupts
     that task (it unwinds as `rmqchaos run` does) and every later stage but `down` refuses at once
-    (pipeline.stage.request_stop), so `dag.test` ends within seconds. Whatever way it ends, a cluster
+    (pipeline.stages.stage.request_stop), so `dag.test` ends within seconds. Whatever way it ends, a cluster
     this process started and did not bring down is brought down (only those registered meanwhile:
     a test's shared cluster of the same process stays up); then the interrupt goes on up."""
-    from pipeline import down
-    from pipeline.stage import request_stop, reset_stop, stop_requested
+    from pipeline.stages import down
+    from pipeline.stages.stage import request_stop, reset_stop, stop_requested
 
     def on_signal(signum: int, frame: Any) -> None:
         if stop_requested() is None:

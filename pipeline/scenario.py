@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from pipeline import analyze, check, down, drain, load, report, up
+from pipeline.stages import analyze, check, down, drain, load, report, up
 from pipeline.runs import create_run, load_scenario, reap_orphans
-from pipeline.stage import error_line
+from pipeline.stages.stage import error_line
 from rmqchaos.errors import UserError
 from rmqchaos.progress import say
 from rmqchaos.run.rundir import RunDir

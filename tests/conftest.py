@@ -211,7 +211,7 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
 
 def _start(tmp: Path, d: dict):
     from cluster import get_backend
-    from pipeline import down, up
+    from pipeline.stages import down, up
     from pipeline.runs import create_run
 
     f = write_scenario(tmp / "scenario.yaml", d)
@@ -227,7 +227,7 @@ def _start(tmp: Path, d: dict):
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     """A shared 2-group cluster (namesrv 19876, brokers 19911/19921) for tests that only read."""
-    from pipeline import down
+    from pipeline.stages import down
     mp = pytest.MonkeyPatch()
     home = tmp_path_factory.mktemp("session-home")
     mp.setenv("RMQCHAOS_HOME", str(home))
@@ -241,7 +241,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
 @pytest.fixture
 def fresh_cluster(tmp_path: Path) -> Iterator:
     """A cluster of its own (namesrv 29876, brokers 29911/29921) for a test that breaks it."""
-    from pipeline import down
+    from pipeline.stages import down
     run, c = _start(tmp_path, scenario_dict("fresh", *CLUSTER_PORTS["fresh_cluster"]))
     yield c
     down.run(run)
@@ -254,7 +254,7 @@ def strict_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     BrokerFastFailure rejects every queued request every 10 ms), and SYNC_FLUSH with a 1 ms
     syncFlushTimeout, so stored messages are answered FLUSH_DISK_TIMEOUT. Tests may pause and
     resume its brokers, never kill them."""
-    from pipeline import down
+    from pipeline.stages import down
     from rmqclient.admin import AdminClient
     mp = pytest.MonkeyPatch()
     mp.setenv("RMQCHAOS_HOME", str(tmp_path_factory.mktemp("strict-home")))
@@ -310,7 +310,7 @@ def run_here(scenario_file: Path, out: Path, timeout: float = 900) -> tuple[Path
     import json
     import signal
     from pipeline.scenario import run_scenario
-    from pipeline.stage import error_line
+    from pipeline.stages.stage import error_line
     from helpers import assert_nothing_left
 
     def too_long(*_: Any) -> None:

@@ -174,7 +174,7 @@ def test_torn_tail_is_a_warning_and_its_record_is_not_counted(spark, tmp_path: P
 @pytest.fixture(scope="module")
 def real_run(cluster, tmp_path_factory: pytest.TempPathFactory):
     """A small fault-free load through the real cluster, analyzed, with its HTML report."""
-    from pipeline import analyze, drain, load, report
+    from pipeline.stages import analyze, drain, load, report
     tmp = tmp_path_factory.mktemp("analysis-run")
     run = load_run(tmp, cluster, {"topic": "T_ANALYZE", "users": 10, "rate": 500, "duration": "30s",
                                   "messages": 3000},

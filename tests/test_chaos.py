@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from chaos.kinds import registry
-from pipeline import drain, load
+from pipeline.stages import drain, load
 from rmqchaos.machine.procs import alive
 from tests.conftest import REPO, cli, load_run, write_scenario
 from tests.helpers import rendered_verdicts
@@ -85,7 +85,7 @@ def _experiment(tmp: Path, scenario: str, ports: tuple[int, int, int], config: d
                 backend: str = "local", duration: str = "28s") -> dict:
     """One scenario of the pair, shortened for CI, on ports of its own, with `config` over its broker
     config, on `backend`: broker-a is OOM-killed and restarted 6 s later; returns its summary."""
-    from pipeline import analyze, down, up
+    from pipeline.stages import analyze, down, up
     from pipeline.runs import create_run, load_scenario
     d = load_scenario(REPO / "scenarios" / scenario).resolved()  # its `extends:` chain merged in
     d["cluster"]["namesrv"] = {"port": ports[0]}
@@ -176,7 +176,7 @@ def test_oom_kill_loses_acked_messages_with_tsp_on_and_none_with_tsp_off(kept_sp
     assert off["counts"]["lost"] == 0, off["counts"]  # the page cache outlives the process
     # the report says so at its top, in the browser: one sentence per run and one comparing them
     from analysis.report.report import comparisons, verdict
-    from pipeline.report import combined
+    from pipeline.stages.report import combined
     page = Path(combined([tsp_runs[-1]["run_dir"], off["run_dir"]], tmp_path / "report.html")["html"])
     said = rendered_verdicts(page, tmp_path / "profile")
     assert said == [verdict(tsp_runs[-1]), verdict(off), *comparisons([tsp_runs[-1], off])] and len(said) == 3

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 
 from cluster.local.cgroups import Cgroup
-from pipeline.check import witness
+from pipeline.stages.check import witness
 from rmqchaos.spec import WitnessCheck
 from rmqchaos.machine.wait import poll_until
 

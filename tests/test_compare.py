@@ -1,4 +1,4 @@
-"""Pure logic of the pre-release test against a baseline (pipeline/compare.py), no JVM: the runs it
+"""Pure logic of the pre-release test against a baseline (pipeline/workflows/compare.py), no JVM: the runs it
 prepares and their order, and the relative gates on planted summaries."""
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import compare, slot
+from pipeline.workflows import compare
+from pipeline.stages import slot
 from rmqchaos.errors import UserError
 from rmqchaos.run.rundir import RunDir
 

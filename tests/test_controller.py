@@ -208,7 +208,7 @@ def test_a_kill_of_the_master_of_a_group_and_of_the_controller_leader_hits_the_h
 
     from chaos.scheduler import FaultScheduler
     from conftest import _start
-    from pipeline import down
+    from pipeline.stages import down
     from rmqchaos.machine.procs import alive
     from rmqchaos.machine.wait import poll_until
 

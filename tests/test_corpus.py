@@ -1,4 +1,4 @@
-"""The upstream corpus (pipeline/corpus.py, analysis/report/corpus.py, DAG rocketmq_upstream_corpus).
+"""The upstream corpus (pipeline/workflows/corpus.py, analysis/report/corpus.py, DAG rocketmq_upstream_corpus).
 
 Fast: the corpus file's entries and its one-line refusals; the verdict over planted run directories
 (apache/rocketmq#9403 on 5.3.3 and 5.5.0: reproduced / stopped reproducing / regressed / could not
@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from analysis.judge.expect import evaluate
-from pipeline import corpus
+from pipeline.workflows import corpus
 from rmqchaos.errors import UserError
 from rmqchaos.machine.procs import now_ms
 from rmqchaos.spec.expect import Expect
@@ -187,7 +187,7 @@ def test_the_prerelease_gate_fails_naming_a_bug_that_reproduces_on_the_candidate
 
 
 def rec(version: str, reproduced: bool) -> dict[str, Any]:
-    """A corpus record (pipeline/corpus.py `record`) of a bug upstream has no confirmed fix for
+    """A corpus record (pipeline/workflows/corpus.py `record`) of a bug upstream has no confirmed fix for
     (apache/rocketmq#7017's form): reported on 5.1.1, measured on 5.5.0."""
     return {"issue": "https://github.com/apache/rocketmq/issues/7017", "scenario": "issue-7017", "version": version,
             "shows_on": ["5.1.1"], "gone_in": [], "measure_on": ["5.5.0"], "reproduced": reproduced,

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import gates, matrix, prerelease, slot
+from pipeline.workflows import gates, matrix, prerelease
+from pipeline.stages import slot
 from pipeline.runs import create_run
 from pipeline.scenario import runs_after_failure
 from rmqchaos.errors import UserError

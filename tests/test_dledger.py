@@ -156,7 +156,7 @@ def test_killing_the_leader_of_a_dledger_group_lists_a_new_leader_as_id_0(tmp_pa
     import yaml
 
     from conftest import _start
-    from pipeline import down
+    from pipeline.stages import down
     from rmqchaos.machine.procs import alive
 
     d = yaml.safe_load(DL)

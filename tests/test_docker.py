@@ -298,7 +298,7 @@ def test_noise_runs_as_containers_beside_the_brokers_and_disk_faults_act_on_the_
     import time
     from chaos.scheduler import FaultScheduler
     from cluster import get_backend
-    from pipeline import down, up
+    from pipeline.stages import down, up
     from pipeline.runs import create_run
     seconds = 8
     d = scenario_dict("docker-noise", 30776, [30791], load={"duration": "20s"}, faults=[
@@ -360,7 +360,7 @@ def test_a_controller_mode_group_in_containers_elects_another_master_when_its_ma
     namesrv lists another replica as broker-a's id 0, elected with a higher epoch."""
     import time
 
-    from pipeline import down
+    from pipeline.stages import down
     from rmqchaos.machine.wait import poll_until
     d = scenario_dict("ctl-docker", 31876, [31911])
     d["cluster"].update({

@@ -189,7 +189,7 @@ def test_9403_reproduces_on_533_and_not_on_550(tmp_path: Path, monkeypatch: pyte
 
     from cluster.watch.end_probes import take
     from conftest import _start
-    from pipeline import down
+    from pipeline.stages import down
 
     monkeypatch.setenv("RMQCHAOS_HOME", str(tmp_path / "home"))
     t0 = time.monotonic()
@@ -225,7 +225,7 @@ def test_the_probes_read_the_live_cluster_in_down_and_the_analysis_evaluates_the
 
     from analysis.judge.expect import read_probes
     from conftest import _start
-    from pipeline import down
+    from pipeline.stages import down
 
     monkeypatch.setenv("RMQCHAOS_HOME", str(tmp_path / "home"))
     d = yaml.safe_load(DOC)

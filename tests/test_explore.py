@@ -12,10 +12,10 @@ import yaml
 from analysis.judge.anomalies import CHECKS, anomalies
 from chaos.explore import schedule, words
 from chaos.kinds import registry
-from pipeline.bisect import Unavailable, bisect, versions_in
-from pipeline.explore import scenario_doc
+from pipeline.workflows.bisect import Unavailable, bisect, versions_in
+from pipeline.workflows.explore import scenario_doc
 from pipeline.runs import load_scenario
-from pipeline.shrink import candidates, minimize
+from pipeline.workflows.shrink import candidates, minimize
 from rmqchaos.errors import UserError
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
@@ -322,8 +322,8 @@ def test_anomalies_are_conditions_on_the_runs_figures() -> None:
 def test_a_drawn_runs_anomaly_and_failure_are_named_in_the_nightly_never_failing_it(tmp_path: Path, monkeypatch: Any,
                                                                                      capsys: Any) -> None:
     import json
-    from pipeline import matrix
-    from pipeline.explored import section
+    from pipeline.workflows import matrix
+    from pipeline.history.explored import section
     from pipeline.runs import create_run
     monkeypatch.setenv("RMQCHAOS_HISTORY", str(tmp_path / "history.duckdb"))
     base = SCENARIOS / "explore" / "small.yaml"
@@ -348,7 +348,7 @@ def test_a_drawn_runs_anomaly_and_failure_are_named_in_the_nightly_never_failing
 def test_an_anomaly_no_earlier_exploration_of_its_base_showed_is_marked_new(tmp_path: Path, monkeypatch: Any) -> None:
     import json
     from analysis.history import history
-    from pipeline.explored import section
+    from pipeline.history.explored import section
     from pipeline.runs import create_run
     monkeypatch.setenv("RMQCHAOS_HISTORY", str(tmp_path / "history.duckdb"))
     base = SCENARIOS / "explore" / "small.yaml"
@@ -375,7 +375,7 @@ def test_an_anomaly_no_earlier_exploration_of_its_base_showed_is_marked_new(tmp_
 
 @pytest.mark.fast
 def test_bisect_takes_a_miss_for_another_reason_than_the_signature_as_could_not_tell() -> None:
-    from pipeline.bisect import judged
+    from pipeline.workflows.bisect import judged
     sig = load_scenario(SCENARIOS / "upstream" / "all-ack-cut-off-master.yaml").signature
     miss = {"what": "lost_send_ok > 0", "holds": False, "seen": "lost_send_ok = 0"}
     short = {"what": "fault isolate-master did what it was asked", "holds": False, "seen": "2 of 6 rules held"}

@@ -20,7 +20,7 @@ BASE = {"extends": str(REPO / "scenarios" / "explore" / "small.yaml"), "name": "
 
 def _explore(tmp_path: Path, runs: int, seed: int, kinds: list[str] | None) -> dict:
     from analysis.history import history
-    from pipeline.explore import explore
+    from pipeline.workflows.explore import explore
     base = write_scenario(tmp_path / "base.yaml", BASE)
     rec = explore(base, runs=runs, seed=seed, only=kinds, keep_all=True, out=tmp_path / "explore")
     assert [r["seed"] for r in rec["runs"]] == list(range(seed, seed + runs))

@@ -53,7 +53,7 @@ def ci_form() -> dict:
 @pytest.mark.parametrize("form", ["ci", pytest.param("full", marks=pytest.mark.long)])
 def test_a_replicated_cluster_fails_over_under_load_and_the_analysis_times_each_switch(
         kept_spark, tmp_path: Path, form: str) -> None:
-    from pipeline import analyze, down, drain, load, up
+    from pipeline.stages import analyze, down, drain, load, up
     from pipeline.runs import create_run
     scenario = SCENARIO if form == "full" else ci_form()
     kills = [f["id"] for f in scenario["faults"]]

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from cluster.plan import tools
-from pipeline.check import witness
+from pipeline.stages.check import witness
 from rmqchaos.spec import WitnessCheck
 from rmqclient.admin import AdminClient, RemotingError
 

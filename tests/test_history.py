@@ -237,7 +237,7 @@ def test_default_location_and_analyze_records(tmp_path: Path, monkeypatch: pytes
                                               capsys: pytest.CaptureFixture[str]) -> None:
     """$RMQCHAOS_HOME/history.duckdb unless $RMQCHAOS_HISTORY says otherwise; the analyze stage's
     recording, and a history it cannot write: one warning line, the analysis stands."""
-    from pipeline.analyze import _remember
+    from pipeline.stages.analyze import _remember
     from rmqchaos.machine import paths
     from rmqchaos.run.rundir import RunDir
     monkeypatch.delenv("RMQCHAOS_HISTORY", raising=False)
@@ -347,7 +347,7 @@ def test_a_history_locked_by_another_process(tmp_path: Path, monkeypatch: pytest
     line in the analyze stage, the analysis stands; once it lets go, the run is recorded."""
     import subprocess
     import sys
-    from pipeline.analyze import _remember
+    from pipeline.stages.analyze import _remember
     from rmqchaos.run.rundir import RunDir
     db = tmp_path / "h.duckdb"
     d = plant(tmp_path / "runs", summary("20261127T084944-control-dddddd", "control", T0))

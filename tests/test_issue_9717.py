@@ -156,7 +156,7 @@ def _watch_a_paused_master(tmp: Path, version: str, pause_s: float, controllers:
     from cluster.watch.groups import GroupSampler
     from cluster.plan.nodes import controller_addrs
     from conftest import _start
-    from pipeline import down
+    from pipeline.stages import down
 
     d = yaml.safe_load(CORPUS_9717.read_text())
     d["name"] = f"i9717-{version.replace('.', '')}"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import drain, load
+from pipeline.stages import drain, load
 from rmqchaos.ledger.journal_read import check_run, journal_tail, read_ledger
 from rmqchaos.ledger.journal_write import recover_spool, spool_paths
 from rmqchaos.ledger.schema import ledger_files

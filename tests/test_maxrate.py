@@ -1,4 +1,4 @@
-"""The pre-release maximum-rate search (pipeline/maxrate.py, analysis/judge/loadstep.py): its Param, the
+"""The pre-release maximum-rate search (pipeline/workflows/maxrate.py, analysis/judge/loadstep.py): its Param, the
 rule on planted step results (fast), and a short search on one small real cluster (make test)."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from analysis.judge import loadstep
-from pipeline import compare, maxrate
+from pipeline.workflows import compare, maxrate
 from rmqchaos.errors import UserError
 from rmqchaos.run.rundir import RunDir
 
@@ -123,7 +123,7 @@ def test_a_short_search_on_one_small_cluster_runs_its_steps_at_their_rates(tmp_p
     Subnet 127.0.94.0/24, ports 22276 (namesrv) and 22211 (broker)."""
     import yaml
 
-    from pipeline import down, up
+    from pipeline.stages import down, up
     from tests.helpers import live
     base = tmp_path / "base.yaml"
     base.write_text(yaml.safe_dump({

@@ -118,7 +118,7 @@ def test_the_monitor_follows_a_controller_mode_failover_in_its_groups(tmp_path: 
 
     from cluster.plan.nodes import READY_TOPIC
     from conftest import _start
-    from pipeline import down
+    from pipeline.stages import down
     from rmqclient.producer import Producer
     from rmqchaos.machine.procs import alive
     from rmqchaos.machine.wait import poll_until

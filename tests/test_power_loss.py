@@ -268,7 +268,7 @@ def test_every_force_of_a_real_broker_reaches_the_layer_as_one_sync_and_a_drop_l
     # those files. The broker is frozen at both ends of the window (the freezer waits for a task
     # inside a FUSE call, so no force is half counted): the two counts must be equal.
     from conftest import _start, scenario_dict
-    from pipeline import down
+    from pipeline.stages import down
     from rmqclient.admin import AdminClient
     from rmqclient.producer import Producer
     d = scenario_dict("forces", 23986, [23951], load={"topic": "T_FORCE", "duration": "30s"},

@@ -16,7 +16,7 @@ import yaml
 
 from cluster.watch.monitor import TOO_LONG, LogTail, allocate, by_type
 from conftest import REPO, cli, run_here, write_scenario
-from pipeline.matrix import scenarios as matrix
+from pipeline.workflows.matrix import scenarios as matrix
 from pipeline.runs import load_scenario
 
 SCENARIOS = REPO / "scenarios"

@@ -15,7 +15,7 @@ import yaml
 from analysis.evidence import broker_log
 from conftest import REPO, run_here
 from pipeline.runs import load_scenario
-from pipeline.matrix import scenarios as matrix
+from pipeline.workflows.matrix import scenarios as matrix
 
 SCENARIOS = REPO / "scenarios"
 # The broker's texts as 5.5.0 writes them (docs/broker-evidence.md), whole.

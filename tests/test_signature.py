@@ -219,7 +219,7 @@ def _analyzed_run(tmp_path: Path, name: str, reached: bool | None) -> str:
 
 def test_the_nightly_fails_a_run_that_missed_its_signature_unless_asked_to_flag_it(tmp_path: Path,
                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipeline import matrix
+    from pipeline.workflows import matrix
     from rmqchaos.errors import UserError
     monkeypatch.setattr(matrix.trends, "judge", lambda runs, db: {"note": "", "runs": []})
     ok, miss = _analyzed_run(tmp_path, "good", True), _analyzed_run(tmp_path, "bad", False)

@@ -1,5 +1,5 @@
 """The run history in the nightly and the report (issue 38 items 2 and 3): the nightly verdict judges
-each run against its scenario's trailing runs (pipeline/matrix.py `verdict`, pipeline/trends.py) and
+each run against its scenario's trailing runs (pipeline/workflows/matrix.py `verdict`, pipeline/history/trends.py) and
 the report shows each scenario's trend (analysis/history/trends.py). Planted history rows (summaries shaped
 like a real analysis/summary.json, tests/test_history.py) and planted run directories; no JVM."""
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 
 from analysis.history import history
 from cli.main import main
-from pipeline import matrix
-from pipeline.report import rebuild
+from pipeline.workflows import matrix
+from pipeline.stages.report import rebuild
 from pipeline.runs import create_run
 from rmqchaos.errors import UserError
 from rmqchaos.machine.procs import now_ms

@@ -44,7 +44,7 @@ def recorded(tmp_path: Path, name: str, version: str, lost: int, explore_seed: i
 
 @pytest.mark.fast
 def test_a_report_has_every_section_filled_or_marked_not_measured(tmp_path: Path, monkeypatch: Any) -> None:
-    from pipeline import upstream
+    from pipeline.workflows import upstream
     m2 = tmp_path / "m2"
     jar = m2 / "rocketmq-store" / "5.5.0" / "rocketmq-store-5.5.0-sources.jar"
     jar.parent.mkdir(parents=True)
@@ -101,7 +101,7 @@ def test_shrink_of_a_recorded_run_writes_a_scenario_with_its_expect(tmp_path: Pa
     appears iff pause-2 is in its schedule (the search itself: tests/test_explore.py)."""
     import pipeline.scenario
     from pipeline.runs import load_scenario
-    from pipeline.shrink import shrink_run
+    from pipeline.workflows.shrink import shrink_run
     faults = [{"id": f"pause-{i}", "kind": "pause", "target": "namesrv", "at": f"{20 + 10 * i}s", "duration": "8s"}
               for i in range(3)]
     src = tmp_path / "explore-5.yaml"
@@ -134,7 +134,7 @@ def test_shrink_of_a_recorded_run_writes_a_scenario_with_its_expect(tmp_path: Pa
 
 @pytest.mark.fast
 def test_log_excerpts_keep_the_first_and_the_last_matches_and_leave_out_the_noise(tmp_path: Path) -> None:
-    from pipeline import upstream
+    from pipeline.workflows import upstream
     run = recorded(tmp_path, "cut-off-acks-550", "5.5.0", 1921)
     lines = ["2026-11-29 10:00:00 INFO main - started\n",
              "2026-11-29 10:00:01 WARN main - java.lang.reflect.InaccessibleObjectException: Unable to make field\n"]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from conftest import _start, scenario_dict
 from cluster.plan import tools
-from pipeline import down
-from pipeline.check import witness
+from pipeline.stages import down
+from pipeline.stages.check import witness
 from rmqchaos.spec import WitnessCheck
 
 

@@ -1,7 +1,7 @@
 """Trends: per scenario, its figures run after run (night after night) from the run history, each
 run's point over the trailing range the regression rule judges it by (analysis/history/regress.py), as
 inline SVG for the self-contained report; and the regression flags of a report's runs in words.
-Pure: history rows in, HTML out (pipeline/trends.py reads the history)."""
+Pure: history rows in, HTML out (pipeline/history/trends.py reads the history)."""
 from __future__ import annotations
 
 import html

@@ -2,7 +2,7 @@
 and those it did not ("reproduced on 5.3.3 · not on 5.5.0"), and what is wrong with that. A bug that
 does not reproduce on a version it was reported on is a failure of the platform (its scenario or its
 signature no longer catches it), never a pass; one that reproduces on a version with the fix is a
-regression upstream, named as such. Pure functions on the runs' records (pipeline/corpus.py reads
+regression upstream, named as such. Pure functions on the runs' records (pipeline/workflows/corpus.py reads
 them from run directories): {issue, scenario, version, shows_on, gone_in, reproduced (True/False/None),
 words, run_dir}."""
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The combined report's "Explored schedules" section: one row per run `rmqchaos explore` drew
-(records of pipeline/explore.py judge()), each with its seed, schedule and what it found; an anomaly
+(records of pipeline/workflows/explore.py judge()), each with its seed, schedule and what it found; an anomaly
 no earlier explored run of the same base showed (per the run history) is marked NEW, and its runs
 come first, then the other anomalies, then the runs without one."""
 from __future__ import annotations

@@ -10,7 +10,7 @@ from cluster import get_backend
 from cluster.plan import tools
 from cluster.backend import ClusterBackend
 from pipeline.runs import as_run
-from pipeline.stage import stage
+from pipeline.stages.stage import stage
 from rmqchaos.errors import UserError
 from rmqchaos.machine.procs import now_ms
 from rmqchaos.progress import say

@@ -16,7 +16,8 @@ from typing import Any
 import yaml
 
 from analysis.judge import loadstep
-from pipeline import load, prerelease
+from pipeline.stages import load
+from pipeline.workflows import prerelease
 from pipeline.runs import as_run, attach_run
 from rmqchaos.errors import UserError
 from rmqchaos.progress import say
@@ -133,7 +134,7 @@ def run(run_dir: str | Path | RunDir) -> dict[str, Any]:
     r = as_run(run_dir)
     s = settings(r.state().get("maxrate"))
     if s is None:
-        raise UserError(f"{r.path} is not a max-rate search run", "make it with pipeline.maxrate.prepare")
+        raise UserError(f"{r.path} is not a max-rate search run", "make it with pipeline.workflows.maxrate.prepare")
 
     def one(i: int, rate: float) -> dict[str, Any]:
         step = _step_run(r, i, rate, s)

@@ -49,7 +49,7 @@ def reset_stop() -> None:
 def stage(run: RunDir, name: str) -> Iterator[None]:
     if _stopped and name not in STILL_RUN:
         if name == "up":  # this run will never start: the machine's cluster slot it took goes back now
-            from pipeline import slot
+            from pipeline.stages import slot
             slot.release(run)
         raise UserError(f"not starting stage {name} of {run.path.name}: {_stopped[0]}",
                         f"what its ledgers hold is kept: `rmqchaos analyze {run.path}` reads it")

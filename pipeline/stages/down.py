@@ -7,9 +7,9 @@ from typing import Any, Collection
 
 from cluster import get_backend
 from cluster.backend import ClusterBackend
-from pipeline import slot
+from pipeline.stages import slot
 from pipeline.runs import as_run
-from pipeline.stage import stage
+from pipeline.stages.stage import stage
 from rmqchaos.progress import say
 from rmqchaos.run.rundir import RunDir
 

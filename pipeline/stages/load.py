@@ -11,7 +11,7 @@ from loadgen.consumer_control import ConsumerControl
 from loadgen.drain import run_loadgen, start_consumers, stop_consumers
 from loadgen.serving import gate
 from pipeline.runs import as_run
-from pipeline.stage import stage
+from pipeline.stages.stage import stage
 from rmqchaos.machine import diskstats
 from rmqchaos.errors import UserError
 from rmqchaos.machine.procs import now_ms

@@ -11,7 +11,7 @@ from typing import Any
 from cluster import get_backend
 from loadgen.drain import dead_groups, drain, group_lag, settle_of, started_consumers, stop_consumers
 from pipeline.runs import as_run
-from pipeline.stage import stage
+from pipeline.stages.stage import stage
 from rmqchaos.machine.procs import now_ms
 from rmqchaos.progress import say
 from rmqchaos.run.rundir import RunDir

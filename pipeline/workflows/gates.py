@@ -79,7 +79,7 @@ def enforce(run_dir: str | Path | RunDir, gates: dict[str, float | None]) -> dic
 
 def judge(run_dir: str | Path | RunDir, gates: dict[str, float | None]) -> dict[str, Any]:
     """The pre-release verdict: a UserError if a stage of the run failed, else enforce() the gates."""
-    from pipeline.matrix import failures
+    from pipeline.workflows.matrix import failures
     failed = failures(run_dir, signature_misses="flag")  # the gates judge what it found, not its signature
     if failed:
         raise UserError("the run failed: " + "; ".join(failed), f"see the report of {as_run(run_dir).path}")

@@ -11,7 +11,7 @@ import yaml
 
 from analysis.history.regress import flag_line
 from analysis.judge.signature import missed
-from pipeline import trends
+from pipeline.history import trends
 from pipeline.runs import as_run, create_run, load_scenario, reap_orphans
 from rmqchaos.machine import paths
 from rmqchaos.errors import UserError
@@ -110,7 +110,7 @@ def signature_lines(run_dirs: list[str]) -> list[str]:
 
 def verdict(run_dirs: list[str], db: str | Path | None = None, signature_misses: str = "fail") -> dict[str, Any]:
     """Every run's failures, and each analyzed run's regression flags against its scenario's trailing
-    runs in the run history (pipeline/trends.py; db: the history file, default paths.history_db()),
+    runs in the run history (pipeline/history/trends.py; db: the history file, default paths.history_db()),
     each flag printed as one line (the DAG task's log). A UserError naming the runs that failed (with
     signature_misses "fail", a run that missed its signature is one; "flag": named, not failed) and
     every regression of a zero-loss scenario (a new loss: `fails`); a figure beyond its spread is a
@@ -119,7 +119,7 @@ def verdict(run_dirs: list[str], db: str | Path | None = None, signature_misses:
     if signature_misses not in ("fail", "flag"):
         raise UserError(f"signature_misses must be 'fail' or 'flag', got {signature_misses!r}",
                         "fail: a run that missed its signature fails the verdict; flag: it is only named")
-    from pipeline.explored import is_explored, judge as explored, lines as explore_lines
+    from pipeline.history.explored import is_explored, judge as explored, lines as explore_lines
     drawn = [d for d in run_dirs if is_explored(d)]
     run_dirs = [d for d in run_dirs if d not in drawn]
     sigs = signature_lines(run_dirs)
@@ -153,7 +153,7 @@ def combined_report(reports: list[dict | None] | None, out: str | Path | None = 
     task did not run), with the run history's trends and the runs' regression flags; a part's report
     is named for it (runs/<time>-nightly-part-2-of-4.html). Returns {"report": the HTML (None when
     no run was analyzed), "runs": [...]}."""
-    from pipeline.report import combined
+    from pipeline.stages.report import combined
     from pipeline.runs import default_run_dir
     done = [r for r in (reports or []) if r]  # None altogether: the matrix never expanded
     if not done:

@@ -7,7 +7,7 @@ from typing import Any
 
 from cluster.plan.jvm import find_java, java_home
 from pipeline.runs import as_run
-from pipeline.stage import stage
+from pipeline.stages.stage import stage
 from rmqchaos.machine import paths
 from rmqchaos.ledger.schema import ledger_files
 from rmqchaos.progress import say

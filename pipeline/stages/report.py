@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pipeline import trends
+from pipeline.history import trends
 from pipeline.runs import as_run
-from pipeline.stage import stage
+from pipeline.stages.stage import stage
 from rmqchaos.errors import UserError
 from rmqchaos.run.rundir import RunDir
 from rmqchaos.run.stagetimes import time_by_stage, time_line
@@ -16,7 +16,7 @@ from rmqchaos.run.stagetimes import time_by_stage, time_line
 
 def run(run_dir: str | Path | RunDir, history: bool = False) -> dict[str, Any]:
     """report.txt / report.json (stages, witness, counts) and, when the run was analyzed, report.html
-    (history: with the run history's trends and the run's regression flags, pipeline/trends.py)."""
+    (history: with the run history's trends and the run's regression flags, pipeline/history/trends.py)."""
     r = as_run(run_dir)
     with stage(r, "report"):
         _write(r, history)
@@ -45,7 +45,7 @@ def combined(run_dirs: list[str | Path | RunDir], out: str | Path, history: bool
     run history's trends of their scenarios and their regression flags (db: the history file, default
     paths.history_db())."""
     from analysis.report.report import write_report  # matplotlib: only when a report is written
-    from pipeline.explored import is_explored, section
+    from pipeline.history.explored import is_explored, section
     runs = [as_run(d) for d in run_dirs]
     # a drawn schedule is a scenario of its own with no history to trend against: its own section
     drawn = [str(r.path) for r in runs if is_explored(r.path)]

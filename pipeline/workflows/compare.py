@@ -17,8 +17,8 @@ from typing import Any
 import yaml
 
 from analysis.report.page import page
-from pipeline import gates, maxrate, prerelease
-from pipeline.matrix import failures
+from pipeline.workflows import gates, maxrate, prerelease
+from pipeline.workflows.matrix import failures
 from pipeline.runs import as_run, default_run_dir
 from rmqchaos.errors import UserError
 from rmqchaos.run.rundir import RunDir

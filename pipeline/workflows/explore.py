@@ -20,9 +20,9 @@ import yaml
 
 from chaos.explore import schedule, words
 from chaos.kinds import registry
-from pipeline.explored import judge, kept, lines
+from pipeline.history.explored import judge, kept, lines
 from pipeline.runs import default_run_dir, load_scenario
-from pipeline.stage import error_line
+from pipeline.stages.stage import error_line
 from rmqchaos.machine import paths
 from rmqchaos.errors import UserError
 from rmqchaos.progress import say
@@ -57,7 +57,7 @@ def scenario_doc(base: str | Path, seed: int, faults: list[dict[str, Any]]) -> d
 def write_scenario(directory: Path, base: str | Path, seed: int, faults: list[dict[str, Any]]) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     f = directory / f"explore-{seed}.yaml"
-    f.write_text(f"# drawn by `rmqchaos explore {base} --seed {seed} --runs 1` (pipeline/explore.py)\n"
+    f.write_text(f"# drawn by `rmqchaos explore {base} --seed {seed} --runs 1` (pipeline/workflows/explore.py)\n"
                  + yaml.safe_dump(scenario_doc(base, seed, faults), sort_keys=False))
     load_scenario(f)  # what it wrote validates, or one line now
     return f

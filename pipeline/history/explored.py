@@ -1,4 +1,4 @@
-"""What an explored run found (the runs `rmqchaos explore` draws: pipeline/explore.py): its seed,
+"""What an explored run found (the runs `rmqchaos explore` draws: pipeline/workflows/explore.py): its seed,
 schedule and anomalies (analysis/judge/anomalies.py), whether it is worth keeping, and the lines and
 report section that say so. Read by the exploration, the matrix's verdict and the combined report."""
 from __future__ import annotations

@@ -146,7 +146,7 @@ def shrink_run(run_dir: str | Path, check: str | None = None, budget: int = 12, 
     import yaml
 
     from analysis.judge.anomalies import CHECKS
-    from pipeline.explored import judge
+    from pipeline.history.explored import judge
     from pipeline.runs import as_run, default_run_dir, load_scenario
     from pipeline.scenario import run_scenario
     from rmqchaos.errors import UserError
@@ -203,7 +203,7 @@ def shrink_run(run_dir: str | Path, check: str | None = None, budget: int = 12, 
     tag = f"explore-{seed}" if seed is not None else name
     target = d / f"shrunk-{tag}.yaml"
     target.write_text(
-        f"# shrunk by `rmqchaos shrink {r.path} --check {check}` (pipeline/shrink.py): {res.words()}\n"
+        f"# shrunk by `rmqchaos shrink {r.path} --check {check}` (pipeline/workflows/shrink.py): {res.words()}\n"
         + yaml.safe_dump({"extends": str(base.resolve()), "name": f"shrunk-{tag}"[:41],
                           "description": f"{check} ({CHECKS[check]}) with {len(res.faults)} fault(s), from {r.path.name}",
                           "faults": res.faults, "signature": None,

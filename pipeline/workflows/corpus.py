@@ -110,7 +110,7 @@ def prepare(entry: dict[str, str], out: str | Path | None = None) -> str:
     src = d.with_name(d.name + ".scenario.yaml")  # beside the run: the run directory must not exist yet
     doc = {"extends": str(Path(entry["scenario"]).resolve()), "name": name,
            "cluster": {"rocketmq_version": entry["version"]}}
-    src.write_text("# a corpus run: the bug's scenario on one version (written by pipeline/corpus.py)\n"
+    src.write_text("# a corpus run: the bug's scenario on one version (written by pipeline/workflows/corpus.py)\n"
                    + yaml.safe_dump(doc, sort_keys=False))
     run = create_run(src, d, mode="detached")
     (run.path / ENTRY_FILE).write_text(json.dumps({"scenario": Path(entry["scenario"]).stem,
@@ -122,7 +122,7 @@ def record(run_dir: str | Path) -> dict[str, Any] | None:
     """What the corpus reads of one run (None: its scenario has no `expect:`). From the run's stored
     scenario as written (no validation again: that would resolve the version's jars) and its summary;
     a run that was not analyzed, or whose evidence could not be read, is `reproduced: None`."""
-    from pipeline.matrix import failures
+    from pipeline.workflows.matrix import failures
     r = as_run(run_dir)
     raw = yaml.safe_load((r.path / "scenario.yaml").read_text()) or {}
     exp = raw.get("expect")

@@ -203,7 +203,7 @@ def bisect_scenario(scenario: str | Path, versions: str = "5.1.0..5.5.0", repeat
 
     import yaml
 
-    from pipeline.corpus import _name
+    from pipeline.workflows.corpus import _name
     from pipeline.runs import default_run_dir, load_scenario
     from pipeline.scenario import run_scenario
     from rmqchaos.rocketmq import dist as rocketmq_dist

@@ -6,7 +6,7 @@ from typing import Any
 
 from cluster import get_backend
 from pipeline.runs import as_run
-from pipeline.stage import stage
+from pipeline.stages.stage import stage
 from rmqchaos.run.rundir import RunDir
 
 
