@@ -7,7 +7,7 @@ is `start()` (inject) then, `span` seconds later or when the load ends, `stop()`
 Chaos Toolkit "rollback") which returns the evidence recorded in the timeline.
 
 A new kind is one module in chaos/kinds/ that subclasses FaultKind and decorates itself with
-@register (chaos/kinds/__init__.py imports every module there): the spec, the scheduler and the
+@register (chaos/registry.py imports every module of chaos/kinds/): the spec, the scheduler and the
 report need no edit. A kind that `explore` should draw implements `explore` (chaos/draw.py).
 """
 from __future__ import annotations

@@ -26,7 +26,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
-from chaos.kinds import registry
+from chaos.registry import registry
 from chaos.protocol import Clients, FaultContext, FaultError, FaultKind
 from chaos import targets
 from chaos.targets import resolve

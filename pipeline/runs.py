@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from chaos.kinds import registry
+from chaos.registry import registry
 from cluster import get_backend, reap_lost_runs
 from rmqchaos.machine import paths
 from rmqchaos.errors import UserError

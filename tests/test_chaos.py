@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from chaos.kinds import registry
+from chaos.registry import registry
 from pipeline.stages import drain, load
 from rmqchaos.machine.procs import alive
 from tests.conftest import REPO, cli, load_run, write_scenario

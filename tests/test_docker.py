@@ -253,7 +253,7 @@ def test_docker_cluster_by_hand_faults_status_loopback_and_a_lost_run_reaped(eng
         backend = get_backend(RunDir.open(run))
         # a partition on containers: host networking, so each node's own address and the same rules
         # apply; the broker and namesrv are cut from each other, the producers' address reaches both
-        from chaos.kinds import registry
+        from chaos.registry import registry
         from chaos.protocol import FaultContext
         from rmqchaos.spec import Fault
         from tests.helpers import connects

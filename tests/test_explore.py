@@ -11,7 +11,7 @@ import yaml
 
 from analysis.judge.anomalies import CHECKS, anomalies
 from chaos.explore import schedule, words
-from chaos.kinds import registry
+from chaos.registry import registry
 from pipeline.workflows.bisect import Unavailable, bisect, versions_in
 from pipeline.workflows.explore import scenario_doc
 from pipeline.runs import load_scenario

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from chaos.kinds import registry
+from chaos.registry import registry
 from chaos.scheduler import occurrences
 from rmqchaos.spec import SpecError, parse_scenario
 from tests.test_role_targets import FakeNode, schedule

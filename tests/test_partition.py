@@ -73,7 +73,7 @@ UP_TIMEOUT_S = 5.0  # a link that is not cut answers a probe within this, howeve
 
 
 def test_a_partition_blocks_exactly_the_named_links_during_and_none_after(fresh_cluster) -> None:
-    from chaos.kinds import registry
+    from chaos.registry import registry
     from chaos.protocol import FaultContext
     from rmqchaos.spec import Fault
     c = fresh_cluster

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 import pytest
 import yaml
 
-from chaos.kinds import registry
+from chaos.registry import registry
 from chaos.protocol import KINDS, FaultKind, register
 from chaos.scheduler import FaultScheduler
 from cluster import get_backend

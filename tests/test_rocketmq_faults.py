@@ -77,7 +77,7 @@ def test_bad_flood_settings_are_one_line_at_load(tmp_path: Path, fault: dict, ex
 
 @pytest.mark.fast
 def test_a_frame_flood_whose_bound_cannot_reach_the_frame_is_one_line_at_groups() -> None:
-    from chaos.kinds import registry
+    from chaos.registry import registry
     from rmqchaos.spec import SpecError, parse_scenario
     text = ("name: f\nload: {duration: 30s}\ncluster:\n  namesrv: {jvm: {heap_mb: 128, system_properties: "
             "{com.rocketmq.remoting.frameMaxLength: 65536}}}\nfaults:\n"

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import pytest
 
 from chaos import targets
-from chaos.kinds import registry
+from chaos.registry import registry
 from chaos.protocol import FaultError
 from chaos.scheduler import FaultScheduler, occurrences
 from cluster.backend import ClusterBackend

@@ -139,7 +139,7 @@ faults:
 
 def _refused(head: str, fault: str) -> list[str]:
     """The error lines of scenario `head` with one more fault."""
-    from chaos.kinds import registry
+    from chaos.registry import registry
     from rmqchaos.spec import SpecError, parse_scenario
     with pytest.raises(SpecError) as e:
         parse_scenario(head + f"  - {fault}\n", "t.yaml", fault_kinds=registry())
@@ -148,7 +148,7 @@ def _refused(head: str, fault: str) -> list[str]:
 
 @pytest.mark.fast
 def test_a_clock_fault_on_a_node_not_under_faketime_is_one_line() -> None:
-    from chaos.kinds import registry
+    from chaos.registry import registry
     from rmqchaos.spec import parse_scenario
 
     def lines(fault: str) -> list[str]:
@@ -193,7 +193,7 @@ def test_explore_draws_valid_clock_faults_only_on_nodes_with_their_own_clock() -
 
 @pytest.mark.fast
 def test_a_consumer_clock_fault_needs_a_consumer_under_faketime_and_takes_no_rate() -> None:
-    from chaos.kinds import registry
+    from chaos.registry import registry
     from rmqchaos.spec import parse_scenario
     base = "name: c\nload: {}\nconsumers:\n  instances: [{id: c0, faketime: true}, {id: c1}]\nfaults:\n"
 

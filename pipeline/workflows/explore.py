@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from chaos.explore import schedule, words
-from chaos.kinds import registry
+from chaos.registry import registry
 from pipeline.history.explored import judge, kept, lines
 from pipeline.runs import default_run_dir, load_scenario
 from pipeline.stages.stage import error_line

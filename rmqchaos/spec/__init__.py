@@ -11,7 +11,8 @@ One module per question, each importing only those above it in this list:
   confkeys   RocketMQ config keys: the jars' keys, the platform's own, value types
   checks     checks beyond field types (config keys, ports, names, faults against their kinds)
   loading    YAML with line numbers, size guards, `extends:` overlays, validation, dumping
-Everything public is importable from `rmqchaos.spec`.
+Everything public is importable from `rmqchaos.spec`. May import: rmqchaos.rocketmq, rmqchaos.machine
+and the root modules (never rmqchaos.run).
 """
 from __future__ import annotations
 
