@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from chaos.kinds import KINDS
 from chaos.noise import NoiseKind
+from chaos.registry import registry
 from cluster.plan.compose import STORE, image_tag, render as render_cluster
 from pipeline.runs import load_scenario
 
@@ -22,7 +22,7 @@ def render(scenario_file: str | Path) -> dict[str, str]:
     image = f"${{{NOISE_IMAGE}:-{image_tag(s.cluster.rocketmq_version)}}}"
     services: dict[str, dict[str, Any]] = {}
     files: dict[str, str] = {}
-    for name, kind in sorted(KINDS.items()):
+    for name, kind in sorted(registry().items()):
         if not issubclass(kind, NoiseKind):
             continue
         mine = [f for f in s.faults if f.kind == name]
