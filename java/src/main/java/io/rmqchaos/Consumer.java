@@ -7,6 +7,7 @@ import java.util.Collections;
 import java.util.List;
 import java.util.Map;
 import java.util.WeakHashMap;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.Function;
@@ -26,12 +27,8 @@ import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.MessageClientExt;
 import org.apache.rocketmq.common.message.MessageConst;
 import org.apache.rocketmq.common.message.MessageExt;
-import org.apache.rocketmq.remoting.CommandCustomHeader;
 import org.apache.rocketmq.remoting.RPCHook;
 import org.apache.rocketmq.remoting.protocol.RemotingCommand;
-import org.apache.rocketmq.remoting.protocol.RequestCode;
-import org.apache.rocketmq.remoting.protocol.ResponseCode;
-import org.apache.rocketmq.remoting.protocol.header.PullMessageRequestHeader;
 
 /**
  * The receive witness: a real DefaultMQPushConsumer that records every delivery as one JSON line
@@ -54,7 +51,8 @@ public final class Consumer {
      * decodes that response runs next on the same thread (NettyRemotingClient.invokeImpl completes a
      * future whose hook stage precedes the callback's), and its filter hook sees the decoded
      * messages. The address passes between the two in a thread-local, used once, and only for
-     * messages of the pulled queue within the pulled offsets; anything else is unknown (null).
+     * messages of the pulled queue within the pulled offsets; anything else is unknown (null). On 4.x,
+     * whose client has no hook after an asynchronous answer, the pull last sent for the queue names it.
      */
     static final class ServedBy implements RPCHook, FilterMessageHook {
         private static final class Pull {
@@ -74,6 +72,10 @@ public final class Consumer {
         }
 
         private final ThreadLocal<Pull> last = new ThreadLocal<>();
+        /** RocketMQ 4.x's client runs RPC hooks before an asynchronous request and never after its answer
+         *  (NettyRemotingClient.invokeAsync): there, the last pull sent per queue ("topic@queueId"; the push
+         *  consumer has one pull of a queue in flight at a time) names the address its messages came from. */
+        private final Map<String, Pull> sent = new ConcurrentHashMap<>();
         private final Map<MessageExt, String> served = Collections.synchronizedMap(new WeakHashMap<>());
         private final Serving serving; // every pull's answer, per broker (null: not asked for)
 
@@ -83,30 +85,41 @@ public final class Consumer {
 
         @Override
         public void doBeforeRequest(String remoteAddr, RemotingCommand request) {
+            if (request == null || request.getCode() != Codes.PULL_MESSAGE) {
+                return;
+            }
+            Object h = request.readCustomHeader();
+            Object topic = Codes.field(h, "getTopic");
+            Object queueId = Codes.field(h, "getQueueId");
+            Object offset = Codes.field(h, "getQueueOffset");
+            if (topic instanceof String && queueId instanceof Integer && offset instanceof Long) {
+                sent.put(topic + "@" + queueId, new Pull((String) topic, (Integer) queueId, (Long) offset, Long.MAX_VALUE,
+                    remoteAddr));
+            }
         }
 
         @Override
         public void doAfterResponse(String remoteAddr, RemotingCommand request, RemotingCommand response) {
-            if (request == null || request.getCode() != RequestCode.PULL_MESSAGE || response == null) {
+            if (request == null || request.getCode() != Codes.PULL_MESSAGE || response == null) {
                 return;
             }
             if (serving != null) {
                 serving.answered(remoteAddr, response.getCode());
             }
-            if (response.getCode() != ResponseCode.SUCCESS || response.getExtFields() == null) {
+            if (response.getCode() != Codes.SUCCESS || response.getExtFields() == null) {
                 return;
             }
-            CommandCustomHeader h = request.readCustomHeader();
+            // the PullMessageRequestHeader of either major (Codes: its package moved in 5.0)
+            Object h = request.readCustomHeader();
             String next = response.getExtFields().get("nextBeginOffset");
-            if (!(h instanceof PullMessageRequestHeader) || next == null) {
-                return;
-            }
-            PullMessageRequestHeader p = (PullMessageRequestHeader) h;
-            if (p.getTopic() == null || p.getQueueId() == null || p.getQueueOffset() == null) {
+            Object topic = Codes.field(h, "getTopic");
+            Object queueId = Codes.field(h, "getQueueId");
+            Object offset = Codes.field(h, "getQueueOffset");
+            if (next == null || !(topic instanceof String) || !(queueId instanceof Integer) || !(offset instanceof Long)) {
                 return;
             }
             try {
-                last.set(new Pull(p.getTopic(), p.getQueueId(), p.getQueueOffset(), Long.parseLong(next), remoteAddr));
+                last.set(new Pull((String) topic, (Integer) queueId, (Long) offset, Long.parseLong(next), remoteAddr));
             } catch (NumberFormatException ignored) {
                 last.remove();
             }
@@ -121,8 +134,18 @@ public final class Consumer {
         public void filterMessage(FilterMessageContext ctx) {
             Pull p = last.get();
             last.remove();
-            if (p == null || ctx.getMsgList() == null) {
+            if (ctx.getMsgList() == null || ctx.getMsgList().isEmpty()) {
                 return;
+            }
+            if (p == null) { // 4.x: no hook after the answer; the pull sent for this queue, and it served
+                MessageExt first = ctx.getMsgList().get(0);
+                p = sent.get(first.getTopic() + "@" + first.getQueueId());
+                if (p == null) {
+                    return;
+                }
+                if (serving != null) {
+                    serving.answered(p.addr, Codes.SUCCESS);
+                }
             }
             for (MessageExt m : ctx.getMsgList()) {
                 if (p.topic.equals(m.getTopic()) && p.queueId == m.getQueueId()

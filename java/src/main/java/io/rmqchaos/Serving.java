@@ -9,7 +9,6 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
-import org.apache.rocketmq.remoting.protocol.ResponseCode;
 
 /**
  * Which brokers serve this consumer's pulls, fed from the pull RPC hook into the status file
@@ -88,13 +87,13 @@ final class Serving {
         if (addr == null) {
             return;
         }
-        if (code == ResponseCode.SUCCESS || code == ResponseCode.PULL_NOT_FOUND
-            || code == ResponseCode.PULL_RETRY_IMMEDIATELY) {
+        if (code == Codes.SUCCESS || code == Codes.PULL_NOT_FOUND
+            || code == Codes.PULL_RETRY_IMMEDIATELY) {
             status.served(addr);
         } else {
             status.refused(addr, String.valueOf(code));
         }
-        if (code == ResponseCode.SUBSCRIPTION_NOT_LATEST || code == ResponseCode.SUBSCRIPTION_NOT_EXIST) {
+        if (code == Codes.SUBSCRIPTION_NOT_LATEST || code == Codes.SUBSCRIPTION_NOT_EXIST) {
             askHeartbeat();
         }
     }
