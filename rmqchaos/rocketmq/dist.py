@@ -25,8 +25,12 @@ from rmqchaos.progress import say
 # (rocketmq-namesrv 5.1.3 not found) and 5.1.4 (rocketmq-proxy 5.1.4 not found), tried 2026-11-28.
 # 5.3.2 did not resolve on 2026-11-30 (the rocketmq-controller 5.3.2 jar, and rocketmq-namesrv and -proxy
 # 5.3.1 to stand in, not found): the list names the releases, the `expect:` versions are checked against it.
-KNOWN_TO_RESOLVE = ("5.1.0", "5.1.1", "5.2.0", "5.3.0", "5.3.1", "5.3.2", "5.3.3", "5.4.0", "5.5.0")
-_VERSION = re.compile(r"^5\.\d{1,3}\.\d{1,3}$")
+# 4.x (issue 67): every module but rocketmq-proxy (4.x has none) resolves for 4.6.0, and all but
+# rocketmq-example for 4.9.7 (2026-12-07); rocketmq-broker 4.9.8 does not.
+KNOWN_TO_RESOLVE = ("4.6.0", "4.9.7",
+                    "5.1.0", "5.1.1", "5.2.0", "5.3.0", "5.3.1", "5.3.2", "5.3.3", "5.4.0", "5.5.0")
+_VERSION = re.compile(r"^[45]\.\d{1,3}\.\d{1,3}$")
+OLDEST = (4, 6, 0)  # the oldest release the platform runs (the flood incident's, seed 002)
 MAVEN_TIMEOUT = 1800.0  # a first resolution downloads ~150 MB of jars
 # What a release may lack and still run here, mixed, saying so (the version's substituted.json, each
 # run's versions.json, a line at `up`). Client-side programs (the witness check's benchmark Producer,
@@ -42,6 +46,15 @@ CORE = ("rocketmq-common", "rocketmq-remoting", "rocketmq-store", "rocketmq-cont
         "rocketmq-filter")  # every 5.x release has these (rocketmq-auth only since 5.3.0: left to mediation)
 
 
+def major(version: str) -> int:
+    """4 or 5: what a release has (4.x: no proxy, no controller mode, no POP, no timer wheel)."""
+    return int(version.split(".", 1)[0])
+
+
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in version.split("."))
+
+
 def known() -> str:
     return ", ".join(known_versions())
 
@@ -50,8 +63,7 @@ def known_versions() -> list[str]:
     """The versions known to resolve, the pinned one and any other already in the cache."""
     cached = [d.name.removeprefix("rocketmq-") for d in paths.CACHE.glob("rocketmq-*") if d.is_dir()
               and _VERSION.match(d.name.removeprefix("rocketmq-"))]
-    return sorted({*KNOWN_TO_RESOLVE, paths.pinned_rocketmq_version(), *cached},
-                  key=lambda v: tuple(int(x) for x in v.split(".")))
+    return sorted({*KNOWN_TO_RESOLVE, paths.pinned_rocketmq_version(), *cached}, key=_key)
 
 
 def stamp_key(version: str) -> str:
@@ -78,10 +90,12 @@ def installed(version: str) -> bool:
 
 
 def check_version(version: str) -> None:
-    """One line for a version that cannot be resolved at all (not a 5.x release number)."""
-    if not _VERSION.match(version):
-        raise UserError(f"RocketMQ version {version!r} cannot be resolved here (the platform runs 5.x releases "
-                        "from Maven Central)", f"versions known to resolve: {known()}")
+    """One line for a version that cannot be resolved at all (not a 4.x or 5.x release number, or older
+    than 4.6.0)."""
+    if not _VERSION.match(version) or _key(version) < OLDEST:
+        raise UserError(f"RocketMQ version {version!r} cannot be resolved here (the platform runs 4.x releases from "
+                        f"{'.'.join(map(str, OLDEST))} and 5.x releases from Maven Central)",
+                        f"versions known to resolve: {known()}")
 
 
 def rocketmq_home(version: str) -> Path:
@@ -149,7 +163,10 @@ def _build(version: str) -> None:
     work = paths.CACHE / f"build-{version}"  # its own Maven project dir: target/ of no checkout is touched
     shutil.rmtree(work, ignore_errors=True)
     (work / "java").mkdir(parents=True)
-    shutil.copy2(paths.REPO / "pom.xml", work / "pom.xml")
+    pom = (paths.REPO / "pom.xml").read_text()
+    if major(version) == 4:  # 4.x has no proxy
+        pom = "".join(ln for ln in pom.splitlines(keepends=True) if "<artifactId>rocketmq-proxy</artifactId>" not in ln)
+    (work / "pom.xml").write_text(pom)
     shutil.copytree(paths.REPO / "java" / "src", work / "java" / "src")
     out = work / "out"
     say(f"resolving RocketMQ {version} with Maven into {dest} (first use of this version; a few minutes)")
@@ -165,7 +182,11 @@ def _build(version: str) -> None:
         stuck = False
         for a, v in missing:
             if v == version and a not in substituted:
-                nxt[a] = donor(version, a)
+                d = donor(version, a)
+                if d is None:
+                    stuck = True
+                else:
+                    nxt[a] = d
                 continue
             # a donor not served today (itself or a jar it needs): the next one for what it stands in for
             for b in [b for b, d in substituted.items() if d == v]:
@@ -181,7 +202,8 @@ def _build(version: str) -> None:
         pom = (work / "pom.xml").read_text()
         if not substituted:  # the version's own core modules first: they win Maven's mediation
             core = "".join(f"\n    <dependency><groupId>org.apache.rocketmq</groupId><artifactId>{a}</artifactId>"
-                           f"<version>${{rocketmq.version}}</version></dependency>" for a in CORE)
+                           f"<version>${{rocketmq.version}}</version></dependency>" for a in CORE
+                           if not (a == "rocketmq-controller" and major(version) == 4))  # 5.0+
             pom = pom.replace("<dependencies>", "<dependencies>" + core, 1)
         for a, d in nxt.items():
             pom = pom.replace(f"<artifactId>{a}</artifactId><version>{substituted.get(a, '${rocketmq.version}')}</version>",
@@ -219,21 +241,22 @@ def _build(version: str) -> None:
 
 
 def donors(version: str, artifact: str) -> list[str]:
-    """The versions whose `artifact` may stand in for `version`'s, the first to try first: the pinned
-    one for a client-side program, else the releases known to resolve, the nearest older first, then
-    the nearest newer (Maven Central serves a part of them on a given day: rocketmq-namesrv 5.3.0,
-    5.3.1 and 5.3.2 were all refused on 2026-11-30)."""
-    if artifact in CLIENT_SIDE:
+    """The versions whose `artifact` may stand in for `version`'s, the first to try first: for a 5.x
+    client-side program the pinned one, else the releases of the same major known to resolve, the nearest
+    older first, then the nearest newer (Maven Central serves a part of them on a given day:
+    rocketmq-namesrv 5.3.0, 5.3.1 and 5.3.2 were all refused on 2026-11-30). Never across the majors: a
+    piece of the other major brings its common modules onto the classpath."""
+    if artifact in CLIENT_SIDE and major(version) == 5:
         return [paths.pinned_rocketmq_version()]
-    key = tuple(int(x) for x in version.split("."))
-    older = [v for v in KNOWN_TO_RESOLVE if tuple(int(x) for x in v.split(".")) < key]
-    newer = [v for v in KNOWN_TO_RESOLVE if tuple(int(x) for x in v.split(".")) > key]
-    return older[::-1] + newer or [paths.pinned_rocketmq_version()]
+    same = [v for v in KNOWN_TO_RESOLVE if major(v) == major(version)]
+    older = [v for v in same if _key(v) < _key(version)]
+    newer = [v for v in same if _key(v) > _key(version)]
+    return older[::-1] + newer or ([paths.pinned_rocketmq_version()] if major(version) == 5 else [])
 
 
-def donor(version: str, artifact: str) -> str:
-    """The first version to try for `artifact` in place of `version`'s (`donors`)."""
-    return donors(version, artifact)[0]
+def donor(version: str, artifact: str) -> str | None:
+    """The first version to try for `artifact` in place of `version`'s (`donors`), or None."""
+    return next(iter(donors(version, artifact)), None)
 
 
 def substituted(version: str) -> dict[str, str]:
