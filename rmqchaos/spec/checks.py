@@ -11,6 +11,8 @@ from rmqchaos.spec.confkeys import PLATFORM_BROKER_KEYS, PLATFORM_NAMESRV_KEYS, 
 from rmqchaos.spec.expect import POP_BY_FAULT, did_you_mean, parse_condition
 from rmqchaos.spec.messages import _dotted, _pydantic_message
 from rmqchaos.spec.grpc import grpc_errors
+from rmqchaos.spec.majors import major_errors
+from rmqchaos.rocketmq.dist import check_version
 from rmqchaos.spec.modes import controller_errors, controller_ports, dledger_errors
 from rmqchaos.spec.scenario import Fault, FaultKindSpec, Scenario
 from rmqchaos.spec.timing import timer_errors
@@ -220,6 +222,12 @@ def semantic_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec] | None
                     ) -> list[tuple[tuple[Any, ...], str]]:
     """Checks that need more than field types: RocketMQ config keys, port collisions, and (given
     the registry of fault kinds) every fault against its kind."""
+    try:
+        check_version(s.cluster.rocketmq_version)
+    except UserError as e:
+        return [(("cluster", "rocketmq_version"), e.line())]
+    if majors := major_errors(s):  # a 4.x scenario asking for what 5.0 brought: said alone, before any Maven call
+        return majors
     try:  # the version's own jars (resolved with Maven on its first use): its keys, not the pinned one's
         keys = config_keys(s.cluster.rocketmq_version)
     except UserError as e:
