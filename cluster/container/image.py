@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cluster.plan import logconf
 from cluster.plan.compose import HOME, image_tag, rocketmq_home
 from cluster.container import engine
 from rmqchaos.machine import paths
@@ -85,6 +86,8 @@ def build(version: str | None = None) -> dict[str, Any]:
     app = root / rocketmq_home(version).lstrip("/")
     shutil.rmtree(root / HOME.lstrip("/"), ignore_errors=True)
     shutil.copytree(jars / "lib", app / "lib")
+    for role in logconf.ROLES:  # a 4.x server reads its logging setup from $ROCKETMQ_HOME/conf (compose render)
+        logconf.write(app, version, role)
     for d in ("store", "logs", "conf"):
         (root / HOME.lstrip("/") / d).mkdir(parents=True, exist_ok=True)
     (root / SHIM.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)

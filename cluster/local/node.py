@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from cluster.substrate import clock, powerfs
 from cluster.node import Node, NodeMemory
+from cluster.plan import logconf
 from cluster.plan.jvm import find_java, jcmd, jvm_command
 from cluster.local.cgroups import Cgroup
 from cluster.substrate.powerfs import PowerFS
@@ -120,8 +121,11 @@ class LocalNode(Node):
             # file is missing; an empty one: the brokers here run without ACL
             acl.parent.mkdir(exist_ok=True)
             acl.write_text("globalWhiteRemoteAddresses: []\naccounts: []\n")
+        if self.plan.role == "namesrv" or self.plan.is_broker:  # a 4.x server's logging setup (5.x: its jars')
+            logconf.write(self.dir, self.c.scenario.cluster.rocketmq_version,
+                          "namesrv" if self.plan.role == "namesrv" else "broker")
         j = self.plan.jvm
-        opts = jvm_options(self.plan, str(self.dir / "logs" / "gc.log"))
+        opts = jvm_options(self.plan, str(self.dir / "logs" / "gc.log"), self.c.scenario.cluster.rocketmq_version)
         main, args, props = main_args(self.plan, str(conf), self.c.namesrv_addr,
                                       None if proxy_conf is None else str(proxy_conf))
         return jvm_command(main, args, cp=f"{home / 'lib'}/*", heap_mb=j.heap_mb, java=java, options=opts,

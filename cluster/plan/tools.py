@@ -10,9 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from cluster.plan import logconf
 from cluster.plan.jvm import classpath, jvm_command
 from rmqchaos.errors import UserError
 from rmqchaos.machine.procs import spawn
+from rmqchaos.rocketmq.dist import major
 
 MQADMIN = "org.apache.rocketmq.tools.command.MQAdminStartup"
 BENCH_PRODUCER = "org.apache.rocketmq.example.benchmark.Producer"
@@ -29,6 +31,7 @@ def run_tool(version: str, workdir: Path, main: str, args: list[str], timeout: f
              cgroup_procs: list[str] | None = None) -> ToolResult:
     """One bounded JVM run, inside the run's `tools` cgroup; killed when `timeout` passes or we die."""
     workdir.mkdir(parents=True, exist_ok=True)
+    logconf.write(workdir, version, "tools")
     cmd = jvm_command(main, args, cp=classpath(version), heap_mb=256, xms_mb=64, client=True,
                       user_home=workdir, rocketmq_home=workdir)
     env = dict(os.environ, ROCKETMQ_HOME=str(workdir))
@@ -67,6 +70,24 @@ def bench_args(ns: str, topic: str, count: int, size: int, threads: int) -> list
 
 def bench_produce(run: Runner, ns: str, topic: str, count: int, size: int, threads: int, timeout: float) -> ToolResult:
     return run(BENCH_PRODUCER, bench_args(ns, topic, count, size, threads), timeout)
+
+
+#: one line per message of `mqadmin checkMsgSendRT`: broker, queue id, whether the send succeeded, its RT
+_SEND_RT = re.compile(r"^\S+\s+\d+\s+(true|false)\s+\d+\s*$", re.M)
+
+
+def witness_send(run: Runner, version: str, ns: str, topic: str, count: int, size: int, threads: int,
+                 timeout: float) -> tuple[str, ToolResult, tuple[int, int, int] | None]:
+    """RocketMQ's own tool sends the witness messages: (its name, its run, (sent, send failed, response
+    failed) or None when it did not finish). 5.x: the benchmark Producer, bounded by -q; 4.x: mqadmin
+    checkMsgSendRT of the version's own tools (one thread, every queue in turn), since no 4.x benchmark
+    Producer on Maven Central stops by itself (4.6.0's has no -q; rocketmq-example 4.9.7 is not there)."""
+    if major(version) == 4:
+        r = run(MQADMIN, ["checkMsgSendRT", "-n", ns, "-t", topic, "-a", str(count), "-s", str(size)], timeout)
+        sends = _SEND_RT.findall(r.out)
+        return "mqadmin checkMsgSendRT", r, ((len(sends), sends.count("false"), 0) if r.rc == 0 and sends else None)
+    r = bench_produce(run, ns, topic, count, size, threads, timeout)
+    return "RocketMQ's benchmark Producer", r, bench_complete(r.out)
 
 
 def topic_offsets(run: Runner, ns: str, topic: str, timeout: float = 60) -> dict[str, int]:
