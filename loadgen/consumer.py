@@ -124,7 +124,7 @@ class JavaConsumer:
             args += ["--clock-offset-ms", str(round(clock.offset_of(self.clock_file) * 1000))]
         for t in o.topics:
             args += ["--topic", t]
-        return jvm_command(MAIN, args, cp=classpath(self.version, platform_jar=True), heap_mb=o.heap_mb,
+        return jvm_command(MAIN, args, cp=classpath(self.version, platform_jar=True), heap_mb=o.heap_mb, version=self.version,
                            xms_mb=min(64, o.heap_mb), user_home=self.home, options=o.extra_jvm)
 
     def _grpc_command(self, o: ConsumerOptions, g: GrpcOptions) -> list[str]:

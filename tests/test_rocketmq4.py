@@ -60,6 +60,16 @@ def test_the_4x_witness_counts_each_send_of_checkmsgsendrt_and_4x_nodes_get_thei
     name, _, done = tools.witness_send(runner, "4.9.7", "ns:1", "T", 2, 128, 4, 10)
     assert (name, done) == ("mqadmin checkMsgSendRT", (2, 1, 0))
     assert asked == [["checkMsgSendRT", "-n", "ns:1", "-t", "T", "-a", "2", "-s", "128"]]
+    # printMsg's lines: 4.9+ name the broker; 4.6.0 names only the store host, and glues each queue's
+    # first message to its offsets line
+    lines = ("MSGID: A1 MessageExt [brokerName=broker-a, queueId=1, storeSize=9, queueOffset=7, sysFlag=0, "
+             "storeHost=/127.0.0.11:10911, msgId=A1]\n"
+             "minOffset=0, maxOffset=9, MessageQueue [topic=T, brokerName=broker-b, queueId=2]"
+             "MSGID: B2 MessageExt [queueId=2, storeSize=9, queueOffset=8, sysFlag=0, bornHost=/127.0.0.1:5, "
+             "storeTimestamp=1, storeHost=/127.0.0.21:10921, msgId=B2]\n")
+    read = tools.read_back(lambda main, args, timeout: tools.ToolResult(args, 0, lines), "ns:1", "T",
+                           names={"127.0.0.21:10921": "broker-b"})
+    assert read == [("A1", "broker-a", 1, 7), ("B2", "broker-b", 2, 8)]
     logconf.write(tmp_path / "a", "4.6.0", "broker")
     assert "rocketmqlogs/store.log" in (tmp_path / "a" / "conf" / "logback_broker.xml").read_text()
     logconf.write(tmp_path / "b", "5.5.0", "broker")  # 5.x configures its logging from its jars

@@ -125,10 +125,11 @@ class LocalNode(Node):
             logconf.write(self.dir, self.c.scenario.cluster.rocketmq_version,
                           "namesrv" if self.plan.role == "namesrv" else "broker")
         j = self.plan.jvm
-        opts = jvm_options(self.plan, str(self.dir / "logs" / "gc.log"), self.c.scenario.cluster.rocketmq_version)
+        opts = jvm_options(self.plan, str(self.dir / "logs" / "gc.log"))
         main, args, props = main_args(self.plan, str(conf), self.c.namesrv_addr,
                                       None if proxy_conf is None else str(proxy_conf))
         return jvm_command(main, args, cp=f"{home / 'lib'}/*", heap_mb=j.heap_mb, java=java, options=opts,
+                           version=self.c.scenario.cluster.rocketmq_version,
                            user_home=self.dir, rocketmq_home=self.dir,
                            system_properties={**NODE_SYSTEM_PROPERTIES, **j.system_properties, **props})
 

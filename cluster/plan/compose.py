@@ -70,7 +70,7 @@ def container_plans(s: Scenario) -> list[ContainerPlan]:
                                       None if pc is None else f"{CONF_DIR}/{proxy_conf_name(p.name)}")
         j = p.jvm
         cmd = jvm_command(main, args, cp=f"{rocketmq_home(version)}/lib/*", heap_mb=j.heap_mb, java="java",
-                          options=jvm_options(p, f"{LOGS}/gc.log", version), user_home=HOME,
+                          options=jvm_options(p, f"{LOGS}/gc.log"), user_home=HOME, version=version,
                           rocketmq_home=rocketmq_home(version), system_properties={**NODE_SYSTEM_PROPERTIES, **j.system_properties, **props})
         vols = {f"{p.name}-logs": LOGS}
         if p.is_broker or p.role == "controller":  # a controller's Raft log and metadata are state too

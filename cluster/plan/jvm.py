@@ -70,14 +70,23 @@ def grpc_classpath(version: str, client_version: str | None = None) -> str:
     return f"{home / 'rmqchaos-java.jar'}:{jars}/*"
 
 
+#: RocketMQ 4.x reflects on JDK internals that Java 17 closes: its store unmaps files through
+#: DirectByteBuffer.attachment() and cleaner() (a restarted 4.9.7 broker exited in IndexService.load with
+#: InaccessibleObjectException), and 4.6.0's Netty 4.0 reads Buffer.address at start (every 4.6.0 client
+#: JVM failed: PlatformDependent0). Every JVM on a 4.x release's jars gets them; 5.x's none.
+JDK_OPENS_4X = ("--add-opens=java.base/java.nio=ALL-UNNAMED", "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+                "--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED")
+
+
 def jvm_command(main: str, args: Sequence[str] = (), *, cp: str, heap_mb: int, xms_mb: int | None = None,
                 java: str | None = None, user_home: Path | None = None, rocketmq_home: Path | None = None,
                 options: Sequence[str] = (), system_properties: Mapping[str, object] | None = None,
-                client: bool = False) -> list[str]:
+                client: bool = False, version: str | None = None) -> list[str]:
     """`java [memory] [options] [-D...] -cp CP MAIN ARGS`.
 
     client: a short-lived client-side JVM (tools, benchmark producer): serial GC and C1 only, which
     start fastest and leave the cores to the brokers.
+    version: the RocketMQ release whose jars `cp` holds (4.x: JDK_OPENS_4X).
     Every JVM uses IPv4 sockets, so the loopback bind() shim maps 0.0.0.0 to 127.0.0.1 for the nodes.
     """
     cmd = [java or find_java()[0]]
@@ -87,6 +96,8 @@ def jvm_command(main: str, args: Sequence[str] = (), *, cp: str, heap_mb: int, x
     if client:
         cmd += ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
     cmd += list(options)
+    if version is not None and rocketmq_dist.major(version) == 4:
+        cmd += JDK_OPENS_4X
     cmd.append("-Djava.net.preferIPv4Stack=true")
     if user_home is not None:  # RocketMQ writes its logs and namesrv kv config under user.home
         cmd.append(f"-Duser.home={user_home}")

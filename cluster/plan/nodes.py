@@ -8,7 +8,6 @@ import socket
 from dataclasses import dataclass
 
 from rmqchaos.machine.loopback import loopback
-from rmqchaos.rocketmq.dist import major
 from rmqchaos.spec import Broker, Jvm, Scenario
 from rmqchaos.spec.cluster import DLEDGER_PORT_OFFSET
 
@@ -213,8 +212,8 @@ def _broker_plan(s: Scenario, b: Broker, node: str, port: int, broker_id: int, h
                     b.replication if b.replicated else None)
 
 
-def jvm_options(p: NodePlan, gc_log: str, version: str) -> list[str]:
-    """A node's JVM options beyond heap size, the same for every backend (`version`: the cluster's RocketMQ)."""
+def jvm_options(p: NodePlan, gc_log: str) -> list[str]:
+    """A node's JVM options beyond heap size, the same for every backend."""
     j = p.jvm
     opts = [f"-XX:MaxDirectMemorySize={j.max_direct_memory_mb}m"] if j.max_direct_memory_mb else []
     if p.is_broker:
@@ -222,7 +221,6 @@ def jvm_options(p: NodePlan, gc_log: str, version: str) -> list[str]:
         # domain) at start, so a memory squeeze does not stall the send path on first-touch heap faults
         opts.append("-XX:+AlwaysPreTouch")
     return opts + ["-XX:+UseG1GC", "-XX:-OmitStackTraceInFastThrow", *JDK_EXPORTS,
-                   *(JDK_OPENS_4X if major(version) == 4 else ()),
                    f"-Xlog:gc*:file={gc_log}:time,tags:filecount=2,filesize=10M", *j.options]
 
 
@@ -231,13 +229,6 @@ def jvm_options(p: NodePlan, gc_log: str, version: str) -> list[str]:
 #: IndexService.load with IllegalAccessError, and runbroker.sh adds nothing for it. 5.2.0+ frees the
 #: buffer through Netty and does not need it; an export is inert for them.
 JDK_EXPORTS = ("--add-exports=java.base/sun.nio.ch=ALL-UNNAMED",)
-
-#: RocketMQ 4.x unmaps a mapped file through reflection on JDK-internal classes (MappedFile.clean:
-#: DirectByteBuffer.attachment() and cleaner(), then Cleaner.clean()): on Java 17 a 4.9.7 broker
-#: restarted over its own store exited in IndexService.load with InaccessibleObjectException
-#: ("module java.base does not opens java.nio"). 4.x nodes only.
-JDK_OPENS_4X = ("--add-opens=java.base/java.nio=ALL-UNNAMED", "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
-                "--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED")
 
 
 #: system properties every node starts with, under the scenario's own (jvm.system_properties). TLS

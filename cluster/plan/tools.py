@@ -32,7 +32,7 @@ def run_tool(version: str, workdir: Path, main: str, args: list[str], timeout: f
     """One bounded JVM run, inside the run's `tools` cgroup; killed when `timeout` passes or we die."""
     workdir.mkdir(parents=True, exist_ok=True)
     logconf.write(workdir, version, "tools")
-    cmd = jvm_command(main, args, cp=classpath(version), heap_mb=256, xms_mb=64, client=True,
+    cmd = jvm_command(main, args, cp=classpath(version), heap_mb=256, xms_mb=64, client=True, version=version,
                       user_home=workdir, rocketmq_home=workdir)
     env = dict(os.environ, ROCKETMQ_HOME=str(workdir))
     p = spawn(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -104,17 +104,25 @@ def topic_offsets(run: Runner, ns: str, topic: str, timeout: float = 60) -> dict
     return per
 
 
-_MSG = re.compile(r"^MSGID: (\S+) MessageExt \[brokerName=([^,]*), queueId=(\d+),.*?queueOffset=(\d+),")
+# MessageExt.toString: since 4.9 it begins with brokerName; before, only storeHost says where it is stored.
+# Not anchored: 4.6.0's printMsg prints each queue's "minOffset=..., MessageQueue [...]" with no newline,
+# so a queue's first message line begins with it
+_MSG = re.compile(r"MSGID: (\S+) MessageExt \[(?:brokerName=([^,]*), )?queueId=(\d+),.*?queueOffset=(\d+),"
+                  r".*?storeHost=[^/,]*/([\d.]+:\d+)")
 
 
-def read_back(run: Runner, ns: str, topic: str, timeout: float = 120) -> list[tuple[str, str, int, int]]:
-    """`mqadmin printMsg`: pull every message of the topic back. (msgId, broker, queueId, queueOffset)."""
+def read_back(run: Runner, ns: str, topic: str, timeout: float = 120,
+              names: dict[str, str] | None = None) -> list[tuple[str, str, int, int]]:
+    """`mqadmin printMsg`: pull every message of the topic back. (msgId, broker, queueId, queueOffset);
+    the broker is named by its store host's address where the release prints no name (before 4.9),
+    through `names` ({address: broker name}) when given."""
     r = run(MQADMIN, ["printMsg", "-n", ns, "-t", topic, "-d", "false"], timeout)
     if r.rc != 0:
         raise UserError(f"mqadmin printMsg -t {topic} failed (exit {r.rc})", "see the tool output in the run dir")
     out = []
     for line in r.out.splitlines():
-        m = _MSG.match(line)
+        m = _MSG.search(line)
         if m:
-            out.append((m.group(1), m.group(2), int(m.group(3)), int(m.group(4))))
+            broker = m.group(2) if m.group(2) is not None else (names or {}).get(m.group(5), m.group(5))
+            out.append((m.group(1), broker, int(m.group(3)), int(m.group(4))))
     return out

@@ -76,7 +76,7 @@ def witness(run: RunDir, cluster: ClusterBackend, w: WitnessCheck) -> dict[str, 
     stored_after = stored_per_broker(cluster, topic)
     stored = {b: stored_after.get(b, 0) - before.get(b, 0) for b in stored_after}
     say(f"witness: stored per broker {stored}; reading everything back with mqadmin printMsg")
-    msgs = tools.read_back(tool, ns, topic, w.timeout)
+    msgs = tools.read_back(tool, ns, topic, w.timeout, names={p.addr: p.broker_name or p.name for p in masters})
     read_per: dict[str, int] = {}
     for _, broker, _, _ in msgs:
         read_per[broker] = read_per.get(broker, 0) + 1

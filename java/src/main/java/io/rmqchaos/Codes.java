@@ -1,6 +1,8 @@
 package io.rmqchaos;
 
 import java.lang.reflect.Method;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
 
 /**
  * The remoting codes and pull-request fields the platform's Java programs read, without naming a class
@@ -19,16 +21,44 @@ final class Codes {
     private Codes() {
     }
 
-    /** A getter of a request header by name (PullMessageRequestHeader's getTopic, getQueueId, ...), or null. */
+    /** Calls setter `name(int)` of `target` if its class has one (a client setting of some versions only). */
+    static boolean set(Object target, String name, int value) {
+        try {
+            target.getClass().getMethod(name, int.class).invoke(target, value);
+            return true;
+        } catch (ReflectiveOperationException e) {
+            return false;
+        }
+    }
+
+    /** A no-argument getter by name (a pull header's getTopic, getQueueId, ...; a message's getBrokerName), or null. */
     static Object field(Object header, String getter) {
         if (header == null) {
             return null;
         }
+        // looked up once per class and getter (a delivery asks for its broker name)
+        Method m = GETTERS.computeIfAbsent(header.getClass().getName() + "#" + getter, k -> {
+            try {
+                return header.getClass().getMethod(getter);
+            } catch (NoSuchMethodException e) {
+                return NONE;
+            }
+        });
         try {
-            Method m = header.getClass().getMethod(getter);
-            return m.invoke(header);
+            return m == NONE ? null : m.invoke(header);
         } catch (ReflectiveOperationException e) {
             return null;
+        }
+    }
+
+    private static final Map<String, Method> GETTERS = new ConcurrentHashMap<>();
+    private static final Method NONE;
+
+    static {
+        try {
+            NONE = Object.class.getMethod("hashCode");
+        } catch (NoSuchMethodException e) {
+            throw new ExceptionInInitializerError(e);
         }
     }
 }

@@ -10,8 +10,8 @@ import java.util.WeakHashMap;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.atomic.AtomicLong;
-import java.util.function.Function;
-import java.util.function.Predicate;
+import java.util.function.BiFunction;
+import java.util.function.BiPredicate;
 
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.rebalance.AllocateMessageQueueAveragely;
@@ -27,6 +27,7 @@ import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.MessageClientExt;
 import org.apache.rocketmq.common.message.MessageConst;
 import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.remoting.RPCHook;
 import org.apache.rocketmq.remoting.protocol.RemotingCommand;
 
@@ -162,6 +163,12 @@ public final class Consumer {
         }
     }
 
+    /** The delivered message's broker name (MessageExt.getBrokerName, 4.9+), else its queue's. */
+    static String brokerName(MessageExt m, MessageQueue mq) {
+        Object b = Codes.field(m, "getBrokerName");
+        return b instanceof String ? (String) b : (mq == null ? null : mq.getBrokerName());
+    }
+
     public static void main(String[] a) throws Exception {
         if (a.length == 0 || a[0].equals("--help")) {
             System.out.println("usage: Consumer --namesrv H:P --group G --topic T [--topic T2 ...] --out FILE "
@@ -229,12 +236,15 @@ public final class Consumer {
         // the witness must not die of a slow first answer: start() throws when the first route request
         // to namesrv takes over mqClientApiTimeout (3 s by default), seen on a replicated cluster's
         // namesrv while its ten JVMs start on two cores; pulls have their own timeouts
-        c.setMqClientApiTimeout(10_000);
+        if (!Codes.set(c, "setMqClientApiTimeout", 10_000)) { // 4.9+; 4.6.0's client has a fixed 3 s
+            System.err.println("rmqchaos: this client cannot set mqClientApiTimeout (RocketMQ before 4.9): 3 s");
+        }
         for (String t : topics) {
             c.subscribe(t, "*");
         }
         // one ledger line per delivery, the same for both listeners
-        final Function<List<MessageExt>, String> lines = msgs -> {
+        // mq: the queue the batch came from (its broker's name, where MessageExt has none: before 4.9)
+        final BiFunction<List<MessageExt>, MessageQueue, String> lines = (msgs, mq) -> {
             long now = HostClock.now();
             StringBuilder sb = new StringBuilder(256 * msgs.size());
             for (int idx = 0; idx < msgs.size(); idx++) {
@@ -250,7 +260,7 @@ public final class Consumer {
                     .append(",\"offset_msg_id\":").append(Text.esc(offsetMsgId))
                     .append(",\"topic\":").append(Text.esc(viaRetry ? retryTopic : m.getTopic()))
                     .append(",\"origin_topic\":").append(Text.esc(m.getTopic()))
-                    .append(",\"broker\":").append(Text.esc(m.getBrokerName()))
+                    .append(",\"broker\":").append(Text.esc(brokerName(m, mq)))
                     .append(",\"queue_id\":").append(m.getQueueId())
                     .append(",\"queue_offset\":").append(m.getQueueOffset())
                     .append(",\"reconsume_times\":").append(m.getReconsumeTimes())
@@ -270,8 +280,8 @@ public final class Consumer {
         // a batch recorded: its lines written, counted, then its processing time; false: not written.
         // Flushed to the OS before the listener acknowledges the batch: a SIGKILLed consumer's ledger
         // (the consumer_kill fault) holds every delivery it acknowledged (the page cache outlives it).
-        final Predicate<List<MessageExt>> record = msgs -> {
-            String text = lines.apply(msgs);
+        final BiPredicate<List<MessageExt>, MessageQueue> record = (msgs, mq) -> {
+            String text = lines.apply(msgs, mq);
             if (!journal.append(text, true)) {
                 return false;
             }
@@ -287,10 +297,10 @@ public final class Consumer {
             return true;
         };
         if (listener.equals("orderly")) {  // not recorded: the queue is suspended and read again
-            c.registerMessageListener((MessageListenerOrderly) (msgs, ctx) -> record.test(msgs)
+            c.registerMessageListener((MessageListenerOrderly) (msgs, ctx) -> record.test(msgs, ctx.getMessageQueue())
                 ? ConsumeOrderlyStatus.SUCCESS : ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT);
         } else c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
-            if (!record.test(msgs)) {
+            if (!record.test(msgs, ctx.getMessageQueue())) {
                 return ConsumeConcurrentlyStatus.RECONSUME_LATER; // not recorded: not acked
             }
             if (mode.equals("ack_first_of_batch")) {
