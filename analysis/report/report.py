@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from analysis.evidence.findings import (NONE, fault_intents, fmt, has_cluster_evidence, has_host_evidence, kills, reached_pct,
-                               route_outages, time_origin)
+                                        route_outages, time_origin)
 from analysis.report.plots import (plot_cluster, plot_compare, plot_errors, plot_host, plot_latency, plot_links,
-                            plot_lost_dup, plot_throughput)
+                                   plot_lost_dup, plot_throughput)
 from analysis.ledgers.rules import BUSY_PREFIXES, CLASSES
 from analysis.report.compare import comparisons
 from analysis.report.page import page

@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from analysis.evidence.findings import (NONE, busy_refusals, fault_intents, lasting_outages, outage_seconds, reached_pct,
-                               replica_catchup)
+                                        replica_catchup)
 from analysis.contracts.order import order_phrase
 from analysis.contracts.pop import pop_phrase
 from analysis.contracts.timers import timer_phrase

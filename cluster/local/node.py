@@ -16,7 +16,7 @@ from cluster.plan.jvm import find_java, jcmd, jvm_command
 from cluster.local.cgroups import Cgroup
 from cluster.substrate.powerfs import PowerFS
 from cluster.plan.nodes import (NODE_SYSTEM_PROPERTIES, NodePlan, jvm_options, main_args, port_in_use, proxy_config,
-                          render_config)
+                                render_config)
 from cluster.plan.rmqlog import log_dir
 from rmqchaos.machine import paths
 from rmqchaos.rocketmq import dist as rocketmq_dist

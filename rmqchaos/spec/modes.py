@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rmqchaos.spec.confkeys import (CLASSIC_BROKER_KEYS, CONTROLLER_KEYS, CONTROLLER_MODE_BROKER_KEYS,
-                                   DLEDGER_BROKER_KEYS, JRAFT_KEYS, PLATFORM_CONTROLLER_KEYS, _check_conf)
+                                    DLEDGER_BROKER_KEYS, JRAFT_KEYS, PLATFORM_CONTROLLER_KEYS, _check_conf)
 from rmqchaos.spec.cluster import Controllers
 from rmqchaos.spec.scenario import Scenario
 
