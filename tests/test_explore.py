@@ -267,7 +267,15 @@ def test_the_version_range_says_which_releases_run_mixed_in_one_line_each() -> N
         "Maven Central, and a release runs only on its own core modules)"]
     with pytest.raises(UserError, match=r"fewer than two versions to run \(5.3.4: skipped"):
         versions_in("5.3.4,5.4.0")
-    for bad, line in (("5.5.0..5.1.0", "must go from an older version"), ("4.9.8..5.5.0", "4.9.8 is not a 5.x release"),
+    # 4.x ranges, and across the majors: 4.9.6 has no broker or store of its own on Maven Central
+    run, mixed, skipped = versions_in("4.9.5..5.1.0")
+    assert run == ["4.9.5", "4.9.7", "5.0.0", "5.1.0"] and skipped[0].startswith("4.9.6: skipped (rocketmq-store, ")
+    assert mixed == ["4.9.5: runs mixed (rocketmq-example 4.9.5 is not on Maven Central: another 4.x release's stand in)",
+                     "4.9.7: runs mixed (rocketmq-example 4.9.7 is not on Maven Central: another 4.x release's stand in)"]
+    assert versions_in("4.6.0..4.7.0")[0] == ["4.6.0", "4.6.1", "4.7.0"]
+    for bad, line in (("5.5.0..5.1.0", "must go from an older version"),
+                      ("4.9.8..5.5.0", "4.9.8 is not a release this platform runs"),
+                      ("4.5.0..4.9.7", "4.5.0 is not a release this platform runs"),
                       ("5.5.0", "fewer than two versions")):
         with pytest.raises(UserError, match=line):
             versions_in(bad)

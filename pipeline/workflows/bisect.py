@@ -7,7 +7,8 @@ version counts as showing on its first run that shows it, and as not showing onl
 runs that did not (an intermittent signature); a run that could not tell (None) is run again within
 the repeats, and a version no run could tell for stops the search with one line naming it.
 
-Which versions: the released 5.x versions in the range, in order. A release Maven does not serve
+Which versions: the released versions in the range (4.x from 4.6.0 and 5.x; a range may cross the
+majors, e.g. 4.9.7..5.5.0), in order. A release Maven does not serve
 whole runs mixed when what it lacks is a client-side program, namesrv or the proxy (an older or the
 pinned release's stands in: rmqchaos/rocketmq/dist.py), and says so in one line; one whose broker,
 store or controller does not resolve, or on which the scenario does not validate, is skipped with
@@ -19,19 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rmqchaos.errors import UserError
-
-# every 5.x release and what of it Maven does not serve (empty: all of it) (tried 2026-11-28/29,
-# ../shared/README.md; 5.3.4's poms 2026-11-30: only its broker, store, namesrv and controller exist):
-# it runs mixed (rocketmq_dist.py substitutes those), said in one line, unless it lacks a core module
-# (rocketmq_dist.CORE): a release runs only on its own, so that version is skipped, in one line
-RELEASED: dict[str, tuple[str, ...]] = {
-    "5.0.0": (), "5.1.0": (), "5.1.1": (), "5.1.2": ("rocketmq-namesrv",), "5.1.3": ("rocketmq-namesrv",),
-    "5.1.4": ("rocketmq-proxy",), "5.2.0": (), "5.3.0": (), "5.3.1": (), "5.3.2": (), "5.3.3": (),
-    "5.3.4": ("rocketmq-common", "rocketmq-remoting", "rocketmq-srvutil", "rocketmq-filter", "rocketmq-proxy",
-              "rocketmq-client", "rocketmq-tools"),
-    "5.4.0": (), "5.5.0": (),
-    "5.5.1": ("rocketmq-namesrv", "rocketmq-proxy", "rocketmq-client"),
-}
+from rmqchaos.rocketmq.dist import RELEASED
 
 
 def _and(xs: tuple[str, ...]) -> str:
@@ -49,7 +38,8 @@ def versions_in(spec: str) -> tuple[list[str], list[str], list[str]]:
         lo, hi = (x.strip() for x in spec.split("..", 1))
         for v in (lo, hi):
             if v not in RELEASED:
-                raise UserError(f"--versions {spec}: {v} is not a 5.x release", f"releases: {', '.join(RELEASED)}")
+                raise UserError(f"--versions {spec}: {v} is not a release this platform runs (4.x from 4.6.0, 5.x)",
+                                f"releases: {', '.join(RELEASED)}")
         if _key(lo) >= _key(hi):
             raise UserError(f"--versions {spec}: the range must go from an older version to a newer one",
                             "e.g. --versions 5.1.0..5.5.0")
@@ -58,7 +48,8 @@ def versions_in(spec: str) -> tuple[list[str], list[str], list[str]]:
         asked = sorted({x.strip() for x in spec.split(",") if x.strip()}, key=_key)
         for v in asked:
             if v not in RELEASED:
-                raise UserError(f"--versions {spec}: {v} is not a 5.x release", f"releases: {', '.join(RELEASED)}")
+                raise UserError(f"--versions {spec}: {v} is not a release this platform runs (4.x from 4.6.0, 5.x)",
+                                f"releases: {', '.join(RELEASED)}")
     from rmqchaos.rocketmq.dist import CORE
 
     def lacks(v: str) -> tuple[str, ...]:
@@ -71,7 +62,8 @@ def versions_in(spec: str) -> tuple[list[str], list[str], list[str]]:
         raise UserError(f"--versions {spec}: fewer than two versions to run"
                         + (f" ({'; '.join(skipped)})" if skipped else ""), "give a range over two or more releases")
     mixed = [f"{v}: runs mixed ({_and(RELEASED[v])} {v} {'is' if len(RELEASED[v]) == 1 else 'are'} not on Maven "
-             "Central: an older or the pinned release's stand in)" for v in asked if RELEASED[v]]
+             "Central: " + ("another 4.x release's stand in)" if v.startswith("4.") else "an older or the pinned release's stand in)")
+             for v in asked if RELEASED[v]]
     return asked, mixed, skipped
 
 

@@ -31,6 +31,29 @@ KNOWN_TO_RESOLVE = ("4.6.0", "4.9.7",
                     "5.1.0", "5.1.1", "5.2.0", "5.3.0", "5.3.1", "5.3.2", "5.3.3", "5.4.0", "5.5.0")
 _VERSION = re.compile(r"^[45]\.\d{1,3}\.\d{1,3}$")
 OLDEST = (4, 6, 0)  # the oldest release the platform runs (the flood incident's, seed 002)
+
+# Every release from 4.6.0 and what of it Maven Central does not serve (empty: all of it): what a
+# substitute is looked for (`donors` skips a release lacking the piece) and what `rmqchaos bisect`
+# offers. It runs mixed, said in one line, unless it lacks a core module (CORE): a release runs only
+# on its own, so that version is skipped. 5.x tried 2026-11-28/29 (../shared/README.md; 5.3.4's poms
+# 2026-11-30: only its broker, store, namesrv and controller exist). 4.x, each jar asked of Maven
+# Central 2026-12-07: rocketmq-example is published up to 4.7.0 only; 4.9.6 has no broker, namesrv,
+# store, srvutil, filter, tools or acl; 4.9.8 no broker (not offered).
+_NO_EXAMPLE = ("rocketmq-example",)
+RELEASED: dict[str, tuple[str, ...]] = {
+    "4.6.0": (), "4.6.1": (), "4.7.0": (), "4.7.1": _NO_EXAMPLE, "4.8.0": _NO_EXAMPLE, "4.9.0": _NO_EXAMPLE,
+    "4.9.1": _NO_EXAMPLE, "4.9.2": _NO_EXAMPLE, "4.9.3": _NO_EXAMPLE, "4.9.4": _NO_EXAMPLE, "4.9.5": _NO_EXAMPLE,
+    "4.9.6": ("rocketmq-broker", "rocketmq-namesrv", "rocketmq-store", "rocketmq-srvutil", "rocketmq-filter",
+              "rocketmq-tools", "rocketmq-acl", "rocketmq-example"),
+    "4.9.7": _NO_EXAMPLE,
+    "5.0.0": (), "5.1.0": (), "5.1.1": (), "5.1.2": ("rocketmq-namesrv",), "5.1.3": ("rocketmq-namesrv",),
+    "5.1.4": ("rocketmq-proxy",), "5.2.0": (), "5.3.0": (), "5.3.1": (), "5.3.2": (), "5.3.3": (),
+    "5.3.4": ("rocketmq-common", "rocketmq-remoting", "rocketmq-srvutil", "rocketmq-filter", "rocketmq-proxy",
+              "rocketmq-client", "rocketmq-tools"),
+    "5.4.0": (), "5.5.0": (),
+    "5.5.1": ("rocketmq-namesrv", "rocketmq-proxy", "rocketmq-client"),
+}
+
 MAVEN_TIMEOUT = 1800.0  # a first resolution downloads ~150 MB of jars
 # What a release may lack and still run here, mixed, saying so (the version's substituted.json, each
 # run's versions.json, a line at `up`). Client-side programs (the witness check's benchmark Producer,
@@ -248,7 +271,7 @@ def donors(version: str, artifact: str) -> list[str]:
     piece of the other major brings its common modules onto the classpath."""
     if artifact in CLIENT_SIDE and major(version) == 5:
         return [paths.pinned_rocketmq_version()]
-    same = [v for v in KNOWN_TO_RESOLVE if major(v) == major(version)]
+    same = [v for v in KNOWN_TO_RESOLVE if major(v) == major(version) and artifact not in RELEASED.get(v, ())]
     older = [v for v in same if _key(v) < _key(version)]
     newer = [v for v in same if _key(v) > _key(version)]
     return older[::-1] + newer or ([paths.pinned_rocketmq_version()] if major(version) == 5 else [])
