@@ -294,9 +294,10 @@ def test_a_release_lacking_a_client_program_or_namesrv_takes_it_from_an_older_or
     assert "rocketmq-broker" not in {*rocketmq_dist.CLIENT_SIDE, *rocketmq_dist.SERVER_SIDE}  # the version itself
     # a 4.x release takes a missing piece from another 4.x release only (a 5.x piece brings 5.x's common
     # modules): rocketmq-example 4.9.7 is not on Maven Central
-    assert rocketmq_dist.donors("4.9.7", "rocketmq-example") == ["4.6.0"]
-    assert rocketmq_dist.donors("4.6.0", "rocketmq-client") == ["4.9.7"]
+    assert rocketmq_dist.donors("4.9.7", "rocketmq-example") == ["4.7.0", "4.6.1", "4.6.0"]  # the nearest that has it
+    assert rocketmq_dist.donors("4.6.0", "rocketmq-client")[:2] == ["4.6.1", "4.7.0"]  # none older: the nearest newer
     assert all(rocketmq_dist.major(v) == 5 for v in rocketmq_dist.donors("5.3.4", "rocketmq-namesrv"))
+    assert all(rocketmq_dist.major(v) == 4 for v in rocketmq_dist.donors("4.9.7", "rocketmq-client"))
 
 
 # ---------------------------------------------------------------- the checks

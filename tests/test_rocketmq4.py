@@ -28,9 +28,11 @@ def test_a_4_9_7_master_slave_cluster_takes_the_load_and_an_oom_kill_runs_comple
     run, s = run_here(f, tmp_path / "run")
     import json
     versions = json.loads((run / "versions.json").read_text())
-    # mixed is said: rocketmq-example 4.9.7 is not on Maven Central, 4.6.0's stands in (the witness uses
-    # the version's own mqadmin, not it)
-    assert versions["rocketmq"] == "4.9.7" and versions["rocketmq_substituted"] == {"rocketmq-example": "4.6.0"}
+    # mixed is said: rocketmq-example 4.9.7 is not on Maven Central, an older 4.x release's stands in (the
+    # witness uses the version's own mqadmin, not it)
+    sub = versions["rocketmq_substituted"]
+    assert versions["rocketmq"] == "4.9.7" and list(sub) == ["rocketmq-example"] and sub["rocketmq-example"] < "4.9.7"
+    assert sub["rocketmq-example"].startswith("4."), sub
     witness = json.loads((run / "checks" / "witness-T_WITNESS_497.json").read_text())
     assert witness["ok"] and witness["sender"] == "mqadmin checkMsgSendRT" and witness["sent"] == 200, witness
     assert s["complete"] and not s["incomplete_reasons"], s["incomplete_reasons"]
