@@ -89,14 +89,23 @@ public final class Consumer {
             if (request == null || request.getCode() != Codes.PULL_MESSAGE) {
                 return;
             }
+            Pull p = pulled(request, Long.MAX_VALUE, remoteAddr);
+            if (p != null) {
+                sent.put(p.topic + "@" + p.queueId, p);
+            }
+        }
+
+        /** The pull a PULL_MESSAGE request asks for, its header read by name (its class moved in 5.0:
+         *  Codes), answered up to `next`; null when the header lacks a field. */
+        private static Pull pulled(RemotingCommand request, long next, String addr) {
             Object h = request.readCustomHeader();
             Object topic = Codes.field(h, "getTopic");
             Object queueId = Codes.field(h, "getQueueId");
             Object offset = Codes.field(h, "getQueueOffset");
-            if (topic instanceof String && queueId instanceof Integer && offset instanceof Long) {
-                sent.put(topic + "@" + queueId, new Pull((String) topic, (Integer) queueId, (Long) offset, Long.MAX_VALUE,
-                    remoteAddr));
+            if (!(topic instanceof String) || !(queueId instanceof Integer) || !(offset instanceof Long)) {
+                return null;
             }
+            return new Pull((String) topic, (Integer) queueId, (Long) offset, next, addr);
         }
 
         @Override
@@ -110,19 +119,19 @@ public final class Consumer {
             if (response.getCode() != Codes.SUCCESS || response.getExtFields() == null) {
                 return;
             }
-            // the PullMessageRequestHeader of either major (Codes: its package moved in 5.0)
-            Object h = request.readCustomHeader();
             String next = response.getExtFields().get("nextBeginOffset");
-            Object topic = Codes.field(h, "getTopic");
-            Object queueId = Codes.field(h, "getQueueId");
-            Object offset = Codes.field(h, "getQueueOffset");
-            if (next == null || !(topic instanceof String) || !(queueId instanceof Integer) || !(offset instanceof Long)) {
+            if (next == null) {
                 return;
             }
+            Pull p;
             try {
-                last.set(new Pull((String) topic, (Integer) queueId, (Long) offset, Long.parseLong(next), remoteAddr));
+                p = pulled(request, Long.parseLong(next), remoteAddr);
             } catch (NumberFormatException ignored) {
                 last.remove();
+                return;
+            }
+            if (p != null) {
+                last.set(p);
             }
         }
 
@@ -246,6 +255,7 @@ public final class Consumer {
         // mq: the queue the batch came from (its broker's name, where MessageExt has none: before 4.9)
         final BiFunction<List<MessageExt>, MessageQueue, String> lines = (msgs, mq) -> {
             long now = HostClock.now();
+            String broker = msgs.isEmpty() ? null : brokerName(msgs.get(0), mq); // one queue's batch, one broker
             StringBuilder sb = new StringBuilder(256 * msgs.size());
             for (int idx = 0; idx < msgs.size(); idx++) {
                 MessageExt m = msgs.get(idx);
@@ -260,7 +270,7 @@ public final class Consumer {
                     .append(",\"offset_msg_id\":").append(Text.esc(offsetMsgId))
                     .append(",\"topic\":").append(Text.esc(viaRetry ? retryTopic : m.getTopic()))
                     .append(",\"origin_topic\":").append(Text.esc(m.getTopic()))
-                    .append(",\"broker\":").append(Text.esc(brokerName(m, mq)))
+                    .append(",\"broker\":").append(Text.esc(broker))
                     .append(",\"queue_id\":").append(m.getQueueId())
                     .append(",\"queue_offset\":").append(m.getQueueOffset())
                     .append(",\"reconsume_times\":").append(m.getReconsumeTimes())
