@@ -20,15 +20,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rmqchaos.errors import UserError
-from rmqchaos.rocketmq.dist import RELEASED
+from rmqchaos.rocketmq.dist import RELEASED, version_key
 
 
 def _and(xs: tuple[str, ...]) -> str:
     return xs[0] if len(xs) == 1 else ", ".join(xs[:-1]) + " and " + xs[-1]
-
-
-def _key(v: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in v.split("."))
 
 
 def versions_in(spec: str) -> tuple[list[str], list[str], list[str]]:
@@ -40,12 +36,12 @@ def versions_in(spec: str) -> tuple[list[str], list[str], list[str]]:
             if v not in RELEASED:
                 raise UserError(f"--versions {spec}: {v} is not a release this platform runs (4.x from 4.6.0, 5.x)",
                                 f"releases: {', '.join(RELEASED)}")
-        if _key(lo) >= _key(hi):
+        if version_key(lo) >= version_key(hi):
             raise UserError(f"--versions {spec}: the range must go from an older version to a newer one",
                             "e.g. --versions 5.1.0..5.5.0")
-        asked = [v for v in RELEASED if _key(lo) <= _key(v) <= _key(hi)]
+        asked = [v for v in RELEASED if version_key(lo) <= version_key(v) <= version_key(hi)]
     else:
-        asked = sorted({x.strip() for x in spec.split(",") if x.strip()}, key=_key)
+        asked = sorted({x.strip() for x in spec.split(",") if x.strip()}, key=version_key)
         for v in asked:
             if v not in RELEASED:
                 raise UserError(f"--versions {spec}: {v} is not a release this platform runs (4.x from 4.6.0, 5.x)",

@@ -76,7 +76,8 @@ def major(version: str) -> int:
     return int(version.split(".", 1)[0])
 
 
-def _key(version: str) -> tuple[int, ...]:
+def version_key(version: str) -> tuple[int, ...]:
+    """A release number's sort key: 4.9.7 < 5.1.0 < 5.10.0."""
     return tuple(int(x) for x in version.split("."))
 
 
@@ -88,7 +89,7 @@ def known_versions() -> list[str]:
     """The versions known to resolve, the pinned one and any other already in the cache."""
     cached = [d.name.removeprefix("rocketmq-") for d in paths.CACHE.glob("rocketmq-*") if d.is_dir()
               and _VERSION.match(d.name.removeprefix("rocketmq-"))]
-    return sorted({*KNOWN_TO_RESOLVE, paths.pinned_rocketmq_version(), *cached}, key=_key)
+    return sorted({*KNOWN_TO_RESOLVE, paths.pinned_rocketmq_version(), *cached}, key=version_key)
 
 
 def stamp_key(version: str) -> str:
@@ -117,7 +118,7 @@ def installed(version: str) -> bool:
 def check_version(version: str) -> None:
     """One line for a version that cannot be resolved at all (not a 4.x or 5.x release number, or older
     than 4.6.0)."""
-    if not _VERSION.match(version) or _key(version) < OLDEST:
+    if not _VERSION.match(version) or version_key(version) < OLDEST:
         raise UserError(f"RocketMQ version {version!r} cannot be resolved here (the platform runs 4.x releases from "
                         f"{'.'.join(map(str, OLDEST))} and 5.x releases from Maven Central)",
                         f"versions known to resolve: {known()}")
@@ -274,8 +275,8 @@ def donors(version: str, artifact: str) -> list[str]:
     if artifact in CLIENT_SIDE and major(version) == 5:
         return [paths.pinned_rocketmq_version()]
     same = [v for v in KNOWN_TO_RESOLVE if major(v) == major(version) and artifact not in RELEASED.get(v, ())]
-    older = [v for v in same if _key(v) < _key(version)]
-    newer = [v for v in same if _key(v) > _key(version)]
+    older = [v for v in same if version_key(v) < version_key(version)]
+    newer = [v for v in same if version_key(v) > version_key(version)]
     return older[::-1] + newer or ([paths.pinned_rocketmq_version()] if major(version) == 5 else [])
 
 

@@ -23,12 +23,12 @@ def major_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
             ("cluster", "brokers", controlled[0], "replication")
         errs.append((loc, f"{lacks} controller mode (5.0+): a 4.x group replicates with a slave or with "
                           "replication: dledger (4.5+)"))
-    grpc = [i for i, c in enumerate(s.consumers.instances if s.consumers else []) if c.grpc is not None]
-    pop = [i for i in grpc if s.consumers and s.consumers.instances[i].grpc.kind == "simple"]  # type: ignore[union-attr]
+    grpc = [(i, c.grpc) for i, c in enumerate(s.consumers.instances if s.consumers else []) if c.grpc is not None]
+    pop = any(g.kind == "simple" for _, g in grpc)
     grpc_load = s.load is not None and s.load.client == "grpc"
     if s.cluster.proxy.enabled or grpc or grpc_load:
         loc = (("cluster", "proxy", "enabled") if s.cluster.proxy.enabled else ("load", "client") if grpc_load
-               else ("consumers", "instances", grpc[0], "grpc"))
+               else ("consumers", "instances", grpc[0][0], "grpc"))
         what = "the proxy, gRPC clients or POP (5.0+)" if pop else "the proxy or gRPC clients (5.0+)"
         errs.append((loc, f"{lacks} {what}: the load and the consumers speak remoting to the brokers "
                           "(client: remoting, no grpc, proxy.enabled: false)"))
