@@ -89,7 +89,13 @@ def test_ledger_turned_on_and_off_keeps_each_attempts_lines_together(cluster, tm
     assert all(b[1] >= a[1] and b[2] >= a[2] and b[3] >= a[3] for a, b in zip(turns, turns[1:]))
     intents, outcomes, _ = ledgers(run.path)
     assert {r["attempt_id"] for r in intents} == {r["attempt_id"] for r in outcomes}
-    assert summary["locust_requests"] == 4000 and 0.2 * 4000 < len(intents) < 0.8 * 4000  # only the on turns'
+    assert summary["locust_requests"] == 4000
+    # only the on turns' attempts have lines: the sends accepted during on turns, give or take the
+    # users' sends in flight at each turn's edge (their intent on one side, their answer on the other).
+    # Which share that is depends on how fast each kind of turn sends, so it is not a fixed band.
+    ends = [t[3] for t in turns[1:]] + [summary["locust_requests"] - summary["locust_failures"]]
+    on_accepted = sum(end - t[3] for t, end in zip(turns, ends) if t[0])
+    assert 0 < on_accepted < 4000 and abs(len(intents) - on_accepted) <= 8 * len(turns) + summary["locust_failures"]
 
 
 def test_sigkilled_producer_leaves_intents_and_parsable_ledgers(cluster, tmp_path: Path) -> None:
