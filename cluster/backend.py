@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from cluster.node import Neighbour, Node, NodeStatus, ProcNeighbour, same_value
-from cluster.plan.nodes import NodePlan, controller_addrs, plan
+from cluster.plan.nodes import NodePlan, controller_addrs, namesrv_addr, plan
 from cluster.plan.tools import ToolResult
 from rmqchaos.machine import paths
 from rmqchaos.errors import UserError
@@ -86,7 +86,11 @@ class ClusterBackend(ABC):
     # ------------------------------------------------------------ neutral helpers
     @property
     def namesrv_addr(self) -> str:
-        return self.plans["namesrv"].addr
+        """Every namesrv's address, `;` between them (clients ask any that answers)."""
+        return namesrv_addr(self.plans.values())
+
+    def namesrv_nodes(self) -> list[NodePlan]:
+        return [p for p in self.plans.values() if p.role == "namesrv"]
 
     def proxy_grpc_addr(self) -> str:
         """The proxy's gRPC endpoints (ip:port, `;` between several), where the 5.x clients connect (the
@@ -174,12 +178,25 @@ class ClusterBackend(ABC):
                 lacking[g] = f"every replica registered in namesrv (not yet: {', '.join(missing)})"
         return lacking
 
-    def registered(self) -> dict[str, dict[int, str]] | None:
-        """brokerName -> {brokerId: addr} from namesrv, or None if namesrv does not answer."""
+    def registered(self, namesrv: str | None = None) -> dict[str, dict[int, str]] | None:
+        """brokerName -> {brokerId: addr} from namesrv (the first that answers, or the namesrv node
+        named), or None if it does not answer."""
+        addr = self.namesrv_addr if namesrv is None else self.plans[namesrv].addr
         try:
-            return {b.name: b.addrs for b in self.admin(timeout=2).cluster_info()}
+            return {b.name: b.addrs for b in AdminClient(addr, 2).cluster_info()}
         except RemotingError:
             return None
+
+    def registered_in_each(self) -> dict[str, dict[str, dict[int, str]] | None]:
+        """namesrv node -> its registrations (None: it did not answer). Namesrvs share nothing: a
+        broker one of them refused can be listed by the others."""
+        return {p.name: self.registered(p.name) for p in self.namesrv_nodes()}
+
+    def listed_anywhere(self, node: str) -> bool | None:
+        """Whether any namesrv lists `node` at its address (None: no namesrv answered): a broker is
+        out of the route when no namesrv lists it."""
+        regs = [r for r in self.registered_in_each().values() if r is not None]
+        return None if not regs else any(self.plans[node].listed_in(r) for r in regs)
 
     def routed_groups(self, topic: str) -> set[str]:
         """The broker groups namesrv routes `topic` to (empty when namesrv does not answer)."""

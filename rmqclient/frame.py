@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # RocketMQ's NettyDecoder rejects frames over com.rocketmq.remoting.frameMaxLength (16 MiB,
-# counting the length field); we refuse the same so garbage cannot make us allocate gigabytes.
-MAX_FRAME = 16 * 1024 * 1024
+# counting the length field). We accept four times that, so that a broker whose topic table outgrew
+# namesrv's frame (incident 002) can still be read whole, and refuse more so garbage cannot make us
+# allocate gigabytes.
+MAX_FRAME = 64 * 1024 * 1024
 
 JSON_TYPE = 0
 ROCKETMQ_TYPE = 1

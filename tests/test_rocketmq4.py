@@ -6,6 +6,7 @@ killed by the kernel and restarts over its store (4.x unmaps files through refle
 refuses without JDK_OPENS_4X), and the analysis reconciles every key."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 
 from cluster.plan import logconf, tools
 from conftest import run_here, write_scenario
+from rmqchaos.spec import load_scenario
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -26,7 +28,6 @@ def test_a_4_9_7_master_slave_cluster_takes_the_load_and_an_oom_kill_runs_comple
         "checks": {"witness": {"messages": 200, "threads": 2, "topic": "T_WITNESS_497"}},
         "load": {"duration": "30s"}})
     run, s = run_here(f, tmp_path / "run")
-    import json
     versions = json.loads((run / "versions.json").read_text())
     # mixed is said: rocketmq-example 4.9.7 is not on Maven Central, an older 4.x release's stands in (the
     # witness uses the version's own mqadmin, not it)
@@ -76,3 +77,53 @@ def test_the_4x_witness_counts_each_send_of_checkmsgsendrt_and_4x_nodes_get_thei
     assert "rocketmqlogs/store.log" in (tmp_path / "a" / "conf" / "logback_broker.xml").read_text()
     logconf.write(tmp_path / "b", "5.5.0", "broker")  # 5.x configures its logging from its jars
     assert not (tmp_path / "b").exists()
+
+
+def _flood_460(tmp_path: Path, scenario: str, net: int, port: int) -> tuple[Path, dict[str, Any]]:
+    """Incident 002 on 4.6.0 (scenarios/retry-flood-460*.yaml) on ports of its own."""
+    seed = load_scenario(REPO / "scenarios" / f"{scenario}.yaml").cluster.broker("broker-b").seed_topics.model_dump()
+    f = write_scenario(tmp_path / f"{scenario}.yaml", {
+        "extends": str(REPO / "scenarios" / f"{scenario}.yaml"),
+        "cluster": {"subnet": f"127.0.{net}.0/24", "namesrv": {"port": port + 76},
+                    "brokers": [{"name": "broker-a", "port": port + 11, "slave": {}},
+                                {"name": "broker-b", "port": port + 21, "slave": {}, "seed_topics": seed}]}})
+    return run_here(f, tmp_path / "run", timeout=1500)
+
+
+def _assert_incident_002(run: Path, s: dict[str, Any], frame: int) -> None:
+    sig = s["signature"]
+    assert sig["reached"] is True, sig["words"]
+    mon = [json.loads(line) for line in (run / "monitor" / "cluster.jsonl").read_text().splitlines()]
+    fe = mon[-1]["frame_errors"]
+    # every namesrv refused a frame over the limit, and said which length (NettyDecoder's words)
+    assert fe["limit"] == frame < fe["last_length"] and all(n >= 1 for n in fe["by_namesrv"].values()), fe
+    assert sorted(fe["by_namesrv"]) == ["namesrv", "namesrv-1", "namesrv-2"]
+    # out of every namesrv's route: in some sample no namesrv listed broker-b while both its nodes answered
+    out = [m for m in mon if m.get("namesrvs") and all(v is not None and "broker-b" not in v for v in m["namesrvs"].values())
+           and all(m["brokers"][n]["up"] for n in ("broker-b", "broker-b-s"))]
+    # broker-a stays: in every namesrv's route until the remedy restarts them (one at a time), in some after
+    restarts = [e for e in s["events"] if e["kind"] == "fault" and e["params"]["fault_kind"] == "restart"]
+    first = min(e["start_ms"] for e in restarts)
+    assert out and all(v is None or "broker-a" in v for m in out if m["ts_ms"] < first for v in m["namesrvs"].values())
+    assert all(any("broker-a" in v for v in m["namesrvs"].values() if v) for m in mon if m.get("namesrvs"))
+    # 4.6.0's broker says why (BrokerOuterAPI: `registerBroker Exception`): counted per node
+    assert all(mon[-1]["brokers"][n]["registrations"]["failed"] >= 1 for n in ("broker-b", "broker-b-s"))
+    assert len(restarts) == 3 and all(e["outcome"] == "ok" for e in restarts), restarts
+    assert all(e["params"]["evidence"]["system_properties"] for e in restarts)
+    c = s["counts"]
+    assert s["complete"] and c["ok"] + c["lost"] + c["duplicated"] + c["recovered"] == c["acked"], c
+
+
+def test_incident_002_on_4_6_0_scaled_three_namesrvs_drop_both_broker_b_nodes_until_the_frame_is_raised(
+        tmp_path: Path, kept_spark: Any) -> None:
+    run, s = _flood_460(tmp_path, "retry-flood-460-scaled", 105, 21200)
+    _assert_incident_002(run, s, 65536)
+
+
+@pytest.mark.long
+def test_incident_002_on_4_6_0_at_its_scale_71000_topics_over_the_16_mib_frame(tmp_path: Path, kept_spark: Any) -> None:
+    run, s = _flood_460(tmp_path, "retry-flood-460", 106, 21300)
+    _assert_incident_002(run, s, 16 * 1024 * 1024)
+    flood = next(e for e in s["events"] if e["kind"] == "fault" and e["params"]["fault_kind"] == "topic_flood")
+    ev = flood["params"]["evidence"]
+    assert ev["topics_before"] > 71_000 and ev["reached"] == "frame", ev

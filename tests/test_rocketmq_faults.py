@@ -63,9 +63,8 @@ def test_topics_by_type_and_the_log_lines_the_monitor_reads(tmp_path: Path) -> N
     ({"kind": "topic_flood", "target": "broker-a", "at": "1s", "groups": 100000, "until": "frames"},
      "faults[0].until: Input should be 'frame' or 'count'"),
     # until: frame (the default) against namesrv's frame limit, here RocketMQ's default 16 MiB
-    ({"kind": "topic_flood", "target": "broker-a", "at": "1s", "groups": 100000},
-     "faults[0]: topic_flood until: frame: namesrv's frame limit 16,777,216 B needs a topic table larger than this "
-     "platform reads in one answer"),
+    ({"kind": "topic_flood", "target": "broker-a", "at": "1s", "groups": 1000},
+     "faults[0].groups: topic_flood until: frame: 1,000 topics of ~194 B cannot outgrow namesrv's 16,777,216 B frame"),
     ({"kind": "cleanup_retry_topics", "target": "broker-a", "at": "1s"}, "faults[0].target"),
 ])
 def test_bad_flood_settings_are_one_line_at_load(tmp_path: Path, fault: dict, expect: str) -> None:
@@ -88,6 +87,9 @@ def test_a_frame_flood_whose_bound_cannot_reach_the_frame_is_one_line_at_groups(
                              "namesrv's 65,536 B frame: raise groups to at least 335 or lower "
                              "com.rocketmq.remoting.frameMaxLength"]
     assert parse_scenario(text.replace("300", "400"), "f.yaml", fault_kinds=registry()).faults[0].params["until"] == "frame"
+    with pytest.raises(SpecError) as e:  # a table the platform could not read whole (rmqclient MAX_FRAME, 64 MiB)
+        parse_scenario(text.replace("65536", "67108864"), "f.yaml", fault_kinds=registry())
+    assert "frame limit 67,108,864 B needs a topic table larger than this platform reads in one answer" in e.value.lines[0]
 
 
 class FakeBroker:
@@ -325,3 +327,37 @@ def test_route_outages_come_from_the_monitor_and_count_the_sends_of_that_time() 
                     "failed": 1},
                    {"broker": "broker-a", "start_ms": 15000, "end_ms": None, "acked_on_it": 4, "acked_elsewhere": 6,
                     "failed": 0}]  # still out at the end: the sends of t=15 and 16 count
+
+
+@pytest.mark.fast
+def test_several_namesrvs_each_on_its_address_and_out_of_the_route_means_out_of_every_one() -> None:
+    from analysis.judge.figures import value
+    from cluster.plan.nodes import addresses, plan
+    from cluster.watch.monitor import _union
+    s = load_scenario(REPO / "scenarios" / "retry-flood-460-scaled.yaml")
+    ps = {p.name: p for p in plan(s)}
+    at = addresses(s)
+    assert [n for n in ps if ps[n].role == "namesrv"] == ["namesrv", "namesrv-1", "namesrv-2"]
+    assert [at[n] for n in ("namesrv", "namesrv-1", "namesrv-2")] == ["127.0.10.1", "127.0.10.8", "127.0.10.9"]
+    # every broker registers with each namesrv (namesrvAddr lists all three)
+    assert ps["broker-b-s"].conf["namesrvAddr"] == "127.0.10.1:9876;127.0.10.8:9876;127.0.10.9:9876"
+    assert s.cluster.broker_node_names() == ["broker-a", "broker-a-s", "broker-b", "broker-b-s"]
+    assert s.cluster.member_nodes(["namesrvs"]) == ["namesrv", "namesrv-1", "namesrv-2"]
+    # a broker is out of the route when no namesrv lists it; a namesrv that did not answer says nothing
+    assert _union({"namesrv": {"broker-a": {0: "x"}}, "namesrv-1": None, "namesrv-2": {"broker-b": {1: "y"}}}) == \
+        {"broker-a": {0: "x"}, "broker-b": {1: "y"}}
+    assert _union({"namesrv": None}) is None
+
+    def sample(ts: int, b_listed: bool | None, refused: dict[str, int], length: int | None) -> dict[str, Any]:
+        return {"ts_ms": ts, "brokers": {"broker-b": {"up": True, "registered": b_listed},
+                                         "broker-a": {"up": True, "registered": True}},
+                "frame_errors": {"count": sum(refused.values()), "last_length": length, "limit": 65536,
+                                 "by_namesrv": refused}}
+    mon = [sample(0, True, {"namesrv": 0, "namesrv-1": 0}, None), sample(1000, False, {"namesrv": 1, "namesrv-1": 0}, 70_001),
+           sample(3500, False, {"namesrv": 2, "namesrv-1": 1}, 70_101), sample(4000, True, {"namesrv": 2, "namesrv-1": 1}, 70_101)]
+    summary = {"monitor": mon}
+    assert value(summary, "route_absent_samples.broker-b") == 2
+    assert value(summary, "route_absent_seconds.broker-b") == 3  # 1.0-3.5 s and 3.5-4.0 s: 3.0 s
+    assert value(summary, "route_back.broker-b") == 1 and value(summary, "route_back.broker-a") is None
+    assert value(summary, "frames_refused_by.namesrv-1") == 1 and value(summary, "frame_refused_bytes") == 70_101
+    assert value({"monitor": mon[:3]}, "route_back.broker-b") == 0  # still out at its last sample

@@ -34,8 +34,10 @@ def value(s: dict[str, Any], name: str) -> int | None:
         return busy_refusals(s)["total"]
     if name == "errors_not_busy":  # an error answer is a busy refusal or another failure: the others
         return _family(s, "outcome", "error") - busy_refusals(s)["total"]  # type: ignore[operator]
-    if name == "frames_refused":
+    if name in ("frames_refused", "frame_refused_bytes"):
         fe = [m["frame_errors"] for m in s.get("monitor") or [] if isinstance(m.get("frame_errors"), dict)]
+        if name == "frame_refused_bytes":
+            return fe[-1].get("last_length") if fe else None
         return int(fe[-1].get("count") or 0) if fe else None
     if name == "read_again_after_rollback":
         rb = s.get("offset_rollback")
@@ -91,12 +93,28 @@ def _family(s: dict[str, Any], fam: str, arg: str) -> int | None:
         return int(busy_refusals(s)["by_kind"].get(arg, 0))
     if fam == "duplicates":
         return int((s.get("duplicates_by_cause") or {}).get(arg, 0))
-    if fam == "route_absent_samples":
+    if fam in ("route_absent_samples", "route_absent_seconds", "route_back"):
         mon = [m for m in s.get("monitor") or [] if "brokers" in m]
         if not mon:
             return None
-        return sum(1 for m in mon if (b := (m["brokers"] or {}).get(arg) or {}).get("up")
-                   and b.get("registered") is False)
+        out = [bool((b := (m["brokers"] or {}).get(arg) or {}).get("up") and b.get("registered") is False) for m in mon]
+        if fam == "route_absent_samples":
+            return sum(out)
+        if fam == "route_back":  # after its last absent sample, the last sample that reached it lists it
+            if not any(out):
+                return None
+            last_out = max(i for i, o in enumerate(out) if o)
+            seen = [b.get("registered") for m in mon[last_out + 1:] if (b := (m["brokers"] or {}).get(arg) or {}).get("up")]
+            return int(bool(seen) and seen[-1] is True)
+        # each absent sample counts until the next sample (the last one: one interval, 1 s)
+        ts = [int(m["ts_ms"]) for m in mon] + [int(mon[-1]["ts_ms"]) + 1000]
+        return round(sum(b - a for a, b, gone in zip(ts, ts[1:], out) if gone) / 1000)
+    if fam == "frames_refused_by":
+        fe = [m["frame_errors"] for m in s.get("monitor") or [] if isinstance(m.get("frame_errors"), dict)]
+        if not fe:
+            return None
+        by = fe[-1].get("by_namesrv")
+        return int(by.get(arg, 0)) if by is not None else int(fe[-1].get("count") or 0) if arg == "namesrv" else 0
     if fam == "link_p50_added_ms":
         kinds = {(e.get("params") or {}).get("fault_id"): (e.get("params") or {}).get("fault_kind")
                  for e in s.get("events", []) if e.get("kind") == "fault"}

@@ -1,6 +1,10 @@
 """restart: stop a node (if running) and start it again on the same store; returns once it is
 ready again (brokers: registered in namesrv). Also what `restart_after` schedules. Its intent: the
-node runs again under a new pid and, a broker, is listed by namesrv, and how long that took."""
+node runs again under a new pid and, a broker, is listed by namesrv, and how long that took.
+
+`system_properties` (local backend): JVM system properties the node starts with from then on, over
+the scenario's: an operator's change made by a restart, e.g. incident 002's recovery, every namesrv
+restarted with `com.rocketmq.remoting.frameMaxLength` raised."""
 from __future__ import annotations
 
 import random
@@ -10,6 +14,7 @@ from typing import Any
 from chaos.draw import Draw, Topology
 from chaos.intent import happened, intent
 from chaos.protocol import FaultKind, register
+from rmqchaos.spec import Fault, Scenario, Strict
 
 
 def restart_intent(node: str, old_pid: int | None, pid: int | None, back_s: float,
@@ -24,10 +29,22 @@ def restart_intent(node: str, old_pid: int | None, pid: int | None, back_s: floa
     return intent(ms, f"restart of {node}")
 
 
+class RestartParams(Strict):
+    system_properties: dict[str, str | int] = {}
+
+
 @register
 class Restart(FaultKind):
     name = "restart"
+    Params = RestartParams
     roles = True
+
+    @classmethod
+    def check(cls, params: RestartParams, fault: Fault, scenario: Scenario) -> list[tuple[tuple[object, ...], str]]:
+        if params.system_properties and scenario.cluster.backend != "local":
+            return [(("system_properties",), "a restart with new system_properties needs the local backend (a "
+                                            "container restarts with the command it was created with): use backend: local")]
+        return []
 
     @classmethod
     def explore(cls, rng: random.Random, topo: Topology) -> Draw:
@@ -36,6 +53,9 @@ class Restart(FaultKind):
 
     def start(self) -> None:
         old, t0 = self.node.pid, time.monotonic()
+        props = {k: str(v) for k, v in self.params.system_properties.items()}
+        if props:
+            self.node.set_system_properties(props)  # type: ignore[attr-defined]  # local backend: check()
         self.node.restart()
         back_s, pid = time.monotonic() - t0, self.node.pid
         registered = None
@@ -43,4 +63,5 @@ class Restart(FaultKind):
             reg = self.ctx.cluster.registered()
             registered = reg is not None and self.ctx.cluster.plans[self.node.name].listed_in(reg)
         self.evidence = {"intent": restart_intent(self.node.name, old, pid, back_s, registered),
-                         "old_pid": old, "pid": pid, "back_s": round(back_s, 3)}
+                         "old_pid": old, "pid": pid, "back_s": round(back_s, 3),
+                         **({"system_properties": props} if props else {})}

@@ -119,8 +119,9 @@ class DockerCluster(LocalCluster):
             c.remove(force=True)
             return f"removed container {c.name} ({how})"
         # brokers together (each takes its stop_timeout at worst), then namesrv: brokers unregister cleanly
-        for group in ([c for c in conts if c.labels.get(LABEL_NODE) != "namesrv"],
-                      [c for c in conts if c.labels.get(LABEL_NODE) == "namesrv"]):
+        ns = set(self.scenario.cluster.namesrv.node_names())
+        for group in ([c for c in conts if c.labels.get(LABEL_NODE) not in ns],
+                      [c for c in conts if c.labels.get(LABEL_NODE) in ns]):
             with ThreadPoolExecutor(max_workers=max(1, len(group))) as pool:
                 done += list(pool.map(stop, group))
         if final:  # what the engine said about each container's last life, for people and tests

@@ -133,8 +133,11 @@ class LocalCluster(ClusterBackend):
         self.run.update_state(cluster="starting")
         self.run.register()
         try:
-            say(f"starting namesrv on {self.namesrv_addr} (RocketMQ {self.scenario.cluster.rocketmq_version})")
-            self.node("namesrv").start()
+            ns = self.namesrv_nodes()
+            say(f"starting {'namesrv' if len(ns) == 1 else f'{len(ns)} namesrvs'} on {self.namesrv_addr} "
+                f"(RocketMQ {self.scenario.cluster.rocketmq_version})")
+            for p in ns:
+                self.node(p.name).start()
             # the brokers start beside namesrv, not after it: a broker's JVM takes longer to boot than
             # namesrv's (its first registration comes ~10 s after start here, namesrv answers after ~5),
             # and a registration that found no namesrv is repeated 10 s after the broker's start
@@ -186,24 +189,25 @@ class LocalCluster(ClusterBackend):
     def _ready_timeout(self) -> float:
         return self.scenario.cluster.ready_timeout
 
-    def _wait_namesrv(self) -> None:
+    def _wait_namesrv(self, names: list[str] | None = None) -> None:
+        """Every namesrv (or those named) answers."""
+        pending = names or [p.name for p in self.namesrv_nodes()]
+
         def answers() -> bool:
-            try:
-                self.admin(timeout=1).cluster_info()
-                return True
-            except RemotingError:
-                return False
+            nonlocal pending
+            pending = [n for n in pending if self.registered(n) is None]
+            return not pending
         t = self._ready_timeout()
-        poll_until(answers, t, "namesrv", interval=0.2, check=lambda: self._check_alive(["namesrv"], "its port to answer"),
-                   error=lambda: self._fail("namesrv", f"an answer on {self.namesrv_addr} within {t:.0f}s"))
+        poll_until(answers, t, "namesrv", interval=0.2, check=lambda: self._check_alive(pending, "its port to answer"),
+                   error=lambda: self._fail(pending[0], f"an answer on {self.plans[pending[0]].addr} within {t:.0f}s"))
 
     def wait_registered(self, names: list[str]) -> None:
         pending = list(names)
 
-        def all_listed() -> bool:
+        def all_listed() -> bool:  # by every namesrv: each takes its own registration
             nonlocal pending
-            reg = self.registered() or {}
-            pending = [n for n in pending if not self.plans[n].listed_in(reg)]
+            regs = [r or {} for r in self.registered_in_each().values()]
+            pending = [n for n in pending if not all(self.plans[n].listed_in(r) for r in regs)]
             return not pending
         t = self._ready_timeout()
         poll_until(all_listed, t, "registration", check=lambda: self._check_alive(pending, "registration in namesrv"),
@@ -301,7 +305,7 @@ def reap(run: RunDir, grace: float = 15.0) -> list[str]:
     # powerfs servers last (powerfs.reap_run below): a broker's shutdown still writes through its mount
     live = [r for r in starts if alive(r.pid, r.starttime) and not powerfs.is_server(r)]
     # brokers before namesrv and the controllers, so brokers can unregister cleanly
-    live.sort(key=lambda r: r.node == "namesrv" or r.node.startswith("controller-"))
+    live.sort(key=lambda r: r.node.startswith(("namesrv", "controller-")))
     for r in live:
         send(r.pid, r.starttime, signal.SIGTERM)
     if live and not wait_gone([(r.pid, r.starttime) for r in live], grace):

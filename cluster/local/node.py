@@ -2,16 +2,18 @@
 throttled and stopped by its recorded pid and start time."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from cluster.substrate import clock, powerfs
 from cluster.node import Node, NodeMemory
 from cluster.plan import logconf
+from cluster.plan import seed as seed_topics
 from cluster.plan.jvm import find_java, jcmd, jvm_command
 from cluster.local.cgroups import Cgroup
 from cluster.substrate.powerfs import PowerFS
@@ -24,6 +26,9 @@ from rmqchaos.errors import UserError
 from rmqchaos.machine.procs import ProcRecord, alive, now_ms, record_spawn, send, spawn, stop, wait_gone
 from rmqchaos.progress import say
 from rmqchaos.machine.wait import poll_until
+
+#: a node's JVM system properties set by a fault for its next starts (LocalNode.set_system_properties)
+OVERRIDES = "jvm-overrides.json"
 
 if TYPE_CHECKING:
     from cluster.local.cluster import LocalCluster
@@ -121,17 +126,29 @@ class LocalNode(Node):
             # file is missing; an empty one: the brokers here run without ACL
             acl.parent.mkdir(exist_ok=True)
             acl.write_text("globalWhiteRemoteAddresses: []\naccounts: []\n")
+        seed = self.plan.is_broker and self.c.scenario.cluster.broker(self.plan.broker_name or "").seed_topics
+        if seed and (n := seed_topics.write(self.dir / "store", seed, self.c.scenario.cluster.rocketmq_version)):
+            say(f"{self.name}: {n:,} %RETRY% topics seeded into its topic table")
         if self.plan.role == "namesrv" or self.plan.is_broker:  # a 4.x server's logging setup (5.x: its jars')
             logconf.write(self.dir, self.c.scenario.cluster.rocketmq_version,
                           "namesrv" if self.plan.role == "namesrv" else "broker")
         j = self.plan.jvm
         opts = jvm_options(self.plan, str(self.dir / "logs" / "gc.log"))
+        overrides = self.dir / OVERRIDES
         main, args, props = main_args(self.plan, str(conf), self.c.namesrv_addr,
                                       None if proxy_conf is None else str(proxy_conf))
         return jvm_command(main, args, cp=f"{home / 'lib'}/*", heap_mb=j.heap_mb, java=java, options=opts,
                            version=self.c.scenario.cluster.rocketmq_version,
                            user_home=self.dir, rocketmq_home=self.dir,
-                           system_properties={**NODE_SYSTEM_PROPERTIES, **j.system_properties, **props})
+                           system_properties={**NODE_SYSTEM_PROPERTIES, **j.system_properties, **props,
+                                              **(json.loads(overrides.read_text()) if overrides.exists() else {})})
+
+    def set_system_properties(self, props: Mapping[str, str]) -> None:
+        """JVM system properties for this node's next starts (a restart fault's, e.g. namesrv's frame
+        raised as incident 002's operators did), over the scenario's; kept in the node's directory."""
+        f = self.dir / OVERRIDES
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps({**(json.loads(f.read_text()) if f.exists() else {}), **props}, sort_keys=True))
 
     def start(self) -> None:
         if self.running():
@@ -274,7 +291,7 @@ class LocalNode(Node):
         if self.plan.is_broker:
             self.c.wait_registered([self.name])
         elif self.role == "namesrv":
-            self.c._wait_namesrv()
+            self.c._wait_namesrv([self.name])
         else:
             self.wait_port()
         self.c.run.event("restart", self.name, t0, now_ms(), "ok", pid=self.pid)

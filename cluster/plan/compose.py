@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import yaml
 
 from cluster.plan.jvm import jvm_command
-from cluster.plan.nodes import NODE_SYSTEM_PROPERTIES, NodePlan, jvm_options, main_args, plan, proxy_config, render_config
+from cluster.plan.nodes import (NODE_SYSTEM_PROPERTIES, NodePlan, jvm_options, main_args, namesrv_addr, plan, proxy_config,
+                                 render_config)
 from rmqchaos.spec import Scenario
 
 IMAGE_REPO = "rmqchaos/rocketmq"
@@ -60,7 +61,7 @@ def proxy_conf_name(node: str) -> str:
 
 def container_plans(s: Scenario) -> list[ContainerPlan]:
     version = s.cluster.rocketmq_version
-    ns_addr = next(p for p in plan(s) if p.role == "namesrv").addr
+    ns_addr = namesrv_addr(plan(s))
     out = []
     for p in plan(s):
         fname, text = render_config(p, STORE)
@@ -107,7 +108,7 @@ def render(s: Scenario, source: str, extra_services: dict[str, dict[str, object]
     services: dict[str, object] = {}
     volumes: dict[str, None] = {}
     files: dict[str, str] = {}
-    ns = "namesrv"
+    namesrvs = s.cluster.namesrv.node_names()
     for c in container_plans(s):
         p = c.node
         svc: dict[str, object] = {
@@ -126,8 +127,8 @@ def render(s: Scenario, source: str, extra_services: dict[str, dict[str, object]
                         *(f"{v}:{m}" for v, m in c.volumes.items())],
             "command": c.command,
         }
-        if p.name != ns:
-            svc["depends_on"] = [ns]
+        if p.role != "namesrv":
+            svc["depends_on"] = list(namesrvs)  # a copy each: YAML would alias one list
         services[p.name] = svc
         volumes.update({v: None for v in c.volumes})
         files[f"docker/{c.conf_name}"] = c.conf_text

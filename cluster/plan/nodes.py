@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from rmqchaos.machine.loopback import loopback
@@ -20,13 +21,15 @@ MAIN = {"namesrv": "org.apache.rocketmq.namesrv.NamesrvStartup",
 
 
 def addresses(s: Scenario) -> dict[str, str]:
-    """Each node's and client's own loopback address in the cluster's subnet: namesrv .1, proxy .2,
+    """Each node's and client's own loopback address in the cluster's subnet: namesrv .1 (namesrv-k
+    .(7+k)), proxy .2,
     broker group i's master .(10i+11) and its slave one above, the load's producers .201, consumer
     j .(211+j); and `links` .200, where link faults' Toxiproxy proxies listen (a member of no
     partition); standalone controller k .(3+k); replica r of a replicated group i .(10i+11+r).
     Fixed by the scenario, so a rule or a report names the same node in every run."""
     net = s.cluster.subnet.rsplit(".", 1)[0]
     out = {"namesrv": f"{net}.1", "proxy": f"{net}.2", "links": f"{net}.200", "producers": f"{net}.201"}
+    out.update({n: f"{net}.{7 + k}" for k, n in enumerate(s.cluster.namesrv.node_names()) if k})  # namesrv-k: .(7+k)
     if s.cluster.controllers is not None:  # standalone controller k: .(3+k)
         out.update({n: f"{net}.{3 + k}" for k, n in enumerate(s.cluster.controllers.node_names())})
     for i, b in enumerate(s.cluster.brokers):
@@ -128,11 +131,19 @@ def _controller_conf(s: Scenario, k: int) -> dict[str, object]:
             "controllerDLegerSelfId": f"n{k}", **ctl.config}
 
 
+def namesrv_addr(plans: Iterable[NodePlan]) -> str:
+    """Every namesrv's address, `;` between them: what brokers, clients and mqadmin are given (each
+    registers with all, or asks any)."""
+    return ";".join(p.addr for p in plans if p.role == "namesrv")
+
+
 def plan(s: Scenario) -> list[NodePlan]:
     c, at = s.cluster, addresses(s)
-    ns = NodePlan("namesrv", "namesrv", [c.namesrv.port], c.namesrv.jvm,
-                  {"listenPort": c.namesrv.port, "bindAddress": at["namesrv"], **c.namesrv.config}, at["namesrv"])
-    nodes = [ns]
+    namesrvs = [NodePlan(n, "namesrv", [c.namesrv.port], c.namesrv.jvm,
+                         {"listenPort": c.namesrv.port, "bindAddress": at[n], **c.namesrv.config}, at[n])
+                for n in c.namesrv.node_names()]
+    ns, ns_addr = namesrvs[0], namesrv_addr(namesrvs)
+    nodes = list(namesrvs)
     ctl = c.controllers
     if ctl is not None and ctl.mode == "embedded":  # the controller inside namesrv, on its own port
         ns.conf.update({"enableControllerInNamesrv": True, **_controller_conf(s, 0)})
@@ -145,20 +156,20 @@ def plan(s: Scenario) -> list[NodePlan]:
     for b in c.brokers:
         assert b.port is not None
         if b.replicated:
-            nodes += [_broker_plan(s, b, name, port, -1, at[name], ns.addr) for name, port in b.replica_nodes()]
+            nodes += [_broker_plan(s, b, name, port, -1, at[name], ns_addr) for name, port in b.replica_nodes()]
             continue
-        nodes.append(_broker_plan(s, b, b.name, b.port, 0, at[b.name], ns.addr))
+        nodes.append(_broker_plan(s, b, b.name, b.port, 0, at[b.name], ns_addr))
         if b.slave is not None:
             assert b.slave.port is not None
-            nodes.append(_broker_plan(s, b, f"{b.name}-s", b.slave.port, 1, at[f"{b.name}-s"], ns.addr))
+            nodes.append(_broker_plan(s, b, f"{b.name}-s", b.slave.port, 1, at[f"{b.name}-s"], ns_addr))
     if c.proxy.enabled and c.proxy.mode == "local":
         for n in nodes:
             if n.is_broker:  # its ports after the broker's: ports[0] stays the broker's listener
-                n.proxy_conf = _proxy_conf(s, ns.addr)
+                n.proxy_conf = _proxy_conf(s, ns_addr)
                 n.ports += [c.proxy.grpc_port, c.proxy.remoting_port]
     elif c.proxy.enabled:
         p = c.proxy
-        nodes.append(NodePlan("proxy", "proxy", [p.grpc_port, p.remoting_port], p.jvm, _proxy_conf(s, ns.addr),
+        nodes.append(NodePlan("proxy", "proxy", [p.grpc_port, p.remoting_port], p.jvm, _proxy_conf(s, ns_addr),
                               at["proxy"]))
     layered = set(c.powerfs_nodes())
     for n in nodes:

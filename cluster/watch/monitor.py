@@ -9,8 +9,10 @@ route: a broker that left the route is exactly what must still be seen), and nam
 - `brokers[node]`: whether it answers, registered (namesrv lists it at its address), routed (the
   load's topic routes to its group), its own topics by type and subscription groups, and from its
   log the registrations to namesrv completed/failed so far and the last of each;
-- `frame_errors`: frames namesrv refused as too long so far (its remoting.log), and the last one's
-  length and limit;
+- `frame_errors`: frames namesrv refused as too long so far (its remoting.log; 4.x: namesrv.log),
+  the last one's length and limit, and the count per namesrv (`by_namesrv`);
+- `namesrvs` (several namesrvs only): the broker groups each lists (null: it did not answer); a
+  broker's `registered` is then "listed by any", so out of the route means out of every namesrv's;
 - `brokers[node].commit_max`: the end of its commit log (runtime info's `commitLogMaxOffset`), on
   masters and slaves: a slave's distance behind its master is their difference;
 - `brokers[node].delayed`: messages waiting in the broker's delay levels (a message sent back for
@@ -65,9 +67,13 @@ ASK_TIMEOUT_S = 2.0
 SYSTEM_TOPICS = {"TBW102", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "BenchmarkTest", "SCHEDULE_TOPIC_XXXX",
                  "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
                  "TRANS_CHECK_MAX_TIME_TOPIC", "rmq_sys_REVIVE_LOG", "rmq_sys_SYNC_BROKER_MEMBER"}
-# broker.log (BrokerOuterAPI.registerBrokerAll) and namesrv's remoting.log (NettyDecoder)
-REG_OK = "Registering current broker to name server completed"
-REG_FAILED = "Failed to register current broker to name server"
+# broker.log (BrokerOuterAPI.registerBrokerAll: 5.x's words, then 4.x's) and namesrv's remoting.log
+# (NettyDecoder; 4.x logs it to namesrv.log)
+REG_OK = ("Registering current broker to name server completed", "]to name server ")
+REG_FAILED = ("Failed to register current broker to name server", "registerBroker Exception")
+# a broker's topic table over this many topics is read whole at most every BIG_TABLE_EVERY_S (incident
+# 002's 71,000 topics are a 16 MiB answer: once a second per node would take the host's CPU)
+BIG_TABLE, BIG_TABLE_EVERY_S = 20_000, 15.0
 TOO_LONG = re.compile(r"TooLongFrameException: Adjusted frame length exceeds (\d+): (\d+)")
 
 
@@ -146,9 +152,13 @@ class Monitor:
         logs = run.path / "cluster"
         self.reg_tails = {p.name: LogTail(log_dir(logs, p.name) / "broker.log") for p in self.nodes}
         self.reg = {p.name: {"ok": 0, "failed": 0, "last_ok_ms": None, "last_failed_ms": None} for p in self.nodes}
-        self.frame_tail = LogTail(log_dir(logs, "namesrv") / "remoting.log")
-        self.frames: dict[str, Any] = {"count": 0, "last_length": None, "limit": None, "last_ms": None}
-        self.frame_line_ms: int | None = None
+        ns_log = "namesrv.log" if s.cluster.rocketmq_version.startswith("4.") else "remoting.log"
+        self.namesrvs = [p.name for p in self.cluster.namesrv_nodes()]
+        self.frame_tails = {n: LogTail(log_dir(logs, n) / ns_log) for n in self.namesrvs}
+        self.frames: dict[str, Any] = {"count": 0, "last_length": None, "limit": None, "last_ms": None,
+                                       "by_namesrv": dict.fromkeys(self.namesrvs, 0)}
+        self.frame_line_ms: dict[str, int | None] = dict.fromkeys(self.namesrvs)
+        self.tables: dict[str, tuple[float, dict[str, dict[str, Any]]]] = {}  # node -> (read at, big table)
         self.links = fault_links(s)  # none without network faults: no probes, no `links` field
         self.pool = ThreadPoolExecutor(min(32, len(self.links)), "probe") if self.links else None
         ctl = controller_addrs(s)
@@ -174,23 +184,29 @@ class Monitor:
         groups = self.group_sampler.start()
         if self.tap is not None and self.tap.error:
             out["heartbeat_tap_error"] = self.tap.error
-        reg = self.cluster.registered()
+        # with several namesrvs, each asked: a broker one refused may be listed by the others
+        each = self.cluster.registered_in_each() if len(self.namesrvs) > 1 else None
+        reg = self.cluster.registered() if each is None else _union(each)
+        if each is not None:
+            out["namesrvs"] = {n: None if r is None else sorted(r) for n, r in each.items()}
         try:
             out["namesrv"] = {"up": True, "topics": by_type(self.admin.topic_list(), self.own),
                               "brokers": sorted(reg or {})}
         except RemotingError:
             out["namesrv"] = {"up": False}
         routed = self.cluster.routed_groups(self.load_topics[0]) if reg is not None and self.load_topics else None
-        for line in self.frame_tail.lines():
-            self.frame_line_ms = line_ms(line) or self.frame_line_ms  # the exception's own line has no stamp
-            if m := TOO_LONG.search(line):
-                self.frames = {"count": self.frames["count"] + 1, "limit": int(m.group(1)),
-                               "last_length": int(m.group(2)), "last_ms": self.frame_line_ms}
-        out["frame_errors"] = dict(self.frames)
+        for n, tail in self.frame_tails.items():
+            for line in tail.lines():
+                self.frame_line_ms[n] = line_ms(line) or self.frame_line_ms[n]  # the exception's own line has no stamp
+                if m := TOO_LONG.search(line):
+                    self.frames["by_namesrv"][n] += 1
+                    self.frames.update(count=self.frames["count"] + 1, limit=int(m.group(1)),
+                                       last_length=int(m.group(2)), last_ms=self.frame_line_ms[n])
+        out["frame_errors"] = {**self.frames, "by_namesrv": dict(self.frames["by_namesrv"])}
         for p in self.nodes:
             for line in self.reg_tails[p.name].lines():
-                for key, text in (("ok", REG_OK), ("failed", REG_FAILED)):
-                    if text in line:
+                for key, texts in (("ok", REG_OK), ("failed", REG_FAILED)):
+                    if any(t in line for t in texts):
                         self.reg[p.name][key] += 1
                         self.reg[p.name][f"last_{key}_ms"] = line_ms(line)
         # every broker at once: stopped brokers cost the sample one timeout together, not one each
@@ -209,7 +225,7 @@ class Monitor:
                              "routed": None if routed is None else p.broker_name in routed,
                              "registrations": dict(self.reg[p.name])}
         try:
-            topics = self.admin.topic_configs(p.addr)
+            topics = self._topics(p, b)
             b.update(up=True, topics=by_type(list(topics), self.own), groups=len(self.admin.group_configs(p.addr)))
         except RemotingError:
             b["up"] = False
@@ -229,6 +245,21 @@ class Monitor:
                 b["backlog"] = None
         return b
 
+    def _topics(self, p: NodePlan, b: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """The broker's topic table: asked every sample, but a big one (BIG_TABLE) only every
+        BIG_TABLE_EVERY_S, its age in `topics_age_s` meanwhile."""
+        read_at, table = self.tables.get(p.name, (0.0, {}))
+        age = time.monotonic() - read_at
+        if table and age < BIG_TABLE_EVERY_S:
+            b["topics_age_s"] = round(age, 1)
+            return table
+        table = self.admin.topic_configs(p.addr)
+        if len(table) > BIG_TABLE:
+            self.tables[p.name] = (time.monotonic(), table)
+        else:
+            self.tables.pop(p.name, None)
+        return table
+
     def _backlog(self, addr: str, broker: str, topics: dict[str, dict[str, Any]]) -> dict[str, Any]:
         """Per group on this broker: {"topic|broker|queue": (max offset, committed offset)}, its
         online client ids."""
@@ -240,6 +271,18 @@ class Monitor:
             out[group] = {"queues": {f"{t}|{broker}|{q}": v for (t, q), v in got.items()},
                           "clients": self.admin.consumer_client_ids(addr, group)}
         return out
+
+
+def _union(each: dict[str, dict[str, dict[int, str]] | None]) -> dict[str, dict[int, str]] | None:
+    """What any namesrv lists (None: none answered): a broker is out of the route when no namesrv lists it."""
+    answered = [r for r in each.values() if r is not None]
+    if not answered:
+        return None
+    out: dict[str, dict[int, str]] = {}
+    for r in answered:
+        for name, ids in r.items():
+            out.setdefault(name, {}).update(ids)
+    return out
 
 
 def delayed(runtime: dict[str, str]) -> int:

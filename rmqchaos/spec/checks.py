@@ -83,8 +83,7 @@ def fault_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec]) -> list[
     its target, and whether it ends within the load."""
     errs: list[tuple[tuple[Any, ...], str]] = []
     nodes = s.cluster.node_names()
-    brokers = [n for n in nodes if n not in ("namesrv", "proxy", *(s.cluster.controllers.node_names()
-                                                                   if s.cluster.controllers else ()))]
+    brokers = s.cluster.broker_node_names()
     spans: dict[int, float] = {}  # each fault's span from its start to its last occurrence's end
     for i, f in enumerate(s.faults):
         kind = fault_kinds.get(f.kind)
@@ -348,8 +347,7 @@ def expect_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
         for i, v in enumerate(getattr(s.expect, field)):
             if v not in versions:
                 errs.append((("expect", field, i), f"unknown RocketMQ version {v!r}; known: {', '.join(versions)}"))
-    brokers = [n for n in s.cluster.node_names()
-               if n not in ("namesrv", "proxy", *(s.cluster.controllers.node_names() if s.cluster.controllers else ()))]
+    brokers = s.cluster.broker_node_names()
     for i, node in s.expect.probe_nodes():
         if node not in brokers:
             errs.append((("expect", "probes", i), f"no broker node {node!r} in this cluster; brokers: {', '.join(brokers)}"))
@@ -371,7 +369,8 @@ def signature_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
 
 # the figure families whose name is one of this scenario's nodes or broker groups (expect.py FAMILY_NAMES
 # holds the others' names; pop.by_fault.<fault id> is checked beside these)
-NODE_FAMILIES = ("route_absent_samples", "link_p50_added_ms", "order_broken_on")
+NODE_FAMILIES = ("route_absent_samples", "route_absent_seconds", "route_back", "frames_refused_by",
+                 "link_p50_added_ms", "order_broken_on")
 GROUP_FAMILIES = ("lost_on", "gone_on")
 
 

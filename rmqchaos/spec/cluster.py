@@ -16,9 +16,16 @@ class Jvm(Strict):
 
 
 class Namesrv(Strict):
+    """`count` namesrvs (production runs three): `namesrv`, then `namesrv-1`, `namesrv-2`, each on its
+    own address and the same port, sharing nothing (namesrvs never talk to each other: every broker
+    registers with each, every client asks any). `namesrvs` names them all in a fault's target."""
+    count: Annotated[StrictInt, Field(ge=1, le=3)] = 1
     port: Port = 9876
     jvm: Jvm = Jvm(heap_mb=128)
     config: dict[str, ConfValue] = {}
+
+    def node_names(self) -> list[str]:
+        return ["namesrv", *(f"namesrv-{k}" for k in range(1, self.count))]
 
 
 class BrokerDefaults(Strict):
@@ -35,8 +42,18 @@ REPLICA_PORT_STEP = 4  # replica r of a replicated group listens on port + 4r (a
 DLEDGER_PORT_OFFSET = -1  # a DLedger replica's peer port: its main port - 1, the free slot of its 4-port block
 
 
+class SeedTopics(Strict):
+    """Topics already in the group's topic table when its nodes first start (written into each node's
+    config/topics.json), as months of consumer groups would have left it: `retry_groups` groups'
+    `%RETRY%<group>` topics named `<prefix><i>` (incident 002: 71,111 topics). Not re-written on a
+    restart: the broker's own table is what it is by then."""
+    retry_groups: Annotated[StrictInt, Field(ge=1, le=500_000)]
+    prefix: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,120}$")] = "stale_group_"
+
+
 class Broker(Strict):
     name: NodeName
+    seed_topics: SeedTopics | None = None
     port: Port | None = None  # default: 10911 + 10 * index; also uses port-2 (fast) and port+1 (HA), DLedger port-1
     jvm: Jvm | None = None
     config: dict[str, ConfValue] = {}
@@ -192,12 +209,20 @@ class Cluster(Strict):
                 want |= set(self.group_node_names(m))
             elif m == "controllers" and self.controllers is not None:
                 want |= set(self.controllers.node_names())
+            elif m == "namesrvs":
+                want |= set(self.namesrv.node_names())
             else:
                 want.add(m)
         return [n for n in self.node_names() if n in want]
 
+    def broker_node_names(self) -> list[str]:
+        """Every broker node (masters, slaves, replicas): the nodes that are neither a namesrv, a
+        controller nor the proxy."""
+        others = {"proxy", *self.namesrv.node_names(), *(self.controllers.node_names() if self.controllers else ())}
+        return [n for n in self.node_names() if n not in others]
+
     def node_names(self) -> list[str]:
-        names = ["namesrv"]
+        names = self.namesrv.node_names()
         if self.controllers is not None:
             names += self.controllers.node_names()
         for b in self.brokers:

@@ -39,7 +39,12 @@ FAMILIES = {
     "status": "acked attempts answered with this send status, e.g. status.FLUSH_SLAVE_TIMEOUT",
     "outcome": "attempts with this outcome: ok, timeout, error, no_outcome",
     "duplicates": "extra deliveries of this cause (summary.duplicates_by_cause)",
-    "route_absent_samples": "monitor samples in which this broker answered while namesrv did not list it",
+    "route_absent_samples": "monitor samples in which this broker answered while namesrv did not list it "
+                            "(with several namesrvs: while none listed it)",
+    "route_absent_seconds": "seconds this broker answered while no namesrv listed it (monitor samples to the next one)",
+    "frames_refused_by": "frames this namesrv refused as too long, e.g. frames_refused_by.namesrv-2",
+    "route_back": "1 when this broker, once out of every namesrv's route, was listed again by the last sample that "
+                  "reached it; 0 when it stayed out (absent when it never left)",
     "link_p50_added_ms": "the most a link fault added to this broker's acked sends' p50 round trip (ms); `proxy`: the gRPC sends'",
     "lost_on": "lost keys acknowledged by this broker group (the store check's keys), e.g. lost_on.broker-a",
     "gone_on": "keys acknowledged by this broker group and in no store now: lost from the store, or delivered and then erased",
@@ -59,6 +64,8 @@ DERIVED = {
     "busy": "sends the broker refused as busy (code 2)",
     "errors_not_busy": "attempts that failed with an answer or a transport error, other than busy refusals",
     "frames_refused": "frames namesrv refused as too long (its remoting.log)",
+    "frame_refused_bytes": "the length namesrv's log gives for the last frame it refused as too long (its limit: "
+                           "com.rocketmq.remoting.frameMaxLength, 16,777,216 by default)",
     "retried_first_in_batch": "keys redelivered through %RETRY% that were first of their listener batch",
     "retried_later_in_batch": "keys redelivered through %RETRY% that were at index 1..n-1 of their batch",
     "read_again_after_rollback": "deliveries read again because a power loss rolled a broker's consumer offsets back",
