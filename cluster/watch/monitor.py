@@ -159,6 +159,7 @@ class Monitor:
                                        "by_namesrv": dict.fromkeys(self.namesrvs, 0)}
         self.frame_line_ms: dict[str, int | None] = dict.fromkeys(self.namesrvs)
         self.tables: dict[str, tuple[float, dict[str, dict[str, Any]]]] = {}  # node -> (read at, big table)
+        self.ns_topics: tuple[float, dict[str, int]] = (0.0, {})
         self.links = fault_links(s)  # none without network faults: no probes, no `links` field
         self.pool = ThreadPoolExecutor(min(32, len(self.links)), "probe") if self.links else None
         ctl = controller_addrs(s)
@@ -190,8 +191,7 @@ class Monitor:
         if each is not None:
             out["namesrvs"] = {n: None if r is None else sorted(r) for n, r in each.items()}
         try:
-            out["namesrv"] = {"up": True, "topics": by_type(self.admin.topic_list(), self.own),
-                              "brokers": sorted(reg or {})}
+            out["namesrv"] = {"up": True, "topics": self._namesrv_topics(), "brokers": sorted(reg or {})}
         except RemotingError:
             out["namesrv"] = {"up": False}
         routed = self.cluster.routed_groups(self.load_topics[0]) if reg is not None and self.load_topics else None
@@ -244,6 +244,14 @@ class Monitor:
                 b.setdefault("delayed", None)
                 b["backlog"] = None
         return b
+
+    def _namesrv_topics(self) -> dict[str, int]:
+        """namesrv's topics by type; a list over BIG_TABLE asked again only every BIG_TABLE_EVERY_S."""
+        read_at, counts = self.ns_topics
+        if sum(counts.values()) > BIG_TABLE and time.monotonic() - read_at < BIG_TABLE_EVERY_S:
+            return counts
+        self.ns_topics = (time.monotonic(), by_type(self.admin.topic_list(), self.own))
+        return self.ns_topics[1]
 
     def _topics(self, p: NodePlan, b: dict[str, Any]) -> dict[str, dict[str, Any]]:
         """The broker's topic table: asked every sample, but a big one (BIG_TABLE) only every

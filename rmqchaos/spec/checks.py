@@ -61,17 +61,17 @@ def reach(s: Scenario, members: list[str]) -> list[str]:
 
 
 def powerfs_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
-    """cluster.powerfs and cluster.faketime: each member a node, a broker group or `controllers`; the
-    local backend only."""
+    """cluster.powerfs and cluster.faketime: each member a node, a broker group, `namesrvs` or
+    `controllers`; the local backend only."""
     errs: list[tuple[tuple[Any, ...], str]] = []
-    known = set(s.cluster.node_names()) | {b.name for b in s.cluster.brokers} | \
+    known = set(s.cluster.node_names()) | {b.name for b in s.cluster.brokers} | {"namesrvs"} | \
         ({"controllers"} if s.cluster.controllers is not None else set())
     for field, what in (("powerfs", "stores on the powerfs layer (power_loss, disk_error, disk_slow)"),
                         ("faketime", "nodes under libfaketime (clock faults)")):
         members = getattr(s.cluster, field)
         for i, m in enumerate(members):
             if m not in known:
-                errs.append((("cluster", field, i), f"{m!r} is no node, broker group or `controllers` of this cluster; "
+                errs.append((("cluster", field, i), f"{m!r} is no node, broker group, `namesrvs` or `controllers` of this cluster; "
                                                     f"nodes: {', '.join(s.cluster.node_names())}"))
         if members and s.cluster.backend != "local":
             errs.append((("cluster", field), f"{what} need the local backend, not {s.cluster.backend}: use backend: local"))
