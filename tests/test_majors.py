@@ -79,3 +79,16 @@ def test_the_prerelease_test_refuses_a_key_only_one_side_has_in_one_line_before_
                                         r"key that 5\.5\.0 \(the candidate\) does not have \(removed in 5\.2\.0"):
         compare.prepare({**params, "broker_config": {"maxDelayTime": 3}})
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # nothing was prepared
+
+
+def test_a_key_under_its_other_majors_name_says_what_to_use_and_a_removed_one_when(tmp_path: Path) -> None:
+    from rmqchaos.spec import SpecError, load_scenario
+    f = tmp_path / "s.yaml"
+    for key, says in (("haSlaveFallbehindMax", "RocketMQ renamed it between 4.x and 5.x: use haMaxGapNotInSync"),
+                      ("maxDelayTime", "(a 4.x key, removed in 5.2.0, apache/rocketmq #6400)")):
+        f.write_text(f"extends: {SCENARIOS / 'control.yaml'}\ncluster:\n  rocketmq_version: 5.5.0\n"
+                     f"  broker_defaults:\n    config: {{{key}: 1}}\n")
+        with pytest.raises(SpecError) as e:
+            load_scenario(f)
+        assert e.value.lines == [f"{f}:5: cluster.broker_defaults.config.{key}: unknown broker.conf key {key!r}"
+                                 + ("; " if "renamed" in says else " ") + says], e.value.lines

@@ -24,11 +24,11 @@ from rmqchaos.spec.cluster import Broker, BrokerDefaults, Cluster, Controllers, 
 from rmqchaos.spec.scenario import (Checks, ConsumerInstance, Consumers, Fault, FaultKindSpec, Load, Policy, Repeat,
                                     RetryOn, Scenario, Timer, Transaction, WitnessCheck)
 from rmqchaos.spec.messages import SpecError
-from rmqchaos.spec.confkeys import PLATFORM_BROKER_KEYS, PLATFORM_NAMESRV_KEYS, config_keys
+from rmqchaos.spec.confkeys import PLATFORM_BROKER_KEYS, PLATFORM_NAMESRV_KEYS, REMOVED_IN_5, RENAMED_IN_5, config_keys
 from rmqchaos.spec.checks import fault_errors, role_error, semantic_errors
 from rmqchaos.spec.loading import (MAX_DEPTH, MAX_EXTENDS, MAX_NODES, dump_scenario, load_scenario, parse_scenario,
                                    read_text, resolved_document)
-from rmqchaos.spec.majors import RENAMED_IN_5, REMOVED_IN_5, across
+from rmqchaos.spec.majors import across
 
 __all__ = ["CONTROLLER_FOLLOWERS", "CONTROLLER_LEADER", "MANY", "MASTER_OF", "SLAVE_OF", "SLAVES_OF", "ConfValue", "Duration", "to_seconds", "FaultTarget", "GroupName", "NodeName",
            "NonNegDuration", "Port", "Strict", "TopicName", "is_role", "role_group", "slave_index",

@@ -4,13 +4,14 @@ and everything through it (the gRPC clients, POP), the timer wheel (4.x has dela
 5.x brokers read is refused by the version's own config keys (checks.py), as for any release.
 
 Config keys across two versions (the pre-release test's candidate and baseline share the base
-scenario's keys): a key RocketMQ renamed is carried under the other version's name (RENAMED_IN_5),
+scenario's keys): a key RocketMQ renamed is carried under the other version's name (confkeys.RENAMED_IN_5),
 a key only one of the two versions has is refused in one line (`across`)."""
 from __future__ import annotations
 
 from typing import Any, Collection, Mapping
 
 from rmqchaos.rocketmq.dist import major
+from rmqchaos.spec.confkeys import RENAMED_EITHER_WAY, REMOVED_IN_5
 from rmqchaos.spec.scenario import Scenario
 
 
@@ -42,20 +43,6 @@ def major_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
     return errs
 
 
-#: broker.conf keys RocketMQ renamed between the majors, 4.x name -> 5.x name. Only what was renamed
-#: with its meaning kept (same type, default and reader). Of 4.9.7's 7 broker keys 5.5.0's jars lack
-#: (config-keys.json of each; namesrv: none), one: haSlaveFallbehindMax (4.9.7 MessageStoreConfig,
-#: int 268435456, read by HAService.isSlaveOK) is haMaxGapNotInSync since 5.0.0 (apache/rocketmq
-#: 5c350af174, RIP-34 #3979; 5.5.0's DefaultHAService.isSlaveOK reads it, default 268435456: javap).
-RENAMED_IN_5 = {"haSlaveFallbehindMax": "haMaxGapNotInSync"}
-#: the other six, removed without a successor (none of them is read anywhere in 4.9.7's sources)
-REMOVED_IN_5 = {**dict.fromkeys(("commercialEnable", "commercialTimerCount", "commercialTransCount",
-                                 "commercialBigCount"), "removed in 5.0.0, apache/rocketmq #3974"),
-                "maxDelayTime": "removed in 5.2.0, apache/rocketmq #6400",
-                "filterServerNums": "removed in 5.2.0 with the filter server, apache/rocketmq #6749"}
-_RENAMED = {**RENAMED_IN_5, **{new: old for old, new in RENAMED_IN_5.items()}}
-
-
 def across(conf: Mapping[str, Any], where: str, version: str, known: Collection[str], other: str,
            other_known: Collection[str], fix: str) -> tuple[dict[str, Any], dict[str, str], list[str]]:
     """`conf`, keys meant for both `version` and `other`, as `version` takes it: (the conf, the keys
@@ -65,9 +52,9 @@ def across(conf: Mapping[str, Any], where: str, version: str, known: Collection[
     mapped: dict[str, str] = {}
     refused: list[str] = []
     for key, value in conf.items():
-        if key not in known and _RENAMED.get(key) in known:
-            out[_RENAMED[key]] = value
-            mapped[key] = _RENAMED[key]
+        if key not in known and RENAMED_EITHER_WAY.get(key) in known:
+            out[RENAMED_EITHER_WAY[key]] = value
+            mapped[key] = RENAMED_EITHER_WAY[key]
         elif key not in known and key in other_known:
             why = f" ({REMOVED_IN_5[key]})" if key in REMOVED_IN_5 else ""
             refused.append(f"key {key} ({where}) is a RocketMQ {other} key that {version} does not have{why}: {fix}")
