@@ -50,13 +50,13 @@ def prepare(params: dict[str, Any]) -> list[str]:
         raise UserError(f"rounds {rounds!r} is not a whole number from 1 to {MAX_ROUNDS}",
                         "rounds: how many times the candidate (and the baseline) run")
     maxrate.settings(params.get("max_rate_search"))  # a bad search setting fails here, before any cluster
-    prerelease.check(params)  # both sides' scenarios, keys across their versions too, before any run directory
     sides = ("candidate", "baseline") if params.get("baseline", True) else ("candidate",)
     stamp = first = default_run_dir("prerelease")
     n = 1
     while stamp.with_name(f"{stamp.name}-candidate-1").exists():  # another test prepared in the same second
         n += 1
         stamp = first.with_name(f"{first.name}.{n}")
+    prerelease.check(params, stamp)  # both sides, keys across their versions too, before any run directory
     out: list[str] = []
     for i in range(1, rounds + 1):
         for side in sides:

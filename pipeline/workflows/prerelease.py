@@ -8,7 +8,6 @@ renamed between the majors is mapped (rmqchaos.spec.majors.RENAMED_IN_5, recorde
 state), a key only one version has is refused in one line before any run directory exists."""
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -144,13 +143,14 @@ def _write(params: dict[str, Any], d: Path, baseline: bool) -> tuple[Path, dict[
     return src, mapped
 
 
-def check(params: dict[str, Any]) -> None:
-    """Both sides validated (keys across the two versions too) before any run directory exists:
-    a UserError or SpecError line for the first side that is refused."""
-    with tempfile.TemporaryDirectory(prefix="prerelease-check-") as tmp:
-        for side in ("candidate", "baseline") if params.get("baseline", True) else ("candidate",):
-            src, _ = _write(params, Path(tmp) / side, side == "baseline")
-            load_scenario(src)
+def check(params: dict[str, Any], stem: Path) -> None:
+    """Both sides validated (keys across the two versions too) before any run directory exists: a
+    UserError or SpecError line for the first side refused. Their files are written where round 1's
+    runs will be (`<stem>-candidate-1.scenario.yaml` ...), so a line names a file that stays."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    for side in ("candidate", "baseline") if params.get("baseline", True) else ("candidate",):
+        src, _ = _write(params, stem.with_name(f"{stem.name}-{side}-1"), side == "baseline")
+        load_scenario(src)
 
 
 def create(params: dict[str, Any], out: str | Path | None = None, *, baseline: bool = False) -> RunDir:
