@@ -16,9 +16,13 @@ DOC = """
 Trigger it with the release's choices (*Trigger DAG* shows the form): RocketMQ version, broker.conf
 overrides, rate, duration, message size, producer policy, fault set, and the pass gates. They are laid
 over the base scenario (`scenarios/prerelease.yaml`) and validated like any scenario file: the
-**candidate**. The **baseline** is the same test with the pinned version and no broker.conf overrides;
-with `baseline` on (the default) the two run alternately, `rounds` times each (candidate, baseline,
-candidate, baseline ...), one cluster at a time on this machine.
+**candidate**. The **baseline** is the same test on `baseline_version` (empty: the pinned version) and
+no broker.conf overrides; `baseline_version` 4.9.7 with `rocketmq_version` 5.5.0 asks the upgrade
+question under the same load, faults and gates. A base-scenario key RocketMQ renamed between the
+majors is mapped to each side's name (haSlaveFallbehindMax / haMaxGapNotInSync); a key only one of the
+two versions has is refused in one line before anything starts. With `baseline` on (the default) the
+two run alternately, `rounds` times each (candidate, baseline, candidate, baseline ...), one cluster at
+a time on this machine.
 
 `prepare` → for each run, in order: `side` → `wait_for_cluster_slot` → **up** (setup) → check → load →
 drain → **down** (teardown) → analyze → report → then **gates**
@@ -52,7 +56,9 @@ PARAMS = {
     "message_size": Param(1024, type="integer", minimum=1, maximum=4194304, description="bytes"),
     "policy": Param("retry", type="string", enum=POLICIES, description="what the producer does after an attempt"),
     "fault_set": Param("none", type="string", enum=FAULT_SETS, description="faults during the load"),
-    "baseline": Param(True, type="boolean", description="also run the baseline (pinned version, no overrides)"),
+    "baseline": Param(True, type="boolean", description="also run the baseline (baseline_version, no overrides)"),
+    "baseline_version": Param(None, type=["null", "string"], pattern=r"^\d+\.\d+\.\d+$",
+                              description="the baseline's RocketMQ version, e.g. 4.9.7 (empty: the pinned one)"),
     "rounds": Param(1, type="integer", minimum=1, maximum=5, description="candidate/baseline alternations"),
     "max_lost": Param(0, type=["null", "integer"], minimum=0, description="gate: acknowledged keys never delivered"),
     "max_duplicated": Param(None, type=["null", "integer"], minimum=0, description="gate: keys delivered twice or more"),

@@ -110,3 +110,15 @@ def test_an_unverified_or_failed_run_on_either_side_never_passes() -> None:
     p99 = next(g for g in v["gates"] if g["gate"] == "p99_vs_baseline")
     assert not v["passed"] and not p99["passed"] and "limit unknown (the baseline's value was not measured)" \
         in p99["line"]
+
+
+def test_the_upgrade_figures_are_ranges_over_the_verified_repeats_per_scenario_and_version(tmp_path: Path) -> None:
+    from pipeline.runs import create_run
+    from pipeline.workflows import upgrade
+    [f] = upgrade.overlays(["oom-tsp-on"], ["5.5.0"], tmp_path / "o")
+    assert f.name == "oom-tsp-on-v5.5.0.yaml"
+    runs = [str(create_run(f, tmp_path / f"r{i}", mode="detached").path) for i in range(3)]
+    for d, lost, complete in zip(runs, (1, 109, 500), (True, True, False)):
+        _plant(d, lost=lost, busy=2, complete=complete)
+    assert upgrade.table([Path(d) for d in runs]).splitlines()[2] == \
+        "| oom-tsp-on | 5.5.0 | 3 (1 unverified) | 1-109 | 0 | 100 | 2 |"  # the unverified run's 500 is in no range

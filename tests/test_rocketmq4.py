@@ -127,3 +127,14 @@ def test_incident_002_on_4_6_0_at_its_scale_71000_topics_over_the_16_mib_frame(t
     flood = next(e for e in s["events"] if e["kind"] == "fault" and e["params"]["fault_kind"] == "topic_flood")
     ev = flood["params"]["evidence"]
     assert ev["topics_before"] > 71_000 and ev["reached"] == "frame", ev
+
+
+def test_every_broker_key_4_9_7_has_and_5_5_0_lacks_is_either_renamed_or_removed_in_the_table() -> None:
+    """rmqchaos/spec/majors.py's tables against the two versions' own jars (config-keys.json): each 4.9.7
+    key 5.5.0 lacks is mapped or refused with its reason, each new name is 5.5.0's and not 4.9.7's."""
+    from rmqchaos.spec import REMOVED_IN_5, RENAMED_IN_5, config_keys
+    k4, k5 = config_keys("4.9.7"), config_keys("5.5.0")
+    assert set(k4["broker"]) - set(k5["broker"]) == set(RENAMED_IN_5) | set(REMOVED_IN_5)
+    assert not set(k4["namesrv"]) - set(k5["namesrv"])
+    assert all(new in k5["broker"] and new not in k4["broker"] and k5["broker"][new] == k4["broker"][old]
+               for old, new in RENAMED_IN_5.items())

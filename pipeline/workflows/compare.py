@@ -1,6 +1,7 @@
 """The pre-release test against a baseline: the candidate (the release manager's RocketMQ version and
-broker.conf overrides over the base scenario) and the baseline (the base scenario with the pinned
-version, no overrides; the same load and faults) run alternately on this machine, C1, B1, C2, B2 ...,
+broker.conf overrides over the base scenario) and the baseline (the base scenario on Param
+`baseline_version`, default the pinned version, no overrides; the same load and faults: 4.9.7 against
+5.5.0 is the upgrade question, prerelease.py maps or refuses the keys that differ) run alternately on this machine, C1, B1, C2, B2 ...,
 each a normal run directory. The verdict adds relative gates to the absolute ones: the candidate's
 worst round loses no more than the baseline's worst, its p99 send latency stays within
 +max_p99_increase_pct % of the baseline's worst round (the baseline's spread), and its busy rate is
@@ -55,6 +56,7 @@ def prepare(params: dict[str, Any]) -> list[str]:
     while stamp.with_name(f"{stamp.name}-candidate-1").exists():  # another test prepared in the same second
         n += 1
         stamp = first.with_name(f"{first.name}.{n}")
+    prerelease.check(params, stamp)  # both sides, keys across their versions too, before any run directory
     out: list[str] = []
     for i in range(1, rounds + 1):
         for side in sides:
@@ -88,7 +90,7 @@ def measure(run_dir: str | Path | RunDir) -> dict[str, Any]:
     st = r.state().get("prerelease") or {}
     row: dict[str, Any] = {"run": str(r.path), "side": st.get("side", "candidate"), "round": st.get("round", 1),
                            "rocketmq_version": r.scenario().cluster.rocketmq_version,
-                           "broker_config": _overrides(r), "failures": failures(r, signature_misses="flag"), "complete": False,
+                           "broker_config": _overrides(r), "renamed_keys": r.state().get("renamed_keys") or {}, "failures": failures(r, signature_misses="flag"), "complete": False,
                            "acknowledged": None, **{k: None for k, _ in _ROWS}}
     if not r.summary_file.exists():
         row["failures"] = row["failures"] or ["not analyzed"]
@@ -193,6 +195,7 @@ def render(v: dict[str, Any]) -> str:
     rows = v["runs"]
     head = "".join(f"<th>{r['side']} {r['round']}</th>" for r in rows)
     lines = [("RocketMQ version", "rocketmq_version"), ("broker.conf overrides", "broker_config"),
+             ("keys renamed for its version", "renamed_keys"),
              ("acknowledged keys", "acknowledged"), ("lost", "lost"), ("duplicated", "duplicated"),
              ("p99 send, ms", "p99_send_ms"), ("busy answers per attempt", "busy_rate"),
              ("loss verified", "complete"), ("failures", "failures")]
@@ -203,10 +206,14 @@ def render(v: dict[str, Any]) -> str:
         f"<tr class={'ok' if g['passed'] else 'bad'}><td>{html.escape(g['gate'])}</td>"
         f"<td>{html.escape(g['line'])}</td><td>{'held' if g['passed'] else 'CROSSED'}</td></tr>" for g in v["gates"])
     verdict = "passed" if v["passed"] else "FAILED"
+    ver = {side: ", ".join(sorted({r["rocketmq_version"] for r in rows if r["side"] == side}))
+           for side in ("candidate", "baseline")}
+    title = (f"candidate {ver['candidate']} vs baseline {ver['baseline']}"  # the upgrade question: two versions
+             if ver["baseline"] and ver["baseline"] != ver["candidate"] else "candidate vs baseline")
     # the reports' one frame and style (analysis/report/page.py); only the gates' row colours are this page's
     return page("pre-release: candidate vs baseline",
                 "<style>.bad{background:#fdd}.ok{background:#efe}</style>"
-                f"<h1>Pre-release: candidate vs baseline — {verdict}</h1>"
+                f"<h1>Pre-release: {html.escape(title)} — {verdict}</h1>"
                 + "".join(f"<p class=bad>{html.escape(p)}</p>" for p in v["problems"])
                 + f"<table><tr><th></th>{head}</tr>{body}<tr><th>run</th>{links}</tr></table>"
                 f"<h2>Gates</h2><table><tr><th>gate</th><th>limit and measured</th><th></th></tr>{gate_rows}</table>"

@@ -1,5 +1,6 @@
 """RocketMQ config keys under `config:`: the keys the pinned jars accept (read by reflection at
-setup), the keys the platform owns, and whether a value is one the broker's setter takes."""
+setup), the keys the platform owns, the keys renamed or removed between the majors, and whether a
+value is one the broker's setter takes."""
 from __future__ import annotations
 
 import difflib
@@ -56,6 +57,20 @@ CLASSIC_BROKER_KEYS = {"brokerRole": "a controller-mode replica starts as SLAVE 
                                      "SYNC_MASTER: drop brokerRole from this group"}
 
 
+#: broker.conf keys RocketMQ renamed between the majors, 4.x name -> 5.x name. Only what was renamed
+#: with its meaning kept (same type, default and reader). Of 4.9.7's 7 broker keys 5.5.0's jars lack
+#: (config-keys.json of each; namesrv: none), one: haSlaveFallbehindMax (4.9.7 MessageStoreConfig,
+#: int 268435456, read by HAService.isSlaveOK) is haMaxGapNotInSync since 5.0.0 (apache/rocketmq
+#: 5c350af174, RIP-34 #3979; 5.5.0's DefaultHAService.isSlaveOK reads it, default 268435456: javap).
+RENAMED_IN_5 = {"haSlaveFallbehindMax": "haMaxGapNotInSync"}
+#: the other six, removed without a successor (none of them is read anywhere in 4.9.7's sources)
+REMOVED_IN_5 = {**dict.fromkeys(("commercialEnable", "commercialTimerCount", "commercialTransCount",
+                                 "commercialBigCount"), "removed in 5.0.0, apache/rocketmq #3974"),
+                "maxDelayTime": "removed in 5.2.0, apache/rocketmq #6400",
+                "filterServerNums": "removed in 5.2.0 with the filter server, apache/rocketmq #6749"}
+RENAMED_EITHER_WAY = {**RENAMED_IN_5, **{new: old for old, new in RENAMED_IN_5.items()}}
+
+
 @lru_cache(maxsize=4)
 def config_keys(version: str) -> dict[str, dict[str, str]]:
     """{'broker': {key: type}, 'namesrv': {...}} read by reflection from that version's own jars
@@ -105,6 +120,10 @@ def _check_conf(conf: dict[str, Any], known: dict[str, str], platform: dict[str,
         elif key not in known:
             close = difflib.get_close_matches(key, list(known), n=1)
             hint = f"; did you mean {close[0]}?" if close else ""
+            if RENAMED_EITHER_WAY.get(key) in known:  # the other major's name of a key this version has
+                hint = f"; RocketMQ renamed it between 4.x and 5.x: use {RENAMED_EITHER_WAY[key]}"
+            elif key in REMOVED_IN_5:
+                hint = f" (a 4.x key, {REMOVED_IN_5[key]})"
             errs.append((loc, f"unknown {what} key {key!r}{hint}"))
         else:
             msg = _conf_value_error(key, value, known[key])

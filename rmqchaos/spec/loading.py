@@ -187,6 +187,14 @@ def load_scenario(path: str | Path, fault_kinds: Mapping[str, FaultKindSpec] | N
     return _validate(_resolve(p), str(p), fault_kinds)
 
 
+def resolved_document(path: str | Path) -> dict[str, Any]:
+    """A scenario file with its `extends:` bases merged under it, as plain data, not validated
+    (what a generated overlay reads of its base, e.g. the config keys a version must take)."""
+    root = _resolve(Path(path))
+    data = yaml.SafeLoader("").construct_document(root) if root is not None else None
+    return data if isinstance(data, dict) else {}
+
+
 def parse_scenario(text: str, filename: str = "<scenario>",
                    fault_kinds: Mapping[str, FaultKindSpec] | None = None) -> Scenario:
     """One scenario document (no `extends:`: that needs a file to resolve from)."""
