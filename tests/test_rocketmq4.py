@@ -127,3 +127,20 @@ def test_incident_002_on_4_6_0_at_its_scale_71000_topics_over_the_16_mib_frame(t
     flood = next(e for e in s["events"] if e["kind"] == "fault" and e["params"]["fault_kind"] == "topic_flood")
     ev = flood["params"]["evidence"]
     assert ev["topics_before"] > 71_000 and ev["reached"] == "frame", ev
+
+
+@pytest.mark.fast
+def test_a_4x_broker_that_refuses_its_store_after_a_power_loss_is_told_by_its_store_log(tmp_path: Path) -> None:
+    # 4.9.7 (and 5.1) refuse an empty last commit-log file (the next one, preallocated and never synced,
+    # is 0 bytes after the power loss) with a WARN in store.log and nothing on stdout; 5.2+ deletes it
+    from cluster.local.cluster import exit_cause
+    node = tmp_path / "cluster" / "broker-a"
+    (node / "logs" / "rocketmqlogs").mkdir(parents=True)
+    (node / "stdout.log").write_text("The broker[broker-a, 127.0.109.11:23111] boot success.\n")
+    assert exit_cause(node) is None
+    (node / "logs" / "rocketmqlogs" / "store.log").write_text(
+        "2026-12-08 01:47:16 WARN main - /r/cluster/broker-a/store.fs/commitlog/00000000000067108864\t0 length not "
+        "matched message store config value, please check it manually\n"
+        "2026-12-08 01:47:16 INFO main - load commit log Failed\n")
+    assert exit_cause(node) == ("commitlog/00000000000067108864 is 0 bytes, not the configured size: "
+                                "the store refused to load it")
