@@ -24,7 +24,7 @@ def on(version: str, name: str, tmp: Path) -> str:
 
 @pytest.mark.parametrize("scenario, where, feature", [
     ("failover-controller-and-master.yaml", "cluster.controllers", "controller mode (5.0+)"),
-    ("grpc-control.yaml", "cluster.proxy.enabled", "the proxy, gRPC clients or POP (5.0+)"),
+    ("grpc-control.yaml", "cluster.proxy.enabled", "proxy, gRPC clients or POP (5.0+)"),
     ("timer-broker-kill.yaml", "load.timer.delay", "timer wheel (5.0+, TIMER_DELIVER_MS): use delay_level"),
 ])
 def test_what_5_0_brought_is_refused_on_4x_in_one_line(scenario: str, where: str, feature: str, tmp_path: Path) -> None:

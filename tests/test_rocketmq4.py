@@ -49,6 +49,44 @@ def test_a_4_9_7_master_slave_cluster_takes_the_load_and_an_oom_kill_runs_comple
     assert s["store_check"]["lost_from_store"] + s["store_check"]["lost_in_delivery"] == c["lost"], s["store_check"]
 
 
+
+def test_a_4_9_7_sync_flush_broker_acknowledges_while_its_fsyncs_fail_and_a_power_loss_takes_them(
+        tmp_path: Path, kept_spark: Any) -> None:
+    # disk_error and power_loss on 4.x (nothing else runs them there): broker-a SYNC_FLUSH, its
+    # commit log's fsyncs fail (EIO) from 6 s for 10 s, its power goes at 11 s, inside the window.
+    # 4.9.7 answers SEND_OK all the same (the 4.x reports #2706, #3129, #5235; 5.5.0 holds its answer
+    # or says FLUSH_DISK_TIMEOUT: docs/findings.md), so acknowledged messages are in no store after the
+    # loss; and it does not start again (the next commit-log file, preallocated and never synced, is
+    # empty: 4.x refuses it, 5.2+ deletes it), so the run is incomplete and never claims loss
+    f = write_scenario(tmp_path / "eio497.yaml", {
+        "extends": str(REPO / "scenarios" / "power-loss-async.yaml"), "name": "disk-error-497",
+        "cluster": {"rocketmq_version": "4.9.7", "subnet": "127.0.107.0/24", "namesrv": {"port": 22176},
+                    "stop_timeout": "3s",
+                    "brokers": [{"name": "broker-a", "port": 22111, "config": {"flushDiskType": "SYNC_FLUSH"}},
+                                {"name": "broker-b", "port": 22121, "config": {"flushDiskType": "SYNC_FLUSH"}}]},
+        "load": {"duration": "24s", "rate": 200, "users": 20},
+        "faults": [{"id": "eio-a", "kind": "disk_error", "target": "broker-a", "at": "6s", "duration": "10s"},
+                   {"id": "power-a", "kind": "power_loss", "target": "broker-a", "at": "11s", "back_after": "3s"}],
+        "signature": {"shows": "4.9.7 acknowledges SEND_OK while its fsyncs fail", "conditions": ["gone_on.broker-b == 0"]}})
+    run, s = run_here(f, tmp_path / "run")
+    ev = {e["params"]["fault_id"]: e for e in s["events"] if e["kind"] == "fault"}
+    de = ev["eio-a"]["params"]["evidence"]
+    assert ev["eio-a"]["outcome"] == "ok" and de["intent"]["short"] is False and de["failures"], de
+    assert all(x["op"] == "fsync" and x["errno"] == "EIO" and x["path"].startswith("commitlog/") for x in de["failures"])
+    # SEND_OK from a SYNC_FLUSH broker whose fsyncs failed
+    w = next(x for x in s["windows"] if x["id"] == "eio-a")
+    assert w["answers_by_broker"]["broker-a"].get("SEND_OK", 0) > 0, w["answers_by_broker"]
+    pw = ev["power-a"]["params"]["evidence"]
+    assert ev["power-a"]["outcome"] == "ok" and pw["intent"]["short"] is False, pw["intent"]
+    # why it stayed down, read from its store.log (stdout says nothing)
+    assert pw["not_started"]["broker-a"].startswith("commitlog/") and "is 0 bytes" in pw["not_started"]["broker-a"], pw
+    assert not s["complete"] and any("broker-a did not start again" in r for r in s["incomplete_reasons"])
+    # the store is read offline all the same: broker-a's SEND_OK acknowledgements in the window are gone,
+    # broker-b's none
+    sc = s["store_check"]
+    assert sc["gone_ok_by_broker"].get("broker-a", 0) > 0 and sc["gone_by_broker"].get("broker-b", 0) == 0, sc
+
+
 @pytest.mark.fast
 def test_the_4x_witness_counts_each_send_of_checkmsgsendrt_and_4x_nodes_get_their_logging_files(tmp_path: Path) -> None:
     out = ("#Broker Name                      #QID  #Send Result            #RT\n"
@@ -138,3 +176,20 @@ def test_every_broker_key_4_9_7_has_and_5_5_0_lacks_is_either_renamed_or_removed
     assert not set(k4["namesrv"]) - set(k5["namesrv"])
     assert all(new in k5["broker"] and new not in k4["broker"] and k5["broker"][new] == k4["broker"][old]
                for old, new in RENAMED_IN_5.items())
+
+
+@pytest.mark.fast
+def test_a_4x_broker_that_refuses_its_store_after_a_power_loss_is_told_by_its_store_log(tmp_path: Path) -> None:
+    # 4.9.7 (and 5.1) refuse an empty last commit-log file (the next one, preallocated and never synced,
+    # is 0 bytes after the power loss) with a WARN in store.log and nothing on stdout; 5.2+ deletes it
+    from cluster.local.cluster import exit_cause
+    node = tmp_path / "cluster" / "broker-a"
+    (node / "logs" / "rocketmqlogs").mkdir(parents=True)
+    (node / "stdout.log").write_text("The broker[broker-a, 127.0.109.11:23111] boot success.\n")
+    assert exit_cause(node) is None
+    (node / "logs" / "rocketmqlogs" / "store.log").write_text(
+        "2026-12-08 01:47:16 WARN main - /r/cluster/broker-a/store.fs/commitlog/00000000000067108864\t0 length not "
+        "matched message store config value, please check it manually\n"
+        "2026-12-08 01:47:16 INFO main - load commit log Failed\n")
+    assert exit_cause(node) == ("commitlog/00000000000067108864 is 0 bytes, not the configured size: "
+                                "the store refused to load it")

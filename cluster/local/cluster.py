@@ -40,18 +40,31 @@ _LOG_RECORD = re.compile(r"^\d{4}-\d\d-\d\d ")
 
 _TOP_EXCEPTION = re.compile(r'^(?:Exception in thread "[^"]*" )?((?:[a-z_$][\w$]*\.)+[A-Z][\w$]*(?:Exception|Error)\b.*)$')
 _ROCKETMQ_FRAME = re.compile(r"^\s+at org\.apache\.rocketmq\.[\w.$]*?([A-Z][\w$]*\.[\w$<>]+\([\w.]+:\d+\))")
+# MappedFileQueue.load's refusal, with no exception anywhere: a store file of another size than the
+# configured one (4.x and 5.1 also for an empty last commit-log file, which 5.2+ deletes: "size is 0,
+# auto delete"), e.g. '…/store.fs/commitlog/00000000000067108864\t0 length not matched …'
+_STORE_REFUSAL = re.compile(r"^\S+ \S+ WARN main - .*?/((?:commitlog|consumequeue|dledger)[^\t]*)\t(\d+) length not matched "
+                            r"message store config value, please check it manually")
 
 
 def exit_cause(node_dir: Path) -> str | None:
     """The last top-level exception in a node's stdout (the one that ended its last start) and the first
     RocketMQ frame under it, e.g. 'java.lang.NumberFormatException: Cannot parse null string at
-    CheckpointFile.read(CheckpointFile.java:107)'; None when its stdout shows none."""
+    CheckpointFile.read(CheckpointFile.java:107)'; else the store's own refusal in its store.log (a
+    4.9.7 broker after a power loss says nothing on stdout: 'commitlog/00000000000067108864 is 0 bytes,
+    not the configured size: the store refused to load it'); None when neither shows one."""
     f = node_dir / "stdout.log"
     lines = f.read_text(errors="replace").splitlines() if f.is_file() else []
     for i in range(len(lines) - 1, -1, -1):
         if (m := _TOP_EXCEPTION.match(lines[i])):
             frame = next((f.group(1) for ln in lines[i + 1:i + 40] if (f := _ROCKETMQ_FRAME.match(ln))), None)
             return m.group(1)[:200] + (f" at {frame}" if frame else "")
+    store_log = log_dir(node_dir.parent, node_dir.name) / "store.log"
+    refusals = [m for ln in (store_log.read_text(errors="replace").splitlines() if store_log.is_file() else [])
+                if (m := _STORE_REFUSAL.match(ln))]
+    if refusals:
+        path, size = refusals[-1].groups()
+        return f"{path} is {size} bytes, not the configured size: the store refused to load it"
     return None
 
 

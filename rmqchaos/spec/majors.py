@@ -34,7 +34,7 @@ def major_errors(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
     if s.cluster.proxy.enabled or grpc or grpc_load:
         loc = (("cluster", "proxy", "enabled") if s.cluster.proxy.enabled else ("load", "client") if grpc_load
                else ("consumers", "instances", grpc[0][0], "grpc"))
-        what = "the proxy, gRPC clients or POP (5.0+)" if pop else "the proxy or gRPC clients (5.0+)"
+        what = "proxy, gRPC clients or POP (5.0+)" if pop else "proxy or gRPC clients (5.0+)"  # after "has no"
         errs.append((loc, f"{lacks} {what}: the load and the consumers speak remoting to the brokers "
                           "(client: remoting, no grpc, proxy.enabled: false)"))
     if s.load is not None and s.load.timer is not None and s.load.timer.delay is not None:
