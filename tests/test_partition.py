@@ -307,11 +307,19 @@ def test_a_run_sigkilled_during_a_partition_leaves_no_rule_after_down(tmp_path: 
         if p.poll() is None:
             p.kill()
             p.wait()
-    assert [x for x in ours_in_iptables() if x.startswith("-A RMQC-")]  # the rules outlived the CLI
+    # this run's chain and its jump only: another test beside this one may hold a chain of its own
+    from cluster.net.netrules import chain_name
+    from rmqchaos.run.rundir import RunDir
+    run_id = RunDir(out).run_id
+    mine = [chain_name(run_id), f"rmqchaos:{run_id}"]
+
+    def this_runs() -> list[str]:
+        return [x for x in ours_in_iptables() if any(m in x for m in mine)]
+    assert [x for x in this_runs() if x.startswith("-A RMQC-")]  # the rules outlived the CLI
     r = cli("cluster", "down", "--all")
     assert r.returncode == 0, r.stderr
-    assert "removed iptables chain RMQC-" in r.stdout + r.stderr
-    assert ours_in_iptables() == []  # filter and nat
+    assert f"removed iptables chain {chain_name(run_id)}" in r.stdout + r.stderr
+    assert this_runs() == []  # filter and nat
     assert_nothing_left(out)
     assert not any(alive(r["pid"], r.get("starttime")) for r in toxi)
     assert yaml.safe_load((out / "scenario.yaml").read_text())["faults"][0]["kind"] == "partition"

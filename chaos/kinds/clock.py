@@ -139,13 +139,14 @@ class Clock(FaultKind):
             line = self._set(p.offset + (1 - p.rate) * up, p.rate)
         else:
             line = self._set(p.offset)
+        set_ms = int(time.time() * 1000)  # the reads before it (jcmd) take seconds on a busy host
         self.flipped, self.on, self.t0, self.before = 0, True, time.monotonic(), before
         time.sleep(SHOW_S)
         after = self._read()
         up1 = self.clocked().uptime()
         asked = p.offset if p.rate is None else p.offset + (p.rate - 1) * SHOW_S
         self.evidence = {"intent": clock_intent(self.who, asked, None if after is None else after - (before or 0.0)),
-                         "pid": pid, "line": line, "offset_before_s": before, "offset_after_s": after,
+                         "pid": pid, "line": line, "set_ms": set_ms, "offset_before_s": before, "offset_after_s": after,
                          "others_offset_s": self._others(),
                          # how far its monotonic clock (nanoTime: scheduled executors, timed waits) moved
                          # beyond the host's: ~0 unless cluster.faketime_monotonic
