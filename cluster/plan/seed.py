@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rmqchaos.rocketmq.dist import major
 from rmqchaos.spec.cluster import SeedTopics
 
 TOPICS_JSON = Path("config") / "topics.json"
@@ -18,7 +19,7 @@ TOPICS_JSON = Path("config") / "topics.json"
 def retry_topic(name: str, version: str) -> dict[str, Any]:
     conf: dict[str, Any] = {"order": False, "perm": 6, "readQueueNums": 1, "topicFilterType": "SINGLE_TAG",
                             "topicName": name, "topicSysFlag": 0, "writeQueueNums": 1}
-    if not version.startswith("4."):
+    if major(version) >= 5:
         conf["attributes"] = {}
     return conf
 

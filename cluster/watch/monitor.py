@@ -55,6 +55,7 @@ from cluster.watch.heartbeats import HeartbeatTap
 from cluster.plan.nodes import NodePlan, controller_addrs
 from cluster.net.roundtrip import fault_links, probe_all
 from cluster.plan.rmqlog import line_ms, log_dir
+from rmqchaos.rocketmq.dist import major
 from rmqchaos.run.rundir import RunDir
 from rmqclient.admin import AdminClient, RemotingError
 
@@ -152,7 +153,7 @@ class Monitor:
         logs = run.path / "cluster"
         self.reg_tails = {p.name: LogTail(log_dir(logs, p.name) / "broker.log") for p in self.nodes}
         self.reg = {p.name: {"ok": 0, "failed": 0, "last_ok_ms": None, "last_failed_ms": None} for p in self.nodes}
-        ns_log = "namesrv.log" if s.cluster.rocketmq_version.startswith("4.") else "remoting.log"
+        ns_log = "namesrv.log" if major(s.cluster.rocketmq_version) == 4 else "remoting.log"
         self.namesrvs = [p.name for p in self.cluster.namesrv_nodes()]
         self.frame_tails = {n: LogTail(log_dir(logs, n) / ns_log) for n in self.namesrvs}
         self.frames: dict[str, Any] = {"count": 0, "last_length": None, "limit": None, "last_ms": None,
