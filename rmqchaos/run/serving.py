@@ -50,14 +50,15 @@ def read_statuses(consumers_dir: Path) -> list[dict[str, Any]]:
 def by_group(statuses: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """The statuses merged per consumer group: {group: {started_ms, stopped_ms (the last status
     written), consumers, keyed_by [address | broker_name], unwatched {consumer: why}, heartbeats {sent,
-    lock_busy, failed}, brokers {key: {served, first_served_ms, last_served_ms, refused {code: n},
+    lock_busy, failed, resent}, brokers {key: {served, first_served_ms, last_served_ms, refused {code: n},
     not_latest, counts {what: n}, spans, spans_truncated}}}}; the group's consumers divide its queues,
     so a broker served the group when it served any of them."""
     out: dict[str, dict[str, Any]] = {}
     for st in statuses:
         g = out.setdefault(st.get("group") or "?", {"started_ms": None, "stopped_ms": None, "consumers": [],
                                                    "keyed_by": [], "unwatched": {},
-                                                   "heartbeats": {"sent": 0, "lock_busy": 0, "failed": 0},
+                                                   "heartbeats": {"sent": 0, "lock_busy": 0, "failed": 0,
+                                                                  "resent": 0},
                                                    "brokers": {}})
         g["consumers"].append(st.get("consumer_id"))
         g["keyed_by"] = sorted({*g["keyed_by"], st.get("keyed_by") or "address"})  # written before POP: addresses

@@ -62,6 +62,7 @@ public final class Consumer {
             final long from;
             final long next;
             final String addr;
+            final long sentMs = HostClock.now();
 
             Pull(String topic, int queueId, long from, long next, String addr) {
                 this.topic = topic;
@@ -77,6 +78,12 @@ public final class Consumer {
          *  (NettyRemotingClient.invokeAsync): there, the last pull sent per queue ("topic@queueId"; the push
          *  consumer has one pull of a queue in flight at a time) names the address its messages came from. */
         private final Map<String, Pull> sent = new ConcurrentHashMap<>();
+        /** Whether this client ran the hook after a pull's answer (5.x); until then refusals are unseen. */
+        private volatile boolean answersSeen;
+        /** 4.x: a pull resent to the same broker at the same offset sooner than this after the last was
+         *  refused (the client resends one pullTimeDelayMillsWhenException, 3 s, later); a long-polled
+         *  "no new message" comes back only after brokerSuspendMaxTimeMillis (15 s) or with messages. */
+        static final long REPULL_REFUSED_MS = 8000;
         private final Map<MessageExt, String> served = Collections.synchronizedMap(new WeakHashMap<>());
         private final Serving serving; // every pull's answer, per broker (null: not asked for)
 
@@ -90,8 +97,15 @@ public final class Consumer {
                 return;
             }
             Pull p = pulled(request, Long.MAX_VALUE, remoteAddr);
-            if (p != null) {
-                sent.put(p.topic + "@" + p.queueId, p);
+            if (p == null) {
+                return;
+            }
+            Pull before = sent.put(p.topic + "@" + p.queueId, p);
+            // 4.x cannot show the refusal itself (code 25 of the heartbeat race Serving describes, which
+            // 4.6.0's client has too: tryLock in sendHeartbeatToAllBrokerWithLock), only its resend
+            if (serving != null && !answersSeen && before != null && before.from == p.from
+                && before.addr.equals(p.addr) && p.sentMs - before.sentMs < REPULL_REFUSED_MS) {
+                serving.resent(p.addr);
             }
         }
 
@@ -113,6 +127,7 @@ public final class Consumer {
             if (request == null || request.getCode() != Codes.PULL_MESSAGE || response == null) {
                 return;
             }
+            answersSeen = true;
             if (serving != null) {
                 serving.answered(remoteAddr, response.getCode());
             }

@@ -98,6 +98,13 @@ final class Serving {
         }
     }
 
+    /** A pull resent soon at the offset it asked before (Consumer.ServedBy: 4.x, whose client runs no hook
+     *  after an asynchronous answer): most likely refused, so a heartbeat is asked for as a refusal would. */
+    void resent(String addr) {
+        status.heartbeat("resent");
+        askHeartbeat();
+    }
+
     private void askHeartbeat() {
         if (factory == null || heartbeat == null || !pending.compareAndSet(false, true)) {
             return;

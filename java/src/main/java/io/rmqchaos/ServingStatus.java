@@ -46,6 +46,7 @@ final class ServingStatus {
     private long heartbeatsSent;
     private long heartbeatLockBusy;
     private long heartbeatsFailed;
+    private long resends;
     private volatile boolean urgent;
     private volatile long lastWrite;
     private final Object writing = new Object();
@@ -115,9 +116,13 @@ final class ServingStatus {
         }
     }
 
-    /** The remoting consumer's heartbeats after a refused pull (Serving): sent, lock_busy or failed. */
+    /** The remoting consumer's heartbeats after a refused pull (Serving): sent, lock_busy or failed; and
+     *  resent: a 4.x pull resent soon at the same offset, taken for a refusal the client did not show. */
     synchronized void heartbeat(String outcome) {
         switch (outcome) {
+            case "resent":
+                resends++;
+                break;
             case "sent":
                 heartbeatsSent++;
                 break;
@@ -155,7 +160,8 @@ final class ServingStatus {
                 .append(",\"written_ms\":").append(lastWrite)
                 .append(",\"heartbeats\":{\"sent\":").append(heartbeatsSent)
                 .append(",\"lock_busy\":").append(heartbeatLockBusy)
-                .append(",\"failed\":").append(heartbeatsFailed).append('}')
+                .append(",\"failed\":").append(heartbeatsFailed)
+                .append(",\"resent\":").append(resends).append('}')
                 .append(",\"brokers\":{");
             boolean first = true;
             for (Map.Entry<String, Broker> e : brokers.entrySet()) {
