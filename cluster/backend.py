@@ -192,10 +192,10 @@ class ClusterBackend(ABC):
         broker one of them refused can be listed by the others."""
         return {p.name: self.registered(p.name) for p in self.namesrv_nodes()}
 
-    def listed_anywhere(self, node: str) -> bool | None:
+    def listed_anywhere(self, node: str, each: dict[str, dict[str, dict[int, str]] | None] | None = None) -> bool | None:
         """Whether any namesrv lists `node` at its address (None: no namesrv answered): a broker is
-        out of the route when no namesrv lists it."""
-        regs = [r for r in self.registered_in_each().values() if r is not None]
+        out of the route when no namesrv lists it. `each`: registered_in_each() already asked."""
+        regs = [r for r in (self.registered_in_each() if each is None else each).values() if r is not None]
         return None if not regs else any(self.plans[node].listed_in(r) for r in regs)
 
     def routed_groups(self, topic: str) -> set[str]:

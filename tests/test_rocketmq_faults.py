@@ -347,6 +347,15 @@ def test_several_namesrvs_each_on_its_address_and_out_of_the_route_means_out_of_
     assert _union({"namesrv": {"broker-a": {0: "x"}}, "namesrv-1": None, "namesrv-2": {"broker-b": {1: "y"}}}) == \
         {"broker-a": {0: "x"}, "broker-b": {1: "y"}}
     assert _union({"namesrv": None}) is None
+    # listed: by any namesrv at its own address and id; one namesrv's id for another address does not count
+    from types import SimpleNamespace
+    from cluster.backend import ClusterBackend
+    fake = SimpleNamespace(plans=ps)
+    each = {"namesrv": {"broker-b": {0: "elsewhere"}}, "namesrv-1": None,
+            "namesrv-2": {"broker-b": {0: ps["broker-b"].addr}}}
+    assert ClusterBackend.listed_anywhere(fake, "broker-b", each) is True  # type: ignore[arg-type]
+    assert ClusterBackend.listed_anywhere(fake, "broker-b", {**each, "namesrv-2": {}}) is False  # type: ignore[arg-type]
+    assert ClusterBackend.listed_anywhere(fake, "broker-b", {"namesrv": None}) is None  # type: ignore[arg-type]
 
     def sample(ts: int, b_listed: bool | None, refused: dict[str, int], length: int | None) -> dict[str, Any]:
         return {"ts_ms": ts, "brokers": {"broker-b": {"up": True, "registered": b_listed},

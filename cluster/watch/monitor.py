@@ -211,7 +211,7 @@ class Monitor:
                         self.reg[p.name][key] += 1
                         self.reg[p.name][f"last_{key}_ms"] = line_ms(line)
         # every broker at once: stopped brokers cost the sample one timeout together, not one each
-        asked = {p.name: self.broker_pool.submit(self._broker, p, reg, routed) for p in self.nodes}
+        asked = {p.name: self.broker_pool.submit(self._broker, p, reg, routed, each) for p in self.nodes}
         brokers = {n: f.result() for n, f in asked.items()}
         out["brokers"] = brokers
         out["backlog"] = merge_backlog(brokers)
@@ -220,9 +220,13 @@ class Monitor:
             out["links"] = links()
         return out
 
-    def _broker(self, p: NodePlan, reg: dict[str, dict[int, str]] | None, routed: set[str] | None) -> dict[str, Any]:
-        """One broker's part of the sample, asked of the broker itself."""
-        b: dict[str, Any] = {"registered": None if reg is None else p.listed_in(reg),
+    def _broker(self, p: NodePlan, reg: dict[str, dict[int, str]] | None, routed: set[str] | None,
+                each: dict[str, dict[str, dict[int, str]] | None] | None) -> dict[str, Any]:
+        """One broker's part of the sample, asked of the broker itself. `each`: every namesrv's
+        registrations when there are several (the backend's listed_anywhere: listed by any of them)."""
+        listed = self.cluster.listed_anywhere(p.name, each) if each is not None else \
+            None if reg is None else p.listed_in(reg)
+        b: dict[str, Any] = {"registered": listed,
                              "routed": None if routed is None else p.broker_name in routed,
                              "registrations": dict(self.reg[p.name])}
         try:
@@ -283,7 +287,9 @@ class Monitor:
 
 
 def _union(each: dict[str, dict[str, dict[int, str]] | None]) -> dict[str, dict[int, str]] | None:
-    """What any namesrv lists (None: none answered): a broker is out of the route when no namesrv lists it."""
+    """The brokers any namesrv lists (None: none answered), for the group names and the id-0 master
+    check; whether a node is listed is the backend's listed_anywhere (a union of the maps would let one
+    namesrv's id overwrite another's)."""
     answered = [r for r in each.values() if r is not None]
     if not answered:
         return None
