@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
 from rmqchaos.machine import paths
 from rmqchaos.errors import UserError
@@ -292,25 +293,60 @@ def substituted(version: str) -> dict[str, str]:
     return json.loads(f.read_text()) if f.is_file() else {}
 
 
-def _maven(mvn: str, work: Path, version: str, lib: Path, log: Path) -> int:
-    with open(log, "w") as lf:
+def maven(mvn: str, args: Sequence[str], log: Path, cwd: Path | None = None, append: bool = False) -> int:
+    """The one way the platform calls Maven: `mvn -B -q ARGS`, its output into `log`; Maven's exit code, -1 when it
+    takes longer than MAVEN_TIMEOUT."""
+    with open(log, "a" if append else "w") as lf:
         try:
-            return subprocess.run([mvn, "-B", "-q", f"-Drocketmq.version={version}", "package",
-                                   "dependency:copy-dependencies", "-DincludeScope=runtime",
-                                   f"-DoutputDirectory={lib}", "-DskipTests"],
-                                  cwd=work, stdout=lf, stderr=subprocess.STDOUT, timeout=MAVEN_TIMEOUT).returncode
+            return subprocess.run([mvn, "-B", "-q", *args], cwd=cwd, stdout=lf, stderr=subprocess.STDOUT,
+                                  timeout=MAVEN_TIMEOUT).returncode
         except subprocess.TimeoutExpired:
             return -1
+
+
+def _maven(mvn: str, work: Path, version: str, lib: Path, log: Path) -> int:
+    return maven(mvn, [f"-Drocketmq.version={version}", "package", "dependency:copy-dependencies", "-DincludeScope=runtime",
+                       f"-DoutputDirectory={lib}", "-DskipTests"], log, cwd=work)
 
 
 def _maven_copy(mvn: str, work: Path, version: str, dest: Path, log: Path) -> int:
-    with open(log, "a") as lf:
-        try:
-            return subprocess.run([mvn, "-B", "-q", f"-Drocketmq.version={version}", "dependency:copy-dependencies",
-                                   "-DincludeScope=provided", f"-DoutputDirectory={dest}"],
-                                  cwd=work, stdout=lf, stderr=subprocess.STDOUT, timeout=MAVEN_TIMEOUT).returncode
-        except subprocess.TimeoutExpired:
-            return -1
+    return maven(mvn, [f"-Drocketmq.version={version}", "dependency:copy-dependencies", "-DincludeScope=provided",
+                       f"-DoutputDirectory={dest}"], log, cwd=work, append=True)
+
+
+def artifacts(name: str, coords: Sequence[str]) -> Path:
+    """.cache/<name>/ holding the jars `coords` name (group:artifact:version each, pinned by the caller, no transitive
+    dependency), copied from Maven Central on first use (a lock; one progress line). One that Maven does not serve is
+    one UserError line naming it."""
+    d = paths.CACHE / name
+    if all((d / _jar_name(c)).is_file() for c in coords):
+        return d
+    mvn = shutil.which("mvn")
+    if not mvn:
+        raise UserError(f"{', '.join(coords)} not here and mvn is not on PATH", "run `make setup`")
+    paths.CACHE.mkdir(parents=True, exist_ok=True)
+    with open(paths.CACHE / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        tmp, log = d.with_name(f".{name}.{os.getpid()}"), paths.CACHE / f"mvn-{name}.log"
+        shutil.rmtree(tmp, ignore_errors=True)
+        for c in coords:
+            if (d / _jar_name(c)).is_file():
+                continue
+            say(f"resolving {c} with Maven into {d}")
+            if maven(mvn, ["dependency:copy", f"-Dartifact={c}", f"-DoutputDirectory={tmp}"], log) != 0:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise UserError(f"{c} does not resolve from Maven ({_maven_reason(log)}; log: {log})",
+                                "check the pinned coordinates and the network")
+        d.mkdir(parents=True, exist_ok=True)
+        for f in tmp.glob("*.jar") if tmp.is_dir() else ():
+            f.rename(d / f.name)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return d
+
+
+def _jar_name(coords: str) -> str:
+    _, artifact, version = coords.split(":")
+    return f"{artifact}-{version}.jar"
 
 
 def _log_text(log: Path) -> str:
