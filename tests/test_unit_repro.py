@@ -1,0 +1,85 @@
+"""`rmqchaos unit-repro` (issue 68): a reproduction without rmqchaos, a JUnit test against RocketMQ's own classes,
+compiled and run against released jars. The fast tier reads JUnitCore's reports and refuses bad input; the real test
+runs the allAckInSyncStateSet reproduction on 5.3.3 (passes) and 5.5.0 (fails on its SyncStateSet assertion)."""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import cli
+from pipeline.workflows.repro import line, parse_junit, unit_repro
+
+REPO = Path(__file__).resolve().parent.parent
+ALL_ACK = REPO / "java" / "repro" / "all-ack-sync-state-set"
+
+PASSED = "JUnit version 4.13.2\n.\nTime: 15.157\n\nOK (1 test)\n\n"
+FAILED = """JUnit version 4.13.2
+.E.E
+Time: 10.376
+There were 2 failures:
+1) testShrink(org.apache.rocketmq.store.ha.autoswitch.ShrinkTest)
+java.lang.AssertionError: SyncStateSet expected:<[1, 2]> but was:<[1]>
+\tat org.junit.Assert.fail(Assert.java:89)
+\tat org.apache.rocketmq.store.ha.autoswitch.ShrinkTest.testShrink(ShrinkTest.java:102)
+2) testSetUp(org.apache.rocketmq.store.ha.autoswitch.ShrinkTest)
+java.lang.IllegalStateException
+\tat org.apache.rocketmq.store.DefaultMessageStore.start(DefaultMessageStore.java:300)
+\tat org.apache.rocketmq.store.ha.autoswitch.ShrinkTest.setUp(ShrinkTest.java:70)
+
+FAILURES!!!
+Tests run: 2,  Failures: 2
+
+"""
+
+
+@pytest.mark.fast
+def test_junitcores_report_gives_each_failure_with_its_line_in_the_test() -> None:
+    assert parse_junit(PASSED) == (True, 1, [])
+    passed, run, failures = parse_junit(FAILED)
+    assert (passed, run) == (False, 2)
+    assert failures == [
+        {"test": "testShrink", "class": "ShrinkTest", "exception": "java.lang.AssertionError",
+         "message": "SyncStateSet expected:<[1, 2]> but was:<[1]>", "at": "ShrinkTest.java:102"},
+        {"test": "testSetUp", "class": "ShrinkTest", "exception": "java.lang.IllegalStateException", "message": "",
+         "at": "ShrinkTest.java:70"}]
+    rec = {"version": "5.5.0", "passed": False, "compiled": True, "tests_run": 2, "failures": failures}
+    assert line(rec) == ("5.5.0: fails: testShrink: AssertionError: SyncStateSet expected:<[1, 2]> but was:<[1]> "
+                         "(ShrinkTest.java:102); testSetUp: IllegalStateException (ShrinkTest.java:70)")
+    # a JVM that never got to a report: its last line
+    assert parse_junit("Error: Could not find or load main class org.junit.runner.JUnitCore\n") == \
+        (False, 0, [{"test": None, "class": None, "exception": "no JUnit report",
+                     "message": "Error: Could not find or load main class org.junit.runner.JUnitCore", "at": None}])
+
+
+@pytest.mark.fast
+def test_a_folder_without_tests_or_a_bad_version_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "Helper.java").write_text("class Helper {}\n")
+    for args, says in ((["unit-repro", str(tmp_path), "--versions", "5.5.0"], "no JUnit test source here"),
+                       (["unit-repro", str(ALL_ACK), "--versions", "5.5"], "RocketMQ version '5.5' cannot be resolved")):
+        r = cli(*args, env={**os.environ, "RMQCHAOS_RUNS": str(tmp_path / "runs")})
+        assert r.returncode != 0
+        assert says in next(ln for ln in r.stderr.splitlines() if ln.startswith("rmqchaos: error:"))
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_all_ack_reproduction_passes_on_5_3_3_and_fails_on_5_5_0_on_its_sync_state_set(tmp_path: Path) -> None:
+    old, new = unit_repro(ALL_ACK, "5.5.0,5.3.3", tmp_path)
+    assert (old["version"], old["passed"], old["tests_run"], old["failures"]) == ("5.3.3", True, 1, []), old["output_tail"]
+    assert (new["version"], new["compiled"], new["passed"], new["tests_run"]) == ("5.5.0", True, False, 1), new["output_tail"]
+    [f] = new["failures"]
+    assert f["test"] == "testShrinkTakesEffectOnlyWhenControllerAcceptsIt" and f["exception"] == "java.lang.AssertionError"
+    # the SyncStateSet assertion, not a setup step: the local set shrank before the controller answered, and the SYNC
+    # put stored only on the master was acknowledged
+    assert re.fullmatch(r"SyncStateSet before the controller accepted the shrink to \[1\] \(a SYNC put stored only on "
+                        r"the master meanwhile was answered PUT_OK\) expected:<\[1, 2\]> but was:<\[1\]>", f["message"])
+    src = (next(ALL_ACK.rglob("AllAckInSyncStateSetShrinkTest.java"))).read_text().splitlines()
+    assert f["at"].startswith("AllAckInSyncStateSetShrinkTest.java:")
+    assert 'assertEquals("SyncStateSet before' in src[int(f["at"].rsplit(":", 1)[1]) - 1]
+    # RocketMQ's own log says what the master did: the shrink notified, the put waited (5.3.3) or not (5.5.0)
+    for rec, timeouts in ((old, 1), (new, 0)):
+        store_log = (Path(rec["dir"]) / "logs" / "rocketmqlogs" / "store.log").read_text()
+        assert "Notify the syncStateSet has been changed into [1]." in store_log
+        assert store_log.count("transfer message to slave timeout") == timeouts, rec["version"]
