@@ -57,7 +57,7 @@ def cmd_bisect(a: argparse.Namespace) -> int:
 
 def cmd_report_upstream(a: argparse.Namespace) -> int:
     from pipeline.workflows.upstream import DEFAULT_GREP, report_upstream
-    res = report_upstream(a.runs, a.title, a.check, a.grep or DEFAULT_GREP, a.source, a.notes, a.out)
+    res = report_upstream(a.runs, a.title, a.check, a.grep or DEFAULT_GREP, a.source, a.notes, a.out, a.repro)
     print(json.dumps(res, indent=1) if a.json else
           f"report: {res['report']} (affected: {', '.join(res['affected']) or 'none'}; "
           f"not affected: {', '.join(res['not_affected']) or 'none measured'})")
@@ -140,6 +140,8 @@ def add_parsers(sub: Any) -> None:
     u.add_argument("--source", action="append", metavar="PATH.java:FROM-TO@VERSION",
                    help="source lines to cite, read from that release's sources jar (repeatable)")
     u.add_argument("--notes", help="a Markdown file: the analysis and a proposed fix")
+    u.add_argument("--repro", metavar="DIR", help="a `rmqchaos unit-repro` run (its --out): the section "
+                                                  "'Reproduction without rmqchaos', with what each version printed")
     u.add_argument("--out", help="the report file (default docs/upstream-reports/<scenario>.md)")
     u.add_argument("--json", action="store_true")
     u.set_defaults(fn=cmd_report_upstream)

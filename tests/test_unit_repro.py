@@ -3,6 +3,7 @@ compiled and run against released jars. The fast tier reads JUnitCore's reports 
 runs the allAckInSyncStateSet reproduction on 5.3.3 (passes) and 5.5.0 (fails on its SyncStateSet assertion)."""
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -10,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from conftest import cli
-from pipeline.workflows.repro import line, parse_junit, unit_repro
+from pipeline.workflows import upstream
+from pipeline.workflows.repro import RECORD, line, markdown, parse_junit, unit_repro
 
 REPO = Path(__file__).resolve().parent.parent
 ALL_ACK = REPO / "java" / "repro" / "all-ack-sync-state-set"
@@ -63,6 +65,37 @@ def test_a_folder_without_tests_or_a_bad_version_is_one_line(tmp_path: Path) -> 
         assert r.returncode != 0
         assert says in next(ln for ln in r.stderr.splitlines() if ln.startswith("rmqchaos: error:"))
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.fast
+def test_the_reports_section_says_what_the_test_shows_how_to_run_it_and_what_each_version_printed(tmp_path: Path) -> None:
+    src = tmp_path / "repro" / "store" / "src" / "test" / "java" / "org" / "x"
+    src.mkdir(parents=True)
+    (src / "ShrinkTest.java").write_text("package org.x;\n\n/**\n * A shrink takes effect\n * once accepted.\n */\n"
+                                         "public class ShrinkTest {\n}\n")
+    failure = {"test": "testShrink", "class": "ShrinkTest", "exception": "java.lang.AssertionError",
+               "message": "SyncStateSet expected:<[1, 2]> but was:<[1]>", "at": "ShrinkTest.java:102"}
+    (tmp_path / RECORD).write_text(json.dumps({
+        "source": str(tmp_path / "repro"), "tests": ["store/src/test/java/org/x/ShrinkTest.java"],
+        "classes": ["org.x.ShrinkTest"], "date": "2026-12-07", "versions": [
+            {"version": "5.3.3", "passed": True, "compiled": True, "tests_run": 1, "failures": []},
+            {"version": "5.5.0", "passed": False, "compiled": True, "tests_run": 1, "failures": [failure]}]}))
+    md = markdown(tmp_path)
+    assert md.startswith("## Reproduction without rmqchaos\n")
+    for part in (f"`{tmp_path}/repro/store/src/test/java/org/x/ShrinkTest.java` (rmqchaos repository): A shrink takes "
+                 "effect once accepted.", f"cp -r {tmp_path}/repro/* <rocketmq>/",
+                 "mvn -pl store -am test -Dtest=ShrinkTest -Dsurefire.failIfNoSpecifiedTests=false",
+                 f"rmqchaos unit-repro {tmp_path}/repro --versions 5.3.3,5.5.0", "What it printed (2026-12-07):",
+                 "5.3.3: passes (1 test)\n5.5.0: fails: testShrink: AssertionError: SyncStateSet expected:<[1, 2]> but "
+                 "was:<[1]> (ShrinkTest.java:102)\n"):
+        assert part in md, part
+    # report-upstream puts it right after the versions
+    rec = {"version": "5.5.0", "showed": True, "src": "name: x\n", "resolved": "name: x\n", "settings": {},
+           "run_dir": "/r/x", "counts": {}, "how": "lost", "verdict": ""}
+    report = upstream.render("t", [rec], [], [], repro=md)
+    assert report.index("## Versions") < report.index("## Reproduction without rmqchaos") < report.index("## The scenario")
+    with pytest.raises(Exception, match="no unit-repro record there"):
+        markdown(tmp_path / "nowhere")
 
 
 def test_the_all_ack_reproduction_passes_on_5_3_3_and_fails_on_5_5_0_on_its_sync_state_set(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ What a run leaves, in its directory: classes/, the JUnit output (junit.txt), the
 java.io.tmpdir) and RocketMQ's own logs (logs/rocketmqlogs/, under user.home)."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -28,6 +29,7 @@ JUNIT = ("junit:junit:4.13.2", "org.hamcrest:hamcrest-core:1.3")
 JUNIT_MAIN = "org.junit.runner.JUnitCore"
 TIMEOUT_S = 300.0  # javac, or one JVM running every test class of DIR
 TAIL_LINES = 40
+RECORD = "unit-repro.json"  # beside the versions' directories: what `report-upstream --repro` reads
 _TEST_FILE = re.compile(r"^(Test\w*|\w*Tests?|\w*TestCase)\.java$")  # surefire's default includes
 _PACKAGE = re.compile(r"^\s*package\s+([\w.]+)\s*;", re.M)
 _FAILURE = re.compile(r"^\d+\) (?P<test>[^\n(]+)\((?P<cls>[\w.$]+)\)\n(?P<exc>[\w.$]+)(?::[ \t]*(?P<msg>[^\n]*))?"
@@ -124,6 +126,12 @@ def unit_repro(test_source_dir: str | Path, versions: str, out: str | Path | Non
     for v in sorted(set(asked), key=dist.version_key):
         say(f"unit-repro {Path(test_source_dir).name}: compiling and running against RocketMQ {v}'s jars")
         recs.append(run_unit_repro(test_source_dir, v, base / v))
+    sources, classes = test_classes(test_source_dir)
+    src = Path(test_source_dir).resolve()
+    (base / RECORD).write_text(json.dumps({
+        "source": str(src.relative_to(paths.REPO)) if src.is_relative_to(paths.REPO) else str(src),
+        "tests": [str(f.relative_to(src)) for f in sources if f.stem in {c.rsplit(".", 1)[-1] for c in classes}],
+        "classes": classes, "date": time.strftime("%Y-%m-%d"), "versions": recs}, indent=1) + "\n")
     return recs
 
 
@@ -139,6 +147,37 @@ def line(rec: dict[str, Any]) -> str:
                     f"{': ' + f['message'] if f['message'] else ''}{' (' + f['at'] + ')' if f['at'] else ''}"
                     for f in rec["failures"])
     return f"{rec['version']}: {'fails' if rec['compiled'] else 'does not compile'}: {why}"
+
+
+def markdown(record_dir: str | Path) -> str:
+    """The report's section "Reproduction without rmqchaos" from a unit-repro run (its unit-repro.json): what the test
+    shows (its class's Javadoc), how to run it in upstream's tree and with rmqchaos, and what each version printed."""
+    f = Path(record_dir) / RECORD
+    try:
+        rec = json.loads(f.read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"--repro {record_dir}: no unit-repro record there ({e})",
+                        "pass the directory `rmqchaos unit-repro DIR --versions ... --out OUT` wrote") from None
+    src, tests = rec["source"], rec["tests"]
+    about = [_javadoc((paths.REPO / src / t) if not Path(src).is_absolute() else Path(src) / t) for t in tests]
+    names = ",".join(c.rsplit(".", 1)[-1] for c in rec["classes"])
+    versions = ",".join(r["version"] for r in rec["versions"])
+    md = ["## Reproduction without rmqchaos", ""]
+    md += [f"`{src}/{t}` (rmqchaos repository): {a}" if a else f"`{src}/{t}` (rmqchaos repository)."
+           for t, a in zip(tests, about)]
+    md += ["", "In a checkout of apache/rocketmq (the folder is laid out as its tree; `-am` builds the modules the store "
+           "needs first):", "", "```sh", f"cp -r {src}/* <rocketmq>/",
+           f"cd <rocketmq> && mvn -pl store -am test -Dtest={names} -Dsurefire.failIfNoSpecifiedTests=false", "```", "",
+           "Against the released jars (javac and JUnitCore, JUnit 4.13.2, as upstream's pom pins):", "", "```sh",
+           f"rmqchaos unit-repro {src} --versions {versions}", "```", "", f"What it printed ({rec['date']}):", "", "```"]
+    md += [line(r) for r in rec["versions"]] + ["```", ""]
+    return "\n".join(md)
+
+
+def _javadoc(java: Path) -> str:
+    """The Javadoc of the file's public class, as one paragraph."""
+    m = re.search(r"/\*\*(.*?)\*/\s*public\s+class", java.read_text(errors="replace"), re.S) if java.is_file() else None
+    return " ".join(ln.strip().lstrip("*").strip() for ln in m.group(1).splitlines()).strip() if m else ""
 
 
 def _tail(text: str) -> str:
