@@ -80,7 +80,7 @@ def run_unit_repro(test_source_dir: str | Path, version: str, out: str | Path | 
     sources, classes = test_classes(test_source_dir)
     home = dist.ensure(version)
     junit = dist.artifacts("junit", JUNIT)
-    work = Path(out) if out is not None else default_dir(test_source_dir) / version
+    work = (Path(out) if out is not None else default_dir(test_source_dir) / version).resolve()
     (work / "classes").mkdir(parents=True, exist_ok=True)
     (work / "tmp").mkdir(exist_ok=True)
     cp = f"{junit}/*:{classpath(version)}"
