@@ -114,7 +114,7 @@ public class AllAckInSyncStateSetShrinkTest {
 
     @After
     public void tearDown() {
-        for (DefaultMessageStore store : new DefaultMessageStore[] {slave, master}) {
+        for (DefaultMessageStore store : Arrays.asList(slave, master)) {
             if (store != null) {
                 store.shutdown();
                 store.destroy();
