@@ -98,6 +98,27 @@ def test_the_reports_section_says_what_the_test_shows_how_to_run_it_and_what_eac
         markdown(tmp_path / "nowhere")
 
 
+@pytest.mark.fast
+def test_pinned_jars_already_there_are_not_asked_of_maven_and_without_mvn_it_is_one_line(tmp_path: Path,
+                                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from rmqchaos.errors import UserError
+    from rmqchaos.machine import paths
+    from rmqchaos.rocketmq import dist, grpc_client
+    monkeypatch.setattr(paths, "CACHE", tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))  # no mvn: any resolution would fail
+    (tmp_path / "junit").mkdir()
+    for jar in ("junit-4.13.2.jar", "hamcrest-core-1.3.jar"):
+        (tmp_path / "junit" / jar).write_bytes(b"PK")
+    assert dist.artifacts("junit", ("junit:junit:4.13.2", "org.hamcrest:hamcrest-core:1.3")) == tmp_path / "junit"
+    (tmp_path / "rocketmq-client-java-5.0.8").mkdir()
+    (tmp_path / "rocketmq-client-java-5.0.8" / "rocketmq-client-java-5.0.8.jar").write_bytes(b"PK")
+    assert grpc_client.ensure("5.0.8") == tmp_path / "rocketmq-client-java-5.0.8"
+    with pytest.raises(UserError, match=r"^junit:junit:4.13.1 not here and mvn is not on PATH: run `make setup`$"):
+        dist.artifacts("junit", ("junit:junit:4.13.1",))
+    with pytest.raises(UserError, match=r"^the gRPC client: org.apache.rocketmq:rocketmq-client-java:5.0.9 not here"):
+        grpc_client.ensure("5.0.9")
+
+
 def test_the_all_ack_reproduction_passes_on_5_3_3_and_fails_on_5_5_0_on_its_sync_state_set(tmp_path: Path) -> None:
     old, new = unit_repro(ALL_ACK, "5.5.0,5.3.3", tmp_path)
     assert (old["version"], old["passed"], old["tests_run"], old["failures"]) == ("5.3.3", True, 1, []), old["output_tail"]
