@@ -31,6 +31,6 @@ def ensure(version: str) -> Path:
     if not _VERSION.match(version):
         raise UserError(f"gRPC client version {version!r} is not a release number", "e.g. 5.0.8 or 5.2.0")
     try:
-        return dist.artifacts(home(version).name, [f"org.apache.rocketmq:rocketmq-client-java:{version}"])
+        return dist.artifacts(home(version).name, (f"org.apache.rocketmq:rocketmq-client-java:{version}",))
     except UserError as e:
         raise UserError(f"the gRPC client: {e.message}", f"versions seen here: 5.0.8, 5.1.0, {pinned()}") from None
