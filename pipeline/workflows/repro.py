@@ -1,6 +1,6 @@
 """`rmqchaos unit-repro DIR --versions A,B`: a reproduction without rmqchaos, run against released jars. DIR holds
 JUnit 4 tests written against RocketMQ's own classes, laid out as upstream's tree (java/repro/<finding>/store/src/
-test/java/...: copied into a checkout of apache/rocketmq they run there with `mvn -pl store test -Dtest=...`). Each
+test/java/...: copied into a checkout of apache/rocketmq they run there with `mvn -pl store -am test -Dtest=...`). Each
 version's run compiles them with javac against that release's jars (rmqchaos/rocketmq/dist.py) and the pinned JUnit,
 runs every test class with JUnitCore and reads what it printed: passed, or which assertion failed where.
 
@@ -87,9 +87,9 @@ def run_unit_repro(test_source_dir: str | Path, version: str, out: str | Path | 
     rec: dict[str, Any] = {"version": version, "passed": False, "tests_run": 0, "failures": [], "output_tail": "",
                            "compiled": False, "mixed": dist.substituted(version), "dir": str(work)}
     done = run_bounded(javac_command(sources, work / "classes", cp), TIMEOUT_S, cwd=work)
+    text = done[1] if done else f"javac did not finish within {TIMEOUT_S:.0f} s"
+    (work / "javac.txt").write_text(text)
     if done is None or done[0] != 0:
-        text = done[1] if done else f"javac did not finish within {TIMEOUT_S:.0f} s"
-        (work / "javac.txt").write_text(text)
         lines = text.strip().splitlines() or ["javac failed"]
         first = re.sub(r"^\S*/", "", next((ln for ln in lines if "error:" in ln), lines[-1]))  # File.java:12: error: ...
         rec.update(failures=[{"test": None, "class": None, "exception": "javac" if done else "timeout",
@@ -120,13 +120,12 @@ def unit_repro(test_source_dir: str | Path, versions: str, out: str | Path | Non
         raise UserError(f"--versions {versions!r}: no version", "e.g. --versions 5.3.3,5.5.0")
     for v in asked:
         dist.check_version(v)
-    test_classes(test_source_dir)  # one line for a folder without tests, before any resolution
+    sources, classes = test_classes(test_source_dir)  # one line for a folder without tests, before any resolution
     base = Path(out) if out is not None else default_dir(test_source_dir)
     recs = []
     for v in sorted(set(asked), key=dist.version_key):
         say(f"unit-repro {Path(test_source_dir).name}: compiling and running against RocketMQ {v}'s jars")
         recs.append(run_unit_repro(test_source_dir, v, base / v))
-    sources, classes = test_classes(test_source_dir)
     src = Path(test_source_dir).resolve()
     (base / RECORD).write_text(json.dumps({
         "source": str(src.relative_to(paths.REPO)) if src.is_relative_to(paths.REPO) else str(src),
@@ -161,14 +160,16 @@ def markdown(record_dir: str | Path) -> str:
     src, tests = rec["source"], rec["tests"]
     about = [_javadoc((paths.REPO / src / t) if not Path(src).is_absolute() else Path(src) / t) for t in tests]
     names = ",".join(c.rsplit(".", 1)[-1] for c in rec["classes"])
+    modules = ",".join(sorted({t.split("/", 1)[0] for t in tests}))  # upstream's module: store/src/test/java/...
     versions = ",".join(r["version"] for r in rec["versions"])
     md = ["## Reproduction without rmqchaos", ""]
     md += [f"`{src}/{t}` (rmqchaos repository): {a}" if a else f"`{src}/{t}` (rmqchaos repository)."
            for t, a in zip(tests, about)]
-    md += ["", "In a checkout of apache/rocketmq (the folder is laid out as its tree; `-am` builds the modules the store "
-           "needs first):", "", "```sh", f"cp -r {src}/* <rocketmq>/",
-           f"cd <rocketmq> && mvn -pl store -am test -Dtest={names} -Dsurefire.failIfNoSpecifiedTests=false", "```", "",
-           "Against the released jars (javac and JUnitCore, JUnit 4.13.2, as upstream's pom pins):", "", "```sh",
+    md += ["", f"In a checkout of apache/rocketmq (the folder is laid out as its tree; `-am` first builds the modules "
+           f"`{modules}` depends on):", "", "```sh", f"cp -r {src}/* <rocketmq>/",
+           f"cd <rocketmq> && mvn -pl {modules} -am test -Dtest={names} -Dsurefire.failIfNoSpecifiedTests=false", "```",
+           "", f"Against the released jars (javac and JUnitCore, JUnit {JUNIT[0].rsplit(':', 1)[1]}, as upstream's pom "
+           "pins):", "", "```sh",
            f"rmqchaos unit-repro {src} --versions {versions}", "```", "", f"What it printed ({rec['date']}):", "", "```"]
     md += [line(r) for r in rec["versions"]] + ["```", ""]
     return "\n".join(md)
