@@ -78,7 +78,7 @@ def run_unit_repro(test_source_dir: str | Path, version: str, out: str | Path | 
     mixed (what of the release stood in: dist.substituted), dir}. A compile error or a run past TIMEOUT_S is a failure
     whose exception says so ('javac', 'timeout')."""
     sources, classes = test_classes(test_source_dir)
-    home = dist.ensure(version)
+    home = dist.rocketmq_home(version)  # resolved with Maven on first use
     junit = dist.artifacts("junit", JUNIT)
     work = (Path(out) if out is not None else default_dir(test_source_dir) / version).resolve()
     (work / "classes").mkdir(parents=True, exist_ok=True)
