@@ -119,6 +119,34 @@ def test_pinned_jars_already_there_are_not_asked_of_maven_and_without_mvn_it_is_
         grpc_client.ensure("5.0.9")
 
 
+@pytest.mark.fast
+def test_a_compile_error_is_one_failure_naming_its_file_and_line_and_a_report_is_read(tmp_path: Path,
+                                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.workflows import repro
+    monkeypatch.setattr(repro.dist, "rocketmq_home", lambda v: tmp_path / f"rocketmq-{v}")
+    monkeypatch.setattr(repro.dist, "artifacts", lambda name, coords: tmp_path / name)
+    monkeypatch.setattr(repro.dist, "substituted", lambda v: {})
+    monkeypatch.setattr(repro, "classpath", lambda v: f"{tmp_path}/rocketmq-{v}/lib/*")
+    monkeypatch.setattr(repro.paths, "loopback_shim", lambda: tmp_path / "shim.so")
+    answers: list[tuple[int, str] | None] = []
+    cmds: list[list[str]] = []
+    monkeypatch.setattr(repro, "run_bounded", lambda cmd, timeout, **kw: (cmds.append(list(cmd)), answers.pop(0))[1])
+    answers[:] = [(1, f"{ALL_ACK}/store/src/X.java:12: error: cannot find symbol\n1 error\n")]
+    rec = repro.run_unit_repro(ALL_ACK, "5.5.0", tmp_path / "a")
+    assert (rec["compiled"], rec["passed"], rec["tests_run"]) == (False, False, 0)
+    assert rec["failures"] == [{"test": None, "class": None, "exception": "javac",
+                                "message": "X.java:12: error: cannot find symbol", "at": None}]
+    assert line(rec) == "5.5.0: does not compile: javac: X.java:12: error: cannot find symbol"
+    assert cmds[0][0].endswith("javac") and f"{tmp_path}/junit/*:{tmp_path}/rocketmq-5.5.0/lib/*" in cmds[0]
+    answers[:] = [(0, ""), (1, FAILED)]
+    rec = repro.run_unit_repro(ALL_ACK, "5.5.0", tmp_path / "b")
+    assert (rec["compiled"], rec["passed"], rec["tests_run"], len(rec["failures"])) == (True, False, 2, 2)
+    java = cmds[-1]
+    assert java[-1] == "org.apache.rocketmq.store.ha.autoswitch.AllAckInSyncStateSetShrinkTest"
+    assert java[-2] == repro.JUNIT_MAIN and f"-Djava.io.tmpdir={tmp_path / 'b' / 'tmp'}" in java
+    assert (tmp_path / "b" / "junit.txt").read_text() == FAILED and (tmp_path / "b" / "javac.txt").read_text() == ""
+
+
 def test_the_all_ack_reproduction_passes_on_5_3_3_and_fails_on_5_5_0_on_its_sync_state_set(tmp_path: Path) -> None:
     old, new = unit_repro(ALL_ACK, "5.5.0,5.3.3", tmp_path)
     assert (old["version"], old["passed"], old["tests_run"], old["failures"]) == ("5.3.3", True, 1, []), old["output_tail"]
