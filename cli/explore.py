@@ -1,5 +1,5 @@
-"""`rmqchaos explore`, `shrink`, `bisect` and `report-upstream`: finding what nobody has reported
-(pipeline/workflows/explore.py, shrink.py, bisect.py, upstream.py; docs/explore.md)."""
+"""`rmqchaos explore`, `shrink`, `bisect`, `report-upstream` and `unit-repro`: finding what nobody has reported and
+handing it upstream (pipeline/workflows/explore.py, shrink.py, bisect.py, upstream.py, repro.py; docs/explore.md)."""
 from __future__ import annotations
 
 import argparse
@@ -57,11 +57,18 @@ def cmd_bisect(a: argparse.Namespace) -> int:
 
 def cmd_report_upstream(a: argparse.Namespace) -> int:
     from pipeline.workflows.upstream import DEFAULT_GREP, report_upstream
-    res = report_upstream(a.runs, a.title, a.check, a.grep or DEFAULT_GREP, a.source, a.notes, a.out)
+    res = report_upstream(a.runs, a.title, a.check, a.grep or DEFAULT_GREP, a.source, a.notes, a.out, a.repro)
     print(json.dumps(res, indent=1) if a.json else
           f"report: {res['report']} (affected: {', '.join(res['affected']) or 'none'}; "
           f"not affected: {', '.join(res['not_affected']) or 'none measured'})")
     return 0
+
+
+def cmd_unit_repro(a: argparse.Namespace) -> int:
+    from pipeline.workflows.repro import line, unit_repro
+    recs = unit_repro(a.dir, a.versions, a.out)
+    print(json.dumps(recs, indent=1) if a.json else "\n".join(line(r) for r in recs))
+    return 0 if all(r["passed"] or (r["compiled"] and r["tests_run"]) for r in recs) else 1
 
 
 def _positive(kind: type) -> Any:
@@ -133,7 +140,19 @@ def add_parsers(sub: Any) -> None:
     u.add_argument("--source", action="append", metavar="PATH.java:FROM-TO@VERSION",
                    help="source lines to cite, read from that release's sources jar (repeatable)")
     u.add_argument("--notes", help="a Markdown file: the analysis and a proposed fix")
+    u.add_argument("--repro", metavar="DIR", help="a `rmqchaos unit-repro` run (its --out): the section "
+                                                  "'Reproduction without rmqchaos', with what each version printed")
     u.add_argument("--out", help="the report file (default docs/upstream-reports/<scenario>.md)")
     u.add_argument("--json", action="store_true")
     u.set_defaults(fn=cmd_report_upstream)
-
+    r = sub.add_parser("unit-repro", help="compile and run a JUnit reproduction against each version's released jars",
+                       description="Compiles the JUnit 4 tests under DIR (upstream's tree layout, e.g. "
+                                   "java/repro/all-ack-sync-state-set) with javac against each RocketMQ version's jars "
+                                   "and the pinned JUnit, runs them with JUnitCore, and prints one line per version: "
+                                   "passes, or which assertion failed where. Exit 1 when a version did not compile or "
+                                   "gave no JUnit report. docs/explore.md")
+    r.add_argument("dir", metavar="DIR", help="the folder of the reproduction's test sources")
+    r.add_argument("--versions", required=True, help="a comma list of releases, e.g. 5.3.3,5.5.0")
+    r.add_argument("--out", help="where each version's classes, output and logs go (default runs/<time>-unit-repro-<name>)")
+    r.add_argument("--json", action="store_true", help="each version's record as JSON")
+    r.set_defaults(fn=cmd_unit_repro)

@@ -49,6 +49,13 @@ def jcmd() -> str:
     return str(Path(find_java()[0]).parent / "jcmd")
 
 
+def javac_command(sources: Sequence[Path], out: Path, cp: str) -> list[str]:
+    """`javac` (beside the java that runs the nodes) compiling `sources` against `cp` into `out`: a reproduction's
+    JUnit tests (pipeline/workflows/repro.py)."""
+    return [str(Path(find_java()[0]).parent / "javac"), "-nowarn", "-encoding", "UTF-8", "-d", str(out), "-cp", cp,
+            *map(str, sources)]
+
+
 def platform_jar(version: str) -> str:
     """The platform's own Java module (consumer, OOM agent, config-key reader)."""
     return str(rocketmq_dist.rocketmq_home(version) / "rmqchaos-java.jar")

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -13,7 +11,7 @@ from typing import Callable
 from cluster.plan import logconf
 from cluster.plan.jvm import classpath, jvm_command
 from rmqchaos.errors import UserError
-from rmqchaos.machine.procs import spawn
+from rmqchaos.machine.procs import run_bounded
 from rmqchaos.rocketmq.dist import major
 
 MQADMIN = "org.apache.rocketmq.tools.command.MQAdminStartup"
@@ -35,16 +33,11 @@ def run_tool(version: str, workdir: Path, main: str, args: list[str], timeout: f
     cmd = jvm_command(main, args, cp=classpath(version), heap_mb=256, xms_mb=64, client=True, version=version,
                       user_home=workdir, rocketmq_home=workdir)
     env = dict(os.environ, ROCKETMQ_HOME=str(workdir))
-    p = spawn(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-              join=cgroup_procs or [], new_session=True, die_with_parent=True)
-    try:
-        out, _ = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.communicate()
+    done = run_bounded(cmd, timeout, cwd=workdir, env=env, join=cgroup_procs or [])
+    if done is None:
         raise UserError(f"{main.rsplit('.', 1)[-1]} {' '.join(args[:2])} did not finish within {timeout:.0f}s",
-                        "is the cluster healthy? (rmqchaos cluster status)") from None
-    return ToolResult(args, p.returncode, out)
+                        "is the cluster healthy? (rmqchaos cluster status)")
+    return ToolResult(args, *done)
 
 
 # The benchmark Producer's last line. Send Total = successes + send failures; broker errors

@@ -21,6 +21,7 @@ import yaml
 from analysis.judge.anomalies import CHECKS, anomalies
 from cluster.plan.rmqlog import log_dir
 from pipeline.runs import as_run
+from pipeline.workflows.repro import markdown
 from rmqchaos.machine import paths
 from rmqchaos.errors import UserError
 
@@ -148,8 +149,9 @@ def source_lines(spec: str) -> dict[str, Any]:
 
 
 def render(title: str, recs: list[dict[str, Any]], logs: list[dict[str, Any]], sources: list[dict[str, Any]],
-           notes: str | None = None, command: str | None = None) -> str:
-    """The report's Markdown; a section with nothing to show says so."""
+           notes: str | None = None, command: str | None = None, repro: str | None = None) -> str:
+    """The report's Markdown; a section with nothing to show says so. `repro`: the section "Reproduction without
+    rmqchaos" (pipeline/workflows/repro.py markdown), after the versions."""
     affected = sorted({x["version"] for x in recs if x["showed"] is True})
     clean = sorted({x["version"] for x in recs if x["showed"] is False} - set(affected))
     unknown = sorted({x["version"] for x in recs if x["showed"] is None} - set(affected) - set(clean))
@@ -162,6 +164,8 @@ def render(title: str, recs: list[dict[str, Any]], logs: list[dict[str, Any]], s
            for v, m in mixed.items()]
     if unknown:
         md.append(f"- **Could not tell** (the run did not finish): {', '.join(unknown)}")
+    if repro:
+        md += ["", repro.rstrip()]
     md += ["", "## The scenario", "",
            f"Run with rmqchaos on one machine (real JVMs on loopback addresses). The scenario of the run on "
            f"{first['version']}, as written (its `extends:` chain is in the rmqchaos repository):", "", "```yaml",
@@ -199,9 +203,10 @@ def render(title: str, recs: list[dict[str, Any]], logs: list[dict[str, Any]], s
 
 def report_upstream(runs: list[str], title: str | None = None, check: str | None = None, grep: str = DEFAULT_GREP,
                     sources: list[str] | None = None, notes_file: str | None = None,
-                    out: str | Path | None = None) -> dict[str, Any]:
+                    out: str | Path | None = None, repro_dir: str | None = None) -> dict[str, Any]:
     """Write the report (default docs/upstream-reports/<scenario>.md) and return {report, affected,
-    not_affected}."""
+    not_affected}. `repro_dir`: a `rmqchaos unit-repro` run whose record becomes the section "Reproduction without
+    rmqchaos"."""
     if not runs:
         raise UserError("report-upstream needs at least one run directory", "pass the runs of each version")
     recs = [run_record(r, check) for r in runs]
@@ -217,7 +222,7 @@ def report_upstream(runs: list[str], title: str | None = None, check: str | None
     name = title or f"{recs[0]['scenario']}: " + (showing[0]["how"] if showing else "not shown on any version measured")
     target = Path(out) if out else OUT_DIR / f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', str(recs[0]['scenario']))}.md"
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(render(name, recs, logs, srcs, notes))
+    target.write_text(render(name, recs, logs, srcs, notes, repro=markdown(repro_dir) if repro_dir else None))
     affected = {x["version"] for x in showing}
     return {"report": str(target), "affected": sorted(affected),
             "not_affected": sorted({x["version"] for x in recs if x["showed"] is False} - affected)}

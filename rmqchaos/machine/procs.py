@@ -163,6 +163,21 @@ def spawn(cmd: Sequence[str], *, cwd: Path | str | None = None, env: Mapping[str
             out.close()
 
 
+def run_bounded(cmd: Sequence[str], timeout: float, *, cwd: Path | str | None = None,
+                env: Mapping[str, str] | None = None, join: Sequence[str] = ()) -> tuple[int, str] | None:
+    """`cmd` spawned in its own session (dying with us) and waited for at most `timeout` s: (exit code, its stdout
+    and stderr as text), or None when it had to be killed (its whole process group) at `timeout`."""
+    p = spawn(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, join=join,
+              new_session=True, die_with_parent=True)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        return None
+    return p.returncode, out
+
+
 def record_spawn(log: ProcessLog, node: str, proc: subprocess.Popen, cmd: Sequence[str], cgroup: str | None = None,
                  ports: Sequence[int] = ()) -> ProcRecord:
     """Append the start record of a process just spawned (pid + kernel start time)."""

@@ -239,13 +239,13 @@ def _build(version: str) -> None:
         shutil.rmtree(out, ignore_errors=True)
     if rc != 0:
         shutil.rmtree(work, ignore_errors=True)
-        raise UserError(f"RocketMQ {version} does not resolve from Maven ({_maven_reason(log)}; log: {log})",
+        raise UserError(f"RocketMQ {version} does not resolve from Maven ({maven_reason(log)}; log: {log})",
                         f"versions known to resolve: {', '.join(v for v in known_versions() if v != version)}")
     # the 5.x gRPC client (pom.xml scope provided): beside lib/, on the gRPC programs' classpath alone
     rc = _maven_copy(mvn, work, version, out / "grpc", log)
     if rc != 0:
         shutil.rmtree(work, ignore_errors=True)
-        raise UserError(f"RocketMQ {version}: the 5.x gRPC client does not resolve from Maven ({_maven_reason(log)}; "
+        raise UserError(f"RocketMQ {version}: the 5.x gRPC client does not resolve from Maven ({maven_reason(log)}; "
                         f"log: {log})", "check pom.xml's rocketmq.client.java.version")
     jar = next((work / "target").glob("rmqchaos-java-*.jar"))
     shutil.copy2(jar, out / "rmqchaos-java.jar")
@@ -292,25 +292,24 @@ def substituted(version: str) -> dict[str, str]:
     return json.loads(f.read_text()) if f.is_file() else {}
 
 
-def _maven(mvn: str, work: Path, version: str, lib: Path, log: Path) -> int:
-    with open(log, "w") as lf:
+def maven(mvn: str, work: Path, args: list[str], log: Path, append: bool = False) -> int:
+    """`mvn -B -q ARGS` in `work`, its output into `log`: the one way Maven is called (-1: it timed out)."""
+    with open(log, "a" if append else "w") as lf:
         try:
-            return subprocess.run([mvn, "-B", "-q", f"-Drocketmq.version={version}", "package",
-                                   "dependency:copy-dependencies", "-DincludeScope=runtime",
-                                   f"-DoutputDirectory={lib}", "-DskipTests"],
-                                  cwd=work, stdout=lf, stderr=subprocess.STDOUT, timeout=MAVEN_TIMEOUT).returncode
+            return subprocess.run([mvn, "-B", "-q", *args], cwd=work, stdout=lf, stderr=subprocess.STDOUT,
+                                  timeout=MAVEN_TIMEOUT).returncode
         except subprocess.TimeoutExpired:
             return -1
+
+
+def _maven(mvn: str, work: Path, version: str, lib: Path, log: Path) -> int:
+    return maven(mvn, work, [f"-Drocketmq.version={version}", "package", "dependency:copy-dependencies",
+                             "-DincludeScope=runtime", f"-DoutputDirectory={lib}", "-DskipTests"], log)
 
 
 def _maven_copy(mvn: str, work: Path, version: str, dest: Path, log: Path) -> int:
-    with open(log, "a") as lf:
-        try:
-            return subprocess.run([mvn, "-B", "-q", f"-Drocketmq.version={version}", "dependency:copy-dependencies",
-                                   "-DincludeScope=provided", f"-DoutputDirectory={dest}"],
-                                  cwd=work, stdout=lf, stderr=subprocess.STDOUT, timeout=MAVEN_TIMEOUT).returncode
-        except subprocess.TimeoutExpired:
-            return -1
+    return maven(mvn, work, [f"-Drocketmq.version={version}", "dependency:copy-dependencies",
+                             "-DincludeScope=provided", f"-DoutputDirectory={dest}"], log, append=True)
 
 
 def _log_text(log: Path) -> str:
@@ -320,7 +319,7 @@ def _log_text(log: Path) -> str:
         return ""
 
 
-def _maven_reason(log: Path) -> str:
+def maven_reason(log: Path) -> str:
     """The line of Maven's log that says why, shortened (e.g. 'Could not find artifact ...')."""
     text = _log_text(log)
     if not text:
@@ -331,6 +330,41 @@ def _maven_reason(log: Path) -> str:
         if m:
             return m.group(0).replace("[ERROR] ", "")
     return "Maven failed"
+
+
+def artifacts(name: str, coords: tuple[str, ...]) -> Path:
+    """.cache/<name>/ holding the jars `coords` name (group:artifact:version each, pinned by the caller, no transitive
+    dependency), copied from Maven Central on first use (a lock; one progress line). One that Maven does not serve is
+    one UserError line naming it."""
+    d = paths.CACHE / name
+    if all((d / _jar_name(c)).is_file() for c in coords):
+        return d
+    mvn = shutil.which("mvn")
+    if not mvn:
+        raise UserError(f"{', '.join(coords)} not here and mvn is not on PATH", "run `make setup`")
+    paths.CACHE.mkdir(parents=True, exist_ok=True)
+    with open(paths.CACHE / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        tmp, log = d.with_name(f".{name}.{os.getpid()}"), paths.CACHE / f"mvn-{name}.log"
+        shutil.rmtree(tmp, ignore_errors=True)
+        for c in coords:
+            if (d / _jar_name(c)).is_file():
+                continue
+            say(f"resolving {c} with Maven into {d}")
+            if maven(mvn, paths.CACHE, ["dependency:copy", f"-Dartifact={c}", f"-DoutputDirectory={tmp}"], log) != 0:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise UserError(f"{c} does not resolve from Maven ({maven_reason(log)}; log: {log})",
+                                "check the pinned coordinates and the network")
+        d.mkdir(parents=True, exist_ok=True)
+        for f in tmp.glob("*.jar") if tmp.is_dir() else ():
+            f.rename(d / f.name)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return d
+
+
+def _jar_name(coords: str) -> str:
+    _, artifact, version = coords.split(":")
+    return f"{artifact}-{version}.jar"
 
 
 if __name__ == "__main__":  # scripts/setup.sh: python -m rmqchaos.rocketmq.dist VERSION
