@@ -132,7 +132,7 @@ def test_maven_reason_names_the_missing_artifact(tmp_path: Path) -> None:
     log.write_text("\x1b[1;31m[ERROR] Failed to execute goal on project rmqchaos-java: Could not resolve dependencies "
                    "for project io.rmqchaos:rmqchaos-java:jar:0.1.0: Could not find artifact "
                    "org.apache.rocketmq:rocketmq-namesrv:jar:5.5.1 in central\n")
-    assert rocketmq_dist._maven_reason(log) == "Could not find artifact org.apache.rocketmq:rocketmq-namesrv:jar:5.5.1"
+    assert rocketmq_dist.maven_reason(log) == "Could not find artifact org.apache.rocketmq:rocketmq-namesrv:jar:5.5.1"
 
 
 @pytest.mark.fast

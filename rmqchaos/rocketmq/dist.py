@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from rmqchaos.machine import paths
 from rmqchaos.errors import UserError
@@ -126,8 +127,17 @@ def check_version(version: str) -> None:
 
 def rocketmq_home(version: str) -> Path:
     """Directory with lib/ (all RocketMQ runtime jars), grpc/ (the 5.x gRPC client), rmqchaos-java.jar and config-keys.json,
-    resolved with Maven on the first use of the version."""
+    resolved with Maven on the first use of the version. A patched release's key (`5.5.0+p<hash>`,
+    rmqchaos/rocketmq/patched.py) names a directory its scenario's validation built."""
+    if PATCHED_MARK in version:
+        if not installed(version):
+            raise UserError(f"RocketMQ {version} (a release with patches) is not built",
+                            "validate the scenario that names its patches (rmqchaos validate F): that builds it")
+        return home(version)
     return ensure(version)
+
+
+PATCHED_MARK = "+p"  # a patched release's key: <version>+p<hash12> (rmqchaos/rocketmq/patched.py)
 
 
 def ensure(version: str) -> Path:
@@ -135,16 +145,23 @@ def ensure(version: str) -> Path:
     progress line; a lock so that two processes resolving the same version wait for one another).
     A version Maven cannot resolve is one UserError line naming it and the versions known to resolve."""
     check_version(version)
-    if installed(version):
-        return home(version)
+    return cached(version, lambda: _build(version))
+
+
+def cached(key: str, build: Callable[[], None]) -> Path:
+    """home(key), made by `build` when it is not `installed` (nor in the user cache): under a lock, so
+    that two processes asking for the same key wait for one another; a fresh build is left in the user
+    cache for the next checkout. `build` writes home(key) whole, with its .setup-stamp."""
+    if installed(key):
+        return home(key)
     paths.CACHE.mkdir(parents=True, exist_ok=True)
-    with open(paths.CACHE / f"rocketmq-{version}.lock", "w") as lock:
+    with open(paths.CACHE / f"rocketmq-{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not installed(version):  # another process may have built it while we waited
-            if not _from_user_cache(version):
-                _build(version)
-                _to_user_cache(version)
-    return home(version)
+        if not installed(key):  # another process may have built it while we waited
+            if not _from_user_cache(key):
+                build()
+                _to_user_cache(key)
+    return home(key)
 
 
 def _shared(version: str) -> Path:
@@ -239,23 +256,21 @@ def _build(version: str) -> None:
         shutil.rmtree(out, ignore_errors=True)
     if rc != 0:
         shutil.rmtree(work, ignore_errors=True)
-        raise UserError(f"RocketMQ {version} does not resolve from Maven ({_maven_reason(log)}; log: {log})",
+        raise UserError(f"RocketMQ {version} does not resolve from Maven ({maven_reason(log)}; log: {log})",
                         f"versions known to resolve: {', '.join(v for v in known_versions() if v != version)}")
     # the 5.x gRPC client (pom.xml scope provided): beside lib/, on the gRPC programs' classpath alone
     rc = _maven_copy(mvn, work, version, out / "grpc", log)
     if rc != 0:
         shutil.rmtree(work, ignore_errors=True)
-        raise UserError(f"RocketMQ {version}: the 5.x gRPC client does not resolve from Maven ({_maven_reason(log)}; "
+        raise UserError(f"RocketMQ {version}: the 5.x gRPC client does not resolve from Maven ({maven_reason(log)}; "
                         f"log: {log})", "check pom.xml's rocketmq.client.java.version")
     jar = next((work / "target").glob("rmqchaos-java-*.jar"))
     shutil.copy2(jar, out / "rmqchaos-java.jar")
-    keys = subprocess.run([java, "-cp", f"{out / 'rmqchaos-java.jar'}{os.pathsep}{out / 'lib'}/*",
-                           "io.rmqchaos.ConfigKeys"], capture_output=True, text=True, timeout=120)
-    if keys.returncode != 0:
+    try:
+        write_config_keys(java, version, out)
+    except UserError:
         shutil.rmtree(work, ignore_errors=True)
-        raise UserError(f"RocketMQ {version}: reading its config keys failed: "
-                        f"{(keys.stderr.strip().splitlines() or ['no output'])[-1]}", "see the jars in " + str(out))
-    (out / "config-keys.json").write_text(keys.stdout)
+        raise
     if substituted:
         import json
         (out / "substituted.json").write_text(json.dumps(substituted) + "\n")
@@ -264,6 +279,17 @@ def _build(version: str) -> None:
     out.rename(dest)
     shutil.rmtree(work, ignore_errors=True)
     say(f"RocketMQ {version} resolved into {dest} ({time.monotonic() - t0:.0f} s)")
+
+
+def write_config_keys(java: str, version: str, out: Path) -> None:
+    """out/config-keys.json: the broker's and namesrv's config keys read by reflection (io.rmqchaos.ConfigKeys)
+    from out/rmqchaos-java.jar and the jars of out/lib (a patched release's own, which may add a key)."""
+    keys = subprocess.run([java, "-cp", f"{out / 'rmqchaos-java.jar'}{os.pathsep}{out / 'lib'}/*",
+                           "io.rmqchaos.ConfigKeys"], capture_output=True, text=True, timeout=120)
+    if keys.returncode != 0:
+        raise UserError(f"RocketMQ {version}: reading its config keys failed: "
+                        f"{(keys.stderr.strip().splitlines() or ['no output'])[-1]}", "see the jars in " + str(out))
+    (out / "config-keys.json").write_text(keys.stdout)
 
 
 def donors(version: str, artifact: str) -> list[str]:
@@ -292,25 +318,24 @@ def substituted(version: str) -> dict[str, str]:
     return json.loads(f.read_text()) if f.is_file() else {}
 
 
-def _maven(mvn: str, work: Path, version: str, lib: Path, log: Path) -> int:
-    with open(log, "w") as lf:
+def maven(mvn: str, work: Path, args: list[str], log: Path, append: bool = False) -> int:
+    """`mvn -B -q ARGS` in `work`, its output into `log`: the one way Maven is called (-1: it timed out)."""
+    with open(log, "a" if append else "w") as lf:
         try:
-            return subprocess.run([mvn, "-B", "-q", f"-Drocketmq.version={version}", "package",
-                                   "dependency:copy-dependencies", "-DincludeScope=runtime",
-                                   f"-DoutputDirectory={lib}", "-DskipTests"],
-                                  cwd=work, stdout=lf, stderr=subprocess.STDOUT, timeout=MAVEN_TIMEOUT).returncode
+            return subprocess.run([mvn, "-B", "-q", *args], cwd=work, stdout=lf, stderr=subprocess.STDOUT,
+                                  timeout=MAVEN_TIMEOUT).returncode
         except subprocess.TimeoutExpired:
             return -1
+
+
+def _maven(mvn: str, work: Path, version: str, lib: Path, log: Path) -> int:
+    return maven(mvn, work, [f"-Drocketmq.version={version}", "package", "dependency:copy-dependencies",
+                             "-DincludeScope=runtime", f"-DoutputDirectory={lib}", "-DskipTests"], log)
 
 
 def _maven_copy(mvn: str, work: Path, version: str, dest: Path, log: Path) -> int:
-    with open(log, "a") as lf:
-        try:
-            return subprocess.run([mvn, "-B", "-q", f"-Drocketmq.version={version}", "dependency:copy-dependencies",
-                                   "-DincludeScope=provided", f"-DoutputDirectory={dest}"],
-                                  cwd=work, stdout=lf, stderr=subprocess.STDOUT, timeout=MAVEN_TIMEOUT).returncode
-        except subprocess.TimeoutExpired:
-            return -1
+    return maven(mvn, work, [f"-Drocketmq.version={version}", "dependency:copy-dependencies",
+                             "-DincludeScope=provided", f"-DoutputDirectory={dest}"], log, append=True)
 
 
 def _log_text(log: Path) -> str:
@@ -320,7 +345,7 @@ def _log_text(log: Path) -> str:
         return ""
 
 
-def _maven_reason(log: Path) -> str:
+def maven_reason(log: Path) -> str:
     """The line of Maven's log that says why, shortened (e.g. 'Could not find artifact ...')."""
     text = _log_text(log)
     if not text:
