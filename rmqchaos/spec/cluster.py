@@ -143,8 +143,8 @@ class Cluster(Strict):
     backend: Literal["local", "docker"] = "local"  # docker: `rmqchaos image build` + an engine
     rocketmq_version: str = Field(default_factory=paths.pinned_rocketmq_version)
     # unified diffs against upstream's source tree, applied in order to the release's own sources and
-    # rebuilt into its jars (rmqchaos/rocketmq/patched.py; docs/spec.md#patches). A relative path is
-    # relative to the scenario file that names it (loading.py makes it absolute).
+    # rebuilt into its jars (rmqchaos/rocketmq/patched.py; docs/spec.md, "A release with patches"); a
+    # relative path is relative to the scenario file that names it (loading.py makes it absolute)
     patches: list[str] = []
     name: NodeName = "DefaultCluster"
     namesrv: Namesrv = Namesrv()
