@@ -155,3 +155,8 @@ def test_the_run_directory_keeps_its_own_copies_of_the_patches(tmp_path: Path, b
     assert again.patches == [str(run.path / "patches" / "1" / "fix.patch"), str(run.path / "patches" / "2" / "fix.patch")]
     assert again.dist == s.cluster.dist and again.version_label == s.cluster.version_label
     assert "- patches/1/fix.patch" in (run.path / "scenario.yaml").read_text()
+    # what `up` records (cluster/local/cluster.py) is what the history's rocketmq_version shows
+    from analysis.history.history import row
+    run.write_versions(again.version_label, "17", None, [{"name": "fix.patch", "sha256": "0" * 64, "files": [STARTUP]}])
+    assert run.versions()["rocketmq_patches"][0]["name"] == "fix.patch"
+    assert row({"run_id": run.run_id, "scenario": "t"}, run.path)["rocketmq_version"] == s.cluster.version_label
