@@ -145,6 +145,17 @@ def test_a_missing_patch_or_the_docker_backend_is_one_line(tmp_path: Path, built
     assert built == []
 
 
+def test_a_build_problem_is_said_at_the_patch_it_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rmqchaos.errors import UserError
+    a, b = write(tmp_path / "a.patch", diff(STARTUP)), write(tmp_path / "b.patch", diff(STARTUP))
+
+    def fails(v: str, ps: list[Path]) -> Path:
+        raise UserError(f"{ps[1]}: does not apply to RocketMQ {v}'s sources: {STARTUP}: hunk ...")
+    monkeypatch.setattr(patched, "ensure", fails)
+    doc = f"name: t\ncluster:\n  patches:\n    - {a}\n    - {b}\n"
+    assert one_line(doc).startswith(f"t.yaml:5: cluster.patches[1]: {b}: does not apply to RocketMQ ")
+
+
 def test_the_run_directory_keeps_its_own_copies_of_the_patches(tmp_path: Path, built: list[tuple[str, list[Path]]]) -> None:
     from rmqchaos.run.rundir import RunDir
     a = write(tmp_path / "a" / "fix.patch", diff(STARTUP))

@@ -38,6 +38,8 @@ def _key_node(root: yaml.Node | None, loc: tuple[Any, ...]) -> yaml.Node | None:
         for k, _ in parent.value:
             if isinstance(k, yaml.ScalarNode) and k.value == str(loc[-1]):
                 return k
+    if isinstance(parent, yaml.SequenceNode) and isinstance(loc[-1], int) and loc[-1] < len(parent.value):
+        return parent.value[loc[-1]]  # a list's item: its own line
     return parent
 
 
