@@ -184,6 +184,7 @@ def _build(version: str, patches: list[Path], base: Path, k: str) -> None:
             {"version": version, "key": k, "label": label(version, patches), "modules": {m: j.name for m, j in todo.items()},
              "patches": [{"name": p.name, "sha256": hashlib.sha256(_read(p)).hexdigest(), "files": files(_read(p).decode(
                  "utf-8", errors="replace"))} for p in patches]}, indent=2) + "\n")
+        shutil.move(log, out / "build.log")  # kept with what it built (a failed build's stays where its line says)
         (out / ".setup-stamp").unlink(missing_ok=True)
         (out / ".setup-stamp").write_text(dist.stamp_key(k) + "\n")
         shutil.rmtree(dist.home(k), ignore_errors=True)
@@ -280,13 +281,14 @@ def _compile(javac: str, module: str, jar: Path, tree: Path, work: Path, lib: Pa
     cp = [str(b) for b in built] + [str(j) for j in sorted(lib.glob("*.jar")) if j.name not in replaced]
     target = str(_target(jar))
     say(f"compiling {module} ({len(sources)} files, Java {target} class files)")
-    with open(log, "a") as lf:
-        r = subprocess.run([javac, "-d", str(classes), "-cp", os.pathsep.join(cp), "-encoding", "UTF-8", "-proc:none",
-                            "-nowarn", "-Xlint:-options", "-XDignore.symbol.file", "-source", target, "-target", target,
-                            "-Xmaxerrs", "20", f"@{work / f'{module}.sources'}"], cwd=tree, stdout=lf,
-                           stderr=subprocess.STDOUT, timeout=JAVAC_TIMEOUT)
+    r = subprocess.run([javac, "-d", str(classes), "-cp", os.pathsep.join(cp), "-encoding", "UTF-8", "-proc:none",
+                        "-nowarn", "-Xlint:-options", "-XDignore.symbol.file", "-source", target, "-target", target,
+                        "-Xmaxerrs", "20", f"@{work / f'{module}.sources'}"], cwd=tree, capture_output=True, text=True,
+                       errors="replace", timeout=JAVAC_TIMEOUT)
+    with open(log, "a") as lf:  # after Maven's output (its colour codes would precede javac's first line)
+        lf.write(f"\n--- javac {module}\n{r.stdout}{r.stderr}")
     if r.returncode != 0:
-        raise UserError(compile_error(log.read_text(errors="replace"), tree, patches, module, version) + f" (log: {log})",
+        raise UserError(compile_error(r.stdout + r.stderr, tree, patches, module, version) + f" (log: {log})",
                         "fix the patch so that the module compiles against the release")
     return classes
 
