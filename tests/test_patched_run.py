@@ -5,7 +5,7 @@ stdout, the patch named in versions.json, the `up` progress line and report.txt;
 patch whose hunk does not match 5.5.0's sources: one line naming the patch, the file and the hunk.
 
 The build is the `built` fixture: the first one fetches the sources jar and compiles rocketmq-broker
-(~1-2 min on 2 cores), then .cache/rocketmq-5.5.0+p<hash12>/ (and the user cache, which a fresh
+(8-9 s here on 2 cores), then .cache/rocketmq-5.5.0+p<hash12>/ (and the user cache, which a fresh
 clone links) holds it, keyed by the patch's bytes, so later runs skip it.
 Subnet 127.0.111.0/24, ports 21886 (namesrv) and 21839..21842 (broker-a): no other test uses them."""
 from __future__ import annotations
