@@ -97,4 +97,4 @@ def test_a_patch_that_does_not_apply_to_the_release_is_one_line(tmp_path: Path) 
         f"t.yaml:4: cluster.patches[0]: {bad}: does not apply to RocketMQ {VERSION}'s sources: "
         f"{STARTUP}: hunk `@@ -64,6 +64,7 @@` (line 5 of the patch) does not match"), e.value.lines
     assert not dist.home(patched.key(VERSION, [bad])).exists()
-    assert not list(dist.home(VERSION).parent.glob(f"build-{patched.key(VERSION, [bad])}"))  # no scratch tree left
+    assert not list(dist.home(VERSION).parent.glob(f"build-{patched.key(VERSION, [bad])}*"))  # no scratch tree or log left

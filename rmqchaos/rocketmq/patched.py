@@ -189,6 +189,10 @@ def _build(version: str, patches: list[Path], base: Path, k: str) -> None:
         (out / ".setup-stamp").write_text(dist.stamp_key(k) + "\n")
         shutil.rmtree(dist.home(k), ignore_errors=True)
         out.rename(dist.home(k))
+    except UserError as e:
+        if str(log) not in e.line():  # a patch that does not apply: its line says all, nothing to keep
+            log.unlink(missing_ok=True)
+        raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
     say(f"RocketMQ {label(version, patches)} built into {dist.home(k)} ({time.monotonic() - t0:.0f} s)")
