@@ -157,7 +157,7 @@ def cmd_report(a: argparse.Namespace) -> int:
 def cmd_validate(a: argparse.Namespace) -> int:
     s = load_scenario(a.scenario)
     print(f"{a.scenario}: valid (scenario {s.name!r}, {len(s.cluster.brokers)} broker group(s), "
-          f"RocketMQ {s.cluster.rocketmq_version})")
+          f"RocketMQ {s.cluster.version_label})")
     if a.resolved:
         from rmqchaos.spec import dump_scenario
         print(dump_scenario(s), end="")

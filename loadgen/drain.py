@@ -41,7 +41,7 @@ def _consumers(run: RunDir, c: ClusterBackend, s: Scenario) -> list[JavaConsumer
                                faketime=inst.faketime, grpc=_grpc_options(c, s, inst),
                                duration_s=(s.load.duration if s.load else 0) + s.consumers.drain_timeout + 600)
         out.append(JavaConsumer(c.namesrv_addr, opts, receive_ledger_path(run.path, inst.id), run.consumers_dir,
-                                run_id=run.run_id, rocketmq_version=s.cluster.rocketmq_version,
+                                run_id=run.run_id, rocketmq_version=s.cluster.dist,
                                 launcher=launcher, proc_log=c.run.processes))
     return out
 

@@ -37,5 +37,5 @@ def command(run: RunDir, c: ClusterBackend, s: Scenario, heap_mb: int = 256, use
             "--started", str(run.load_started_file), "--summary", str(run.load_dir / "summary.json")]
     if ld.tags:
         args += ["--tag", ld.tags]
-    return jvm_command(MAIN, args, cp=grpc_classpath(s.cluster.rocketmq_version, s.cluster.proxy.client_version), heap_mb=heap_mb, client=True,
+    return jvm_command(MAIN, args, cp=grpc_classpath(s.cluster.dist, s.cluster.proxy.client_version), heap_mb=heap_mb, client=True,
                        user_home=user_home)  # the client's own logs: <user_home>/logs/rocketmq/

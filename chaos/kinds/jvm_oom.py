@@ -50,7 +50,7 @@ class JvmOom(FaultKind):
         pid = self.running_pid()
         t0 = time.monotonic()
         cmd = jvm_command("io.rmqchaos.OomAgent", [str(pid)], heap_mb=64, client=True,
-                          cp=platform_jar(self.ctx.cluster.scenario.cluster.rocketmq_version))
+                          cp=platform_jar(self.ctx.cluster.scenario.cluster.dist))
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         if r.returncode != 0:
             text = (r.stderr or r.stdout).strip()

@@ -27,6 +27,7 @@ from cluster.plan.nodes import READY_TOPIC, port_in_use
 from cluster.plan.rmqlog import log_dir
 from rmqchaos.machine import diskstats, paths
 from rmqchaos.rocketmq import dist as rocketmq_dist
+from rmqchaos.rocketmq import patched
 from rmqchaos.errors import UserError
 from rmqchaos.machine.procs import alive, now_ms, record_spawn, send, spawn, state_char, wait_gone
 from rmqchaos.progress import say
@@ -114,13 +115,13 @@ class LocalCluster(ClusterBackend):
         return p
 
     def run_tool(self, main: str, args: list[str], timeout: float, workdir: Path) -> tools.ToolResult:
-        return tools.run_tool(self.scenario.cluster.rocketmq_version, workdir, main, args, timeout,
+        return tools.run_tool(self.scenario.cluster.dist, workdir, main, args, timeout,
                               self._tools_cgroup().procs_files())
 
     # ------------------------------------------------------------ up
     def _preflight(self) -> None:
         find_java()
-        rocketmq_dist.rocketmq_home(self.scenario.cluster.rocketmq_version)
+        rocketmq_dist.rocketmq_home(self.scenario.cluster.dist)
         paths.loopback_shim()
         if (full := diskstats.full_disk_error(self.run.path, diskstats.used_ratio(self.run.path))) is not None:
             raise full  # the stores go under the run directory
@@ -137,18 +138,21 @@ class LocalCluster(ClusterBackend):
     def up(self) -> None:
         t0 = now_ms()
         self._preflight()
-        v = self.scenario.cluster.rocketmq_version
+        v, label = self.scenario.cluster.rocketmq_version, self.scenario.cluster.version_label
         mixed = rocketmq_dist.substituted(v)
         if mixed:
             say(f"RocketMQ {v} runs mixed: " + ", ".join(f"{a} {d}" for a, d in sorted(mixed.items()))
                 + f" (not on Maven Central at {v})")
-        self.run.write_versions(v, find_java()[2], mixed)
+        built = patched.describe(self.scenario.cluster.dist)
+        if built:
+            say(f"RocketMQ {label}: {', '.join(built['modules'].values())} rebuilt with the patches")
+        self.run.write_versions(label, find_java()[2], mixed, built.get("patches"))
         self.run.update_state(cluster="starting")
         self.run.register()
         try:
             ns = self.namesrv_nodes()
             say(f"starting {'namesrv' if len(ns) == 1 else f'{len(ns)} namesrvs'} on {self.namesrv_addr} "
-                f"(RocketMQ {self.scenario.cluster.rocketmq_version})")
+                f"(RocketMQ {label})")
             for p in ns:
                 self.node(p.name).start()
             # the brokers start beside namesrv, not after it: a broker's JVM takes longer to boot than

@@ -138,7 +138,7 @@ class LocalNode(Node):
         main, args, props = main_args(self.plan, str(conf), self.c.namesrv_addr,
                                       None if proxy_conf is None else str(proxy_conf))
         return jvm_command(main, args, cp=f"{home / 'lib'}/*", heap_mb=j.heap_mb, java=java, options=opts,
-                           version=self.c.scenario.cluster.rocketmq_version,
+                           version=self.c.scenario.cluster.dist,
                            user_home=self.dir, rocketmq_home=self.dir,
                            system_properties={**NODE_SYSTEM_PROPERTIES, **j.system_properties, **props,
                                               **(json.loads(overrides.read_text()) if overrides.exists() else {})})
@@ -154,7 +154,7 @@ class LocalNode(Node):
         if self.running():
             raise UserError(f"{self.name} is already running (pid {self.pid})", "stop it first")
         java = find_java()[0]
-        home = rocketmq_dist.rocketmq_home(self.c.scenario.cluster.rocketmq_version)
+        home = rocketmq_dist.rocketmq_home(self.c.scenario.cluster.dist)
         shim = paths.loopback_shim()
         if not self.c.run.is_registered():
             self.c.run.register()  # a restart of a cluster that is down: `down --all` must find it

@@ -78,7 +78,9 @@ def _write(run: RunDir, history: bool = False) -> None:
     if summ is not None:  # then the verdict, in the words of the HTML report
         from analysis.report.report import verdict
         lines.append(verdict(summ))
-    lines += [f"run {st['run_id']}  scenario {rep['scenario']}",
+    patched = run.versions().get("rocketmq_patches")  # a release with patches: named where the run is
+    lines += [f"run {st['run_id']}  scenario {rep['scenario']}"
+              + (f"  RocketMQ {run.versions()['rocketmq']}" if patched else ""),
              f"cluster up: {rep['cluster_up_s']} s" if up_ev else "cluster up: (not run)"]
     for name, sg in stages.items():
         if name == "report":

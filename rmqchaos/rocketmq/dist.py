@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from rmqchaos.machine import paths
 from rmqchaos.errors import UserError
@@ -126,8 +127,17 @@ def check_version(version: str) -> None:
 
 def rocketmq_home(version: str) -> Path:
     """Directory with lib/ (all RocketMQ runtime jars), grpc/ (the 5.x gRPC client), rmqchaos-java.jar and config-keys.json,
-    resolved with Maven on the first use of the version."""
+    resolved with Maven on the first use of the version. A patched release's key (`5.5.0+p<hash>`,
+    rmqchaos/rocketmq/patched.py) names a directory its scenario's validation built."""
+    if PATCHED_MARK in version:
+        if not installed(version):
+            raise UserError(f"RocketMQ {version} (a release with patches) is not built",
+                            "validate the scenario that names its patches (rmqchaos validate F): that builds it")
+        return home(version)
     return ensure(version)
+
+
+PATCHED_MARK = "+p"  # a patched release's key: <version>+p<hash12> (rmqchaos/rocketmq/patched.py)
 
 
 def ensure(version: str) -> Path:
@@ -135,16 +145,23 @@ def ensure(version: str) -> Path:
     progress line; a lock so that two processes resolving the same version wait for one another).
     A version Maven cannot resolve is one UserError line naming it and the versions known to resolve."""
     check_version(version)
-    if installed(version):
-        return home(version)
+    return cached(version, lambda: _build(version))
+
+
+def cached(key: str, build: Callable[[], None]) -> Path:
+    """home(key), made by `build` when it is not `installed` (nor in the user cache): under a lock, so
+    that two processes asking for the same key wait for one another; a fresh build is left in the user
+    cache for the next checkout. `build` writes home(key) whole, with its .setup-stamp."""
+    if installed(key):
+        return home(key)
     paths.CACHE.mkdir(parents=True, exist_ok=True)
-    with open(paths.CACHE / f"rocketmq-{version}.lock", "w") as lock:
+    with open(paths.CACHE / f"rocketmq-{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not installed(version):  # another process may have built it while we waited
-            if not _from_user_cache(version):
-                _build(version)
-                _to_user_cache(version)
-    return home(version)
+        if not installed(key):  # another process may have built it while we waited
+            if not _from_user_cache(key):
+                build()
+                _to_user_cache(key)
+    return home(key)
 
 
 def _shared(version: str) -> Path:
@@ -249,13 +266,11 @@ def _build(version: str) -> None:
                         f"log: {log})", "check pom.xml's rocketmq.client.java.version")
     jar = next((work / "target").glob("rmqchaos-java-*.jar"))
     shutil.copy2(jar, out / "rmqchaos-java.jar")
-    keys = subprocess.run([java, "-cp", f"{out / 'rmqchaos-java.jar'}{os.pathsep}{out / 'lib'}/*",
-                           "io.rmqchaos.ConfigKeys"], capture_output=True, text=True, timeout=120)
-    if keys.returncode != 0:
+    try:
+        write_config_keys(java, version, out)
+    except UserError:
         shutil.rmtree(work, ignore_errors=True)
-        raise UserError(f"RocketMQ {version}: reading its config keys failed: "
-                        f"{(keys.stderr.strip().splitlines() or ['no output'])[-1]}", "see the jars in " + str(out))
-    (out / "config-keys.json").write_text(keys.stdout)
+        raise
     if substituted:
         import json
         (out / "substituted.json").write_text(json.dumps(substituted) + "\n")
@@ -264,6 +279,17 @@ def _build(version: str) -> None:
     out.rename(dest)
     shutil.rmtree(work, ignore_errors=True)
     say(f"RocketMQ {version} resolved into {dest} ({time.monotonic() - t0:.0f} s)")
+
+
+def write_config_keys(java: str, version: str, out: Path) -> None:
+    """out/config-keys.json: the broker's and namesrv's config keys read by reflection (io.rmqchaos.ConfigKeys)
+    from out/rmqchaos-java.jar and the jars of out/lib (a patched release's own, which may add a key)."""
+    keys = subprocess.run([java, "-cp", f"{out / 'rmqchaos-java.jar'}{os.pathsep}{out / 'lib'}/*",
+                           "io.rmqchaos.ConfigKeys"], capture_output=True, text=True, timeout=120)
+    if keys.returncode != 0:
+        raise UserError(f"RocketMQ {version}: reading its config keys failed: "
+                        f"{(keys.stderr.strip().splitlines() or ['no output'])[-1]}", "see the jars in " + str(out))
+    (out / "config-keys.json").write_text(keys.stdout)
 
 
 def donors(version: str, artifact: str) -> list[str]:

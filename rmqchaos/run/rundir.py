@@ -3,6 +3,7 @@
 Layout (in full: docs/ledgers.md, "The run directory"):
   scenario.yaml        resolved scenario (every default filled in)
   scenario.src.yaml    the file as the user wrote it
+  patches/             cluster.patches as the run applied them (scenario.yaml names these copies)
   state.json           run id, owner lease, cluster state, stage statuses (rewritten atomically)
   processes.jsonl      append-only: every process and cgroup started (what `down` reaps)
   timeline.jsonl       append-only: stage and cluster events with start/end ms
@@ -20,6 +21,7 @@ import fcntl
 import json
 import os
 import secrets
+import shutil
 import sys
 import time
 from contextlib import contextmanager
@@ -65,11 +67,26 @@ class RunDir:
             raise UserError(f"cannot create the run directory {rd.path}: {e.strerror}",
                             "choose a writable --out directory") from None
         (rd.path / "scenario.src.yaml").write_text(source_text)
+        if scenario.cluster.patches:  # the run keeps its own copies: its record names exactly what ran
+            kept = rd._keep_patches(scenario.cluster.patch_files())
+            scenario = scenario.model_copy(update={"cluster": scenario.cluster.model_copy(update={"patches": kept})})
         _atomic_write(rd.path / "scenario.yaml", dump_scenario(scenario))
         run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{scenario.name}-{secrets.token_hex(3)}"
         rd._write_state({"run_id": run_id, "created_ms": now_ms(), "mode": mode, "owner": _me(),
                          "cluster": "new", "stages": {}})
         return rd
+
+    def _keep_patches(self, files: list[Path]) -> list[str]:
+        """patches/<name> (patches/<i>/<name> for a name given twice): paths relative to scenario.yaml,
+        which is how the spec reads a relative patch path, so the run directory can move."""
+        names = [f.name for f in files]
+        kept = []
+        for i, f in enumerate(files):
+            rel = Path("patches") / (f"{i + 1}/{f.name}" if names.count(f.name) > 1 else f.name)
+            (self.path / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(f, self.path / rel)
+            kept.append(str(rel))
+        return kept
 
     @classmethod
     def open(cls, path: str | Path) -> "RunDir":
@@ -203,7 +220,10 @@ class RunDir:
     def processes(self) -> ProcessLog:
         return ProcessLog(self.path / "processes.jsonl")
 
-    def write_versions(self, rocketmq: str, java: str, substituted: dict[str, str] | None = None) -> None:
+    def write_versions(self, rocketmq: str, java: str, substituted: dict[str, str] | None = None,
+                       patches: list[dict[str, Any]] | None = None) -> None:
+        """rocketmq: the version as the run names it (with patches: `5.5.0+fix.patch(<hash12>)`, and
+        `rocketmq_patches` lists each patch's name, sha256 and the files it changes)."""
         from importlib.metadata import PackageNotFoundError, version
         def v(pkg: str) -> str | None:
             try:
@@ -212,6 +232,7 @@ class RunDir:
                 return None
         _atomic_write(self.path / "versions.json", json.dumps(
             {"rocketmq": rocketmq, **({"rocketmq_substituted": substituted} if substituted else {}),
+             **({"rocketmq_patches": patches} if patches else {}),
              "java": java, "python": sys.version.split()[0],
              **{p: v(p) for p in ("locust", "pyspark", "apache-airflow", "gevent")},
              "platform_commit": paths.platform_commit()}, indent=2) + "\n")

@@ -10,6 +10,7 @@ One module per question, each importing only those above it in this list:
   messages   how an error is worded (dotted key, allowed keys) and `SpecError`
   confkeys   RocketMQ config keys: the jars' keys, the platform's own, value types
   majors     what a 4.x release lacks; config keys across two versions (renamed or refused)
+  patches    cluster.patches: the files, the backend, the patched release built
   checks     checks beyond field types (config keys, ports, names, faults against their kinds)
   loading    YAML with line numbers, size guards, `extends:` overlays, validation, dumping
 Everything public is importable from `rmqchaos.spec`. May import: rmqchaos.rocketmq, rmqchaos.machine

@@ -12,6 +12,7 @@ from rmqchaos.spec.expect import POP_BY_FAULT, did_you_mean, parse_condition
 from rmqchaos.spec.messages import _dotted, _pydantic_message
 from rmqchaos.spec.grpc import grpc_errors
 from rmqchaos.spec.majors import major_errors
+from rmqchaos.spec.patches import patch_errors
 from rmqchaos.rocketmq.dist import check_version
 from rmqchaos.spec.modes import controller_errors, controller_ports, dledger_errors
 from rmqchaos.spec.scenario import Fault, FaultKindSpec, Scenario
@@ -227,8 +228,10 @@ def semantic_errors(s: Scenario, fault_kinds: Mapping[str, FaultKindSpec] | None
         return [(("cluster", "rocketmq_version"), e.line())]
     if majors := major_errors(s):  # a 4.x scenario asking for what 5.0 brought: said alone, before any Maven call
         return majors
+    if patches := patch_errors(s):  # the patched release's keys below: built (or refused) first
+        return patches
     try:  # the version's own jars (resolved with Maven on its first use): its keys, not the pinned one's
-        keys = config_keys(s.cluster.rocketmq_version)
+        keys = config_keys(s.cluster.dist)
     except UserError as e:
         return [(("cluster", "rocketmq_version"), e.line())]
     errs = _check_conf(s.cluster.namesrv.config, keys["namesrv"], PLATFORM_NAMESRV_KEYS,

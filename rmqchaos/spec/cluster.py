@@ -1,11 +1,13 @@
 """The `cluster` section: namesrv, broker groups, proxy, the nodes' loopback subnet."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, StrictInt, model_validator
 
 from rmqchaos.machine import paths
+from rmqchaos.rocketmq import patched
 from rmqchaos.spec.types import ConfValue, Duration, NodeName, Port, Strict
 
 class Jvm(Strict):
@@ -140,6 +142,10 @@ def _loopback_subnet(v: Any) -> str:
 class Cluster(Strict):
     backend: Literal["local", "docker"] = "local"  # docker: `rmqchaos image build` + an engine
     rocketmq_version: str = Field(default_factory=paths.pinned_rocketmq_version)
+    # unified diffs against upstream's source tree, applied in order to the release's own sources and
+    # rebuilt into its jars (rmqchaos/rocketmq/patched.py; docs/spec.md, "A release with patches"); a
+    # relative path is relative to the scenario file that names it (loading.py makes it absolute)
+    patches: list[str] = []
     name: NodeName = "DefaultCluster"
     namesrv: Namesrv = Namesrv()
     broker_defaults: BrokerDefaults = BrokerDefaults()
@@ -178,6 +184,20 @@ class Cluster(Strict):
             if b.replicas is not None and b.replication is None:
                 b.replication = "controller"
         return self
+
+    def patch_files(self) -> list[Path]:
+        return [Path(p) for p in self.patches]
+
+    @property
+    def dist(self) -> str:
+        """The jars the nodes run, as rmqchaos.rocketmq.dist names them: the release, or with patches
+        its patched build's key (`5.5.0+p<hash12>`)."""
+        return patched.key(self.rocketmq_version, self.patch_files()) if self.patches else self.rocketmq_version
+
+    @property
+    def version_label(self) -> str:
+        """The version as a run records it: `5.5.0`, or `5.5.0+fix.patch(<hash12>)` with patches."""
+        return patched.label(self.rocketmq_version, self.patch_files()) if self.patches else self.rocketmq_version
 
     def broker(self, name: str) -> Broker:
         for b in self.brokers:

@@ -2,6 +2,7 @@
 node by node (so an error in a base names the base's line), and validation into one error per line."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -37,6 +38,8 @@ def _key_node(root: yaml.Node | None, loc: tuple[Any, ...]) -> yaml.Node | None:
         for k, _ in parent.value:
             if isinstance(k, yaml.ScalarNode) and k.value == str(loc[-1]):
                 return k
+    if isinstance(parent, yaml.SequenceNode) and isinstance(loc[-1], int) and loc[-1] < len(parent.value):
+        return parent.value[loc[-1]]  # a list's item: its own line
     return parent
 
 
@@ -208,6 +211,7 @@ def _validate(root: yaml.Node | None, filename: str, fault_kinds: Mapping[str, F
     if not isinstance(root, yaml.MappingNode):
         raise SpecError([f"{_where(root, filename)}: a scenario is a mapping with at least `name:`"])
     data = yaml.SafeLoader("").construct_document(root)
+    _absolute_patches(root, data)
 
     def where(node: yaml.Node | None) -> str:
         return _where(node, filename)
@@ -229,6 +233,19 @@ def _validate(root: yaml.Node | None, filename: str, fault_kinds: Mapping[str, F
     if errs:
         raise SpecError([f"{where(_key_node(root, loc))}: {_dotted(loc)}: {msg}" for loc, msg in errs])
     return s
+
+
+def _absolute_patches(root: yaml.MappingNode, data: dict[str, Any]) -> None:
+    """cluster.patches as absolute paths, each relative one taken from the directory of the file that
+    names it (a base's patch from the base's; a document without a file: the working directory)."""
+    cluster = data.get("cluster")
+    node = _node_at(root, ("cluster", "patches"))
+    if not (isinstance(cluster, dict) and isinstance(cluster.get("patches"), list) and isinstance(node, yaml.SequenceNode)):
+        return
+    for i, (item, value) in enumerate(zip(node.value, cluster["patches"])):
+        if isinstance(value, str) and value and not Path(value).is_absolute():
+            src = Path(item.start_mark.name)
+            cluster["patches"][i] = os.path.abspath((src.parent if src.is_file() else Path.cwd()) / value)
 
 
 def dump_scenario(s: Scenario) -> str:
