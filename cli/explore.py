@@ -66,7 +66,7 @@ def cmd_report_upstream(a: argparse.Namespace) -> int:
 
 def cmd_unit_repro(a: argparse.Namespace) -> int:
     from pipeline.workflows.repro import line, unit_repro
-    recs = unit_repro(a.dir, a.versions, a.out)
+    recs = unit_repro(a.dir, a.versions, a.out, [p for ps in a.patches or [] for p in ps.split(",") if p])
     print(json.dumps(recs, indent=1) if a.json else "\n".join(line(r) for r in recs))
     return 0 if all(r["passed"] or (r["compiled"] and r["tests_run"]) for r in recs) else 1
 
@@ -154,5 +154,8 @@ def add_parsers(sub: Any) -> None:
     r.add_argument("dir", metavar="DIR", help="the folder of the reproduction's test sources")
     r.add_argument("--versions", required=True, help="a comma list of releases, e.g. 5.3.3,5.5.0")
     r.add_argument("--out", help="where each version's classes, output and logs go (default runs/<time>-unit-repro-<name>)")
+    r.add_argument("--patches", action="append", metavar="FILE[,FILE]",
+                   help="unified diffs against upstream's tree: each version runs again with them applied "
+                        "(cluster.patches' build, docs/spec.md), e.g. the proposed fix")
     r.add_argument("--json", action="store_true", help="each version's record as JSON")
     r.set_defaults(fn=cmd_unit_repro)

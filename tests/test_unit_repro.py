@@ -16,6 +16,7 @@ from pipeline.workflows.repro import RECORD, line, markdown, parse_junit, unit_r
 
 REPO = Path(__file__).resolve().parent.parent
 ALL_ACK = REPO / "java" / "repro" / "all-ack-sync-state-set"
+FIX = REPO / "scenarios" / "upstream" / "patches" / "all-ack-sync-state-set.patch"  # the proposed fix
 
 PASSED = "JUnit version 4.13.2\n.\nTime: 15.157\n\nOK (1 test)\n\n"
 FAILED = """JUnit version 4.13.2
@@ -147,8 +148,13 @@ def test_a_compile_error_is_one_failure_naming_its_file_and_line_and_a_report_is
     assert (tmp_path / "b" / "junit.txt").read_text() == FAILED and (tmp_path / "b" / "javac.txt").read_text() == ""
 
 
-def test_the_all_ack_reproduction_passes_on_5_3_3_and_fails_on_5_5_0_on_its_sync_state_set(tmp_path: Path) -> None:
-    old, new = unit_repro(ALL_ACK, "5.5.0,5.3.3", tmp_path)
+def test_the_all_ack_reproduction_passes_on_5_3_3_fails_on_5_5_0_on_its_sync_state_set_and_passes_with_the_fix(
+        tmp_path: Path) -> None:
+    [old] = unit_repro(ALL_ACK, "5.3.3", tmp_path / "old")
+    new, fixed = unit_repro(ALL_ACK, "5.5.0", tmp_path / "new", patches=[FIX])
+    # the proposed fix (the local set left alone until the controller accepts) makes 5.5.0 pass
+    assert fixed["version"].startswith("5.5.0+all-ack-sync-state-set.patch(") and fixed["passed"], fixed["output_tail"]
+    assert (fixed["tests_run"], fixed["failures"]) == (1, [])
     assert (old["version"], old["passed"], old["tests_run"], old["failures"]) == ("5.3.3", True, 1, []), old["output_tail"]
     assert (new["version"], new["compiled"], new["passed"], new["tests_run"]) == ("5.5.0", True, False, 1), new["output_tail"]
     [f] = new["failures"]

@@ -20,7 +20,7 @@ from rmqchaos.errors import UserError
 from rmqchaos.machine import paths
 from rmqchaos.machine.procs import run_bounded
 from rmqchaos.progress import say
-from rmqchaos.rocketmq import dist
+from rmqchaos.rocketmq import dist, patched
 
 # Upstream's pom pins junit 4.13.2 (5.3.3's, and develop's of 2025-09-19); the store tests there are JUnit 4 (58
 # files import org.junit.Test, 3 use Jupiter). hamcrest-core 1.3 is junit 4.13.2's one dependency. Awaitility 4.1.0
@@ -112,10 +112,16 @@ def run_unit_repro(test_source_dir: str | Path, version: str, out: str | Path | 
     return rec
 
 
-def unit_repro(test_source_dir: str | Path, versions: str, out: str | Path | None = None) -> list[dict[str, Any]]:
+def unit_repro(test_source_dir: str | Path, versions: str, out: str | Path | None = None,
+               patches: list[str | Path] | None = None) -> list[dict[str, Any]]:
     """run_unit_repro for each version of a comma list, in order, each in <out>/<version>/ (default
-    runs/<time>-unit-repro-<folder name>/)."""
+    runs/<time>-unit-repro-<folder name>/); with `patches`, each version again with them applied
+    (rmqchaos/rocketmq/patched.py), its record's version the patched release's label."""
     asked = [v.strip() for v in versions.split(",") if v.strip()]
+    fixes = [Path(p).resolve() for p in patches or []]
+    for f in fixes:
+        if not f.is_file():
+            raise UserError(f"--patches: {f} is not a file", "give the unified diffs to apply to each version")
     if not asked:
         raise UserError(f"--versions {versions!r}: no version", "e.g. --versions 5.3.3,5.5.0")
     for v in asked:
@@ -126,6 +132,12 @@ def unit_repro(test_source_dir: str | Path, versions: str, out: str | Path | Non
     for v in sorted(set(asked), key=dist.version_key):
         say(f"unit-repro {Path(test_source_dir).name}: compiling and running against RocketMQ {v}'s jars")
         recs.append(run_unit_repro(test_source_dir, v, base / v))
+        if fixes:
+            patched.ensure(v, fixes)  # built on first use (progress lines), cached by release and patches
+            k, name = patched.key(v, fixes), patched.label(v, fixes)
+            say(f"unit-repro {Path(test_source_dir).name}: compiling and running against {name}")
+            rec = run_unit_repro(test_source_dir, k, base / k)
+            recs.append({**rec, "version": name})
     src = Path(test_source_dir).resolve()
     (base / RECORD).write_text(json.dumps({
         "source": str(src.relative_to(paths.REPO)) if src.is_relative_to(paths.REPO) else str(src),
