@@ -81,6 +81,7 @@ def test_powerfs_benchmark_bad_values_are_one_line(args: list[str], expect: str)
     assert r.returncode == 2 and expect in r.stderr.strip().splitlines()[-1], r.stderr
 
 
+@pytest.mark.long  # the suite's budget; the benchmark's cluster and arguments are checked in the fast tier above
 def test_powerfs_benchmark_measures_a_layered_and_a_plain_broker_side_by_side(tmp_path, monkeypatch) -> None:
     """One round, a few seconds at a low rate (ports 32076, 32111/32121): both brokers acked and
     both were measured (the layer's side with its powerfs server); no speed ratio is asserted."""

@@ -50,6 +50,7 @@ def test_a_4_9_7_master_slave_cluster_takes_the_load_and_an_oom_kill_runs_comple
 
 
 
+@pytest.mark.long  # the suite's budget: its 5.5.0 twin is test_power_loss.py's disk-error test
 def test_a_4_9_7_sync_flush_broker_acknowledges_while_its_fsyncs_fail_and_a_power_loss_takes_them(
         tmp_path: Path, kept_spark: Any) -> None:
     # disk_error and power_loss on 4.x (nothing else runs them there): broker-a SYNC_FLUSH, its
