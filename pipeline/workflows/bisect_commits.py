@@ -32,13 +32,8 @@ class BuildFailed(Exception):
     """A commit that does not build: skipped, the search goes on (its reason in the step's record)."""
 
 
-def _git(source: Path, *args: str) -> str:
-    r = subprocess.run(["git", "-C", str(source), *args], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise UserError(f"--source {source}: git {' '.join(args)} failed: "
-                        f"{(r.stderr.strip().splitlines() or ['no message'])[-1]}",
-                        "give a local git checkout of apache/rocketmq and commits, tags or branches it has")
-    return r.stdout
+def _git(source: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "-C", str(source), *args], capture_output=True, text=True)
 
 
 def commits_in(source: str | Path, spec: str, first_parent: bool = True) -> list[Commit]:
@@ -51,23 +46,20 @@ def commits_in(source: str | Path, spec: str, first_parent: bool = True) -> list
     lo, hi = (x.strip() for x in spec.split("..", 1))
 
     def resolve(x: str) -> str:
-        r = subprocess.run(["git", "-C", str(src), "rev-parse", "--verify", "--quiet", f"{x}^{{commit}}"],
-                           capture_output=True, text=True)
+        r = _git(src, "rev-parse", "--verify", "--quiet", f"{x}^{{commit}}")
         if r.returncode != 0:
             raise UserError(f"--commits {spec}: {x} is no commit of {source}",
                             "give commits, tags or branches the checkout has (git fetch --tags first?)")
         return r.stdout.strip()
     a, b = resolve(lo), resolve(hi)
-    if subprocess.run(["git", "-C", str(src), "merge-base", "--is-ancestor", a, b]).returncode != 0:
+    if _git(src, "merge-base", "--is-ancestor", a, b).returncode != 0:
         raise UserError(f"--commits {spec}: {lo} is not an ancestor of {hi}", "give the older commit first")
     fp = ["--first-parent"] if first_parent else []
-    after = _git(src, "rev-list", "--reverse", *fp, "--format=%H %s", f"{a}..{b}").splitlines()
-    # rev-list --format prints a "commit <sha>" line before each formatted one
-    shas = [line.split(" ", 1) for line in after if not line.startswith("commit ")]
-    if not shas:
+    after = _git(src, "log", "--reverse", *fp, "--format=%H %s", f"{a}..{b}").stdout.splitlines()
+    if not after:
         raise UserError(f"--commits {spec}: no commit between {lo} and {hi}", "give a range with commits in it")
-    base = _git(src, "log", "-1", "--format=%H %s", a).strip().split(" ", 1)
-    return [Commit(s[0], s[1] if len(s) > 1 else "") for s in [base, *shas]]
+    base = _git(src, "log", "-1", "--format=%H %s", a).stdout.strip()
+    return [Commit(line.partition(" ")[0], line.partition(" ")[2]) for line in [base, *after]]
 
 
 def worst_steps(n_after: int) -> int:
